@@ -1,0 +1,35 @@
+# deepgp_gi: `make demo` runs the main job, `make test` runs the test suite.
+# Both create .venv (Python 3.11) if it is missing and install the package into it.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL := 2
+
+.PHONY: demo test test-slow bench install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/deepgp-gi demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-slow: install
+	$(BIN)/python -m pytest -q -m slow
+
+bench: install
+	$(BIN)/python -m pip install -e ".[dev,bench]"
+	$(BIN)/python benchmarks/speed.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

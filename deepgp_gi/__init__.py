@@ -1,0 +1,18 @@
+"""deepgp_gi: deep Gaussian processes and Bayesian neural networks with structured posteriors.
+
+>>> import deepgp_gi as dg
+>>> model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field")
+>>> history = dg.fit(model, (X, Y), steps=1000)
+"""
+import os as _os
+
+_os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from . import kernels, layers, linalg, noise, posteriors  # noqa: E402
+from .layers import GPLayer  # noqa: E402
+from .linalg import safe_cholesky  # noqa: E402
+from .models import DeepGP  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = ["DeepGP", "GPLayer", "safe_cholesky", "kernels", "layers", "linalg", "noise", "posteriors"]
