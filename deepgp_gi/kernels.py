@@ -4,7 +4,9 @@ GPflow kernels broadcast a batch of inputs against a batch of inputs as an outer
 (``K(X[S,N,D], Z[S,M,D])`` is ``[S,N,S,M]``). Deep GPs need the *paired* batch: sample ``s`` of
 ``X`` against sample ``s`` of ``Z``, ``[S,N,M]``. This module provides that for GPflow's
 isotropic stationary kernels (SquaredExponential, Matern*, RationalQuadratic, ...), ``White``,
-``Constant``, ``Linear`` and sums and products of them. The kernel objects themselves (and so
+``Constant``, ``Linear`` and sums and products of them. Any other kernel joins by defining
+``batched_cross(X, Z) -> [..., N, M]`` for inputs with equal batch shapes (used for ``K(X, X)``
+too) and a ``K_diag`` that batches. The kernel objects themselves (and so
 their parameters, priors and transforms) are ordinary GPflow kernels.
 
 Inputs without a sample axis (``[M, D]``, e.g. fixed inducing inputs) broadcast against every
@@ -41,6 +43,8 @@ def _batched_square_distance(X: tf.Tensor, Z: tf.Tensor) -> tf.Tensor:
 
 
 def _cross(kernel, X, Z):
+    if hasattr(kernel, "batched_cross"):
+        return kernel.batched_cross(X, Z)
     if isinstance(kernel, gpflow.kernels.Sum):
         return tf.add_n([_cross(k, X, Z) for k in kernel.kernels])
     if isinstance(kernel, gpflow.kernels.Product):
@@ -88,6 +92,8 @@ def batched_K(kernel: gpflow.kernels.Kernel, X: tf.Tensor, Z: tf.Tensor) -> tf.T
 
 
 def _sym(kernel, X):
+    if hasattr(kernel, "batched_cross"):
+        return kernel.batched_cross(X, X)
     if isinstance(kernel, gpflow.kernels.Sum):
         return tf.add_n([_sym(k, X) for k in kernel.kernels])
     if isinstance(kernel, gpflow.kernels.Product):
@@ -115,6 +121,8 @@ def batched_K_diag(kernel: gpflow.kernels.Kernel, X: tf.Tensor) -> tf.Tensor:
 
 
 def _check_supported(kernel):
+    if hasattr(kernel, "batched_cross"):
+        return
     if isinstance(kernel, (gpflow.kernels.Sum, gpflow.kernels.Product)):
         for k in kernel.kernels:
             _check_supported(k)
