@@ -1,0 +1,177 @@
+"""Builders with the papers' defaults: ``build_deep_gp`` (ALGORITHMS.md §2.1–2.3).
+
+The layers (kernels, mean functions, widths) follow DSVI for every posterior family:
+ARD squared-exponential kernels with variance 2 and lengthscales 2, between-layer white noise
+1e-5 on inner layers, inner width ``min(30, D)``, fixed linear mean functions on inner layers
+(identity, PCA projection, or identity with zero padding) and zero mean on the last, a Gaussian
+likelihood with variance 0.01. The posterior family only changes the variational parameters and
+how they are initialised.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Tuple
+
+import gpflow
+import numpy as np
+import scipy.cluster.vq
+
+from .layers import GPLayer
+from .models import DeepGP
+from .validation import as_data_array, check_choice, check_data_pair, check_positive_int
+
+__all__ = ["build_deep_gp", "DEEP_GP_POSTERIORS", "linear_mean_maps", "kmeans_inducing_inputs"]
+
+#: Posterior names accepted by :func:`build_deep_gp`, mapped to the function that builds the
+#: posterior for given layers and data (filled in as families register below).
+DEEP_GP_POSTERIORS: Dict[str, Callable] = {}
+
+
+def kmeans_inducing_inputs(X: np.ndarray, num_inducing: int, seed: Optional[int]) -> np.ndarray:
+    """``num_inducing`` k-means centres of the rows of ``X`` (k-means++ start, seeded)."""
+    rng = np.random.default_rng(seed)
+    if num_inducing == X.shape[0]:
+        return X.copy()
+    Z, _ = scipy.cluster.vq.kmeans2(X, num_inducing, minit="++", seed=rng)
+    return Z
+
+
+def linear_mean_maps(X: np.ndarray, widths: List[int]) -> List[np.ndarray]:
+    """The fixed linear maps of DSVI's inner mean functions, one ``[N_{l-1}, N_l]`` per inner layer.
+
+    Equal widths: identity. Narrower: the top ``N_l`` right-singular vectors of the running data
+    matrix (X pushed through the previous maps). Wider: identity with zero padding.
+    """
+    maps = []
+    F = X
+    dims = [X.shape[1]] + list(widths)
+    for d_in, d_out in zip(dims[:-1], dims[1:]):
+        if d_in == d_out:
+            A = np.eye(d_in)
+        elif d_out < d_in:
+            _, _, Vt = np.linalg.svd(F, full_matrices=False)
+            A = Vt[:d_out].T
+        else:
+            A = np.concatenate([np.eye(d_in), np.zeros((d_in, d_out - d_in))], axis=1)
+        maps.append(A)
+        F = F @ A
+    return maps
+
+
+def _fixed_linear(A: np.ndarray) -> gpflow.mean_functions.Linear:
+    mean = gpflow.mean_functions.Linear(A=A, b=np.zeros(A.shape[1]))
+    gpflow.set_trainable(mean, False)
+    return mean
+
+
+def _dsvi_kernel(input_dim: int, inner: bool, white: float) -> gpflow.kernels.Kernel:
+    kernel = gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=np.full(input_dim, 2.0))
+    if inner and white > 0:
+        kernel = kernel + gpflow.kernels.White(variance=white)
+    return kernel
+
+
+def build_layers(
+    X: np.ndarray,
+    output_dim: int,
+    depth: int,
+    inner_width: int,
+    Z: Optional[np.ndarray],
+    white: float = 1e-5,
+) -> List[GPLayer]:
+    """DSVI-style layers. ``Z`` (``[M, D]`` or None) is pushed through the inner mean maps."""
+    widths = [inner_width] * (depth - 1)
+    maps = linear_mean_maps(X, widths)
+    layers = []
+    dims = [X.shape[1]] + widths + [output_dim]
+    Z_l = Z
+    for l in range(depth):
+        inner = l < depth - 1
+        mean = _fixed_linear(maps[l]) if inner else None
+        layers.append(
+            GPLayer(
+                _dsvi_kernel(dims[l], inner, white),
+                output_dim=dims[l + 1],
+                input_dim=dims[l],
+                mean_function=mean,
+                inducing_inputs=Z_l,
+                name=f"layer_{l}",
+            )
+        )
+        if Z_l is not None and inner:
+            Z_l = Z_l @ maps[l]
+    return layers
+
+
+def build_deep_gp(
+    X,
+    Y,
+    *,
+    depth: int,
+    posterior: str = "global",
+    num_inducing: int = 100,
+    likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
+    inner_width: Optional[int] = None,
+    seed: Optional[int] = None,
+    **posterior_options,
+) -> DeepGP:
+    """A deep GP with the papers' defaults and initialisation.
+
+    :param X: training inputs ``[N, D]``.
+    :param Y: training targets ``[N, P]``.
+    :param depth: number of GP layers (1 = a single sparse GP).
+    :param posterior: one of :data:`DEEP_GP_POSTERIORS` (``"mean_field"``, ``"fully_coupled"``,
+        ``"stripes_arrow"``, ``"global"``, ``"local"``).
+    :param num_inducing: M, per layer (local families) or at the input (global inducing).
+    :param likelihood: a GPflow likelihood; default Gaussian with variance 0.01.
+    :param inner_width: width of the inner layers; default ``min(30, D)``.
+    :param seed: seeds the k-means / inducing-point initialisation.
+    :param posterior_options: passed to the posterior family's constructor (e.g. ``whiten=True``
+        for mean-field, ``precision="diagonal"`` for global inducing).
+    """
+    check_choice(posterior, "posterior", tuple(DEEP_GP_POSTERIORS))
+    depth = check_positive_int(depth, "depth")
+    num_inducing = check_positive_int(num_inducing, "num_inducing")
+    dtype = gpflow.default_float()
+    X = as_data_array(X, "X", dtype).numpy()
+    Y = as_data_array(Y, "Y", dtype).numpy()
+    check_data_pair(X, Y)
+    N, D = X.shape
+    if inner_width is None:
+        inner_width = min(30, D)
+    inner_width = check_positive_int(inner_width, "inner_width")
+    if likelihood is None:
+        likelihood = gpflow.likelihoods.Gaussian(variance=0.01)
+    output_dim = getattr(likelihood, "latent_dim", None) or Y.shape[1]
+    make_posterior = DEEP_GP_POSTERIORS[posterior]
+    return make_posterior(
+        X=X,
+        Y=Y,
+        depth=depth,
+        num_inducing=num_inducing,
+        likelihood=likelihood,
+        inner_width=inner_width,
+        output_dim=output_dim,
+        seed=seed,
+        **posterior_options,
+    )
+
+
+def _check_local_inducing(num_inducing: int, N: int, posterior: str) -> None:
+    if num_inducing > N:
+        raise ValueError(
+            f"num_inducing={num_inducing} exceeds the number of data points N={N}; the "
+            f"{posterior!r} posterior initialises its inducing inputs by k-means on X"
+        )
+
+
+def _build_mean_field(*, X, Y, depth, num_inducing, likelihood, inner_width, output_dim, seed, **options):
+    from .posteriors.mean_field import MeanFieldPosterior
+
+    _check_local_inducing(num_inducing, X.shape[0], "mean_field")
+    Z = kmeans_inducing_inputs(X, num_inducing, seed)
+    layers = build_layers(X, output_dim, depth, inner_width, Z)
+    posterior = MeanFieldPosterior(layers, **options)
+    return DeepGP(layers, likelihood, posterior, num_data=X.shape[0])
+
+
+DEEP_GP_POSTERIORS["mean_field"] = _build_mean_field
