@@ -8,11 +8,27 @@ import os as _os
 
 _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from . import kernels, layers, linalg, noise, posteriors  # noqa: E402
+from . import datasets, kernels, layers, linalg, metrics, noise, posteriors  # noqa: E402
+from .builders import build_deep_gp  # noqa: E402
 from .layers import GPLayer  # noqa: E402
 from .linalg import safe_cholesky  # noqa: E402
 from .models import DeepGP  # noqa: E402
+from .training import History, fit  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["DeepGP", "GPLayer", "safe_cholesky", "kernels", "layers", "linalg", "noise", "posteriors"]
+__all__ = [
+    "DeepGP",
+    "GPLayer",
+    "History",
+    "build_deep_gp",
+    "fit",
+    "safe_cholesky",
+    "datasets",
+    "kernels",
+    "layers",
+    "linalg",
+    "metrics",
+    "noise",
+    "posteriors",
+]
