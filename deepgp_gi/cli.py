@@ -89,7 +89,7 @@ def run_uci_split(cfg: Dict, split: int, progress: bool = True, checkpoint_dir: 
         rmse=metrics.rmse(model, data.X_test, data.Y_test, data.y_std, S),
         elbo_per_datapoint=float(history.elbo_per_datapoint[-1]),
         train_time_s=round(train_time, 2),
-        batch_size=batch_size,
+        batch_size_used=batch_size,
     )
     return record
 

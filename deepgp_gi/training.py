@@ -175,7 +175,10 @@ def fit(
                     raise ValueError(
                         f"checkpoint_dir {checkpoint_dir} holds a run with seed {saved.seed}, not {seed}"
                     )
-                keep = [i for i, s in enumerate(saved.step) if s <= int(step_var.numpy())]
+                # keep the regular log entries; an entry logged only because an earlier call ended
+                # off the log_every grid is not part of an uninterrupted run's history
+                done = int(step_var.numpy())
+                keep = [i for i, s in enumerate(saved.step) if s <= done and s % log_every == 0]
                 history.step = [saved.step[i] for i in keep]
                 history.elbo = [saved.elbo[i] for i in keep]
                 history.wall_time = [saved.wall_time[i] for i in keep]
