@@ -92,22 +92,33 @@ class MeanFieldPosterior(DeepPosterior):
         self.q_mu = q_mu
         self.q_sqrt = q_sqrt
 
+    def whitened_parameters(self, l: int, Lk: tf.Tensor):
+        """``(m', R')`` of layer ``l`` in whitened coordinates: the parameters themselves when
+        ``whiten``, else ``L_K^{-1} q_mu`` and ``L_K^{-1} q_sqrt`` (M x M solves only)."""
+        q_mu, q_sqrt = self.q_mu[l], self.q_sqrt[l]
+        if self.whiten:
+            return q_mu, q_sqrt
+        P = tf.shape(q_sqrt)[0]
+        Lk_b = tf.broadcast_to(Lk, tf.concat([[P], tf.shape(Lk)], 0))
+        return tf.linalg.triangular_solve(Lk, q_mu), tf.linalg.triangular_solve(Lk_b, q_sqrt)
+
     def layer_marginals(self, l: int, F: tf.Tensor):
-        """Mean and variance ``[S, N, N_l]`` of layer ``l``'s outputs given its inputs F ``[S,N,D]``."""
+        """Mean and variance ``[S, N, N_l]`` of layer ``l``'s outputs given its inputs F ``[S,N,D]``.
+
+        Both parameterisations use one data-sized solve, ``A = L_K^{-1} K_uf``:
+        mean = ``A^T m' + m_l(F)``, var = ``k_ff - ||A||^2 + ||R'^T A||^2`` per unit, with
+        ``(m', R')`` from :meth:`whitened_parameters` (for the non-whitened form this is the same
+        algebra as ``k_ff - a^T (K - S) a`` with ``a = K^{-1} k``).
+        """
         layer = self.layers[l]
         Lk = inducing_prior_cholesky(layer)
         Kuf = layer.K(layer.Z, F)  # [S, M, N]
-        A = conditional_projection(Lk, Kuf, self.whiten)
-        q_mu, q_sqrt = self.q_mu[l], self.q_sqrt[l]
-        mean = tf.einsum("smn,mp->snp", A, q_mu) + layer.mean(F)
-        # variance: k_ff - a^T K a + a^T S a  (non-white),  k_ff - a^T a + a^T S' a  (white)
-        if self.whiten:
-            prior_term = tf.reduce_sum(tf.square(A), axis=-2)  # [S, N]
-        else:
-            LkT_A = tf.linalg.matmul(Lk, A, transpose_a=True)
-            prior_term = tf.reduce_sum(tf.square(LkT_A), axis=-2)
-        SA = tf.linalg.matmul(q_sqrt, A[:, None], transpose_a=True)  # [S, P, M, N]
-        q_term = tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(SA), axis=-2))  # [S, N, P]
+        A = conditional_projection(Lk, Kuf, whiten=True)
+        m_white, R_white = self.whitened_parameters(l, Lk)
+        mean = tf.einsum("smn,mp->snp", A, m_white) + layer.mean(F)
+        prior_term = tf.reduce_sum(tf.square(A), axis=-2)  # [S, N]
+        RA = tf.linalg.matmul(R_white, A[:, None], transpose_a=True)  # [S, P, M, N]
+        q_term = tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(RA), axis=-2))  # [S, N, P]
         var = (layer.K_diag(F) - prior_term)[..., None] + q_term
         return mean, var
 

@@ -1,0 +1,225 @@
+"""Per-step training time of deepgp_gi's posteriors next to GPflux's DSVI deep GP.
+
+Each configuration times one compiled Adam step (ELBO, gradient, update; one Monte Carlo sample)
+of every model, alternating the models round by round so that machine noise hits all alike, and
+reports the median milliseconds per step. Results go to ``benchmarks/results/speed.md`` (a table
+with the command) and ``benchmarks/results/speed.jsonl`` (one JSON line per configuration and
+model, appended as they finish; a rerun with ``--resume`` skips the lines already there).
+
+Run with nothing else heavy on the machine:
+
+    .venv/bin/python benchmarks/speed.py              # all sections
+    .venv/bin/python benchmarks/speed.py --quick      # fewer rounds, for a smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import gpflow  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import deepgp_gi as dg  # noqa: E402
+from deepgp_gi.builders import DEEP_GP_POSTERIORS  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+
+
+def kin8nm_inputs(num_rows: int, seed: int = 0):
+    """kin8nm inputs (all 8192 rows, standardised), tiled to ``num_rows``; targets from the data."""
+    X, Y, _ = dg.datasets.load_uci_raw("kin8nm")
+    X = (X - X.mean(0)) / X.std(0)
+    Y = (Y - Y.mean(0)) / Y.std(0)
+    reps = -(-num_rows // len(X))
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(np.tile(np.arange(len(X)), reps))[:num_rows]
+    return X[idx], Y[idx]
+
+
+def compiled_step(model_loss, variables, learning_rate=0.01):
+    optimizer = gpflow.keras.tf_keras.optimizers.Adam(learning_rate)
+    optimizer.build(variables)
+
+    @tf.function
+    def step():
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(variables)
+            loss = model_loss()
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    return step
+
+
+def ours(X, Y, depth, posterior, num_inducing, **options):
+    model = dg.build_deep_gp(X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing, seed=0, **options)
+    Xt, Yt = tf.constant(X), tf.constant(Y)
+    counter = tf.Variable(0, dtype=tf.int64)
+
+    def loss():
+        counter.assign_add(1)
+        return -model.elbo((Xt, Yt), 1, noise=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
+
+    return compiled_step(loss, model.trainable_variables)
+
+
+def gpflux_dsvi(X, Y, depth, num_inducing):
+    """GPflux's DSVI deep GP at the same configuration (its own helpers, whitened, Identity/PCA
+    inner mean functions, width min(30, D), SE-ARD kernels, Gaussian likelihood)."""
+    import gpflux
+
+    N, D = X.shape
+    width = min(30, D)
+    dims = [D] + [width] * (depth - 1) + [Y.shape[1]]
+    Z = dg.builders.kmeans_inducing_inputs(X, num_inducing, 0)
+    layers, F, Zl = [], X, Z
+    for l in range(depth):
+        d_in, d_out = dims[l], dims[l + 1]
+        kernel = gpflux.helpers.construct_basic_kernel(
+            gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=np.full(d_in, 2.0)), output_dim=d_out,
+            share_hyperparams=True,
+        )
+        iv = gpflux.helpers.construct_basic_inducing_variables(num_inducing, d_in, d_out, share_variables=True, z_init=Zl)
+        inner = l < depth - 1
+        mean = gpflux.helpers.construct_mean_function(F, d_in, d_out) if inner else gpflow.mean_functions.Zero()
+        layers.append(gpflux.layers.GPLayer(kernel, iv, num_data=N, mean_function=mean, num_latent_gps=d_out,
+                                            verbose=False))
+        if inner:
+            F, Zl = np.asarray(mean(F)), np.asarray(mean(Zl))
+    likelihood = gpflux.layers.LikelihoodLayer(gpflow.likelihoods.Gaussian(0.01))
+    dgp = gpflux.models.DeepGP(layers, likelihood)
+    Xt, Yt = tf.constant(X), tf.constant(Y)
+
+    def loss():
+        return -dgp.elbo((Xt, Yt))
+
+    return compiled_step(loss, dgp.trainable_variables)
+
+
+def time_models(makers, rounds, steps_per_round):
+    steps = {name: make() for name, make in makers.items()}
+    for step in steps.values():  # trace and warm up
+        for _ in range(3):
+            step()
+    times = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            for _ in range(steps_per_round):
+                loss = step()
+            loss.numpy()
+            times[name].append((time.perf_counter() - t0) / steps_per_round * 1e3)
+    return {name: float(np.median(v)) for name, v in times.items()}
+
+
+def sections(quick: bool):
+    """(section, config, {model name: maker}) for every configuration."""
+    out = []
+    for batch in (1000, 10000):
+        for depth in (1, 2, 3, 5):
+            X, Y = kin8nm_inputs(batch)
+            makers = {
+                "deepgp_gi mean_field (whiten=False)": lambda X=X, Y=Y, d=depth: ours(X, Y, d, "mean_field", 100),
+                "deepgp_gi mean_field (whiten=True)": lambda X=X, Y=Y, d=depth: ours(X, Y, d, "mean_field", 100, whiten=True),
+                "gpflux DSVI (whiten=True)": lambda X=X, Y=Y, d=depth: gpflux_dsvi(X, Y, d, 100),
+            }
+            for name in ("global", "local"):
+                if name in DEEP_GP_POSTERIORS and batch == 1000 and depth >= 2:
+                    makers[f"deepgp_gi {name}"] = lambda X=X, Y=Y, d=depth, n=name: ours(X, Y, d, n, 100)
+            out.append(("dsvi", dict(batch=batch, depth=depth, M=100), makers))
+    if "stripes_arrow" in DEEP_GP_POSTERIORS:
+        X, Y = kin8nm_inputs(512)
+        for M in (32, 64, 128, 256):
+            makers = {
+                f"deepgp_gi {name}": (lambda n=name, M=M: ours(X, Y, 3, n, M, **({} if n == "mean_field" else {})))
+                for name in ("mean_field", "stripes_arrow", "fully_coupled")
+            }
+            out.append(("structured", dict(batch=512, depth=3, M=M, inner_width=5), makers))
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 3 steps (smoke test)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps-per-round", type=int, default=10)
+    parser.add_argument("--only", default=None, help="run only this section (dsvi, structured)")
+    parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
+    args = parser.parse_args(argv)
+    rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
+    os.makedirs(RESULTS, exist_ok=True)
+    jsonl = os.path.join(RESULTS, "speed.jsonl")
+    command = "python benchmarks/speed.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    done = set()
+    if args.resume and os.path.exists(jsonl):
+        with open(jsonl) as fh:
+            done = {json.dumps([json.loads(l)["section"], json.loads(l)["config"]], sort_keys=True) for l in fh if l.strip()}
+    elif os.path.exists(jsonl):
+        os.remove(jsonl)
+    for section, config, makers in sections(args.quick):
+        if args.only and section != args.only:
+            continue
+        key = json.dumps([section, config], sort_keys=True)
+        if key in done:
+            continue
+        result = time_models(makers, rounds, per)
+        line = dict(section=section, config=config, ms_per_step=result, rounds=rounds, steps_per_round=per,
+                    commit=commit, command=command, machine=f"{platform.machine()} {os.cpu_count()} cores",
+                    tensorflow=tf.__version__)
+        print(json.dumps(line), flush=True)
+        with open(jsonl, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+    write_markdown(jsonl, command)
+
+
+def write_markdown(jsonl, command):
+    with open(jsonl) as fh:
+        lines = [json.loads(l) for l in fh if l.strip()]
+    md = ["# Training-step speed", "", f"Command: `{command}` (commit {lines[0]['commit'] if lines else '?'}, "
+          f"{lines[0]['machine'] if lines else ''}, TensorFlow {tf.__version__}).", "",
+          "Median ms per compiled Adam step (ELBO + gradient + update, 1 Monte Carlo sample, float64), "
+          "models alternated round by round in one process.", ""]
+    dsvi = [l for l in lines if l["section"] == "dsvi"]
+    if dsvi:
+        names = list(dsvi[0]["ms_per_step"])
+        md += ["## Mean-field DSVI vs GPflux (kin8nm inputs, M = 100, inner width 8)", "",
+               "| batch | depth | " + " | ".join(names) + " | ours/GPflux (whiten=False) | ours/GPflux (whiten=True) |",
+               "|---|---|" + "---|" * (len(names) + 2)]
+        for l in dsvi:
+            t = l["ms_per_step"]
+            ref = t["gpflux DSVI (whiten=True)"]
+            md.append(f"| {l['config']['batch']} | {l['config']['depth']} | "
+                      + " | ".join(f"{t.get(n, float('nan')):.1f}" for n in names)
+                      + f" | {t['deepgp_gi mean_field (whiten=False)'] / ref:.2f} | {t['deepgp_gi mean_field (whiten=True)'] / ref:.2f} |")
+        md.append("")
+    structured = [l for l in lines if l["section"] == "structured"]
+    if structured:
+        names = list(structured[0]["ms_per_step"])
+        md += ["## Lindinger's runtime study (3 layers, 5 GPs per hidden layer, batch 512)", "",
+               "| M | " + " | ".join(names) + " | STAR / mean-field |", "|---|" + "---|" * (len(names) + 1)]
+        for l in structured:
+            t = l["ms_per_step"]
+            md.append(f"| {l['config']['M']} | " + " | ".join(f"{t[n]:.1f}" for n in names)
+                      + f" | {t['deepgp_gi stripes_arrow'] / t['deepgp_gi mean_field']:.2f} |")
+        Ms = np.log([l["config"]["M"] for l in structured])
+        md += ["", "Fitted slope of log time against log M: " + ", ".join(
+            f"{n}: {np.polyfit(Ms, np.log([l['ms_per_step'][n] for l in structured]), 1)[0]:.2f}" for n in names), ""]
+    with open(os.path.join(RESULTS, "speed.md"), "w") as fh:
+        fh.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
