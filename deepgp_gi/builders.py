@@ -164,14 +164,26 @@ def _check_local_inducing(num_inducing: int, N: int, posterior: str) -> None:
         )
 
 
-def _build_mean_field(*, X, Y, depth, num_inducing, likelihood, inner_width, output_dim, seed, **options):
-    from .posteriors.mean_field import MeanFieldPosterior
+def _local_family(name: str, posterior_class: Callable) -> Callable:
+    """Builder for a family with k-means inducing inputs on every layer, constructed from the
+    layers alone (mean-field, fully-coupled, STAR): DSVI layers, then the posterior's own
+    initialisation (prior-shaped covariance blocks, inner ones scaled by 1e-5)."""
 
-    _check_local_inducing(num_inducing, X.shape[0], "mean_field")
-    Z = kmeans_inducing_inputs(X, num_inducing, seed)
-    layers = build_layers(X, output_dim, depth, inner_width, Z)
-    posterior = MeanFieldPosterior(layers, **options)
-    return DeepGP(layers, likelihood, posterior, num_data=X.shape[0])
+    def build(*, X, Y, depth, num_inducing, likelihood, inner_width, output_dim, seed, **options):
+        _check_local_inducing(num_inducing, X.shape[0], name)
+        Z = kmeans_inducing_inputs(X, num_inducing, seed)
+        layers = build_layers(X, output_dim, depth, inner_width, Z)
+        return DeepGP(layers, likelihood, posterior_class(layers, **options), num_data=X.shape[0])
+
+    return build
 
 
-DEEP_GP_POSTERIORS["mean_field"] = _build_mean_field
+def _register_local_families() -> None:
+    from .posteriors import FullyCoupledPosterior, MeanFieldPosterior, StripesArrowPosterior
+
+    DEEP_GP_POSTERIORS["mean_field"] = _local_family("mean_field", MeanFieldPosterior)
+    DEEP_GP_POSTERIORS["fully_coupled"] = _local_family("fully_coupled", FullyCoupledPosterior)
+    DEEP_GP_POSTERIORS["stripes_arrow"] = _local_family("stripes_arrow", StripesArrowPosterior)
+
+
+_register_local_families()

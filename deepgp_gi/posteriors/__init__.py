@@ -5,9 +5,19 @@ built from the layers alone.
 """
 from .base import DeepPosterior, Propagation
 from .mean_field import MeanFieldPosterior
+from .structured import FullyCoupledPosterior, StripesArrowPosterior
 
 POSTERIORS = {
     "mean_field": MeanFieldPosterior,
+    "fully_coupled": FullyCoupledPosterior,
+    "stripes_arrow": StripesArrowPosterior,
 }
 
-__all__ = ["DeepPosterior", "Propagation", "MeanFieldPosterior", "POSTERIORS"]
+__all__ = [
+    "DeepPosterior",
+    "Propagation",
+    "MeanFieldPosterior",
+    "FullyCoupledPosterior",
+    "StripesArrowPosterior",
+    "POSTERIORS",
+]

@@ -1,0 +1,602 @@
+"""Fully-coupled and stripes-and-arrow (STAR) posteriors (Lindinger et al. 2020).
+
+The specification is ALGORITHMS.md §2.2.
+
+Both families keep the DSVI prior (kernels, mean functions, local inducing inputs on the layers)
+and replace the per-unit ``q(u_{l,lambda})`` by one Gaussian over the inducing outputs of every
+unit of every layer,
+
+    q(f_M) = N(mu_M, R R^T),    f_M = [u_{1,1}; ...; u_{1,N_1}; u_{2,1}; ...; u_{L,N_L}],
+
+ordered layer-major, then unit, then inducing index. The inducing outputs are marginalised
+analytically; per data point the layer outputs ``f_n^1 .. f_n^L`` are jointly Gaussian given the
+earlier layers (Theorem 1), and are sampled layer by layer with an incremental Cholesky factor
+of their covariance (:func:`whiten_cross_covariance`, :func:`append_to_cholesky`).
+
+* :class:`FullyCoupledPosterior` stores ``R`` as a dense lower-triangular ``[TM, TM]`` matrix.
+* :class:`StripesArrowPosterior` stores only the non-zero ``M x M`` blocks of the STAR pattern
+  and runs the same recursion per hidden position ``t`` (tiny ``[S, N, tau, l, l]`` factors).
+
+Shapes: ``S`` samples, ``N`` data points, ``N_l`` width of layer ``l`` (0-based here),
+``M`` (or ``M_l``) inducing points, ``T = sum_l N_l`` units, ``tau`` the STAR hidden width.
+"""
+from __future__ import annotations
+
+from typing import List, NamedTuple, Optional, Sequence
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+
+from ..layers import GPLayer
+from ..linalg import add_jitter, safe_cholesky
+from ..noise import as_noise_source
+from .base import DeepPosterior, Propagation
+from .mean_field import conditional_projection, inducing_prior_cholesky
+
+__all__ = [
+    "FullyCoupledPosterior",
+    "StripesArrowPosterior",
+    "whiten_cross_covariance",
+    "append_to_cholesky",
+    "blockwise_kl_terms",
+    "star_unit_index",
+    "star_stripe_index",
+    "star_arrow_index",
+]
+
+
+# --------------------------------------------------------------------------- pure linear algebra
+@check_shapes(
+    "chol: [batch..., K, K]",
+    "cross: [batch..., P, K]",
+    "eps: [batch..., K]",
+    "return[0]: [batch..., P, K]",
+    "return[1]: [batch..., P]",
+)
+def whiten_cross_covariance(chol: tf.Tensor, cross: tf.Tensor, eps: tf.Tensor):
+    """The conditioning step of Theorem 1 (B2) given a Cholesky factor of the earlier block.
+
+    With ``chol = chol(S_prev)`` of the earlier outputs' covariance, ``cross`` the covariance
+    ``C`` between the new outputs and the earlier ones, and the earlier outputs written as
+    ``f_prev = mu_prev + chol @ eps``, returns
+
+    * ``G = C chol^{-T}`` ``[batch..., P, K]`` (so that ``C S_prev^{-1} C^T = G G^T``), and
+    * ``G @ eps`` ``[batch..., P]``, which equals ``C S_prev^{-1} (f_prev - mu_prev)``, the shift
+      of the conditional mean.
+
+    The conditional covariance of the new outputs is ``S_new - G G^T``. One triangular solve,
+    no inverse.
+    """
+    Gt = tf.linalg.triangular_solve(chol, tf.linalg.matrix_transpose(cross), lower=True)
+    G = tf.linalg.matrix_transpose(Gt)  # [..., P, K]
+    shift = tf.linalg.matvec(G, eps)  # [..., P]
+    return G, shift
+
+
+@check_shapes(
+    "chol: [batch..., K, K]",
+    "G: [batch..., P, K]",
+    "chol_new: [batch..., P, P]",
+    "return: [batch..., KP, KP]",
+)
+def append_to_cholesky(chol: tf.Tensor, G: tf.Tensor, chol_new: tf.Tensor) -> tf.Tensor:
+    """``[[chol, 0], [G, chol_new]]``: the Cholesky factor grown by ``P`` rows (``KP = K + P``).
+
+    If ``chol = chol(A)``, ``G = C chol^{-T}`` and ``chol_new = chol(B - G G^T)``, the result is
+    the Cholesky factor of ``[[A, C^T], [C, B]]``; nothing is refactorised.
+    """
+    zeros = tf.zeros_like(tf.linalg.matrix_transpose(G))  # [..., K, P]
+    top = tf.concat([chol, zeros], axis=-1)
+    bottom = tf.concat([G, chol_new], axis=-1)
+    return tf.concat([top, bottom], axis=-2)
+
+
+@check_shapes(
+    "prior_chol: [M, M]",
+    "mu: [U, M]",
+    "rows: [B, M, W]",
+    "return: []",
+)
+def blockwise_kl_terms(
+    prior_chol: Optional[tf.Tensor], mu: tf.Tensor, rows: tf.Tensor
+) -> tf.Tensor:
+    """The prior-dependent KL terms of ``U`` units that share the prior ``N(0, L_K L_K^T)``.
+
+    Returns ``U * sum log diag L_K + 1/2 ||L_K^{-1} rows||_F^2 + 1/2 sum_u ||L_K^{-1} mu_u||^2``,
+    where ``rows`` holds the (non-zero) ``M x W`` blocks of those units' rows of ``R`` — any
+    split of the rows into blocks gives the same Frobenius norm. ``prior_chol=None`` means the
+    whitened prior ``N(0, I)`` (``L_K = I``). Adding ``-TM/2 - sum log|diag R|`` over all units
+    gives ``KL(N(mu_M, R R^T) || prod_l N(0, I ⊗ K_uu^l))`` (ALGORITHMS.md §2.2, KL blockwise).
+    """
+    mu_t = tf.linalg.matrix_transpose(mu)  # [M, U]
+    rows_m = tf.reshape(tf.transpose(rows, [1, 0, 2]), [tf.shape(rows)[1], -1])  # [M, B*W]
+    if prior_chol is None:
+        return 0.5 * tf.reduce_sum(tf.square(rows_m)) + 0.5 * tf.reduce_sum(tf.square(mu_t))
+    num_units = tf.cast(tf.shape(mu)[0], mu.dtype)
+    rhs = tf.concat([mu_t, rows_m], axis=-1)
+    solved = tf.linalg.triangular_solve(prior_chol, rhs, lower=True)
+    log_det = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(prior_chol))))
+    return num_units * log_det + 0.5 * tf.reduce_sum(tf.square(solved))
+
+
+# --------------------------------------------------------------------------- per-layer kernel terms
+class _LayerTerms(NamedTuple):
+    prior_chol: tf.Tensor  # [M, M]  L_K = chol(K_uu + jitter)
+    A: tf.Tensor  # [S, M, N]  L_K^{-1} k(Z, x) per point
+    prior_var: tf.Tensor  # [S, N]  c^l = k(x, x) - |L_K^{-1} k(Z, x)|^2
+    mean: tf.Tensor  # [S, N, N_l]  m_l(F)
+
+
+def _layer_terms(layer: GPLayer, F: tf.Tensor) -> _LayerTerms:
+    """The per-point quantities of Theorem 1 for one layer with inputs ``F`` ``[S, N, D]``.
+
+    Only the whitened projection ``A = L_K^{-1} K_uf`` is formed (one data-sized solve). The
+    non-whitened parameterisation uses ``a = K^{-1} k = L_K^{-T} A`` through
+    ``a^T R_block = A^T (L_K^{-1} R_block)``: the second solve is moved onto the ``M x M`` blocks
+    of ``R`` and ``mu`` (:meth:`_StructuredPosterior._white`), which has no data-sized factor.
+    """
+    Lk = inducing_prior_cholesky(layer)
+    Kuf = layer.K(layer.Z, F)  # [S, M, N]
+    A = conditional_projection(Lk, Kuf, whiten=True)
+    prior_term = tf.reduce_sum(tf.square(A), axis=-2)
+    return _LayerTerms(Lk, A, layer.K_diag(F) - prior_term, layer.mean(F))
+
+
+def _clamp_diag(cov: tf.Tensor) -> tf.Tensor:
+    """Clamp the diagonal of covariance matrices at zero (roundoff guard before the jitter)."""
+    return tf.linalg.set_diag(cov, tf.maximum(tf.linalg.diag_part(cov), 0.0))
+
+
+# --------------------------------------------------------------------------- shared base
+class _StructuredPosterior(DeepPosterior):
+    """Validation and initial values shared by the fully-coupled and STAR posteriors."""
+
+    def __init__(
+        self, layers: Sequence[GPLayer], whiten: bool, inner_scale: float, name: Optional[str]
+    ):
+        super().__init__(layers, name=name)
+        cls = type(self).__name__
+        for i, layer in enumerate(self.layers):
+            if getattr(layer, "inducing_variable", None) is None:
+                raise ValueError(
+                    f"layers[{i}] ({layer.name}) has no inducing_inputs; {cls} needs local "
+                    "inducing inputs on every layer"
+                )
+        inner_scale = float(inner_scale)
+        if not (np.isfinite(inner_scale) and inner_scale > 0):
+            raise ValueError(f"inner_scale must be a positive finite number, got {inner_scale}")
+        self.whiten = bool(whiten)
+        self.inner_scale = inner_scale
+        self.widths = tuple(int(layer.output_dim) for layer in self.layers)
+        self.inducing_counts = tuple(int(layer.num_inducing) for layer in self.layers)
+
+    @property
+    def dtype(self) -> tf.DType:
+        return self.layers[0].Z.dtype
+
+    def _initial_block(self, l: int) -> np.ndarray:
+        """The initial diagonal block of a unit of layer ``l`` (0-based), ``[M_l, M_l]``."""
+        scale = 1.0 if l == self.depth - 1 else self.inner_scale
+        if self.whiten:
+            chol = np.eye(self.inducing_counts[l])
+        else:
+            chol = inducing_prior_cholesky(self.layers[l]).numpy()
+        return scale * chol
+
+    def _white(self, Lk: tf.Tensor, blocks: tf.Tensor) -> tf.Tensor:
+        """``L_K^{-1} blocks`` for row blocks ``[..., M, W]`` of ``R`` (identity if whitened)."""
+        if self.whiten:
+            return blocks
+        Lk_b = tf.broadcast_to(Lk, tf.concat([tf.shape(blocks)[:-2], tf.shape(Lk)], 0))
+        return tf.linalg.triangular_solve(Lk_b, blocks, lower=True)
+
+    def _white_mean(self, Lk: tf.Tensor, mu: tf.Tensor) -> tf.Tensor:
+        """``L_K^{-1} mu_u`` for unit means ``mu`` ``[U, M]`` (identity if whitened), ``[U, M]``."""
+        return tf.linalg.matrix_transpose(self._white(Lk, tf.linalg.matrix_transpose(mu)))
+
+    def _input_samples(self, X, num_samples: int) -> tf.Tensor:
+        X = tf.cast(tf.convert_to_tensor(X), self.dtype)
+        return tf.broadcast_to(X[None], tf.concat([[num_samples], tf.shape(X)], 0))
+
+    def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
+        """``KL(q(f_M) || p(f_M))`` (scalar), blockwise; optional precomputed ``chol(K_uu^l)``."""
+        if self.whiten:
+            chols = [None] * self.depth
+        elif prior_choleskies is None:
+            chols = [inducing_prior_cholesky(layer) for layer in self.layers]
+        else:
+            chols = list(prior_choleskies)
+        return self._kl(chols)
+
+    def _kl(self, chols) -> tf.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- fully coupled
+class FullyCoupledPosterior(_StructuredPosterior):
+    """One full-covariance Gaussian over the inducing outputs of all units of all layers.
+
+    Parameters (``TM = sum_l N_l M_l``; units ordered layer-major, then unit, then inducing
+    index, so unit ``(l, lambda)`` occupies rows ``off_l + lambda M_l .. + M_l`` with
+    ``off_l = sum_{l' < l} N_{l'} M_{l'}``):
+
+    * ``q_mu`` ``[TM]``, the mean ``mu_M``;
+    * ``q_sqrt`` ``[TM, TM]`` lower-triangular ``R`` (GPflow ``triangular()``), ``S_M = R R^T``.
+
+    Layers may have different numbers of inducing points ``M_l``.
+
+    Initialisation (ALGORITHMS.md §2.2): ``mu_M = 0``; ``R`` block-diagonal with
+    ``inner_scale * chol(K_uu^l + jitter)`` for the units of inner layers and ``chol(K_uu^L +
+    jitter)`` for the last layer (whitened: ``inner_scale * I`` and ``I``).
+
+    :param layers: GP layers, each with ``inducing_inputs``.
+    :param whiten: if True, ``u = L_K u'`` per unit and ``q`` is over ``u'`` with prior
+        ``N(0, I)``.
+    :param inner_scale: multiplier of the initial diagonal blocks of the inner layers.
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[GPLayer],
+        whiten: bool = False,
+        inner_scale: float = 1e-5,
+        name: Optional[str] = None,
+    ):
+        super().__init__(layers, whiten, inner_scale, name)
+        offsets = [0]
+        for width, m in zip(self.widths, self.inducing_counts):
+            offsets.append(offsets[-1] + width * m)
+        self.offsets = tuple(offsets)  # layer l occupies rows offsets[l] .. offsets[l + 1]
+        total = offsets[-1]
+        R = np.zeros((total, total))
+        for l, (width, m) in enumerate(zip(self.widths, self.inducing_counts)):
+            block = self._initial_block(l)
+            for lam in range(width):
+                start = offsets[l] + lam * m
+                R[start : start + m, start : start + m] = block
+        self.q_mu = gpflow.Parameter(np.zeros(total), dtype=self.dtype, name="q_mu")
+        self.q_sqrt = gpflow.Parameter(
+            R, transform=gpflow.utilities.triangular(), dtype=self.dtype, name="q_sqrt"
+        )
+
+    @property
+    def num_latent(self) -> int:
+        """``TM``, the number of inducing outputs in ``f_M``."""
+        return self.offsets[-1]
+
+    def dense_mean(self) -> tf.Tensor:
+        """``mu_M`` ``[TM]``."""
+        return tf.convert_to_tensor(self.q_mu)
+
+    def dense_sqrt(self) -> tf.Tensor:
+        """``R`` ``[TM, TM]``."""
+        return tf.convert_to_tensor(self.q_sqrt)
+
+    def _rows(self, R: tf.Tensor, l: int) -> tf.Tensor:
+        """The non-zero part of layer ``l``'s rows of ``R`` as ``[N_l, M_l, off_{l+1}]``."""
+        start, end = self.offsets[l], self.offsets[l + 1]
+        return tf.reshape(R[start:end, :end], [self.widths[l], self.inducing_counts[l], end])
+
+    def _layer_mean(self, mu: tf.Tensor, l: int) -> tf.Tensor:
+        start, end = self.offsets[l], self.offsets[l + 1]
+        return tf.reshape(mu[start:end], [self.widths[l], self.inducing_counts[l]])
+
+    def _kl(self, chols) -> tf.Tensor:
+        R = tf.convert_to_tensor(self.q_sqrt)
+        mu = tf.convert_to_tensor(self.q_mu)
+        log_det_q = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(R))))
+        kl = -0.5 * tf.cast(self.num_latent, R.dtype) - log_det_q
+        for l in range(self.depth):
+            kl += blockwise_kl_terms(chols[l], self._layer_mean(mu, l), self._rows(R, l))
+        return kl
+
+    def propagate(self, X, num_samples=1, noise=None) -> Propagation:
+        """Theorem 1 layer by layer, with a growing per-point Cholesky ``[S, N, T_<l, T_<l]``.
+
+        For layer ``l`` with ``B^l = a^{l T} R_{rows(l)}`` ``[S, N, N_l, off_{l+1}]`` per point,
+        ``S~^{l l'} = B^l B^{l' T} + delta_{l l'} c^l`` (B1), and the conditional (B2) on the
+        sampled earlier layers is read off the incremental factor.
+        """
+        source = as_noise_source(noise)
+        S = num_samples
+        F = self._input_samples(X, S)
+        dtype = F.dtype
+        jitter = gpflow.config.default_jitter()
+        R = tf.convert_to_tensor(self.q_sqrt)
+        mu = tf.convert_to_tensor(self.q_mu)
+        samples: List[tf.Tensor] = []
+        projected: List[tf.Tensor] = []  # B^l of the earlier layers
+        prior_chols: List[tf.Tensor] = []
+        chol = None  # [S, N, T_<l, T_<l]
+        eps_prev = None  # [S, N, T_<l]
+        last = self.depth - 1
+        for l, layer in enumerate(self.layers):
+            terms = _layer_terms(layer, F)
+            Lk = terms.prior_chol
+            prior_chols.append(Lk)
+            rows = self._white(Lk, self._rows(R, l))  # [N_l, M_l, off_{l+1}]
+            B = tf.einsum("smn,umj->snuj", terms.A, rows)  # [S, N, N_l, off_{l+1}]
+            mu_l = self._white_mean(Lk, self._layer_mean(mu, l))
+            mean = terms.mean + tf.einsum("smn,um->snu", terms.A, mu_l)
+            G = None
+            if l > 0:
+                # S~^{l k} = B^l B^{k T}; B^k is zero beyond column off_{k+1}
+                blocks = [
+                    tf.linalg.matmul(B[..., : self.offsets[k + 1]], projected[k], transpose_b=True)
+                    for k in range(l)
+                ]
+                cross = tf.concat(blocks, axis=-1)  # [S, N, N_l, T_<l]
+                G, shift = whiten_cross_covariance(chol, cross, eps_prev)
+                mean = mean + shift
+            if l == last:
+                var = tf.reduce_sum(tf.square(B), axis=-1) + terms.prior_var[..., None]
+                if G is not None:
+                    var = var - tf.reduce_sum(tf.square(G), axis=-1)
+                var = tf.maximum(var, 0.0)
+                break
+            cov = tf.linalg.matmul(B, B, transpose_b=True)
+            cov = tf.linalg.set_diag(cov, tf.linalg.diag_part(cov) + terms.prior_var[..., None])
+            if G is not None:
+                cov = cov - tf.linalg.matmul(G, G, transpose_b=True)
+            chol_new = safe_cholesky(
+                add_jitter(_clamp_diag(cov), jitter), name=f"conditional covariance of layer {l}"
+            )
+            eps = source.normal(f"f/{l}", tf.shape(mean), dtype)
+            F = mean + tf.linalg.matvec(chol_new, eps)
+            samples.append(F)
+            projected.append(B)
+            if chol is None:
+                chol, eps_prev = chol_new, eps
+            else:
+                chol = append_to_cholesky(chol, G, chol_new)
+                eps_prev = tf.concat([eps_prev, eps], axis=-1)
+        samples.append(self.sample_last_layer(mean, var, source, dtype))
+        kl = tf.fill([S], self.kl_divergence(prior_chols))
+        return Propagation(samples=samples, mean=mean, var=var, kl=kl)
+
+
+# --------------------------------------------------------------------------- STAR
+def star_unit_index(l: int, t: int, tau: int) -> int:
+    """Index in ``diag`` of hidden unit ``(l, t)`` (0-based layer and position)."""
+    return tau * l + t
+
+
+def star_stripe_index(l: int, lp: int, t: int, tau: int) -> int:
+    """Index in ``stripes`` of block ``R_{(l,t),(lp,t)}``, ``0 <= lp < l <= L-2`` (0-based).
+
+    This is ALGORITHMS.md's ``tau[(l-1)(l-2)/2 + (l'-1)] + (t-1)`` with 1-based ``l, l', t``.
+    """
+    if not 0 <= lp < l:
+        raise ValueError(f"a stripe block needs 0 <= lp < l, got l={l}, lp={lp}")
+    return tau * (l * (l - 1) // 2 + lp) + t
+
+
+def star_arrow_index(lp: int, t: int, tau: int) -> int:
+    """Index in ``arrow`` of block ``R_{L,(lp,t)}`` (0-based hidden layer ``lp``)."""
+    return tau * lp + t
+
+
+class StripesArrowPosterior(_StructuredPosterior):
+    """The stripes-and-arrow (STAR) sparsity of ``R``, stored as its non-zero blocks only.
+
+    Supported shapes: every hidden layer has the same width ``tau``, the last layer has one GP,
+    and all layers have the same number ``M`` of inducing points. With ``L`` layers there are
+    ``T = tau (L-1) + 1`` units; hidden unit ``(l, t)`` (0-based) is unit ``tau l + t`` and the
+    output is unit ``T - 1``. Parameters:
+
+    * ``q_mu`` ``[T, M]``: row ``i`` is the mean of unit ``i`` (:meth:`dense_mean` gives the
+      ``[TM]`` vector in fully-coupled order);
+    * ``diag`` ``[T, M, M]`` lower-triangular diagonal blocks ``R_{i,i}``;
+    * ``stripes`` ``[tau (L-1)(L-2)/2, M, M]`` dense blocks ``R_{(l,t),(l',t)}``, ``l' < l``,
+      indexed by :func:`star_stripe_index`; ``None`` when ``stripes=False`` or ``L < 3``;
+    * ``arrow`` ``[tau (L-1), M, M]`` dense blocks ``R_{L,(l',t)}``, indexed by
+      :func:`star_arrow_index`; ``None`` when ``arrow=False`` or ``L < 2``.
+
+    Every other block of ``R`` is zero, so hidden units at different positions are independent
+    and the recursion of Theorem 1 splits into ``tau`` independent recursions of size ``<= L-1``
+    (batched as ``[S, N, tau, l, l]`` factors), plus a sum over positions for the output.
+
+    Initialisation as :class:`FullyCoupledPosterior` (stripes and arrow start at zero).
+
+    :param layers: GP layers, each with ``inducing_inputs``.
+    :param whiten: whitened (``N(0, I)`` prior per unit) or not.
+    :param inner_scale: multiplier of the initial diagonal blocks of the hidden units.
+    :param stripes: include the stripe blocks (same position, earlier hidden layer).
+    :param arrow: include the arrow blocks (output row against every hidden unit).
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[GPLayer],
+        whiten: bool = False,
+        inner_scale: float = 1e-5,
+        stripes: bool = True,
+        arrow: bool = True,
+        name: Optional[str] = None,
+    ):
+        super().__init__(layers, whiten, inner_scale, name)
+        widths = self.widths
+        if widths[-1] != 1:
+            raise ValueError(
+                f"layers: StripesArrowPosterior supports one output GP, but the last layer has "
+                f"output_dim {widths[-1]} (layer widths {widths})"
+            )
+        if len(set(widths[:-1])) > 1:
+            raise ValueError(
+                "layers: StripesArrowPosterior needs equal hidden widths, got layer widths "
+                f"{widths}"
+            )
+        if len(set(self.inducing_counts)) > 1:
+            raise ValueError(
+                "layers: StripesArrowPosterior needs the same number of inducing points on every "
+                f"layer, got {self.inducing_counts}"
+            )
+        L = self.depth
+        self.tau = widths[0] if L > 1 else 0
+        self.num_inducing = self.inducing_counts[0]
+        self.num_units = self.tau * (L - 1) + 1
+        self.use_stripes = bool(stripes) and L >= 3
+        self.use_arrow = bool(arrow) and L >= 2
+        M, T, tau = self.num_inducing, self.num_units, self.tau
+        blocks = [self._initial_block(l) for l in range(L - 1) for _ in range(tau)]
+        diag = np.stack(blocks + [self._initial_block(L - 1)])
+        self.q_mu = gpflow.Parameter(np.zeros((T, M)), dtype=self.dtype, name="q_mu")
+        self.diag = gpflow.Parameter(
+            diag, transform=gpflow.utilities.triangular(), dtype=self.dtype, name="diag"
+        )
+        self.stripes = (
+            gpflow.Parameter(
+                np.zeros((tau * (L - 1) * (L - 2) // 2, M, M)), dtype=self.dtype, name="stripes"
+            )
+            if self.use_stripes
+            else None
+        )
+        self.arrow = (
+            gpflow.Parameter(np.zeros((tau * (L - 1), M, M)), dtype=self.dtype, name="arrow")
+            if self.use_arrow
+            else None
+        )
+
+    # ---------------------------------------------------------------- dense views (tests, tools)
+    def dense_mean(self) -> tf.Tensor:
+        """``mu_M`` ``[T M]`` in fully-coupled order."""
+        return tf.reshape(self.q_mu, [-1])
+
+    def dense_sqrt(self) -> tf.Tensor:
+        """The full ``R`` ``[T M, T M]`` with the zero blocks filled in (for tests and tools)."""
+        T, M, tau, L = self.num_units, self.num_inducing, self.tau, self.depth
+        diag = tf.convert_to_tensor(self.diag)
+        zero = tf.zeros([M, M], dtype=diag.dtype)
+        stripes = None if self.stripes is None else tf.convert_to_tensor(self.stripes)
+        arrow = None if self.arrow is None else tf.convert_to_tensor(self.arrow)
+        blocks = [[zero] * T for _ in range(T)]
+        for i in range(T):
+            blocks[i][i] = diag[i]
+        for t in range(tau):
+            for l in range(L - 1):
+                if self.use_stripes:
+                    for lp in range(l):
+                        i, j = star_unit_index(l, t, tau), star_unit_index(lp, t, tau)
+                        blocks[i][j] = stripes[star_stripe_index(l, lp, t, tau)]
+                if self.use_arrow:
+                    blocks[T - 1][star_unit_index(l, t, tau)] = arrow[star_arrow_index(l, t, tau)]
+        return tf.concat([tf.concat(row, axis=-1) for row in blocks], axis=-2)
+
+    # ---------------------------------------------------------------- blocks
+    def _first_block_layer(self, l: int) -> int:
+        """The first hidden layer ``k`` with a non-zero block ``R_{(l,t),(k,t)}``."""
+        return 0 if self.use_stripes else l
+
+    def _hidden_row_blocks(self, diag: tf.Tensor, l: int) -> tf.Tensor:
+        """Row blocks of hidden layer ``l``: ``[K, tau, M, M]`` over ``k = first .. l``."""
+        tau, M = self.tau, self.num_inducing
+        own = diag[tau * l : tau * (l + 1)][None]
+        if not self.use_stripes or l == 0:
+            return own
+        start = star_stripe_index(l, 0, 0, tau)
+        stripes = tf.convert_to_tensor(self.stripes)[start : start + tau * l]
+        stripes = tf.reshape(stripes, [l, tau, M, M])
+        return tf.concat([stripes, own], axis=0)
+
+    def _kl(self, chols) -> tf.Tensor:
+        tau, T, M, L = self.tau, self.num_units, self.num_inducing, self.depth
+        diag = tf.convert_to_tensor(self.diag)
+        mu = tf.convert_to_tensor(self.q_mu)
+        log_det_q = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(diag))))
+        kl = -0.5 * tf.cast(T * M, diag.dtype) - log_det_q
+        for l in range(L - 1):
+            rows = tf.reshape(self._hidden_row_blocks(diag, l), [-1, M, M])
+            kl += blockwise_kl_terms(chols[l], mu[tau * l : tau * (l + 1)], rows)
+        out_rows = diag[T - 1 :]
+        if self.use_arrow:
+            out_rows = tf.concat([tf.convert_to_tensor(self.arrow), out_rows], axis=0)
+        kl += blockwise_kl_terms(chols[L - 1], mu[T - 1 :], out_rows)
+        return kl
+
+    def propagate(self, X, num_samples=1, noise=None) -> Propagation:
+        """The STAR recursion: per hidden position ``t`` an incremental Cholesky of size ``l``.
+
+        With ``b^l_{k,t} = a^{l T} R_{(l,t),(k,t)}`` ``[S, N, M]`` per point, the covariances of
+        Theorem 1 are ``s~_t^{l l'} = sum_{k <= l'} b^l_{k,t} . b^{l'}_{k,t}`` (+ ``c^l`` on the
+        diagonal); the output's are ``s~_t^{L l'} = sum_{k <= l'} b^L_{k,t} . b^{l'}_{k,t}`` from
+        the arrow blocks and ``s~^{LL} = |b^L_L|^2 + sum_{k,t} |b^L_{k,t}|^2 + c^L``.
+        """
+        source = as_noise_source(noise)
+        S = num_samples
+        F = self._input_samples(X, S)
+        dtype = F.dtype
+        jitter = gpflow.config.default_jitter()
+        tau, T, L = self.tau, self.num_units, self.depth
+        diag = tf.convert_to_tensor(self.diag)
+        mu = tf.convert_to_tensor(self.q_mu)
+        track = self.use_stripes or self.use_arrow  # whether later layers condition on this one
+        samples: List[tf.Tensor] = []
+        projected: List[tf.Tensor] = []  # [S, N, K_l, tau, M] per hidden layer
+        prior_chols: List[tf.Tensor] = []
+        chol = None  # [S, N, tau, l, l]
+        eps_prev = None  # [S, N, tau, l]
+        for l in range(L - 1):
+            terms = _layer_terms(self.layers[l], F)
+            Lk = terms.prior_chol
+            prior_chols.append(Lk)
+            rows = self._white(Lk, self._hidden_row_blocks(diag, l))  # [K, tau, M, M]
+            b = tf.einsum("smn,ktmj->snktj", terms.A, rows)
+            mu_l = self._white_mean(Lk, mu[tau * l : tau * (l + 1)])
+            mean = terms.mean + tf.einsum("smn,tm->snt", terms.A, mu_l)
+            var = tf.reduce_sum(tf.square(b), axis=[2, 4]) + terms.prior_var[..., None]  # [S,N,tau]
+            G = None
+            if self.use_stripes and l > 0:
+                blocks = [
+                    tf.einsum("snktj,snktj->snt", b[:, :, : lp + 1], projected[lp])
+                    for lp in range(l)
+                ]
+                cross = tf.stack(blocks, axis=-1)  # [S, N, tau, l]
+                G, shift = whiten_cross_covariance(chol, cross[..., None, :], eps_prev)
+                mean = mean + shift[..., 0]
+                var = var - tf.reduce_sum(tf.square(G), axis=[-2, -1])
+            sd = tf.sqrt(tf.maximum(var, 0.0) + jitter)
+            eps = source.normal(f"f/{l}", tf.shape(mean), dtype)
+            F = mean + sd * eps
+            samples.append(F)
+            projected.append(b)
+            if not track:
+                continue
+            if chol is None:
+                chol, eps_prev = sd[..., None, None], eps[..., None]
+            else:
+                if G is None:  # no stripes: independent of the earlier hidden layers
+                    G = tf.zeros(tf.concat([tf.shape(eps_prev)[:-1], [1, l]], 0), dtype=dtype)
+                chol = append_to_cholesky(chol, G, sd[..., None, None])
+                eps_prev = tf.concat([eps_prev, eps[..., None]], axis=-1)
+
+        terms = _layer_terms(self.layers[L - 1], F)
+        Lk = terms.prior_chol
+        prior_chols.append(Lk)
+        mu_out = self._white_mean(Lk, mu[T - 1 :])[0]
+        mean = terms.mean + tf.einsum("smn,m->sn", terms.A, mu_out)[..., None]  # [S, N, 1]
+        b_own = tf.einsum("smn,mj->snj", terms.A, self._white(Lk, diag[T - 1]))
+        var = tf.reduce_sum(tf.square(b_own), axis=-1) + terms.prior_var  # [S, N]
+        if self.use_arrow:
+            M = self.num_inducing
+            arrow = tf.reshape(tf.convert_to_tensor(self.arrow), [L - 1, tau, M, M])
+            arrow = self._white(Lk, arrow)
+            b_out = tf.einsum("smn,ktmj->snktj", terms.A, arrow)  # [S, N, L-1, tau, M]
+            var = var + tf.reduce_sum(tf.square(b_out), axis=[2, 3, 4])
+            blocks = [
+                tf.einsum(
+                    "snktj,snktj->snt",
+                    b_out[:, :, self._first_block_layer(lp) : lp + 1],
+                    projected[lp],
+                )
+                for lp in range(L - 1)
+            ]
+            cross = tf.stack(blocks, axis=-1)  # [S, N, tau, L-1]
+            G, shift = whiten_cross_covariance(chol, cross[..., None, :], eps_prev)
+            mean = mean + tf.reduce_sum(shift[..., 0], axis=-1)[..., None]
+            var = var - tf.reduce_sum(tf.square(G), axis=[-3, -2, -1])
+        var = tf.maximum(var, 0.0)[..., None]
+        samples.append(self.sample_last_layer(mean, var, source, dtype))
+        kl = tf.fill([S], self.kl_divergence(prior_chols))
+        return Propagation(samples=samples, mean=mean, var=var, kl=kl)
