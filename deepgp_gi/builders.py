@@ -186,4 +186,33 @@ def _register_local_families() -> None:
     DEEP_GP_POSTERIORS["stripes_arrow"] = _local_family("stripes_arrow", StripesArrowPosterior)
 
 
+def _build_global(*, X, Y, depth, num_inducing, likelihood, inner_width, output_dim, seed, **options):
+    """Global inducing (O&A App. O): DSVI layers without inducing inputs; U_0 and the last
+    layer's V from a seeded shuffled batch, hidden V ~ N(0, 1), log-precision -4 / 0."""
+    from .posteriors.global_inducing import global_inducing_from_data
+
+    if num_inducing > X.shape[0]:
+        raise ValueError(
+            f"num_inducing={num_inducing} exceeds the number of data points N={X.shape[0]}; the 'global' "
+            "posterior takes its inducing inputs U_0 from the training inputs"
+        )
+    layers = build_layers(X, output_dim, depth, inner_width, Z=None)
+    posterior = global_inducing_from_data(layers, X, Y, num_inducing, seed=seed, **options)
+    return DeepGP(layers, likelihood, posterior, num_data=X.shape[0])
+
+
+def _build_local(*, X, Y, depth, num_inducing, likelihood, inner_width, output_dim, seed, **options):
+    """Local inducing (O&A App. O): Z ~ N(0, 1) (pushed through the inner mean maps, which keeps
+    it N(0, 1)), V ~ N(0, 1), log-precision 0 on every layer."""
+    from .posteriors.global_inducing import local_inducing_from_data
+
+    rng = np.random.default_rng(seed)
+    Z = rng.standard_normal((num_inducing, X.shape[1]))
+    layers = build_layers(X, output_dim, depth, inner_width, Z)
+    posterior = local_inducing_from_data(layers, X, Y, seed=seed, **options)
+    return DeepGP(layers, likelihood, posterior, num_data=X.shape[0])
+
+
 _register_local_families()
+DEEP_GP_POSTERIORS["global"] = _build_global
+DEEP_GP_POSTERIORS["local"] = _build_local

@@ -5,12 +5,15 @@ built from the layers alone.
 """
 from .base import DeepPosterior, Propagation
 from .mean_field import MeanFieldPosterior
+from .global_inducing import GlobalInducingPosterior, LocalInducingPosterior
 from .structured import FullyCoupledPosterior, StripesArrowPosterior
 
 POSTERIORS = {
     "mean_field": MeanFieldPosterior,
     "fully_coupled": FullyCoupledPosterior,
     "stripes_arrow": StripesArrowPosterior,
+    "global": GlobalInducingPosterior,
+    "local": LocalInducingPosterior,
 }
 
 __all__ = [
@@ -19,5 +22,7 @@ __all__ = [
     "MeanFieldPosterior",
     "FullyCoupledPosterior",
     "StripesArrowPosterior",
+    "GlobalInducingPosterior",
+    "LocalInducingPosterior",
     "POSTERIORS",
 ]

@@ -1,0 +1,681 @@
+"""Oracles for the global-inducing (GI) and local-inducing (LI) posteriors (ALGORITHMS.md §2.3, §3).
+
+O1, O2, O3, O15, the LI = SVGP identity, analytic KL = MC mean of the sampled log-ratio,
+finite-difference gradients, a GI-vs-mean-field training comparison, float32 and bad inputs.
+"""
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import time  # noqa: E402
+
+import gpflow  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import scipy.linalg  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from scipy.stats import multivariate_normal  # noqa: E402
+
+import deepgp_gi as dg  # noqa: E402
+from deepgp_gi.noise import FixedNoise, SeededNoise  # noqa: E402
+from deepgp_gi.posteriors.global_inducing import (  # noqa: E402
+    GlobalInducingPosterior,
+    LocalInducingPosterior,
+    global_inducing_from_data,
+    local_inducing_from_data,
+    sample_whitened,
+    whitened_conditional_kl,
+    whitened_log_ratio,
+    whitened_marginal_variance,
+    whitened_pseudo_posterior,
+)
+from deepgp_gi.posteriors.mean_field import MeanFieldPosterior  # noqa: E402
+
+PRECISIONS = ["full", "diagonal", "shared_diagonal"]
+
+
+def se(variance=1.2, lengthscales=0.8):
+    return gpflow.kernels.SquaredExponential(variance=variance, lengthscales=lengthscales)
+
+
+def regression_data(N=20, D=2, P=1, seed=0):
+    rng = np.random.default_rng(seed)
+    X = 1.5 * rng.normal(size=(N, D))
+    Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(N, P))
+    return X, Y
+
+
+def np_woodbury_sigma(K, R):
+    """Sigma = (K^-1 + R R^T)^-1 = K - K R (R^T K R + I)^-1 R^T K, without inverting K."""
+    KR = K @ R
+    inner = R.T @ KR + np.eye(R.shape[1])
+    return K - KR @ np.linalg.solve(inner, KR.T)
+
+
+def np_factors(kind, Lam_param, P):
+    """One R per unit (Lambda_lambda = R R^T) from a full factor or [Q, M] diagonal precisions."""
+    if kind == "full":
+        return [Lam_param] * P
+    Q = Lam_param.shape[0]
+    return [np.diag(np.sqrt(Lam_param[0 if Q == 1 else p])) for p in range(P)]
+
+
+# ============================================================================================ O1
+
+
+def one_layer_gi_at_gpr(X, Y, sig2, precision, kernel):
+    layers = [dg.GPLayer(kernel, Y.shape[1], X.shape[1])]
+    post = GlobalInducingPosterior(
+        layers, inducing_inputs=X, pseudo_outputs=[Y], log_precision_init=[np.log(1.0 / sig2)], precision=precision
+    )
+    model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(sig2), post, num_data=X.shape[0])
+    return model, post
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("jitter", [0.0, 1e-12])
+def test_o1_elbo_equals_gpr_for_every_sample(precision, jitter):
+    """O1: U_0 = X, V = Y, Lambda = 1/sigma^2 -> per-sample ELBO = GPR log marginal likelihood.
+
+    The data rows condition on the jittered K_uu (K_uf has no jitter), so the identity holds up
+    to O(jitter * cond K); it is exact at jitter 0 and to 1e-10 at jitter 1e-12 (GPR gets the same
+    jitter as a White kernel). See test_o1_default_jitter_is_close for the default jitter.
+    """
+    X, Y = regression_data()
+    sig2 = 0.1
+    with gpflow.config.as_context(gpflow.config.Config(jitter=jitter)):
+        kernel = se()
+        model, _ = one_layer_gi_at_gpr(X, Y, sig2, precision, kernel)
+        elbos = model.elbo_per_sample((X, Y), 6, noise=SeededNoise(3)).numpy()
+    gpr_kernel = kernel if jitter == 0.0 else kernel + gpflow.kernels.White(jitter)
+    lml = gpflow.models.GPR((X, Y), gpr_kernel, noise_variance=sig2).log_marginal_likelihood().numpy()
+    np.testing.assert_allclose(elbos, np.full(6, lml), rtol=0, atol=1e-8)
+
+
+def test_o1_default_jitter_is_close():
+    """With the default jitter 1e-6 the O1 identity holds to O(jitter * cond K) (here < 1e-3)."""
+    X, Y = regression_data()
+    sig2 = 0.1
+    kernel = se()
+    model, _ = one_layer_gi_at_gpr(X, Y, sig2, "full", kernel)
+    elbos = model.elbo_per_sample((X, Y), 4, noise=SeededNoise(1)).numpy()
+    gpr = gpflow.models.GPR((X, Y), kernel + gpflow.kernels.White(1e-6), noise_variance=sig2)
+    np.testing.assert_allclose(elbos, gpr.log_marginal_likelihood().numpy(), atol=1e-3)
+
+
+@pytest.mark.parametrize("precision", ["full", "diagonal"])
+def test_o1_predict_f_equals_gpr(precision):
+    """O1 prediction: each sample's mean is an affine map of the inducing noise eps. With the
+    antithetic design eps in {0, +-sqrt(S/2) e_k} the S-sample mixture has exactly the mean and
+    covariance contribution of q(U), so ``DeepGP.predict_f`` equals GPR's predict_f (GPR's
+    variance includes its White jitter, which the GI predictive for f does not)."""
+    X, Y = regression_data(N=12)
+    Xnew = np.random.default_rng(5).normal(size=(7, 2))
+    sig2, jitter = 0.1, gpflow.config.default_jitter()
+    kernel = se()
+    model, _ = one_layer_gi_at_gpr(X, Y, sig2, precision, kernel)
+    M = X.shape[0]
+    S = 2 * M + 1
+    c = np.sqrt(S / 2.0)
+    eps = np.concatenate([np.zeros((1, M)), c * np.eye(M), -c * np.eye(M)])[:, :, None]
+    noise = FixedNoise({"u/0": eps}, fallback=SeededNoise(0))
+    mean, var = model.predict_f(Xnew, S, noise=noise)
+    gpr = gpflow.models.GPR((X, Y), kernel + gpflow.kernels.White(jitter), noise_variance=sig2)
+    gmean, gvar = gpr.predict_f(Xnew)
+    np.testing.assert_allclose(mean.numpy(), gmean.numpy(), rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(var.numpy(), gvar.numpy() - jitter, rtol=1e-7, atol=1e-10)
+
+
+# ============================================================================================ O2
+
+
+@pytest.mark.parametrize("precision", ["full", "diagonal"])
+def test_o2_two_layers_top_layer_is_exact(precision):
+    """O2: U_0 = X, V_2 = Y, Lambda_2 = 1/sigma^2 -> per-sample ELBO = log N(Y; 0, K_2(U_1) + sigma^2 I)
+    + logpq_1 for the same sampled U_1 (any V_1, Lambda_1). At jitter 0 with the data-row noise
+    xi = 0 the data rows of layer 1 equal U_1 (see the O1 note on jitter)."""
+    rng = np.random.default_rng(1)
+    N, D, H = 10, 2, 2
+    X, Y = regression_data(N=N, D=D)
+    sig2 = 0.2
+    with gpflow.config.as_context(gpflow.config.Config(jitter=0.0)):
+        k1, k2 = se(1.0, 1.0), se(0.8, 1.3)
+        layers = [
+            dg.GPLayer(k1, H, D, mean_function=gpflow.mean_functions.Identity()),
+            dg.GPLayer(k2, 1, H),
+        ]
+        post = GlobalInducingPosterior(
+            layers,
+            inducing_inputs=X,
+            pseudo_outputs=[rng.normal(size=(N, H)), Y],
+            log_precision_init=[-1.0, np.log(1 / sig2)],
+            precision=precision,
+        )
+        if precision == "full":
+            post.precision_shape[0].assign(np.eye(N) + 0.3 * rng.normal(size=(N, N)))
+        else:
+            post.log_precision[0].assign(rng.normal(size=(H, N)) / post.rho)
+        model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(sig2), post, num_data=N)
+        S = 4
+        noise = FixedNoise({"f/0": np.zeros((S, N, H))}, fallback=SeededNoise(11))
+        elbos = model.elbo_per_sample((X, Y), S, noise=noise).numpy()
+        full = post.propagate_full(X, S, noise=noise)
+    U1 = full.inducing[0].numpy()
+    logpq1 = full.log_ratio[0].numpy()
+    np.testing.assert_allclose(full.kl.numpy(), -full.log_ratio.numpy().sum(0), rtol=1e-12)
+    for s in range(S):
+        C = k2(U1[s]).numpy() + sig2 * np.eye(N)
+        expected = multivariate_normal(np.zeros(N), C).logpdf(Y[:, 0]) + logpq1[s]
+        np.testing.assert_allclose(elbos[s], expected, rtol=0, atol=1e-9)
+
+
+# ============================================================================================ O3
+
+
+def _random_spd(M, rng, scale=1.0):
+    A = rng.normal(size=(M, M))
+    return scale * (A @ A.T / M + 0.5 * np.eye(M))
+
+
+@pytest.mark.parametrize("kind", PRECISIONS)
+def test_o3_log_ratio_forms_and_sample_distribution(kind):
+    """O3: the whitened log-ratio = Bayes/Woodbury form = direct log N(u;0,K) - log N(u;SLv,S);
+    the sampled u is the exact affine map with mean Sigma Lambda v and covariance (K^-1+Lambda)^-1;
+    the analytic KL and the marginal-variance helper match dense references."""
+    rng = np.random.default_rng(2)
+    M, P = 5, 3
+    K = _random_spd(M, rng)
+    V = rng.normal(size=(M, P))
+    if kind == "full":
+        lam = rng.normal(size=(M, M)) * 0.7
+        kwargs = dict(full_factor=tf.constant(lam))
+    else:
+        Q = P if kind == "diagonal" else 1
+        lam = np.exp(rng.normal(size=(Q, M)))
+        kwargs = dict(diag_precision=tf.constant(lam))
+    Rs = np_factors(kind, lam, P)
+    L_K = np.linalg.cholesky(K)
+
+    # --- sampled u and its log-ratio, S random draws
+    S = 4
+    eps = rng.normal(size=(S, M, P))
+    L_B, a_mean = whitened_pseudo_posterior(tf.constant(np.tile(L_K, (S, 1, 1))), tf.constant(V), **kwargs)
+    a = sample_whitened(L_B, a_mean, tf.constant(eps))
+    lr = whitened_log_ratio(L_B, a, tf.constant(eps)).numpy()
+    u = np.einsum("mk,skp->smp", L_K, a.numpy())
+    for s in range(S):
+        direct = bayes = 0.0
+        for p in range(P):
+            R = Rs[p]
+            Sig = np_woodbury_sigma(K, R)
+            mu = Sig @ (R @ (R.T @ V[:, p]))
+            direct += multivariate_normal(np.zeros(M), K).logpdf(u[s, :, p])
+            direct -= multivariate_normal(mu, Sig).logpdf(u[s, :, p])
+            Rv = R.T @ V[:, p]
+            bayes += multivariate_normal(np.zeros(R.shape[1]), R.T @ K @ R + np.eye(R.shape[1])).logpdf(Rv)
+            bayes -= multivariate_normal(R.T @ u[s, :, p], np.eye(R.shape[1])).logpdf(Rv)
+        np.testing.assert_allclose(lr[s], direct, rtol=1e-10)
+        np.testing.assert_allclose(lr[s], bayes, rtol=1e-10)
+
+    # --- exact mean and covariance of u: feed eps = 0 and the basis vectors
+    basis = np.concatenate([np.zeros((1, M)), np.eye(M)])  # [M+1, M]
+    eps_b = np.repeat(basis[:, :, None], P, axis=2)  # same basis vector in every unit
+    L_B, a_mean = whitened_pseudo_posterior(tf.constant(np.tile(L_K, (M + 1, 1, 1))), tf.constant(V), **kwargs)
+    ub = np.einsum("mk,skp->smp", L_K, sample_whitened(L_B, a_mean, tf.constant(eps_b)).numpy())
+    kl = whitened_conditional_kl(L_B, a_mean).numpy()
+    np.testing.assert_allclose(kl, kl[0], rtol=1e-14)
+    kl_ref = 0.0
+    A = rng.normal(size=(M, 6))
+    mvar = whitened_marginal_variance(L_B[:1], tf.constant(np.linalg.solve(L_K, A)[None]), P).numpy()[0]
+    for p in range(P):
+        R = Rs[p]
+        Sig = np_woodbury_sigma(K, R)
+        mu = Sig @ (R @ (R.T @ V[:, p]))
+        G = (ub[1:, :, p] - ub[0, :, p]).T  # columns = map applied to e_k
+        np.testing.assert_allclose(ub[0, :, p], mu, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(G @ G.T, Sig, rtol=1e-10, atol=1e-12)
+        cK = scipy.linalg.cho_factor(K, lower=True)
+        kl_ref += 0.5 * (
+            np.trace(scipy.linalg.cho_solve(cK, Sig))
+            + mu @ scipy.linalg.cho_solve(cK, mu)
+            - M
+            + np.linalg.slogdet(K)[1]
+            - np.linalg.slogdet(Sig)[1]
+        )
+        # diag(A^T K^-1 Sigma K^-1 A) = marginal variance contributed by q (f = K_fu K^-1 u)
+        KinvA = scipy.linalg.cho_solve(cK, A)
+        np.testing.assert_allclose(mvar[:, p], np.einsum("mn,mk,kn->n", KinvA, Sig, KinvA), rtol=1e-10)
+    np.testing.assert_allclose(kl[0], kl_ref, rtol=1e-10)
+
+
+# =========================================================================================== O15
+
+
+def _two_layer_gi(precision, kl="sampled", seed=0, N=8, M=5, D=2, H=2, white=1e-5, residual_mean=True):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, D))
+    Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(N, 1))
+    layers = [
+        dg.GPLayer(se(1.0, 1.0) + gpflow.kernels.White(white), H, D, mean_function=gpflow.mean_functions.Identity()),
+        dg.GPLayer(se(0.9, 1.1), 1, H),
+    ]
+    post = GlobalInducingPosterior(
+        layers,
+        num_inducing=M,
+        inducing_inputs=rng.normal(size=(M, D)),
+        pseudo_outputs=[rng.normal(size=(M, H)), rng.normal(size=(M, 1))],
+        log_precision_init=[-1.0, 0.5],
+        precision=precision,
+        kl=kl,
+        residual_mean=residual_mean,
+    )
+    # break the symmetry of the initial precisions so every code path is exercised
+    for l in range(2):
+        if precision == "full":
+            post.precision_shape[l].assign(np.eye(M) + 0.2 * rng.normal(size=(M, M)))
+        else:
+            raw = post.log_precision[l].numpy()
+            post.log_precision[l].assign(raw + 0.2 * rng.normal(size=raw.shape))
+    model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.1), post, num_data=N)
+    return model, post, X, Y
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_o15_vanishing_precision_gives_prior(precision):
+    """O15: Lambda -> 0 gives log P - log Q = 0 per sample and Q = P (U_l = m(U_{l-1}) + L_K eps)."""
+    model, post, X, _ = _two_layer_gi(precision)
+    for l in range(2):
+        post.set_precision(l, -300.0)
+    S = 5
+    noise = SeededNoise(4)
+    full = post.propagate_full(X, S, noise=noise)
+    np.testing.assert_allclose(full.log_ratio.numpy(), 0.0, atol=1e-12)
+    np.testing.assert_allclose(full.kl.numpy(), 0.0, atol=1e-12)
+    # the sampled U_1 is a prior draw with the same eps
+    U0 = post.inducing_inputs.numpy()
+    Kuu = post.layers[0].kernel(U0).numpy() + gpflow.config.default_jitter() * np.eye(U0.shape[0])
+    eps = noise.normal("u/0", [S, U0.shape[0], 2], tf.float64).numpy()
+    expected = U0[None] + np.einsum("mk,skp->smp", np.linalg.cholesky(Kuu), eps)
+    np.testing.assert_allclose(full.inducing[0].numpy(), expected, rtol=1e-10, atol=1e-12)
+    post.kl_mode = "analytic"
+    try:
+        np.testing.assert_allclose(post.propagate(X, S, noise=noise).kl.numpy(), 0.0, atol=1e-12)
+    finally:
+        post.kl_mode = "sampled"
+
+
+# ====================================================================== analytic KL (statistical)
+
+
+@pytest.mark.parametrize("precision", ["full", "diagonal"])
+def test_gi_analytic_kl_is_mc_mean_of_log_ratio_for_fixed_inputs(precision):
+    """For a fixed U_{l-1} the analytic conditional KL equals the MC mean of -(log P - log Q)."""
+    model, post, X, _ = _two_layer_gi(precision, kl="analytic")
+    S = 4000
+    rng = np.random.default_rng(9)
+    u0 = np.tile(rng.normal(size=(1, post.num_inducing, 2)), (S, 1, 1))  # same U_1 in every sample
+    noise = FixedNoise({"u/0": u0}, fallback=SeededNoise(21))
+    full = post.propagate_full(X, S, noise=noise)
+    ckl = full.conditional_kl.numpy()
+    np.testing.assert_allclose(ckl[1], ckl[1][0], rtol=1e-10)  # same U_1 -> same conditional KL
+    np.testing.assert_allclose(full.kl.numpy(), ckl.sum(0), rtol=1e-12)
+    # layer 1 (U_1 fixed by the frozen u/0): MC over u/1
+    draws = -full.log_ratio[1].numpy()
+    assert abs(draws.mean() - ckl[1][0]) < 4 * draws.std() / np.sqrt(S), (draws.mean(), ckl[1][0])
+    # layer 0 (U_0 is fixed anyway): MC over fresh u/0
+    fresh = post.propagate_full(X, S, noise=SeededNoise(22))
+    np.testing.assert_allclose(fresh.conditional_kl[0].numpy(), ckl[0][0], rtol=1e-10)
+    draws = -fresh.log_ratio[0].numpy()
+    assert abs(draws.mean() - ckl[0][0]) < 4 * draws.std() / np.sqrt(S), (draws.mean(), ckl[0][0])
+    # sampled and analytic modes share the sampling path
+    post.kl_mode = "sampled"
+    sampled = post.propagate_full(X, S, noise=noise)
+    np.testing.assert_array_equal(sampled.inducing[1].numpy(), full.inducing[1].numpy())
+    np.testing.assert_allclose(sampled.kl.numpy(), -full.log_ratio.numpy().sum(0), rtol=1e-12)
+
+
+# ===================================================================================== local
+
+
+def _one_layer_li(precision, kl="analytic", seed=0, N=15, M=6, D=2, P=2):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, D))
+    Y = rng.normal(size=(N, P))
+    Z = rng.normal(size=(M, D))
+    kernel = se(1.3, 0.9)
+    layer = dg.GPLayer(kernel, P, D, inducing_inputs=Z)
+    post = LocalInducingPosterior([layer], precision=precision, kl=kl, seed=seed)
+    if precision == "full":
+        post.precision_shape[0].assign(np.eye(M) + 0.3 * rng.normal(size=(M, M)))
+    else:
+        post.log_precision[0].assign(rng.normal(size=post.log_precision[0].shape) / post.rho)
+    lik = gpflow.likelihoods.Gaussian(0.3)
+    model = dg.DeepGP([layer], lik, post, num_data=N)
+    return model, post, layer, X, Y, Z
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_local_inducing_depth_one_equals_svgp(precision):
+    """LI, depth 1, analytic KL: ELBO and predictions = SVGP with q_mu = Sigma Lambda V,
+    q_sqrt = chol(Sigma) (non-whitened), Sigma = (K^-1 + Lambda)^-1 from a dense reference."""
+    model, post, layer, X, Y, Z = _one_layer_li(precision)
+    M, P = Z.shape[0], Y.shape[1]
+    K = layer.kernel(Z).numpy() + gpflow.config.default_jitter() * np.eye(M)
+    lam = post.full_factor(0).numpy() if precision == "full" else post.diag_precision(0).numpy()
+    V = post.pseudo_outputs[0].numpy()
+    q_mu, q_sqrt = np.zeros((M, P)), np.zeros((P, M, M))
+    for p, R in enumerate(np_factors(precision, lam, P)):
+        Sig = np_woodbury_sigma(K, R)
+        q_mu[:, p] = Sig @ (R @ (R.T @ V[:, p]))
+        q_sqrt[p] = np.linalg.cholesky(Sig)
+    svgp = gpflow.models.SVGP(
+        layer.kernel, model.likelihood, gpflow.inducing_variables.InducingPoints(Z), num_latent_gps=P,
+        q_mu=q_mu, q_sqrt=q_sqrt, whiten=False, num_data=X.shape[0],
+    )
+    np.testing.assert_allclose(model.elbo((X, Y), 3, noise=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(model.elbo_per_sample((X, Y), 3, noise=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10)
+    mean, var = model.predict_f(X[:5], 2, noise=1)
+    smean, svar = svgp.predict_f(X[:5])
+    np.testing.assert_allclose(mean.numpy(), smean.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(var.numpy(), svar.numpy(), rtol=1e-9, atol=1e-12)
+    qm, qs = post.q_moments(0)
+    np.testing.assert_allclose(qm.numpy(), q_mu, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        np.einsum("qij,qkj->qik", qs.numpy(), qs.numpy()),
+        np.einsum("qij,qkj->qik", q_sqrt, q_sqrt)[: qs.shape[0]],
+        rtol=1e-10, atol=1e-12,
+    )
+
+
+@pytest.mark.parametrize("precision", ["full", "diagonal"])
+def test_local_inducing_analytic_kl_is_mc_mean_of_sampled_log_ratio(precision):
+    """LI: KL(q||p) = the MC mean of the sampled regulariser (O15, statistical, 4 s.e.)."""
+    _, analytic, layer, X, _, _ = _one_layer_li(precision)
+    sampled = LocalInducingPosterior([layer], precision=precision, kl="sampled")
+    for src, dst in zip(analytic.trainable_variables, sampled.trainable_variables):
+        dst.assign(src)
+    kl = analytic.kl_divergence().numpy()
+    np.testing.assert_allclose(analytic.propagate(X, 2, noise=0).kl.numpy(), kl, rtol=1e-12)
+    S = 4000
+    draws = sampled.propagate(X[:3], S, noise=SeededNoise(5)).kl.numpy()
+    assert abs(draws.mean() - kl) < 4 * draws.std() / np.sqrt(S), (draws.mean(), kl)
+
+
+def test_local_inducing_sampled_mode_is_unbiased_for_the_elbo():
+    """Sampled-mode LI conditions the data rows on the sampled U: its mean ELBO (depth 1)
+    matches the analytic-mode ELBO (statistical, 4 s.e.)."""
+    model, analytic, layer, X, Y, _ = _one_layer_li("full")
+    sampled = LocalInducingPosterior([layer], precision="full", kl="sampled")
+    for src, dst in zip(analytic.trainable_variables, sampled.trainable_variables):
+        dst.assign(src)
+    target = model.elbo((X, Y), 1, noise=0).numpy()
+    m2 = dg.DeepGP([layer], model.likelihood, sampled, num_data=X.shape[0])
+    S = 3000
+    draws = m2.elbo_per_sample((X, Y), S, noise=SeededNoise(8)).numpy()
+    assert abs(draws.mean() - target) < 4 * draws.std() / np.sqrt(S)
+
+
+def test_local_inducing_two_layers_runs_and_uses_layer_z():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(12, 2))
+    Y = rng.normal(size=(12, 1))
+    layers = [
+        dg.GPLayer(se() + gpflow.kernels.White(1e-5), 2, 2, mean_function=gpflow.mean_functions.Identity(),
+                   inducing_inputs=rng.normal(size=(4, 2))),
+        dg.GPLayer(se(), 1, 2, inducing_inputs=rng.normal(size=(3, 2))),
+    ]
+    for kl in ["analytic", "sampled"]:
+        post = local_inducing_from_data(layers, X, Y, precision="diagonal", seed=1, kl=kl)
+        assert [v.shape for v in post.pseudo_outputs] == [(4, 2), (3, 1)]
+        np.testing.assert_allclose(post.diag_precision(0).numpy(), 1.0)
+        model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.1), post, num_data=12)
+        prop = model.propagate(X, 3, noise=2)
+        assert [s.shape for s in prop.samples] == [(3, 12, 2), (3, 12, 1)]
+        assert prop.kl.shape == (3,) and np.all(np.isfinite(model.elbo_per_sample((X, Y), 3, noise=2).numpy()))
+
+
+# ================================================================================ gradients
+
+
+def _fd_check(f, param, h=1e-6, rtol=1e-5, atol=1e-6, max_entries=12):
+    """Central finite differences of f() (a compiled function reading the variables) w.r.t. the
+    unconstrained variable of ``param``."""
+    var = param.unconstrained_variable
+    with tf.GradientTape() as tape:
+        value = f()
+    grad = tape.gradient(value, var).numpy().ravel()
+    base = var.numpy().copy()
+    flat = base.ravel()
+    for i in range(min(flat.size, max_entries)):
+        for sign, store in ((1, "plus"), (-1, "minus")):
+            pert = flat.copy()
+            pert[i] += sign * h
+            var.assign(pert.reshape(base.shape))
+            if store == "plus":
+                fp = f().numpy()
+            else:
+                fm = f().numpy()
+        var.assign(base)
+        fd = (fp - fm) / (2 * h)
+        np.testing.assert_allclose(grad[i], fd, rtol=rtol, atol=atol, err_msg=f"{param.name}[{i}]")
+
+
+@pytest.mark.parametrize(
+    "precision,kl", [("full", "sampled"), ("diagonal", "analytic"), ("shared_diagonal", "sampled")]
+)
+def test_finite_difference_gradients(precision, kl):
+    """Gradients of the ELBO w.r.t. U_0, V_l and the precision parameters (fixed seeded noise)."""
+    model, post, X, Y = _two_layer_gi(precision, kl=kl, N=5, M=3)
+    noise = SeededNoise(17)
+
+    @tf.function(autograph=False)
+    def f():
+        return tf.reduce_sum(model.elbo_per_sample((X, Y), 2, noise=noise))
+
+    params = [post.inducing_inputs, post.pseudo_outputs[0], post.pseudo_outputs[1]]
+    if precision == "full":
+        params += [post.precision_shape[0], post.precision_log_scale[0], post.precision_shape[1],
+                   post.precision_log_scale[1]]
+    else:
+        params += [post.log_precision[0], post.log_precision[1]]
+    for p in params:
+        _fd_check(f, p)
+
+
+def test_finite_difference_gradients_local():
+    model, post, layer, X, Y, Z = _one_layer_li("full", N=6, M=3)
+
+    @tf.function(autograph=False)
+    def f():
+        return tf.reduce_sum(model.elbo_per_sample((X, Y), 1, noise=SeededNoise(0)))
+
+    for p in [post.pseudo_outputs[0], post.precision_shape[0], post.precision_log_scale[0],
+              layer.inducing_variable.Z]:
+        _fd_check(f, p)
+
+
+# =========================================================================== behaviour checks
+
+
+def test_samples_hold_data_rows_and_propagation_shapes():
+    model, post, X, Y = _two_layer_gi("full", N=7, M=4)
+    prop = post.propagate(X, 3, noise=1)
+    assert [s.shape for s in prop.samples] == [(3, 7, 2), (3, 7, 1)]
+    assert prop.mean.shape == (3, 7, 1) and prop.var.shape == (3, 7, 1) and prop.kl.shape == (3,)
+    full = post.propagate_full(X, 3, noise=1)
+    assert [u.shape for u in full.inducing] == [(3, 4, 2), (3, 4, 1)]
+    assert full.log_ratio.shape == (2, 3)
+    # each sample draws its own chain U_1
+    assert not np.allclose(full.inducing[0][0].numpy(), full.inducing[0][1].numpy())
+    # deterministic given the seed, and identical under tf.function
+    np.testing.assert_array_equal(post.propagate(X, 3, noise=1).kl.numpy(), prop.kl.numpy())
+    compiled = tf.function(autograph=False, func=lambda: model.elbo_per_sample((X, Y), 3, noise=SeededNoise(1)))
+    np.testing.assert_allclose(compiled().numpy(), model.elbo_per_sample((X, Y), 3, noise=SeededNoise(1)).numpy(),
+                               rtol=1e-12)
+
+
+def test_residual_mean_false_ignores_the_mean_function():
+    """residual_mean=False equals the same model whose layers have no mean function."""
+    model, post, X, Y = _two_layer_gi("diagonal", residual_mean=False)
+    layers_nomean = [
+        dg.GPLayer(post.layers[0].kernel, 2, 2),
+        dg.GPLayer(post.layers[1].kernel, 1, 2),
+    ]
+    post2 = GlobalInducingPosterior(layers_nomean, num_inducing=post.num_inducing, precision="diagonal")
+    for src, dst in zip(post.trainable_variables, post2.trainable_variables):
+        dst.assign(src)
+    a = post.propagate_full(X, 3, noise=5)
+    b = post2.propagate_full(X, 3, noise=5)
+    np.testing.assert_allclose(a.inducing[1].numpy(), b.inducing[1].numpy(), rtol=1e-12)
+    np.testing.assert_allclose(a.kl.numpy(), b.kl.numpy(), rtol=1e-12)
+    # and with the mean function on, the inducing rows shift by m(U_0) = U_0 (Identity)
+    post.residual_mean = True
+    c = post.propagate_full(X, 3, noise=5)
+    np.testing.assert_allclose(c.inducing[0].numpy() - a.inducing[0].numpy(),
+                               np.broadcast_to(post.inducing_inputs.numpy(), (3, post.num_inducing, 2)), rtol=1e-10)
+
+
+def test_global_inducing_from_data_initialisation():
+    X, Y = regression_data(N=30)
+    layers = [dg.GPLayer(se(), 3, 2), dg.GPLayer(se(), 1, 3)]
+    post = global_inducing_from_data(layers, X, Y, 8, precision="full", seed=4)
+    post_again = global_inducing_from_data(layers, X, Y, 8, precision="full", seed=4)
+    U0 = post.inducing_inputs.numpy()
+    np.testing.assert_array_equal(U0, post_again.inducing_inputs.numpy())
+    idx = [int(np.nonzero((X == u).all(1))[0][0]) for u in U0]
+    assert len(set(idx)) == 8
+    np.testing.assert_array_equal(post.pseudo_outputs[1].numpy(), Y[idx])
+    assert post.pseudo_outputs[0].shape == (8, 3)
+    np.testing.assert_allclose(post.precision_matrix(0).numpy(), np.exp(-4.0) * np.eye(8), rtol=1e-12)
+    np.testing.assert_allclose(post.precision_matrix(1).numpy(), np.eye(8), rtol=1e-12)
+    np.testing.assert_allclose(post.precision_log_scale[0].numpy(), -4.0 / 2 / 3)
+    post_d = global_inducing_from_data(layers, X, Y, 8, precision="diagonal", seed=4)
+    assert post_d.log_precision[0].shape == (3, 8) and post_d.log_precision[1].shape == (1, 8)
+    np.testing.assert_allclose(post_d.log_precision[0].numpy(), -4.0 / 3)
+    # defaults from the layers alone
+    default = GlobalInducingPosterior(layers, num_inducing=6, seed=0)
+    assert default.inducing_inputs.shape == (6, 2)
+    np.testing.assert_array_equal(default.pseudo_outputs[1].numpy(), 0.0)
+    model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(), GlobalInducingPosterior(layers))
+    assert model.posterior.num_inducing == 100
+
+
+def test_float32_end_to_end():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(15, 2)).astype(np.float32)
+    Y = np.sin(X[:, :1]).astype(np.float32)
+    with gpflow.config.as_context(gpflow.config.Config(float=np.float32, jitter=1e-4)):
+        for precision in PRECISIONS:
+            layers = [
+                dg.GPLayer(se() + gpflow.kernels.White(1e-3), 2, 2, mean_function=gpflow.mean_functions.Identity()),
+                dg.GPLayer(se(), 1, 2),
+            ]
+            post = global_inducing_from_data(layers, X, Y, 6, precision=precision, seed=0)
+            model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.1), post, num_data=15)
+            prop = model.propagate(X, 3, noise=1)
+            assert prop.mean.dtype == tf.float32 and prop.kl.dtype == tf.float32
+            elbo = model.elbo((X, Y), 3, noise=1)
+            assert elbo.dtype == tf.float32 and np.isfinite(elbo.numpy())
+            with tf.GradientTape() as tape:
+                loss = -model.elbo((X, Y), 2, noise=2)
+            grads = tape.gradient(loss, model.trainable_variables)
+            assert all(np.all(np.isfinite(g.numpy())) for g in grads)
+        li_layers = [dg.GPLayer(se(), 1, 2, inducing_inputs=X[:5])]
+        li = dg.DeepGP(li_layers, gpflow.likelihoods.Gaussian(0.1), LocalInducingPosterior(li_layers, seed=0))
+        assert li.elbo((X, Y), 2, noise=0).dtype == tf.float32
+        assert np.isfinite(li.elbo((X, Y), 2, noise=0).numpy())
+
+
+# ============================================================================== bad inputs
+
+
+def test_bad_arguments_name_the_argument():
+    layers = [dg.GPLayer(se(), 1, 2)]
+    with pytest.raises(ValueError, match="precision"):
+        GlobalInducingPosterior(layers, 4, precision="dense")
+    with pytest.raises(ValueError, match="kl"):
+        GlobalInducingPosterior(layers, 4, kl="exact")
+    with pytest.raises(ValueError, match="num_inducing"):
+        GlobalInducingPosterior(layers, 0)
+    with pytest.raises(TypeError, match="num_inducing"):
+        GlobalInducingPosterior(layers, 2.5)
+    with pytest.raises(ValueError, match="inducing_inputs"):
+        GlobalInducingPosterior(layers, inducing_inputs=np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="inducing_inputs"):
+        GlobalInducingPosterior(layers, 5, inducing_inputs=np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="inducing_inputs.*NaN"):
+        GlobalInducingPosterior(layers, inducing_inputs=np.array([[0.0, np.nan], [1.0, 2.0]]))
+    with pytest.raises(ValueError, match=r"pseudo_outputs\[0\]"):
+        GlobalInducingPosterior(layers, 3, pseudo_outputs=[np.zeros((3, 2))])
+    with pytest.raises(ValueError, match="pseudo_outputs"):
+        GlobalInducingPosterior(layers, 3, pseudo_outputs=[None, None])
+    with pytest.raises(ValueError, match="log_precision_init"):
+        GlobalInducingPosterior(layers, 3, log_precision_init=[0.0, 1.0])
+    with pytest.raises(ValueError, match="log_precision_init"):
+        GlobalInducingPosterior(layers, 3, log_precision_init=float("nan"))
+    with pytest.raises(ValueError, match="rho"):
+        GlobalInducingPosterior(layers, 3, rho=0.0)
+    with pytest.raises(TypeError, match="residual_mean"):
+        GlobalInducingPosterior(layers, 3, residual_mean="yes")
+    local_layers = [dg.GPLayer(se(), 1, 2, inducing_inputs=np.zeros((3, 2)))]
+    with pytest.raises(ValueError, match="inducing_inputs"):
+        GlobalInducingPosterior(local_layers, 3)
+    with pytest.raises(ValueError, match="inducing_inputs"):
+        LocalInducingPosterior(layers)
+    with pytest.raises(ValueError, match="precision"):
+        LocalInducingPosterior(local_layers, precision="banded")
+    X, Y = regression_data(N=6)
+    with pytest.raises(ValueError, match="num_inducing"):
+        global_inducing_from_data(layers, X, Y, 7)
+    with pytest.raises(ValueError, match="Y"):
+        global_inducing_from_data(layers, X, np.zeros((6, 2)), 3)
+    with pytest.raises(ValueError, match="X"):
+        global_inducing_from_data(layers, X[:, :1], Y, 3)
+    with pytest.raises(ValueError, match="X.*NaN"):
+        global_inducing_from_data(layers, np.where(X > 1, np.nan, X), Y, 3)
+
+
+# ================================================================================ training
+
+
+def test_gi_trains_to_a_higher_elbo_than_mean_field():
+    """Same data, kernels, likelihood, Adam steps and seeds: 2-layer GI beats DSVI mean-field.
+
+    ~10 s: the step functions are compiled with autograph=False (AutoGraph conversion of the
+    whole model made tracing 3-4x slower). Observed: GI -6.8 vs mean-field -127.9."""
+    rng = np.random.default_rng(0)
+    N, M, steps = 50, 15, 300
+    X = np.sort(rng.uniform(-2, 2, size=(N, 1)), 0)
+    Y = np.sign(X) + 0.1 * rng.normal(size=(N, 1))
+    Y = (Y - Y.mean()) / Y.std()
+
+    def make_layers(Z=None):
+        return [
+            dg.GPLayer(se(1.0, 1.0) + gpflow.kernels.White(1e-5), 1, 1,
+                       mean_function=gpflow.mean_functions.Identity(), inducing_inputs=Z),
+            dg.GPLayer(se(1.0, 1.0), 1, 1, inducing_inputs=Z),
+        ]
+
+    def train(model):
+        opt = gpflow.keras.tf_keras.optimizers.Adam(0.01)
+        variables = model.trainable_variables
+
+        @tf.function(autograph=False)
+        def step(i):
+            with tf.GradientTape() as tape:
+                loss = -model.elbo((X, Y), 1, noise=tf.stack([tf.constant(0, tf.int64), i]))
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+        for i in range(steps):
+            step(tf.constant(i, tf.int64))
+        return model.elbo((X, Y), 300, noise=12345).numpy()
+
+    start = time.time()
+    gi_layers = make_layers()
+    gi = dg.DeepGP(gi_layers, gpflow.likelihoods.Gaussian(0.1), global_inducing_from_data(gi_layers, X, Y, M, seed=0),
+                   num_data=N)
+    mf_layers = make_layers(X[rng.permutation(N)[:M]])
+    mf = dg.DeepGP(mf_layers, gpflow.likelihoods.Gaussian(0.1), MeanFieldPosterior(mf_layers), num_data=N)
+    elbo_gi, elbo_mf = train(gi), train(mf)
+    assert np.isfinite(elbo_gi) and elbo_gi > elbo_mf + 10.0, (elbo_gi, elbo_mf)
+    print(f"GI {elbo_gi:.2f} vs mean-field {elbo_mf:.2f} after {steps} steps ({time.time() - start:.1f}s)")
