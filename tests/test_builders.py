@@ -1,0 +1,70 @@
+"""build_deep_gp: the papers' defaults, and every posterior family trains from them."""
+import gpflow
+import numpy as np
+import pytest
+
+import deepgp_gi as dg
+from deepgp_gi.builders import linear_mean_maps
+
+
+def _data(rng, n=80, d=5):
+    X = rng.normal(size=(n, d))
+    Y = np.sin(X[:, :1]) + 0.5 * X[:, 1:2] ** 2 + 0.05 * rng.normal(size=(n, 1))
+    return X, (Y - Y.mean()) / Y.std()
+
+
+def test_dsvi_defaults(rng):
+    X, Y = _data(rng, d=5)
+    model = dg.build_deep_gp(X, Y, depth=3, posterior="mean_field", num_inducing=12, seed=0)
+    assert [l.output_dim for l in model.layers] == [5, 5, 1]  # inner width min(30, D)
+    np.testing.assert_allclose(model.likelihood.variance.numpy(), 0.01)
+    for l, layer in enumerate(model.layers):
+        se = layer.kernel.kernels[0] if l < 2 else layer.kernel
+        np.testing.assert_allclose(se.variance.numpy(), 2.0)
+        np.testing.assert_allclose(se.lengthscales.numpy(), np.full(5, 2.0))
+        if l < 2:
+            np.testing.assert_allclose(layer.kernel.kernels[1].variance.numpy(), 1e-5)
+    # inner q_sqrt starts at 1e-5 of the prior Cholesky, the last at the prior
+    post = model.posterior
+    for l, scale in enumerate([1e-5, 1e-5, 1.0]):
+        Lk = dg.posteriors.mean_field.inducing_prior_cholesky(model.layers[l]).numpy()
+        np.testing.assert_allclose(post.q_sqrt[l].numpy()[0], scale * Lk, rtol=1e-10, atol=1e-300)
+    # the first layer starts at its (identity) mean function and is nearly deterministic at its
+    # k-means inducing inputs (away from them the conditional prior variance remains)
+    Z = model.layers[0].Z.numpy()
+    sample = model.sample_layers(Z, 2)[0].numpy()
+    # std there: sqrt(white 1e-5 + jitter) ~ 3e-3
+    np.testing.assert_allclose(sample, np.broadcast_to(Z, sample.shape), atol=2e-2)
+
+
+def test_pca_mean_function_projects_on_top_singular_vectors(rng):
+    X = rng.normal(size=(50, 6)) @ np.diag([5.0, 3.0, 1.0, 0.5, 0.1, 0.01])
+    (A,) = linear_mean_maps(X, [2])
+    _, _, Vt = np.linalg.svd(X, full_matrices=False)
+    np.testing.assert_allclose(np.abs(A.T @ Vt[:2].T), np.eye(2), atol=1e-10)
+    (wide,) = linear_mean_maps(X, [8])
+    np.testing.assert_allclose(wide[:, :6], np.eye(6))
+    np.testing.assert_allclose(wide[:, 6:], 0.0)
+
+
+@pytest.mark.parametrize("posterior", ["mean_field", "fully_coupled", "stripes_arrow", "global", "local"])
+def test_every_family_builds_and_trains(posterior, rng):
+    X, Y = _data(rng)
+    model = dg.build_deep_gp(X, Y, depth=3, posterior=posterior, num_inducing=15, inner_width=2, seed=1)
+    before = model.elbo((X, Y), 20, noise=0).numpy()
+    dg.fit(model, (X, Y), steps=80, seed=0, progress=False)
+    after = model.elbo((X, Y), 20, noise=0).numpy()
+    assert after > before
+    mean, var = model.predict_y(X[:7], 4)
+    assert mean.shape == (7, 1) and np.all(var.numpy() > 0)
+    assert len(model.sample_layers(X[:7], 3)) == 3
+
+
+def test_global_inducing_takes_inducing_inputs_from_data(rng):
+    X, Y = _data(rng)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=10, seed=3)
+    U0 = model.posterior.inducing_inputs.numpy()
+    # every inducing input is a training input
+    assert all(np.min(np.abs(X - u).sum(axis=1)) < 1e-12 for u in U0)
+    with pytest.raises(ValueError, match="num_inducing=81 exceeds the number of data points N=80"):
+        dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=81)
