@@ -142,7 +142,7 @@ def sections(quick: bool):
         X, Y = kin8nm_inputs(512)
         for M in (32, 64, 128, 256):
             makers = {
-                f"deepgp_gi {name}": (lambda n=name, M=M: ours(X, Y, 3, n, M, **({} if n == "mean_field" else {})))
+                f"deepgp_gi {name}": (lambda n=name, M=M: ours(X, Y, 3, n, M, inner_width=5))
                 for name in ("mean_field", "stripes_arrow", "fully_coupled")
             }
             out.append(("structured", dict(batch=512, depth=3, M=M, inner_width=5), makers))
