@@ -8,8 +8,10 @@ import os as _os
 
 _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from . import datasets, kernels, layers, linalg, metrics, noise, posteriors  # noqa: E402
+from . import datasets, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E402
+from .bnn import build_bnn  # noqa: E402
 from .builders import build_deep_gp  # noqa: E402
+from .dense import DenseLayer, WeightKernel  # noqa: E402
 from .layers import GPLayer  # noqa: E402
 from .linalg import safe_cholesky  # noqa: E402
 from .models import DeepGP  # noqa: E402
@@ -19,7 +21,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DeepGP",
+    "DenseLayer",
     "GPLayer",
+    "WeightKernel",
+    "build_bnn",
     "History",
     "build_deep_gp",
     "fit",
@@ -31,4 +36,5 @@ __all__ = [
     "metrics",
     "noise",
     "posteriors",
+    "priors",
 ]

@@ -16,7 +16,7 @@ import numpy as np
 __all__ = ["main", "run_uci_split", "parse_splits"]
 
 GP_POSTERIORS = ("mean_field", "fully_coupled", "stripes_arrow", "global", "local")
-BNN_POSTERIORS = ("factorised", "local", "global", "factorised_global")
+BNN_POSTERIORS = ("factorised", "local", "global", "factorised_global", "random_global")
 BNN_PRIORS = ("standard", "neal", "scale")
 
 

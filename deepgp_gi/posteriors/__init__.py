@@ -7,6 +7,13 @@ from .base import DeepPosterior, Propagation
 from .mean_field import MeanFieldPosterior
 from .global_inducing import GlobalInducingPosterior, LocalInducingPosterior
 from .structured import FullyCoupledPosterior, StripesArrowPosterior
+from .weights import (
+    FactorisedGlobalPosterior,
+    FactorisedWeightPosterior,
+    GlobalInducingWeightPosterior,
+    LocalInducingWeightPosterior,
+    RandomGlobalPosterior,
+)
 
 POSTERIORS = {
     "mean_field": MeanFieldPosterior,
@@ -24,5 +31,10 @@ __all__ = [
     "StripesArrowPosterior",
     "GlobalInducingPosterior",
     "LocalInducingPosterior",
+    "FactorisedWeightPosterior",
+    "LocalInducingWeightPosterior",
+    "GlobalInducingWeightPosterior",
+    "FactorisedGlobalPosterior",
+    "RandomGlobalPosterior",
     "POSTERIORS",
 ]
