@@ -5,21 +5,51 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["expected_log_likelihood", "check_targets", "mixture_log_density"]
+__all__ = ["expected_log_likelihood", "predict_mean_and_var", "check_targets", "mixture_log_density"]
+
+
+def _over_samples(method, X, mean, var, Y=None):
+    """Call a GPflow likelihood ``method`` on ``[S, N, P]`` moments by folding S into the point
+    axis (``[S*N, P]``, X and Y repeated S times), then unfold: every likelihood, including the
+    Monte Carlo and multi-class ones whose shape checks reject an extra batch axis, sees the plain
+    ``[points, latent]`` layout it was written for."""
+    S, N = tf.shape(mean)[0], tf.shape(mean)[1]
+
+    def fold(T):
+        return tf.reshape(T, tf.concat([[S * N], tf.shape(T)[2:]], 0))
+
+    def tile(T):
+        return tf.reshape(tf.tile(T[None], tf.concat([[S], tf.ones([tf.rank(T)], tf.int32)], 0)),
+                          tf.concat([[S * N], tf.shape(T)[1:]], 0))
+
+    if Y is not None and isinstance(getattr(method, "__self__", None), gpflow.likelihoods.Softmax):
+        Y = tf.cast(Y, tf.int64)  # GPflow's Softmax takes integer class labels
+    args = [tile(X), fold(mean), fold(var)] + ([tile(Y)] if Y is not None else [])
+    out = method(*args)
+
+    def unfold(T):
+        return tf.reshape(T, tf.concat([[S, N], tf.shape(T)[1:]], 0))
+
+    return tf.nest.map_structure(unfold, out)
 
 
 def expected_log_likelihood(likelihood, X, mean, var, Y) -> tf.Tensor:
     """``E_{N(f; mean, var)}[log p(Y | f)]`` per sample and point, ``[S, N]``.
 
     Analytic for the Gaussian likelihood; GPflow's quadrature (or its own closed form) otherwise.
-    ``mean``/``var`` are ``[S, N, P]``; ``X`` ``[N, D]`` and ``Y`` ``[N, P_y]`` broadcast over S.
+    ``mean``/``var`` are ``[S, N, P]``; ``X`` ``[N, D]`` and ``Y`` ``[N, P_y]`` are shared by the samples.
     """
-    return likelihood.variational_expectations(X, mean, var, Y)
+    return _over_samples(likelihood.variational_expectations, X, mean, var, Y)
+
+
+def predict_mean_and_var(likelihood, X, mean, var):
+    """Predictive mean and variance of Y per sample, each ``[S, N, P_y]``."""
+    return _over_samples(likelihood.predict_mean_and_var, X, mean, var)
 
 
 def mixture_log_density(likelihood, X, mean, var, Y) -> tf.Tensor:
     """``log (1/S) sum_s p(y_n | N(f; mean_s, var_s))`` per point, ``[N]``."""
-    logp = likelihood.predict_log_density(X, mean, var, Y)  # [S, N]
+    logp = _over_samples(likelihood.predict_log_density, X, mean, var, Y)  # [S, N]
     S = tf.cast(tf.shape(logp)[0], logp.dtype)
     return tf.reduce_logsumexp(logp, axis=0) - tf.math.log(S)
 
@@ -33,6 +63,12 @@ def check_targets(likelihood, Y: np.ndarray, name: str = "Y") -> None:
             raise ValueError(
                 f"{name} must hold 0/1 labels for a Bernoulli likelihood; row {row} has {Y[row].tolist()}"
             )
+    elif isinstance(likelihood, (gpflow.likelihoods.Softmax, gpflow.likelihoods.MultiClass)):
+        C = likelihood.num_classes
+        bad = (Y < 0) | (Y >= C) | (np.round(Y) != Y)
+        if bad.any():
+            row = int(np.nonzero(bad.any(axis=-1))[0][0])
+            raise ValueError(f"{name} must hold class labels 0..{C - 1} for a {C}-class likelihood; row {row} has {Y[row].tolist()}")
     elif isinstance(likelihood, gpflow.likelihoods.Poisson):
         if (Y < 0).any() or (np.round(Y) != Y).any():
             raise ValueError(f"{name} must hold non-negative integer counts for a Poisson likelihood")

@@ -10,7 +10,7 @@ from gpflow.models.model import BayesianModel
 from gpflow.models.training_mixins import ExternalDataTrainingLossMixin
 
 from .layers import GPLayer
-from .likelihoods import check_targets, expected_log_likelihood, mixture_log_density
+from .likelihoods import check_targets, expected_log_likelihood, mixture_log_density, predict_mean_and_var
 from .noise import NoiseLike
 from .posteriors import POSTERIORS, DeepPosterior
 from .validation import as_data_array, check_data_pair, check_positive_int
@@ -166,7 +166,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """Mean and variance ``[N, P]`` of the predictive mixture, likelihood noise included."""
         Xnew = self.check_inputs(Xnew)
         mean, var = self.predict_f_components(Xnew, num_samples, noise)
-        ymean, yvar = self.likelihood.predict_mean_and_var(Xnew, mean, var)
+        ymean, yvar = predict_mean_and_var(self.likelihood, Xnew, mean, var)
         return _mixture_moments(ymean, yvar)
 
     def predict_log_density(self, data, num_samples: int = 1, noise: NoiseLike = None) -> tf.Tensor:

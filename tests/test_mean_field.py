@@ -183,3 +183,23 @@ def test_gpflow_scipy_optimiser_through_training_loss_closure(rng):
     gpflow.optimizers.Scipy().minimize(model.training_loss_closure((X, Y)), model.trainable_variables,
                                        options=dict(maxiter=30))
     assert model.elbo((X, Y)).numpy() > start + 1.0
+
+
+def test_multiclass_likelihoods_over_the_sample_axis(rng):
+    """Softmax (Monte Carlo) and RobustMax multi-class likelihoods work with [S, N, C] moments and
+    agree with GPflow's own SVGP for a one-layer model."""
+    X, _, Z = _data(rng)
+    C = 3
+    Y = rng.integers(0, C, size=(N, 1)).astype(float)
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=[1.0] * D)
+    layer = dg.GPLayer(kernel, C, D, inducing_inputs=Z)
+    post = MeanFieldPosterior([layer], q_sqrt_scales=[0.5])
+    post.q_mu[0].assign(rng.normal(size=(M, C)))
+    lik = gpflow.likelihoods.MultiClass(C)
+    model = dg.DeepGP([layer], lik, post, num_data=N)
+    svgp = gpflow.models.SVGP(kernel, lik, layer.inducing_variable, num_latent_gps=C, q_mu=post.q_mu[0].numpy(),
+                              q_sqrt=post.q_sqrt[0].numpy(), whiten=False, num_data=N)
+    np.testing.assert_allclose(model.elbo((X, Y), 3), svgp.elbo((X, Y)), rtol=1e-10)
+    np.testing.assert_allclose(model.predict_log_density((X, Y), 2), svgp.predict_log_density((X, Y)), rtol=1e-10)
+    soft = dg.DeepGP([layer], gpflow.likelihoods.Softmax(C), post, num_data=N)
+    assert np.isfinite(soft.elbo((X, Y), 2).numpy())
