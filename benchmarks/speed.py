@@ -74,6 +74,18 @@ def ours(X, Y, depth, posterior, num_inducing, **options):
     return compiled_step(loss, model.trainable_variables)
 
 
+def ours_bnn(X, Y, posterior, num_inducing):
+    model = dg.build_bnn(X, Y, hidden=(50, 50), posterior=posterior, num_inducing=num_inducing, seed=0)
+    Xt, Yt = tf.constant(X), tf.constant(Y)
+    counter = tf.Variable(0, dtype=tf.int64)
+
+    def loss():
+        counter.assign_add(1)
+        return -model.elbo((Xt, Yt), 1, noise=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
+
+    return compiled_step(loss, model.trainable_variables)
+
+
 def gpflux_dsvi(X, Y, depth, num_inducing):
     """GPflux's DSVI deep GP at the same configuration (its own helpers, whitened, Identity/PCA
     inner mean functions, width min(30, D), SE-ARD kernels, Gaussian likelihood)."""
@@ -146,6 +158,10 @@ def sections(quick: bool):
                 for name in ("mean_field", "stripes_arrow", "fully_coupled")
             }
             out.append(("structured", dict(batch=512, depth=3, M=M, inner_width=5), makers))
+    X, Y = kin8nm_inputs(1000)
+    makers = {f"deepgp_gi bnn {p}": (lambda p=p: ours_bnn(X, Y, p, 100))
+              for p in ("factorised", "global", "factorised_global")}
+    out.append(("bnn", dict(batch=1000, hidden=[50, 50], M=100), makers))
     return out
 
 
@@ -154,7 +170,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="3 rounds of 3 steps (smoke test)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps-per-round", type=int, default=10)
-    parser.add_argument("--only", default=None, help="run only this section (dsvi, structured)")
+    parser.add_argument("--only", default=None, help="run only this section (dsvi, structured, bnn)")
     parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
@@ -216,6 +232,11 @@ def write_markdown(jsonl, command):
         Ms = np.log([l["config"]["M"] for l in structured])
         md += ["", "Fitted slope of log time against log M: " + ", ".join(
             f"{n}: {np.polyfit(Ms, np.log([l['ms_per_step'][n] for l in structured]), 1)[0]:.2f}" for n in names), ""]
+    bnn = [l for l in lines if l["section"] == "bnn"]
+    if bnn:
+        t = bnn[0]["ms_per_step"]
+        md += ["## BNN 2 x 50 ReLU (kin8nm inputs, batch 1000, M = 100)", "",
+               "| " + " | ".join(t) + " |", "|" + "---|" * len(t), "| " + " | ".join(f"{v:.1f}" for v in t.values()) + " |", ""]
     with open(os.path.join(RESULTS, "speed.md"), "w") as fh:
         fh.write("\n".join(md) + "\n")
     print("\n".join(md))
