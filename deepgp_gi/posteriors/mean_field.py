@@ -34,13 +34,17 @@ def inducing_prior_cholesky(layer: GPLayer) -> tf.Tensor:
     "return: [S, M, N]",
 )
 def conditional_projection(Lk: tf.Tensor, Kuf: tf.Tensor, whiten: bool) -> tf.Tensor:
-    """``L_K^{-1} K_uf`` (whitened) or ``K_uu^{-1} K_uf`` (non-whitened), by triangular solves."""
-    batch = tf.shape(Kuf)[:-2]
-    Lk_b = tf.broadcast_to(Lk, tf.concat([batch, tf.shape(Lk)], 0))
-    A = tf.linalg.triangular_solve(Lk_b, Kuf, lower=True)
+    """``L_K^{-1} K_uf`` (whitened) or ``K_uu^{-1} K_uf`` (non-whitened), by triangular solves.
+
+    The S samples share ``L_K``, so they are solved as one ``[M, S*N]`` right-hand side (one
+    large triangular solve is markedly faster than S batched ones on CPU).
+    """
+    S, M, N = tf.shape(Kuf)[0], tf.shape(Kuf)[1], tf.shape(Kuf)[2]
+    rhs = tf.reshape(tf.transpose(Kuf, [1, 0, 2]), [M, S * N])
+    A = tf.linalg.triangular_solve(Lk, rhs, lower=True)
     if not whiten:
-        A = tf.linalg.triangular_solve(Lk_b, A, lower=True, adjoint=True)
-    return A
+        A = tf.linalg.triangular_solve(Lk, A, lower=True, adjoint=True)
+    return tf.transpose(tf.reshape(A, [M, S, N]), [1, 0, 2])
 
 
 class MeanFieldPosterior(DeepPosterior):
