@@ -62,8 +62,8 @@ def compiled_step(model_loss, variables, learning_rate=0.01):
     return step
 
 
-def ours(X, Y, depth, posterior, num_inducing, **options):
-    model = dg.build_deep_gp(X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing, seed=0, **options)
+def model_step(model, X, Y):
+    """A compiled step of a deepgp_gi model on fixed data, fresh seeded noise every step."""
     Xt, Yt = tf.constant(X), tf.constant(Y)
     counter = tf.Variable(0, dtype=tf.int64)
 
@@ -72,18 +72,16 @@ def ours(X, Y, depth, posterior, num_inducing, **options):
         return -model.elbo((Xt, Yt), 1, noise=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
 
     return compiled_step(loss, model.trainable_variables)
+
+
+def ours(X, Y, depth, posterior, num_inducing, **options):
+    model = dg.build_deep_gp(X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing, seed=0, **options)
+    return model_step(model, X, Y)
 
 
 def ours_bnn(X, Y, posterior, num_inducing):
     model = dg.build_bnn(X, Y, hidden=(50, 50), posterior=posterior, num_inducing=num_inducing, seed=0)
-    Xt, Yt = tf.constant(X), tf.constant(Y)
-    counter = tf.Variable(0, dtype=tf.int64)
-
-    def loss():
-        counter.assign_add(1)
-        return -model.elbo((Xt, Yt), 1, noise=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
-
-    return compiled_step(loss, model.trainable_variables)
+    return model_step(model, X, Y)
 
 
 def gpflux_dsvi(X, Y, depth, num_inducing):
