@@ -15,6 +15,10 @@ def rng():
 
 @pytest.fixture(autouse=True)
 def _float64():
-    """Every test starts in GPflow's float64 default with the default jitter."""
+    """Every test starts in GPflow's float64 default with the default jitter, and with
+    TensorFlow's global generator seeded so that unseeded draws are reproducible too."""
+    import tensorflow as tf
+
+    tf.random.set_seed(1234)
     with gpflow.config.as_context(gpflow.config.Config(float=np.float64, jitter=1e-6)):
         yield

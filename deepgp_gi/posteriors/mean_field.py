@@ -119,7 +119,7 @@ class MeanFieldPosterior(DeepPosterior):
         Kuf = layer.K(layer.Z, F)  # [S, M, N]
         A = conditional_projection(Lk, Kuf, whiten=True)
         m_white, R_white = self.whitened_parameters(l, Lk)
-        mean = tf.einsum("smn,mp->snp", A, m_white) + layer.mean(F)
+        mean = tf.linalg.matmul(A, m_white, transpose_a=True) + layer.mean(F)  # [S, N, P]
         prior_term = tf.reduce_sum(tf.square(A), axis=-2)  # [S, N]
         RA = tf.linalg.matmul(R_white, A[:, None], transpose_a=True)  # [S, P, M, N]
         q_term = tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(RA), axis=-2))  # [S, N, P]
