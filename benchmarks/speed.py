@@ -198,17 +198,21 @@ def main(argv=None):
     write_markdown(jsonl, command)
 
 
+def _provenance(lines):
+    return f"Command: `{lines[0]['command']}` (commit {lines[0]['commit']}, {lines[0]['rounds']} rounds x {lines[0]['steps_per_round']} steps)."
+
+
 def write_markdown(jsonl, command):
     with open(jsonl) as fh:
         lines = [json.loads(l) for l in fh if l.strip()]
-    md = ["# Training-step speed", "", f"Command: `{command}` (commit {lines[0]['commit'] if lines else '?'}, "
-          f"{lines[0]['machine'] if lines else ''}, TensorFlow {tf.__version__}).", "",
+    md = ["# Training-step speed", "", f"Machine: {lines[0]['machine'] if lines else ''}, TensorFlow {tf.__version__}. "
+          "Each section names the command and commit that produced it.", "",
           "Median ms per compiled Adam step (ELBO + gradient + update, 1 Monte Carlo sample, float64), "
           "models alternated round by round in one process.", ""]
     dsvi = [l for l in lines if l["section"] == "dsvi"]
     if dsvi:
         names = list(dsvi[0]["ms_per_step"])
-        md += ["## Mean-field DSVI vs GPflux (kin8nm inputs, M = 100, inner width 8)", "",
+        md += ["## Mean-field DSVI vs GPflux (kin8nm inputs, M = 100, inner width 8)", "", _provenance(dsvi), "",
                "| batch | depth | " + " | ".join(names) + " | ours/GPflux (whiten=False) | ours/GPflux (whiten=True) |",
                "|---|---|" + "---|" * (len(names) + 2)]
         for l in dsvi:
@@ -221,7 +225,7 @@ def write_markdown(jsonl, command):
     structured = [l for l in lines if l["section"] == "structured"]
     if structured:
         names = list(structured[0]["ms_per_step"])
-        md += ["## Lindinger's runtime study (3 layers, 5 GPs per hidden layer, batch 512)", "",
+        md += ["## Lindinger's runtime study (3 layers, 5 GPs per hidden layer, batch 512)", "", _provenance(structured), "",
                "| M | " + " | ".join(names) + " | STAR / mean-field |", "|---|" + "---|" * (len(names) + 1)]
         for l in structured:
             t = l["ms_per_step"]
@@ -233,7 +237,7 @@ def write_markdown(jsonl, command):
     bnn = [l for l in lines if l["section"] == "bnn"]
     if bnn:
         t = bnn[0]["ms_per_step"]
-        md += ["## BNN 2 x 50 ReLU (kin8nm inputs, batch 1000, M = 100)", "",
+        md += ["## BNN 2 x 50 ReLU (kin8nm inputs, batch 1000, M = 100)", "", _provenance(bnn), "",
                "| " + " | ".join(t) + " |", "|" + "---|" * len(t), "| " + " | ".join(f"{v:.1f}" for v in t.values()) + " |", ""]
     with open(os.path.join(RESULTS, "speed.md"), "w") as fh:
         fh.write("\n".join(md) + "\n")
