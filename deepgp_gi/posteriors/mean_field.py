@@ -106,7 +106,7 @@ class MeanFieldPosterior(DeepPosterior):
         Lk_b = tf.broadcast_to(Lk, tf.concat([[P], tf.shape(Lk)], 0))
         return tf.linalg.triangular_solve(Lk, q_mu), tf.linalg.triangular_solve(Lk_b, q_sqrt)
 
-    def layer_marginals(self, l: int, F: tf.Tensor):
+    def layer_marginals(self, l: int, F: tf.Tensor, Lk: Optional[tf.Tensor] = None):
         """Mean and variance ``[S, N, N_l]`` of layer ``l``'s outputs given its inputs F ``[S,N,D]``.
 
         Both parameterisations use one data-sized solve, ``A = L_K^{-1} K_uf``:
@@ -115,7 +115,8 @@ class MeanFieldPosterior(DeepPosterior):
         algebra as ``k_ff - a^T (K - S) a`` with ``a = K^{-1} k``).
         """
         layer = self.layers[l]
-        Lk = inducing_prior_cholesky(layer)
+        if Lk is None:
+            Lk = inducing_prior_cholesky(layer)
         Kuf = layer.K(layer.Z, F)  # [S, M, N]
         A = conditional_projection(Lk, Kuf, whiten=True)
         m_white, R_white = self.whitened_parameters(l, Lk)
@@ -126,11 +127,15 @@ class MeanFieldPosterior(DeepPosterior):
         var = (layer.K_diag(F) - prior_term)[..., None] + q_term
         return mean, var
 
-    def kl_divergence(self) -> tf.Tensor:
-        """Sum over layers of ``KL(q(U_l) || p(U_l))`` (analytic, scalar)."""
+    def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
+        """Sum over layers of ``KL(q(U_l) || p(U_l))`` (analytic, scalar); ``prior_choleskies``
+        reuses the layers' ``chol(K_uu)`` when the caller has them."""
         terms = []
         for l, layer in enumerate(self.layers):
-            K_chol = None if self.whiten else inducing_prior_cholesky(layer)
+            if self.whiten:
+                K_chol = None
+            else:
+                K_chol = inducing_prior_cholesky(layer) if prior_choleskies is None else prior_choleskies[l]
             terms.append(gauss_kl(self.q_mu[l], self.q_sqrt[l], K_cholesky=K_chol))
         return tf.add_n(terms)
 
@@ -140,14 +145,15 @@ class MeanFieldPosterior(DeepPosterior):
         X = tf.convert_to_tensor(X)
         F = tf.broadcast_to(X[None], tf.concat([[S], tf.shape(X)], 0))
         jitter = gpflow.config.default_jitter()
+        choleskies = [inducing_prior_cholesky(layer) for layer in self.layers]  # once per step
         samples = []
         for l in range(self.depth - 1):
-            mean, var = self.layer_marginals(l, F)
+            mean, var = self.layer_marginals(l, F, choleskies[l])
             eps = source.normal(f"f/{l}", tf.shape(mean), mean.dtype)
             F = mean + tf.sqrt(tf.maximum(var, 0.0) + jitter) * eps
             samples.append(F)
-        mean, var = self.layer_marginals(self.depth - 1, F)
+        mean, var = self.layer_marginals(self.depth - 1, F, choleskies[-1])
         var = tf.maximum(var, 0.0)
         samples.append(self.sample_last_layer(mean, var, source, mean.dtype))
-        kl = tf.fill([S], self.kl_divergence())
+        kl = tf.fill([S], self.kl_divergence(choleskies))
         return Propagation(samples=samples, mean=mean, var=var, kl=kl)
