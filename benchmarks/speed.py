@@ -211,7 +211,7 @@ def write_markdown(jsonl, command):
           "models alternated round by round in one process.", ""]
     dsvi = [l for l in lines if l["section"] == "dsvi"]
     if dsvi:
-        names = list(dsvi[0]["ms_per_step"])
+        names = list(dict.fromkeys(n for l in dsvi for n in l["ms_per_step"]))
         md += ["## Mean-field DSVI vs GPflux (kin8nm inputs, M = 100, inner width 8)", "", _provenance(dsvi), "",
                "| batch | depth | " + " | ".join(names) + " | ours/GPflux (whiten=False) | ours/GPflux (whiten=True) |",
                "|---|---|" + "---|" * (len(names) + 2)]
