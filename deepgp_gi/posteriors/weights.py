@@ -334,6 +334,17 @@ class _WeightPosteriorBase(DeepPosterior):
         layer = self.layers[l]
         return source.normal(f"w/{l}", [S, layer.fan_in, layer.output_dim], dtype)
 
+    def _start(self, X, num_samples: int, noise, inducing_inputs=None):
+        """Common set-up of ``propagate``: the noise source, the dtype, the rows to push through
+        (``[S, N, D_0]``, or ``[S, M+N, D_0]`` with ``inducing_inputs`` stacked on top) and a
+        zero ``[S]`` regulariser."""
+        source = as_noise_source(noise)
+        X = tf.convert_to_tensor(X)
+        dtype = X.dtype
+        if inducing_inputs is not None:
+            X = tf.concat([tf.cast(tf.convert_to_tensor(inducing_inputs), dtype), X], axis=0)
+        return source, dtype, _broadcast_samples(X, num_samples), tf.zeros([num_samples], dtype)
+
     def _finish(self, samples, kl) -> Propagation:
         last = samples[-1]
         return Propagation(samples=samples, mean=last, var=tf.zeros_like(last), kl=kl)
@@ -384,12 +395,8 @@ class FactorisedWeightPosterior(_WeightPosteriorBase):
         self.local_reparameterisation = bool(local_reparameterisation)
 
     def propagate(self, X, num_samples: int = 1, noise=None) -> Propagation:
-        source = as_noise_source(noise)
         S = num_samples
-        X = tf.convert_to_tensor(X)
-        dtype = X.dtype
-        F = _broadcast_samples(X, S)
-        kl = tf.zeros([S], dtype)
+        source, dtype, F, kl = self._start(X, S, noise)
         samples = []
         for l, (layer, q) in enumerate(zip(self.layers, self.weights)):
             Phi = layer.features(F)
@@ -467,12 +474,8 @@ class LocalInducingWeightPosterior(_WeightPosteriorBase):
         self.analytic_kl = bool(analytic_kl)
 
     def propagate(self, X, num_samples: int = 1, noise=None) -> Propagation:
-        source = as_noise_source(noise)
         S = num_samples
-        X = tf.convert_to_tensor(X)
-        dtype = X.dtype
-        F = _broadcast_samples(X, S)
-        kl = tf.zeros([S], dtype)
+        source, dtype, F, kl = self._start(X, S, noise)
         samples = []
         for l, (layer, q) in enumerate(zip(self.layers, self.inducing)):
             Phi = layer.features(F)
@@ -561,13 +564,8 @@ class GlobalInducingWeightPosterior(_WeightPosteriorBase):
         return int(self.inducing_inputs.shape[0])
 
     def propagate(self, X, num_samples: int = 1, noise=None) -> Propagation:
-        source = as_noise_source(noise)
         S, M = num_samples, self.num_inducing
-        X = tf.convert_to_tensor(X)
-        dtype = X.dtype
-        U0 = tf.cast(tf.convert_to_tensor(self.inducing_inputs), dtype)
-        H = _broadcast_samples(tf.concat([U0, X], axis=0), S)  # [S, M+N, D_0]
-        kl = tf.zeros([S], dtype)
+        source, dtype, H, kl = self._start(X, S, noise, self.inducing_inputs)  # H: [S, M+N, D_0]
         samples = []
         for l, (layer, q) in enumerate(zip(self.layers, self.inducing)):
             Phi = layer.features(H)
@@ -652,13 +650,8 @@ class FactorisedGlobalPosterior(_WeightPosteriorBase):
         return int(self.inducing_inputs.shape[0])
 
     def propagate(self, X, num_samples: int = 1, noise=None) -> Propagation:
-        source = as_noise_source(noise)
         S, M = num_samples, self.num_inducing
-        X = tf.convert_to_tensor(X)
-        dtype = X.dtype
-        U0 = tf.cast(tf.convert_to_tensor(self.inducing_inputs), dtype)
-        H = _broadcast_samples(tf.concat([U0, X], axis=0), S)
-        kl = tf.zeros([S], dtype)
+        source, dtype, H, kl = self._start(X, S, noise, self.inducing_inputs)  # H: [S, M+N, D_0]
         samples = []
         for l, layer in enumerate(self.layers):
             Phi = layer.features(H)
