@@ -8,11 +8,11 @@ import os as _os
 
 _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from . import datasets, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E402
+from . import datasets, families, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E402
 from .bnn import build_bnn  # noqa: E402
 from .builders import build_deep_gp  # noqa: E402
-from .dense import DenseLayer, WeightKernel  # noqa: E402
-from .layers import GPLayer  # noqa: E402
+from .kernels import WeightKernel  # noqa: E402
+from .layers import DenseLayer, GPLayer  # noqa: E402
 from .linalg import safe_cholesky  # noqa: E402
 from .models import DeepGP  # noqa: E402
 from .training import History, fit  # noqa: E402
@@ -30,6 +30,7 @@ __all__ = [
     "fit",
     "safe_cholesky",
     "datasets",
+    "families",
     "kernels",
     "layers",
     "linalg",

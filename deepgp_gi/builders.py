@@ -9,21 +9,18 @@ how they are initialised.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import List, Optional
 
 import gpflow
 import numpy as np
 import scipy.cluster.vq
 
+from .families import DEEP_GP_FAMILIES, check_options
 from .layers import GPLayer
 from .models import DeepGP
-from .validation import as_data_array, check_choice, check_data_pair, check_positive_int
+from .validation import as_data_array, check_choice, check_data_pair, check_positive_int, check_seed
 
-__all__ = ["build_deep_gp", "DEEP_GP_POSTERIORS", "linear_mean_maps", "kmeans_inducing_inputs"]
-
-#: Posterior names accepted by :func:`build_deep_gp`, mapped to the function that builds the
-#: posterior for given layers and data (filled in as families register below).
-DEEP_GP_POSTERIORS: Dict[str, Callable] = {}
+__all__ = ["build_deep_gp", "build_layers", "linear_mean_maps", "kmeans_inducing_inputs"]
 
 
 def kmeans_inducing_inputs(X: np.ndarray, num_inducing: int, seed: Optional[int]) -> np.ndarray:
@@ -119,18 +116,22 @@ def build_deep_gp(
     :param X: training inputs ``[N, D]``.
     :param Y: training targets ``[N, P]``.
     :param depth: number of GP layers (1 = a single sparse GP).
-    :param posterior: one of :data:`DEEP_GP_POSTERIORS` (``"mean_field"``, ``"fully_coupled"``,
-        ``"stripes_arrow"``, ``"global"``, ``"local"``).
+    :param posterior: a name in :data:`~deepgp_gi.families.DEEP_GP_FAMILIES` (``"mean_field"``,
+        ``"fully_coupled"``, ``"stripes_arrow"``, ``"global"``, ``"local"``).
     :param num_inducing: M, per layer (local families) or at the input (global inducing).
     :param likelihood: a GPflow likelihood; default Gaussian with variance 0.01.
     :param inner_width: width of the inner layers; default ``min(30, D)``.
     :param seed: seeds the k-means / inducing-point initialisation.
-    :param posterior_options: passed to the posterior family's constructor (e.g. ``whiten=True``
-        for mean-field, ``precision="diagonal"`` for global inducing).
+    :param posterior_options: options of the family (e.g. ``whiten=True`` for mean-field,
+        ``precision="diagonal"`` for global inducing); each family's accepted options are listed
+        in its table entry, and anything else raises a ``ValueError`` naming them.
     """
-    check_choice(posterior, "posterior", tuple(DEEP_GP_POSTERIORS))
+    check_choice(posterior, "posterior", tuple(DEEP_GP_FAMILIES))
+    family = DEEP_GP_FAMILIES[posterior]
+    check_options(family, posterior_options)
     depth = check_positive_int(depth, "depth")
     num_inducing = check_positive_int(num_inducing, "num_inducing")
+    seed = check_seed(seed)
     dtype = gpflow.default_float()
     X = as_data_array(X, "X", dtype).numpy()
     Y = as_data_array(Y, "Y", dtype).numpy()
@@ -142,77 +143,19 @@ def build_deep_gp(
     if likelihood is None:
         likelihood = gpflow.likelihoods.Gaussian(variance=0.01)
     output_dim = getattr(likelihood, "latent_dim", None) or Y.shape[1]
-    make_posterior = DEEP_GP_POSTERIORS[posterior]
-    return make_posterior(
-        X=X,
-        Y=Y,
-        depth=depth,
-        num_inducing=num_inducing,
-        likelihood=likelihood,
-        inner_width=inner_width,
-        output_dim=output_dim,
-        seed=seed,
-        **posterior_options,
-    )
-
-
-def _check_local_inducing(num_inducing: int, N: int, posterior: str) -> None:
-    if num_inducing > N:
+    if family.layer_inducing in ("kmeans", None) and num_inducing > N:
+        source = "k-means on X" if family.layer_inducing else "the training inputs (U_0)"
         raise ValueError(
-            f"num_inducing={num_inducing} exceeds the number of data points N={N}; the "
-            f"{posterior!r} posterior initialises its inducing inputs by k-means on X"
+            f"num_inducing={num_inducing} exceeds the number of data points N={N}; the {posterior!r} "
+            f"posterior initialises its inducing inputs from {source}"
         )
-
-
-def _local_family(name: str, posterior_class: Callable) -> Callable:
-    """Builder for a family with k-means inducing inputs on every layer, constructed from the
-    layers alone (mean-field, fully-coupled, STAR): DSVI layers, then the posterior's own
-    initialisation (prior-shaped covariance blocks, inner ones scaled by 1e-5)."""
-
-    def build(*, X, Y, depth, num_inducing, likelihood, inner_width, output_dim, seed, **options):
-        _check_local_inducing(num_inducing, X.shape[0], name)
+    if family.layer_inducing == "kmeans":
         Z = kmeans_inducing_inputs(X, num_inducing, seed)
-        layers = build_layers(X, output_dim, depth, inner_width, Z)
-        return DeepGP(layers, likelihood, posterior_class(layers, **options), num_data=X.shape[0])
-
-    return build
-
-
-def _register_local_families() -> None:
-    from .posteriors import FullyCoupledPosterior, MeanFieldPosterior, StripesArrowPosterior
-
-    DEEP_GP_POSTERIORS["mean_field"] = _local_family("mean_field", MeanFieldPosterior)
-    DEEP_GP_POSTERIORS["fully_coupled"] = _local_family("fully_coupled", FullyCoupledPosterior)
-    DEEP_GP_POSTERIORS["stripes_arrow"] = _local_family("stripes_arrow", StripesArrowPosterior)
-
-
-def _build_global(*, X, Y, depth, num_inducing, likelihood, inner_width, output_dim, seed, **options):
-    """Global inducing (O&A App. O): DSVI layers without inducing inputs; U_0 and the last
-    layer's V from a seeded shuffled batch, hidden V ~ N(0, 1), log-precision -4 / 0."""
-    from .posteriors.global_inducing import global_inducing_from_data
-
-    if num_inducing > X.shape[0]:
-        raise ValueError(
-            f"num_inducing={num_inducing} exceeds the number of data points N={X.shape[0]}; the 'global' "
-            "posterior takes its inducing inputs U_0 from the training inputs"
-        )
-    layers = build_layers(X, output_dim, depth, inner_width, Z=None)
-    posterior = global_inducing_from_data(layers, X, Y, num_inducing, seed=seed, **options)
-    return DeepGP(layers, likelihood, posterior, num_data=X.shape[0])
-
-
-def _build_local(*, X, Y, depth, num_inducing, likelihood, inner_width, output_dim, seed, **options):
-    """Local inducing (O&A App. O): Z ~ N(0, 1) (pushed through the inner mean maps, which keeps
-    it N(0, 1)), V ~ N(0, 1), log-precision 0 on every layer."""
-    from .posteriors.global_inducing import local_inducing_from_data
-
-    rng = np.random.default_rng(seed)
-    Z = rng.standard_normal((num_inducing, X.shape[1]))
+    elif family.layer_inducing == "normal":
+        # O&A's local inducing: Z ~ N(0, 1) (pushed through the inner mean maps, which keeps it N(0, 1))
+        Z = np.random.default_rng(seed).standard_normal((num_inducing, D))
+    else:
+        Z = None
     layers = build_layers(X, output_dim, depth, inner_width, Z)
-    posterior = local_inducing_from_data(layers, X, Y, seed=seed, **options)
-    return DeepGP(layers, likelihood, posterior, num_data=X.shape[0])
-
-
-_register_local_families()
-DEEP_GP_POSTERIORS["global"] = _build_global
-DEEP_GP_POSTERIORS["local"] = _build_local
+    post = family.initialise(layers, X, Y, num_inducing, seed, **posterior_options)
+    return DeepGP(layers, likelihood, post, num_data=N)

@@ -15,9 +15,12 @@ import numpy as np
 
 __all__ = ["main", "run_uci_split", "parse_splits"]
 
-GP_POSTERIORS = ("mean_field", "fully_coupled", "stripes_arrow", "global", "local")
-BNN_POSTERIORS = ("factorised", "local", "global", "factorised_global", "random_global")
-BNN_PRIORS = ("standard", "neal", "scale")
+from .families import BNN_FAMILIES, DEEP_GP_FAMILIES  # noqa: E402
+from .priors import PRIORS  # noqa: E402
+
+GP_POSTERIORS = tuple(DEEP_GP_FAMILIES)
+BNN_POSTERIORS = tuple(BNN_FAMILIES)
+BNN_PRIORS = tuple(PRIORS)
 
 
 def parse_splits(text: str, n_splits: int) -> List[int]:

@@ -14,11 +14,21 @@ sample.
 """
 from __future__ import annotations
 
+from typing import Callable, Optional, Union
+
 import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes
 
-__all__ = ["batched_K", "batched_K_diag", "batched_K_sym", "SUPPORTED_KERNELS"]
+__all__ = [
+    "batched_K",
+    "batched_K_diag",
+    "batched_K_sym",
+    "SUPPORTED_KERNELS",
+    "WeightKernel",
+    "ACTIVATIONS",
+    "get_activation",
+]
 
 SUPPORTED_KERNELS = (
     "gpflow.kernels.IsotropicStationary (SquaredExponential, Matern12/32/52, RationalQuadratic, ...)",
@@ -140,3 +150,106 @@ def _check_supported(kernel):
 def check_kernel_supported(kernel: gpflow.kernels.Kernel) -> None:
     """Raise ``TypeError`` naming the kernel if it has no batched evaluation."""
     _check_supported(kernel)
+
+
+# ----------------------------------------------------------------------------- weight kernel
+def _identity(x):
+    return x
+
+
+#: Names accepted for ``activation`` (a callable mapping tensors elementwise is accepted too).
+ACTIVATIONS = {
+    "identity": _identity,
+    "linear": _identity,
+    "relu": tf.nn.relu,
+    "tanh": tf.math.tanh,
+    "sigmoid": tf.math.sigmoid,
+    "elu": tf.nn.elu,
+    "softplus": tf.math.softplus,
+    "swish": tf.nn.silu,
+    "leaky_relu": tf.nn.leaky_relu,
+}
+
+
+def get_activation(activation: Union[None, str, Callable]) -> Callable:
+    """The elementwise function for a name in :data:`ACTIVATIONS`, ``None`` (identity) or a callable."""
+    if activation is None:
+        return _identity
+    if callable(activation):
+        return activation
+    if isinstance(activation, str) and activation in ACTIVATIONS:
+        return ACTIVATIONS[activation]
+    raise ValueError(f"unknown activation {activation!r}; choose one of {', '.join(map(repr, ACTIVATIONS))}")
+
+
+class WeightKernel(gpflow.kernels.Kernel):
+    """The kernel induced by random linear weights on a finite feature map.
+
+    ``k(f, f') = weight_variance * phi_b(f)^T phi_b(f')`` with ``phi_b(f) = [phi(f), 1]`` (the
+    bias column when ``bias``), i.e. ``K(F) = Phi S Phi^T / D`` with ``S/D = weight_variance``.
+
+    :param input_dim: width of the inputs (``N_{l-1}``).
+    :param activation: ``phi``, a name in :data:`ACTIVATIONS` or a callable.
+    :param bias: append a column of ones to the features.
+    :param weight_variance: the prior variance of one weight, ``E[P^{-1}]``; default ``1/D``
+        (NealPrior). It is a fixed number, not a parameter: the prior's randomness (if any) is
+        handled by the posterior with the layer's :class:`~deepgp_gi.priors.WeightPrior`.
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        activation: Union[None, str, Callable] = "identity",
+        bias: bool = True,
+        weight_variance: Optional[float] = None,
+        name: Optional[str] = None,
+    ):
+        super().__init__(name=name)
+        self.input_dim = int(input_dim)
+        self.activation_name = activation if isinstance(activation, str) else getattr(activation, "__name__", "custom")
+        self.activation = get_activation(activation)
+        self.bias = bool(bias)
+        self.num_features = self.input_dim + int(self.bias)
+        if weight_variance is None:
+            weight_variance = 1.0 / self.num_features
+        if not weight_variance > 0:
+            raise ValueError(f"weight_variance must be positive, got {weight_variance}")
+        self.weight_variance = float(weight_variance)
+
+    @check_shapes("F: [batch..., N, D_in]", "return: [batch..., N, D]")
+    def features(self, F: tf.Tensor) -> tf.Tensor:
+        """The feature map ``Phi = [phi(F), 1]``: ``[..., N, input_dim] -> [..., N, D]``."""
+        F = tf.convert_to_tensor(F)
+        if F.shape[-1] is not None and F.shape[-1] != self.input_dim:
+            raise ValueError(
+                f"WeightKernel expects inputs with {self.input_dim} columns, got shape {F.shape}"
+            )
+        Phi = self.activation(F)
+        if self.bias:
+            ones = tf.ones(tf.concat([tf.shape(F)[:-1], [1]], 0), dtype=Phi.dtype)
+            Phi = tf.concat([Phi, ones], axis=-1)
+        return Phi
+
+    def _scale(self, dtype):
+        return tf.constant(self.weight_variance, dtype)
+
+    @check_shapes("X: [batch..., N, D_in]", "Z: [batch..., M, D_in]", "return: [batch..., N, M]")
+    def batched_cross(self, X: tf.Tensor, Z: tf.Tensor) -> tf.Tensor:
+        """Paired-batch covariance ``[..., N, M]`` (sample ``s`` of X against sample ``s`` of Z)."""
+        PX, PZ = self.features(X), self.features(Z)
+        return self._scale(PX.dtype) * tf.linalg.matmul(PX, PZ, transpose_b=True)
+
+    def K(self, X, X2=None):
+        """GPflow semantics: ``[..., N, D] x [..., M, D] -> [..., N, ..., M]`` (outer over batches)."""
+        PX = self.features(X)
+        PZ = PX if X2 is None else self.features(X2)
+        if PX.shape.rank == 2 and PZ.shape.rank == 2:
+            out = tf.linalg.matmul(PX, PZ, transpose_b=True)
+        else:
+            out = tf.tensordot(PX, PZ, [[-1], [-1]])
+        return self._scale(PX.dtype) * out
+
+    def K_diag(self, X):
+        """Marginal variances ``[..., N]``."""
+        PX = self.features(X)
+        return self._scale(PX.dtype) * tf.reduce_sum(tf.square(PX), axis=-1)

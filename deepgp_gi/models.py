@@ -1,21 +1,45 @@
 """The deep GP model: layers (the prior), a likelihood, and an approximate posterior."""
 from __future__ import annotations
 
+import warnings
 from typing import List, Optional, Sequence, Tuple, Union
 
 import gpflow
-import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
 from gpflow.models.model import BayesianModel
 from gpflow.models.training_mixins import ExternalDataTrainingLossMixin
 
 from .layers import GPLayer
 from .likelihoods import check_targets, expected_log_likelihood, mixture_log_density, predict_mean_and_var
 from .noise import NoiseLike
-from .posteriors import POSTERIORS, DeepPosterior
-from .validation import as_data_array, check_data_pair, check_positive_int
+from .posteriors import DeepPosterior
+from .validation import as_data_array, check_data_pair, check_layer_chain, check_positive_int
 
-__all__ = ["DeepGP"]
+__all__ = ["DeepGP", "DEFAULT_POSTERIOR", "DEFAULT_PREDICT_SAMPLES"]
+
+#: The posterior family of ``DeepGP(...)`` and ``build_deep_gp(...)`` when none is named.
+DEFAULT_POSTERIOR = "global"
+
+#: Monte Carlo samples of ``predict_f``, ``predict_y``, ``predict_log_density``,
+#: ``predict_f_samples`` and ``sample_layers`` when ``num_samples`` is not given (as in
+#: :mod:`deepgp_gi.metrics`). Training uses ``num_samples=1`` unless told otherwise.
+DEFAULT_PREDICT_SAMPLES = 100
+
+_SEED_DOC = (
+    "``seed``: ``None`` (fresh random draws), an int or ``[2]`` seed (reproducible draws) or a "
+    ":class:`~deepgp_gi.noise.NoiseSource`"
+)
+
+
+def _resolve_seed(seed, noise, where: str):
+    """``noise=`` is the deprecated name of ``seed=`` (in GPflow, "noise" is the likelihood's)."""
+    if noise is None:
+        return seed
+    if seed is not None:
+        raise TypeError(f"{where}: give seed= only (noise= is its deprecated alias)")
+    warnings.warn(f"{where}: the keyword noise= is deprecated; use seed=", DeprecationWarning, stacklevel=3)
+    return noise
 
 
 class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
@@ -24,8 +48,10 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
     :param layers: the layers, input to output; ``layers[-1].output_dim`` is the number of
         latent functions the likelihood sees.
     :param likelihood: any GPflow likelihood (applied over the sample axis).
-    :param posterior: a :class:`~deepgp_gi.posteriors.DeepPosterior` built on ``layers``, or the
-        name of one that can be built from the layers alone (e.g. ``"mean_field"``).
+    :param posterior: a :class:`~deepgp_gi.posteriors.DeepPosterior` built on ``layers``, or a
+        family name from :mod:`deepgp_gi.families` (default ``"global"``, as ``build_deep_gp``),
+        built from the layers with the class's default values (the builders initialise from
+        data instead).
     :param num_data: the training-set size N; a minibatch ELBO is rescaled by ``N / batch``.
         ``None`` means every batch is the whole data set.
     :param num_samples: default S for ``training_loss`` (used by GPflow optimisers).
@@ -35,26 +61,22 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         self,
         layers: Sequence[GPLayer],
         likelihood: gpflow.likelihoods.Likelihood,
-        posterior: Union[str, DeepPosterior] = "mean_field",
+        posterior: Union[str, DeepPosterior] = DEFAULT_POSTERIOR,
         num_data: Optional[int] = None,
         num_samples: int = 1,
         name: Optional[str] = None,
     ):
         super().__init__(name=name)
-        layers = list(layers)
-        if len(layers) < 1:
-            raise ValueError("layers must contain at least one layer (depth >= 1)")
-        for i, layer in enumerate(layers):
-            if not isinstance(layer, gpflow.Module) or not hasattr(layer, "output_dim"):
-                raise TypeError(f"layers[{i}] is a {type(layer).__name__}, not a deepgp_gi layer")
         if not isinstance(likelihood, gpflow.likelihoods.Likelihood):
             raise TypeError(f"likelihood must be a gpflow.likelihoods.Likelihood, got {type(likelihood).__name__}")
         if isinstance(posterior, str):
-            if posterior not in POSTERIORS:
-                raise ValueError(f"unknown posterior {posterior!r}; choose one of {', '.join(map(repr, POSTERIORS))}")
-            posterior = POSTERIORS[posterior](layers)
+            from .families import posterior_class
+
+            layers = check_layer_chain(layers)
+            posterior = posterior_class(posterior, layers)(layers)
         if not isinstance(posterior, DeepPosterior):
             raise TypeError(f"posterior must be a DeepPosterior or a name, got {type(posterior).__name__}")
+        layers = list(layers)
         if len(posterior.layers) != len(layers) or any(a is not b for a, b in zip(posterior.layers, layers)):
             raise ValueError("posterior was built on different layers than the ones given to DeepGP")
         latent = getattr(likelihood, "latent_dim", None)
@@ -115,22 +137,27 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         return X, Y
 
     # ------------------------------------------------------------------ objective
-    def propagate(self, X, num_samples: int = 1, noise: NoiseLike = None):
+    @check_shapes("X: [N, D]")
+    def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None):
         """``posterior.propagate`` (see :class:`~deepgp_gi.posteriors.Propagation`)."""
-        return self.posterior.propagate(X, num_samples, noise)
+        return self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "propagate"))
 
-    def elbo(self, data, num_samples: int = 1, noise: NoiseLike = None) -> tf.Tensor:
+    @check_shapes("return: []")
+    def elbo(self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None) -> tf.Tensor:
         """Unbiased estimate of the full-data ELBO (a sum over the data set).
 
         With ``num_data`` set, a minibatch's expected log-likelihood is rescaled by
-        ``num_data / batch``. Averages the per-sample estimate over ``num_samples`` samples.
+        ``num_data / batch``. Averages the per-sample estimate over ``num_samples`` samples
+        (default 1, the training setting). ``seed``: see :meth:`predict_f`.
         """
-        return tf.reduce_mean(self.elbo_per_sample(data, num_samples, noise))
+        return tf.reduce_mean(self.elbo_per_sample(data, num_samples, _resolve_seed(seed, noise, "elbo")))
 
-    def elbo_per_sample(self, data, num_samples: int = 1, noise: NoiseLike = None) -> tf.Tensor:
+    @check_shapes("return: [S]")
+    def elbo_per_sample(self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
+                        ) -> tf.Tensor:
         """The ELBO estimate of each of the S joint samples, ``[S]``."""
         X, Y = self.check_data(data)
-        prop = self.posterior.propagate(X, num_samples, noise)
+        prop = self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "elbo_per_sample"))
         ell = expected_log_likelihood(self.likelihood, X, prop.mean, prop.var, Y)  # [S, N]
         ell = tf.reduce_sum(ell, axis=-1)
         if self.num_data is not None:
@@ -142,37 +169,58 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         return self.elbo(data, self.num_samples)
 
     # ------------------------------------------------------------------ prediction
-    def sample_layers(self, Xnew, num_samples: int = 1, noise: NoiseLike = None) -> List[tf.Tensor]:
+    def sample_layers(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
+                      noise: NoiseLike = None) -> List[tf.Tensor]:
         """One ``[S, N, D_l]`` tensor of joint samples per layer."""
         Xnew = self.check_inputs(Xnew)
-        return self.posterior.propagate(Xnew, num_samples, noise).samples
+        return self.posterior.propagate(Xnew, num_samples, _resolve_seed(seed, noise, "sample_layers")).samples
 
-    def predict_f_samples(self, Xnew, num_samples: int = 1, noise: NoiseLike = None) -> tf.Tensor:
+    @check_shapes("return: [S, N, P]")
+    def predict_f_samples(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
+                          noise: NoiseLike = None) -> tf.Tensor:
         """``[S, N, P]`` samples of the last layer's function values."""
-        return self.sample_layers(Xnew, num_samples, noise)[-1]
+        return self.sample_layers(Xnew, num_samples, _resolve_seed(seed, noise, "predict_f_samples"))[-1]
 
-    def predict_f_components(self, Xnew, num_samples: int = 1, noise: NoiseLike = None):
-        """The mixture components: per-sample mean and variance ``[S, N, P]`` of the last layer."""
+    @check_shapes("return[0]: [S, N, P]", "return[1]: [S, N, P]")
+    def predict_f_components(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
+                             noise: NoiseLike = None):
+        """The mixture components: per-sample mean and variance ``[S, N, P]`` of the last layer.
+
+        The variance is exactly 0 for the BNN families that sample the last layer's weights
+        (see :class:`~deepgp_gi.posteriors.Propagation`)."""
         Xnew = self.check_inputs(Xnew)
-        prop = self.posterior.propagate(Xnew, num_samples, noise)
+        prop = self.posterior.propagate(Xnew, num_samples, _resolve_seed(seed, noise, "predict_f_components"))
         return prop.mean, prop.var
 
-    def predict_f(self, Xnew, num_samples: int = 1, noise: NoiseLike = None):
-        """Mean and variance ``[N, P]`` of the mixture over ``num_samples`` samples."""
-        mean, var = self.predict_f_components(Xnew, num_samples, noise)
+    @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
+    def predict_f(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
+                  noise: NoiseLike = None):
+        """Mean and variance ``[N, P]`` of the mixture over ``num_samples`` samples.
+
+        ``num_samples`` defaults to :data:`DEFAULT_PREDICT_SAMPLES` (100). ``seed``: ``None``
+        (fresh random draws), an int or ``[2]`` seed (reproducible draws), or a
+        :class:`~deepgp_gi.noise.NoiseSource`; ``noise=`` is its deprecated alias.
+        """
+        mean, var = self.predict_f_components(Xnew, num_samples, _resolve_seed(seed, noise, "predict_f"))
         return _mixture_moments(mean, var)
 
-    def predict_y(self, Xnew, num_samples: int = 1, noise: NoiseLike = None):
-        """Mean and variance ``[N, P]`` of the predictive mixture, likelihood noise included."""
+    @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
+    def predict_y(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
+                  noise: NoiseLike = None):
+        """Mean and variance ``[N, P]`` of the predictive mixture, likelihood noise included
+        (``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
         Xnew = self.check_inputs(Xnew)
-        mean, var = self.predict_f_components(Xnew, num_samples, noise)
+        mean, var = self.predict_f_components(Xnew, num_samples, _resolve_seed(seed, noise, "predict_y"))
         ymean, yvar = predict_mean_and_var(self.likelihood, Xnew, mean, var)
         return _mixture_moments(ymean, yvar)
 
-    def predict_log_density(self, data, num_samples: int = 1, noise: NoiseLike = None) -> tf.Tensor:
-        """``[N]``: ``logsumexp_s log p(y_n | f_n^(s)) - log S`` (each term exact where possible)."""
+    @check_shapes("return: [N]")
+    def predict_log_density(self, data, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
+                            noise: NoiseLike = None) -> tf.Tensor:
+        """``[N]``: ``logsumexp_s log p(y_n | f_n^(s)) - log S`` (each term exact where possible;
+        ``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
         X, Y = self.check_data(data, names=("Xnew", "Ynew"))
-        prop = self.posterior.propagate(X, num_samples, noise)
+        prop = self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "predict_log_density"))
         return mixture_log_density(self.likelihood, X, prop.mean, prop.var, Y)
 
 

@@ -6,17 +6,18 @@ A layer ``l`` with fan-in ``D_l`` (bias column included) has weight columns
 * :class:`StandardPrior`: ``N(0, 1)`` weights, ``P_l = 1``;
 * :class:`NealPrior`: ``N(0, 1/D_l)`` weights, ``P_l = D_l``;
 * :class:`ScalePrior`: a per-layer scale ``s ~ Gamma(2, 2)`` with ``P_l = D_l s`` (the paper's
-  choice; ``power`` gives ``P_l = D_l s^power``). ``s`` is random, so the prior object also holds
-  its approximate posterior ``q(s) = Gamma(2 + e^a, 2 + e^b)`` (``a = b = 6`` initially), sampled
-  with a reparameterised Gamma draw; the ELBO gains ``log p(s) - log q(s)`` per sample.
+  choice; ``power`` gives ``P_l = D_l s^power``). ``s`` is random: its approximate posterior
+  ``q(s)`` is a variational parameter and lives in the posterior object
+  (:class:`~deepgp_gi.posteriors.prior_scales.ScalePosterior`); the ELBO gains
+  ``log p(s) - log q(s)`` per sample.
 
-Every posterior family asks its layer's prior for :meth:`WeightPrior.sample_precision` once per
-forward pass, then builds ``q(W | P_l)`` with the (possibly sampled) precision. A prior instance
-belongs to one layer: share one between layers only if the layers should share ``s``.
+A prior states ``p`` only. Every weight-space posterior asks
+:class:`~deepgp_gi.posteriors.prior_scales.PriorPrecisions` for the layer's precision once per
+forward pass (fixed, or sampled from ``q(s)``), then builds ``q(W | P_l)`` with it.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional
 
 import gpflow
 import numpy as np
@@ -24,7 +25,6 @@ import scipy.special
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from .noise import NoiseSource
 
 __all__ = ["WeightPrior", "StandardPrior", "NealPrior", "ScalePrior", "PRIORS", "make_prior"]
 
@@ -40,61 +40,41 @@ class WeightPrior(gpflow.Module):
         the pre-activations; for a random precision the weights are not Gaussian marginally)."""
         raise NotImplementedError
 
-    def sample_precision(
-        self, fan_in: int, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType
-    ) -> Tuple[tf.Tensor, tf.Tensor]:
-        """The prior precision of the weight columns for each of S samples.
-
-        :param fan_in: ``D_l`` (bias column included).
-        :param num_samples: S.
-        :param noise_source: where random draws come from (a Gamma draw named ``name`` for
-            :class:`ScalePrior`; nothing is drawn by the fixed priors).
-        :param name: the noise name of this layer's hyper-parameter draw, e.g. ``"s/0"``.
-        :param dtype: float dtype of the result.
-        :return: ``(precision [S], log_ratio [S])`` where ``log_ratio = log p(s) - log q(s)``
-            (zeros for fixed priors).
-        """
-        raise NotImplementedError
+    def fixed_precision(self, fan_in: int) -> float:
+        """The precision ``P_l`` of a prior whose precision is not random."""
+        raise NotImplementedError(f"{type(self).__name__} has a random precision")
 
 
 class _FixedPrior(WeightPrior):
-    def _precision(self, fan_in: int) -> float:
-        raise NotImplementedError
-
     def weight_variance(self, fan_in: int) -> float:
-        return 1.0 / self._precision(fan_in)
-
-    def sample_precision(self, fan_in, num_samples, noise_source, name, dtype):
-        precision = tf.fill([num_samples], tf.constant(self._precision(fan_in), dtype))
-        return precision, tf.zeros([num_samples], dtype)
+        return 1.0 / self.fixed_precision(fan_in)
 
 
 class StandardPrior(_FixedPrior):
     """``N(0, 1)`` weights: ``P_l = 1``. Pre-activations grow with the width."""
 
-    def _precision(self, fan_in: int) -> float:
+    def fixed_precision(self, fan_in: int) -> float:
         return 1.0
 
 
 class NealPrior(_FixedPrior):
     """``N(0, 1/D_l)`` weights (Neal 1996): ``P_l = D_l``, the fan-in with the bias column."""
 
-    def _precision(self, fan_in: int) -> float:
+    def fixed_precision(self, fan_in: int) -> float:
         return float(fan_in)
 
 
 class ScalePrior(WeightPrior):
     """A learned per-layer scale: ``s ~ Gamma(2, 2)``, weights ``N(0, 1/(D_l s^power))``.
 
-    The approximate posterior is ``q(s) = Gamma(2 + exp(alpha), 2 + exp(beta))`` (shape, rate);
-    ``alpha`` and ``beta`` are unconstrained parameters initialised to 6, so ``q`` starts
-    concentrated near 1. ``power = 1`` is the paper's prior; ``power = -0.5`` reproduces the
-    reference code's ``rsqrt`` parameterisation (ALGORITHMS.md §5 item 1).
+    The prior states ``p(s)`` and how ``s`` sets the precision; the approximate posterior
+    ``q(s)`` belongs to the posterior object
+    (:class:`~deepgp_gi.posteriors.prior_scales.ScalePosterior`), like every other variational
+    parameter. ``power = 1`` is the paper's prior; ``power = -0.5`` reproduces the reference code's
+    ``rsqrt`` parameterisation (ALGORITHMS.md §5 item 1).
 
     :param prior_concentration: shape of ``p(s)`` (2).
     :param prior_rate: rate of ``p(s)`` (2).
-    :param alpha_init: initial ``alpha`` (6).
-    :param beta_init: initial ``beta`` (6).
     :param power: ``P_l = D_l s^power``.
     """
 
@@ -104,8 +84,6 @@ class ScalePrior(WeightPrior):
         self,
         prior_concentration: float = 2.0,
         prior_rate: float = 2.0,
-        alpha_init: float = 6.0,
-        beta_init: float = 6.0,
         power: float = 1.0,
         name: Optional[str] = None,
     ):
@@ -121,8 +99,6 @@ class ScalePrior(WeightPrior):
         self.prior_concentration = float(prior_concentration)
         self.prior_rate = float(prior_rate)
         self.power = float(power)
-        self.alpha = gpflow.Parameter(float(alpha_init), name="alpha")
-        self.beta = gpflow.Parameter(float(beta_init), name="beta")
 
     def prior_distribution(self, dtype: tf.DType) -> tfp.distributions.Gamma:
         """``p(s) = Gamma(prior_concentration, prior_rate)``."""
@@ -130,33 +106,15 @@ class ScalePrior(WeightPrior):
             tf.constant(self.prior_concentration, dtype), tf.constant(self.prior_rate, dtype)
         )
 
-    def posterior_distribution(self) -> tfp.distributions.Gamma:
-        """``q(s) = Gamma(2 + exp(alpha), 2 + exp(beta))`` in the parameters' dtype."""
-        dtype = self.alpha.dtype
-        two = tf.constant(2.0, dtype)
-        return tfp.distributions.Gamma(two + tf.exp(self.alpha), two + tf.exp(self.beta))
-
     def weight_variance(self, fan_in: int) -> float:
         # E_p[s^{-power}] for s ~ Gamma(a, b) is Gamma(a - power) / Gamma(a) * b^power.
         a, b, k = self.prior_concentration, self.prior_rate, self.power
         moment = float(np.exp(scipy.special.gammaln(a - k) - scipy.special.gammaln(a)) * b**k)
         return moment / float(fan_in)
 
-    def sample_scale(self, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType):
-        """Reparameterised draws ``s ~ q(s)`` ``[S]`` and ``log p(s) - log q(s)`` ``[S]``."""
-        q = self.posterior_distribution()
-        concentration = tf.cast(q.concentration, dtype)
-        rate = tf.cast(q.rate, dtype)
-        g = noise_source.gamma(name, [num_samples], concentration, dtype)  # Gamma(conc, 1)
-        s = g / rate
-        log_q = tfp.distributions.Gamma(concentration, rate).log_prob(s)
-        log_p = self.prior_distribution(dtype).log_prob(s)
-        return s, log_p - log_q
-
-    def sample_precision(self, fan_in, num_samples, noise_source, name, dtype):
-        s, log_ratio = self.sample_scale(num_samples, noise_source, name, dtype)
-        precision = tf.constant(float(fan_in), dtype) * tf.pow(s, tf.constant(self.power, dtype))
-        return precision, log_ratio
+    def precision_from_scale(self, fan_in: int, scale: tf.Tensor) -> tf.Tensor:
+        """``P_l = D_l s^power`` for scales ``s`` ``[S]``."""
+        return tf.constant(float(fan_in), scale.dtype) * tf.pow(scale, tf.constant(self.power, scale.dtype))
 
 
 #: Names accepted by ``build_bnn(prior=...)``.

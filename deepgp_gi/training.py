@@ -211,7 +211,7 @@ def fit(
     def train_step(step, X_b, Y_b):
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(variables)
-            elbo = model.elbo((X_b, Y_b), num_samples, noise=_step_noise(seed, step))
+            elbo = model.elbo((X_b, Y_b), num_samples, _step_noise(seed, step))
             loss = -(elbo + model.log_prior_density())
         grads = tape.gradient(loss, variables)
         optimizer.apply_gradients(zip(grads, variables))

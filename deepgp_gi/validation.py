@@ -10,7 +10,20 @@ from typing import Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["as_data_array", "check_data_pair", "check_positive_int", "check_choice"]
+__all__ = [
+    "as_data_array",
+    "check_data_pair",
+    "check_positive_int",
+    "check_choice",
+    "check_float",
+    "check_positive_float",
+    "check_bool",
+    "check_seed",
+    "check_finite_array",
+    "per_layer_floats",
+    "per_layer_list",
+    "check_layer_chain",
+]
 
 
 def _describe_bad(arr: np.ndarray, name: str) -> str:
@@ -91,3 +104,96 @@ def check_choice(value, name: str, choices: Tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, choices))}")
     return value
+
+
+def check_float(value, name: str) -> float:
+    """A finite real number (bools rejected)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def check_positive_float(value, name: str) -> float:
+    """A finite number > 0."""
+    value = check_float(value, name)
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
+
+
+def check_bool(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_seed(seed, name: str = "seed") -> Optional[int]:
+    """``None`` or an integer (bools and floats rejected)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer or None, got {type(seed).__name__} {seed!r}")
+    return int(seed)
+
+
+def check_finite_array(value, name: str, *, ndim: Optional[int] = None, shape: Optional[Tuple[int, ...]] = None):
+    """A finite real float64 NumPy array, optionally of rank ``ndim`` or exactly ``shape``."""
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        value = value.numpy()
+    try:
+        arr = np.asarray(value)
+    except Exception as err:  # pragma: no cover
+        raise TypeError(f"{name} cannot be converted to an array: {err}") from err
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if shape is not None and arr.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(arr.shape)}")
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {list(arr.shape)}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr.astype(np.float64)
+
+
+def per_layer_list(value, name: str, depth: int) -> list:
+    """``None`` -> ``[None] * depth``; a sequence must have one entry per layer."""
+    if value is None:
+        return [None] * depth
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list of {depth} entries (one per layer), got {type(value).__name__}")
+    if len(value) != depth:
+        raise ValueError(f"{name} needs {depth} entries (one per layer), got {len(value)}")
+    return list(value)
+
+
+def per_layer_floats(value, name: str, depth: int, default) -> list:
+    """Per-layer values from None (-> ``default``), one number, or ``depth`` entries; an entry
+    is a number or an array (checked where it is used)."""
+    if value is None:
+        value = default
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return [check_float(value, name)] * depth
+    if isinstance(value, np.ndarray):
+        value = list(value)
+    value = per_layer_list(value, name, depth)
+    return [v if isinstance(v, np.ndarray) or isinstance(v, (list, tuple)) else check_float(v, f"{name}[{i}]")
+            for i, v in enumerate(value)]
+
+
+def check_layer_chain(layers) -> list:
+    """At least one layer, each a deepgp_gi layer, each input width the previous output width."""
+    layers = list(layers)
+    if len(layers) < 1:
+        raise ValueError("layers must contain at least one layer (depth >= 1)")
+    for i, layer in enumerate(layers):
+        if not hasattr(layer, "output_dim") or not hasattr(layer, "input_dim"):
+            raise TypeError(f"layers[{i}] is a {type(layer).__name__}, not a deepgp_gi layer")
+        if i and layer.input_dim != layers[i - 1].output_dim:
+            raise ValueError(
+                f"layers[{i}].input_dim is {layer.input_dim} but layers[{i - 1}].output_dim "
+                f"is {layers[i - 1].output_dim}"
+            )
+    return layers

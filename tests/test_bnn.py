@@ -132,7 +132,7 @@ def test_O15_gi_zero_precision_is_prior(rng):
     X = rng.normal(size=(7, 2))
     layers = [DenseLayer(2, 4, "identity"), DenseLayer(4, 1, "relu")]
     post = GlobalInducingWeightPosterior(layers, rng.normal(size=(5, 2)), log_precisions=[-800.0, -800.0])
-    kl = post.propagate(X, 4, noise=1).kl
+    kl = post.propagate(X, 4, seed=1).kl
     np.testing.assert_allclose(kl, 0.0, atol=1e-12)
 
 
@@ -143,7 +143,7 @@ def test_O13_factorised_kl_equals_tfp(rng, prior_cls):
     means = [rng.normal(size=(4, 5)), rng.normal(size=(6, 2))]
     variances = [np.exp(rng.normal(size=(4, 5))), np.exp(rng.normal(size=(6, 2)))]
     post = FactorisedWeightPosterior(layers, means=means, variances=variances)
-    kl = post.propagate(rng.normal(size=(4, 3)), 3, noise=0).kl.numpy()
+    kl = post.propagate(rng.normal(size=(4, 3)), 3, seed=0).kl.numpy()
     ref = 0.0
     for layer, mu, var in zip(layers, means, variances):
         prior_sd = np.sqrt(layer.prior.weight_variance(layer.fan_in))
@@ -156,7 +156,7 @@ def test_O15_factorised_at_prior_has_zero_kl(prior_cls):
     layer = DenseLayer(4, 3, prior=prior_cls())
     var = layer.prior.weight_variance(layer.fan_in)
     post = FactorisedWeightPosterior([layer], means=[np.zeros((5, 3))], variances=[var])
-    np.testing.assert_allclose(post.propagate(np.ones((2, 4)), 2, noise=0).kl, 0.0, atol=1e-12)
+    np.testing.assert_allclose(post.propagate(np.ones((2, 4)), 2, seed=0).kl, 0.0, atol=1e-12)
     np.testing.assert_allclose(factorised_kl(np.zeros((5, 3)), np.full((5, 3), var), np.full(2, 1 / var)), 0.0, atol=1e-12)
 
 
@@ -180,10 +180,10 @@ def test_O15_local_inducing_analytic_kl_is_mean_log_ratio(rng):
     analytic = LocalInducingWeightPosterior(layers, analytic_kl=True, **kwargs)
     sampled = LocalInducingWeightPosterior(layers, analytic_kl=False, **kwargs)
     X = rng.normal(size=(3, 2))
-    kl_an = analytic.propagate(X, 2, noise=0).kl.numpy()
+    kl_an = analytic.propagate(X, 2, seed=0).kl.numpy()
     np.testing.assert_allclose(kl_an[0], kl_an[1])
     S = 20_000
-    kls = sampled.propagate(X, S, noise=1).kl.numpy()
+    kls = sampled.propagate(X, S, seed=1).kl.numpy()
     assert abs(kls.mean() - kl_an[0]) < 4 * kls.std() / np.sqrt(S)
 
 
@@ -195,20 +195,20 @@ def test_O16_local_reparameterisation_matches_weight_samples(rng):
     explicit = FactorisedWeightPosterior([layer], means, variances, local_reparameterisation=False)
     local = FactorisedWeightPosterior([layer], means, variances, local_reparameterisation=True)
     X = rng.normal(size=(5, 3))
-    prop = local.propagate(X, 1, noise=0)
+    prop = local.propagate(X, 1, seed=0)
     Phi = np.concatenate([X, np.ones((5, 1))], 1)
     m_ref, v_ref = local_reparameterisation_moments(Phi[None], means[0], variances[0])
     np.testing.assert_allclose(prop.mean[0], m_ref[0], rtol=1e-12)
     np.testing.assert_allclose(prop.var[0], v_ref[0], rtol=1e-12)
     S = 40_000
-    F = explicit.propagate(X, S, noise=2).samples[-1].numpy()  # [S, 5, 2]
+    F = explicit.propagate(X, S, seed=2).samples[-1].numpy()  # [S, 5, 2]
     se_mean = np.sqrt(prop.var[0].numpy() / S)
     assert np.all(np.abs(F.mean(0) - prop.mean[0].numpy()) < 4.5 * se_mean)
     emp_var = F.var(0)
     se_var = prop.var[0].numpy() * np.sqrt(2.0 / S)
     assert np.all(np.abs(emp_var - prop.var[0].numpy()) < 4.5 * se_var)
     # Explicit weights are shared by the rows of a sample; the local trick samples rows independently.
-    assert np.all(explicit.propagate(X, 3, noise=2).var.numpy() == 0)
+    assert np.all(explicit.propagate(X, 3, seed=2).var.numpy() == 0)
 
 
 # ------------------------------------------------------------------------------ fac->gi, rand->gi
@@ -234,7 +234,7 @@ def test_hybrids_share_weights_between_inducing_and_data_rows(rng):
         np.testing.assert_allclose(prop.samples[0], F0, rtol=1e-12)
         assert np.all(np.isfinite(prop.kl.numpy()))
     rand = RandomGlobalPosterior([DenseLayer(2, 3), DenseLayer(3, 1, "relu")], X, log_precision=-800.0)
-    np.testing.assert_allclose(rand.propagate(X, 3, noise=0).kl, 0.0, atol=1e-12)
+    np.testing.assert_allclose(rand.propagate(X, 3, seed=0).kl, 0.0, atol=1e-12)
 
 
 # ------------------------------------------------------------------------------ weight vs function space
@@ -302,8 +302,8 @@ def test_weight_and_function_space_gi_agree_in_expectation(rng):
     out = {}
     for name, post in (("ws", ws), ("fs", fs)):
         model = DeepGP(layers, lik, post, num_data=N)
-        elbo = model.elbo_per_sample((X, Y), S, noise=7).numpy()
-        mean, var = model.predict_f_components(Xs, S, noise=8)
+        elbo = model.elbo_per_sample((X, Y), S, seed=7).numpy()
+        mean, var = model.predict_f_components(Xs, S, seed=8)
         out[name] = (elbo, mean.numpy()[..., 0], (mean**2 + var).numpy()[..., 0])
     for k in range(3):
         a, b = out["ws"][k], out["fs"][k]
@@ -322,7 +322,7 @@ def test_gi_weight_posterior_gradients_match_finite_differences(rng):
     model = DeepGP(layers, gpflow.likelihoods.Gaussian(0.5), post, num_data=N)
 
     def f():
-        return model.elbo((X, Y), 3, noise=5)
+        return model.elbo((X, Y), 3, seed=5)
 
     params = [post.inducing_inputs, post.inducing[0].pseudo_outputs, post.inducing[0].log_precision_scaled,
               post.inducing[1].pseudo_outputs, post.inducing[1].log_precision_scaled]
@@ -354,7 +354,7 @@ def _adam(model, data, steps, num_samples=1):
     @tf.function
     def step(seed):
         with tf.GradientTape() as tape:
-            loss = -model.elbo(data, num_samples, noise=tf.stack([seed, 0]))
+            loss = -model.elbo(data, num_samples, seed=tf.stack([seed, 0]))
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
 
     for i in range(steps):
@@ -372,7 +372,7 @@ def test_O14_true_evidence_bounds_elbo(posterior):
                       likelihood=lik, seed=0)
     Xt, Yt = tf.constant(X), tf.constant(Y)
     _adam(model, (Xt, Yt), 100)
-    elbo = model.elbo((X, Y), 20, noise=123).numpy()
+    elbo = model.elbo((X, Y), 20, seed=123).numpy()
     assert np.isfinite(elbo)
     assert elbo / len(X) <= log_true / len(X) + 0.01, (elbo / len(X), log_true / len(X))
 
@@ -410,7 +410,7 @@ def test_build_bnn_classification_uses_one_hot_pseudo_outputs(rng):
     m = build_bnn(X, Y, hidden=(4,), num_inducing=5, likelihood=gpflow.likelihoods.Softmax(3), seed=0)
     V = m.posterior.inducing[-1].pseudo_outputs.numpy()
     assert V.shape == (5, 3) and np.all(V.sum(1) == 1) and set(np.unique(V)) == {0.0, 1.0}
-    assert m.predict_f_samples(X, 2, noise=0).shape == (2, 12, 3)
+    assert m.predict_f_samples(X, 2, seed=0).shape == (2, 12, 3)
 
 
 @pytest.mark.parametrize(
@@ -455,9 +455,9 @@ def test_float32_end_to_end(rng, posterior):
         model = build_bnn(X, Y, hidden=(6, 6), posterior=posterior, prior="scale", num_inducing=8, seed=0)
         assert all(v.dtype == tf.float32 for v in model.trainable_variables)
         with tf.GradientTape() as tape:
-            elbo = model.elbo((X, Y), 3, noise=0)
+            elbo = model.elbo((X, Y), 3, seed=0)
         grads = tape.gradient(elbo, model.trainable_variables)
         assert elbo.dtype == tf.float32 and np.isfinite(elbo.numpy())
         assert all(np.all(np.isfinite(g.numpy())) for g in grads)
-        mean, var = model.predict_f(X, 4, noise=1)
+        mean, var = model.predict_f(X, 4, seed=1)
         assert mean.dtype == tf.float32 and np.all(np.isfinite(mean.numpy())) and np.all(np.isfinite(var.numpy()))

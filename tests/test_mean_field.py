@@ -92,7 +92,7 @@ def test_O16_whitened_equals_unwhitened_under_reparameterisation(rng):
         R = np.tril(rng.normal(size=(width, M, M))) * 0.2
         plain.posterior.q_mu[l].assign(m)
         plain.posterior.q_sqrt[l].assign(R)
-        Lk = dg.posteriors.mean_field.inducing_prior_cholesky(plain.layers[l]).numpy()
+        Lk = dg.posteriors.conditionals.inducing_cholesky(plain.layers[l], plain.layers[l].Z).numpy()
         white.posterior.q_mu[l].assign(np.linalg.solve(Lk, m))
         white.posterior.q_sqrt[l].assign(np.stack([np.linalg.solve(Lk, R[i]) for i in range(width)]))
     noise = FixedNoise({"f/0": rng.normal(size=(4, N, D)), "f/1": rng.normal(size=(4, N, P))})
@@ -123,10 +123,10 @@ def test_deep_gp_with_deterministic_identity_inner_layer_equals_svgp(rng):
     svgp = gpflow.models.SVGP(last_kernel, lik, layers[2].inducing_variable, num_latent_gps=P,
                               q_mu=q_mu, q_sqrt=q_sqrt, whiten=False, num_data=N)
     with gpflow.config.as_context(gpflow.config.Config(float=np.float64, jitter=1e-20)):
-        deep = model.elbo((X, Y), 3, noise=0).numpy()
-        mu, _ = model.predict_f(X, 2, noise=0)
+        deep = model.elbo((X, Y), 3, seed=0).numpy()
+        mu, _ = model.predict_f(X, 2, seed=0)
         kl_inner = sum(float(gpflow.kullback_leiblers.gauss_kl(post.q_mu[l], post.q_sqrt[l],
-                       K_cholesky=dg.posteriors.mean_field.inducing_prior_cholesky(layers[l]))) for l in (0, 1))
+                       K_cholesky=dg.posteriors.conditionals.inducing_cholesky(layers[l], layers[l].Z))) for l in (0, 1))
         ref = svgp.elbo((X, Y)).numpy()
         mu_ref = svgp.predict_f(X)[0].numpy()
     # the inner layers contribute only their own KL; the data term equals SVGP's

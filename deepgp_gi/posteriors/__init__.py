@@ -1,27 +1,25 @@
-"""Approximate posteriors for deep GPs; each implements :class:`DeepPosterior`.
+"""Approximate posteriors for deep GPs and BNNs; each implements :class:`DeepPosterior`.
 
-``POSTERIORS`` maps the names accepted by ``DeepGP(..., posterior=name)`` to classes that can be
-built from the layers alone.
+What lives where:
+
+* :mod:`.base` -- the interface (:class:`DeepPosterior`, :class:`Propagation`) and the
+  ``propagate`` prologue;
+* :mod:`.conditionals` -- the per-layer GP conditional as pure functions (one batched solve);
+* :mod:`.pseudo_data` -- pseudo-outputs and precisions, and the one Bayesian linear regression
+  behind every inducing posterior, in function and in weight space;
+* :mod:`.prior_scales` -- the weight prior's precision and ``q(s)`` of random-scale priors;
+* :mod:`.mean_field`, :mod:`.structured` (fully-coupled, STAR), :mod:`.inducing` (global and
+  local inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi).
+
+The name tables (``"mean_field"`` -> class and initialiser) are in :mod:`deepgp_gi.families`.
 """
 from .base import DeepPosterior, Propagation
+from .factorised import FactorisedGlobalPosterior, FactorisedWeightPosterior, RandomGlobalPosterior
+from .inducing import GlobalInducingPosterior, LocalInducingPosterior
 from .mean_field import MeanFieldPosterior
-from .global_inducing import GlobalInducingPosterior, LocalInducingPosterior
+from .prior_scales import ScalePosterior
+from .pseudo_data import PseudoData
 from .structured import FullyCoupledPosterior, StripesArrowPosterior
-from .weights import (
-    FactorisedGlobalPosterior,
-    FactorisedWeightPosterior,
-    GlobalInducingWeightPosterior,
-    LocalInducingWeightPosterior,
-    RandomGlobalPosterior,
-)
-
-POSTERIORS = {
-    "mean_field": MeanFieldPosterior,
-    "fully_coupled": FullyCoupledPosterior,
-    "stripes_arrow": StripesArrowPosterior,
-    "global": GlobalInducingPosterior,
-    "local": LocalInducingPosterior,
-}
 
 __all__ = [
     "DeepPosterior",
@@ -32,9 +30,8 @@ __all__ = [
     "GlobalInducingPosterior",
     "LocalInducingPosterior",
     "FactorisedWeightPosterior",
-    "LocalInducingWeightPosterior",
-    "GlobalInducingWeightPosterior",
     "FactorisedGlobalPosterior",
     "RandomGlobalPosterior",
-    "POSTERIORS",
+    "PseudoData",
+    "ScalePosterior",
 ]

@@ -1,18 +1,18 @@
 """The interface every approximate posterior of a deep GP implements.
 
 A posterior owns every variational parameter and knows how to push inputs through the layers:
-``posterior.propagate(X, num_samples, noise)`` returns a :class:`Propagation`. ``DeepGP`` builds
+``posterior.propagate(X, num_samples, seed)`` returns a :class:`Propagation`. ``DeepGP`` builds
 its ELBO and predictions from that alone, so a new family is one new subclass.
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import tensorflow as tf
 
-from ..layers import GPLayer
-from ..noise import NoiseLike
+from ..noise import NoiseLike, NoiseSource, as_noise_source
+from ..validation import check_layer_chain
 
 __all__ = ["Propagation", "DeepPosterior"]
 
@@ -23,7 +23,11 @@ class Propagation(NamedTuple):
     :ivar samples: one ``[S, N, D_l]`` tensor per layer: the sampled function values (the last
         entry is a sample of the last layer, drawn from ``mean``/``var``).
     :ivar mean: ``[S, N, P]`` mean of the last layer's conditional Gaussian per sample.
-    :ivar var: ``[S, N, P]`` marginal variance of the last layer's conditional Gaussian.
+    :ivar var: ``[S, N, P]`` marginal variance of the last layer's conditional Gaussian. It is
+        exactly 0 for the families that sample the last layer's weights explicitly (the BNN
+        families other than factorised with the local reparameterisation: local, global,
+        factorised_global, random_global): their last layer is a deterministic function of
+        the sampled weights, and all randomness sits in the mixture over samples.
     :ivar kl: ``[S]`` the regulariser subtracted in the ELBO for each sample: the analytic KL,
         or the sampled log-ratio ``log q - log p`` summed over layers.
     """
@@ -41,45 +45,54 @@ class DeepPosterior(gpflow.Module):
     they are the model's, and are kept here outside TensorFlow's module tracking so that every
     parameter appears once in ``print_summary(model)``.
 
-    Subclasses implement :meth:`propagate`.
+    Subclasses implement :meth:`propagate`, starting with :meth:`_start` (noise source and the
+    inputs broadcast over the sample axis) and ending with :meth:`sample_last_layer`.
     """
 
     # Layers belong to the model; do not track them twice.
     _TF_MODULE_IGNORED_PROPERTIES = gpflow.Module._TF_MODULE_IGNORED_PROPERTIES | frozenset({"_layers"})
 
-    def __init__(self, layers: Sequence[GPLayer], name: Optional[str] = None):
+    def __init__(self, layers: Sequence, name: Optional[str] = None):
         super().__init__(name=name)
-        layers = list(layers)
-        if len(layers) < 1:
-            raise ValueError("layers must contain at least one layer (depth >= 1)")
-        for i in range(1, len(layers)):
-            if layers[i].input_dim != layers[i - 1].output_dim:
-                raise ValueError(
-                    f"layers[{i}].input_dim is {layers[i].input_dim} but layers[{i - 1}].output_dim "
-                    f"is {layers[i - 1].output_dim}"
-                )
-        self.__dict__["_layers"] = tuple(layers)
+        self.__dict__["_layers"] = tuple(check_layer_chain(layers))
 
     @property
-    def layers(self) -> Sequence[GPLayer]:
+    def layers(self) -> Sequence:
         return self._layers
 
     @property
     def depth(self) -> int:
         return len(self._layers)
 
-    def propagate(self, X: tf.Tensor, num_samples: int = 1, noise: NoiseLike = None) -> Propagation:
+    @property
+    def dtype(self) -> tf.DType:
+        """The dtype of the variational parameters (GPflow's default float if there are none)."""
+        variables = self.trainable_variables
+        return variables[0].dtype if variables else gpflow.default_float()
+
+    def propagate(self, X: tf.Tensor, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
         """Push ``X`` [N, D] through every layer for ``num_samples`` joint samples.
 
         :param X: inputs ``[N, D]``.
         :param num_samples: S, the number of Monte Carlo samples (one sample = one draw of the
             functions of every layer).
-        :param noise: ``None`` (fresh random draws), an int or ``[2]`` seed (reproducible draws),
+        :param seed: ``None`` (fresh random draws), an int or ``[2]`` seed (reproducible draws),
             or a :class:`~deepgp_gi.noise.NoiseSource` (e.g. pre-drawn noise in tests).
         """
         raise NotImplementedError
 
-    def sample_last_layer(self, mean, var, noise_source, dtype):
+    def _start(self, X, num_samples: int, seed: NoiseLike, top_rows=None) -> Tuple[NoiseSource, tf.Tensor]:
+        """The prologue of every ``propagate``: the noise source and the rows to push through,
+        ``[S, N, D]`` (``[S, M + N, D]`` with ``top_rows`` ``[M, D]`` stacked above the data)."""
+        source = as_noise_source(seed)
+        X = tf.convert_to_tensor(X)
+        if X.dtype != self.dtype:
+            X = tf.cast(X, self.dtype)
+        if top_rows is not None:
+            X = tf.concat([tf.cast(tf.convert_to_tensor(top_rows), X.dtype), X], axis=0)
+        return source, tf.broadcast_to(X[None], tf.concat([[num_samples], tf.shape(X)], 0))
+
+    def sample_last_layer(self, mean, var, noise_source: NoiseSource) -> tf.Tensor:
         """Draw the last layer's sample from its conditional marginals (name ``f/{L-1}``)."""
-        eps = noise_source.normal(f"f/{self.depth - 1}", tf.shape(mean), dtype)
+        eps = noise_source.normal(f"f/{self.depth - 1}", tf.shape(mean), mean.dtype)
         return mean + tf.sqrt(tf.maximum(var, 0.0)) * eps

@@ -15,36 +15,27 @@ from check_shapes import check_shapes
 from gpflow.kullback_leiblers import gauss_kl
 
 from ..layers import GPLayer
-from ..linalg import add_jitter, safe_cholesky
-from ..noise import as_noise_source
 from .base import DeepPosterior, Propagation
-
-__all__ = ["MeanFieldPosterior", "conditional_projection", "inducing_prior_cholesky"]
-
-
-def inducing_prior_cholesky(layer: GPLayer) -> tf.Tensor:
-    """``chol(K(Z, Z) + jitter I)`` for a layer with local inducing inputs, ``[M, M]``."""
-    Kuu = add_jitter(layer.K(layer.Z), gpflow.config.default_jitter())
-    return safe_cholesky(Kuu, name=f"K_uu of layer {layer.name}")
-
-
-@check_shapes(
-    "Lk: [M, M]",
-    "Kuf: [S, M, N]",
-    "return: [S, M, N]",
+from .conditionals import (
+    conditional_mean,
+    inducing_cholesky,
+    residual_variance,
+    sample_rows,
+    unit_variances,
+    whitened_projection,
 )
-def conditional_projection(Lk: tf.Tensor, Kuf: tf.Tensor, whiten: bool) -> tf.Tensor:
-    """``L_K^{-1} K_uf`` (whitened) or ``K_uu^{-1} K_uf`` (non-whitened), by triangular solves.
 
-    The S samples share ``L_K``, so they are solved as one ``[M, S*N]`` right-hand side (one
-    large triangular solve is markedly faster than S batched ones on CPU).
-    """
-    S, M, N = tf.shape(Kuf)[0], tf.shape(Kuf)[1], tf.shape(Kuf)[2]
-    rhs = tf.reshape(tf.transpose(Kuf, [1, 0, 2]), [M, S * N])
-    A = tf.linalg.triangular_solve(Lk, rhs, lower=True)
-    if not whiten:
-        A = tf.linalg.triangular_solve(Lk, A, lower=True, adjoint=True)
-    return tf.transpose(tf.reshape(A, [M, S, N]), [1, 0, 2])
+__all__ = ["MeanFieldPosterior", "require_local_inducing"]
+
+
+def require_local_inducing(posterior: DeepPosterior) -> None:
+    """Raise unless every layer carries local inducing inputs (``inducing_variable``)."""
+    for i, layer in enumerate(posterior.layers):
+        if getattr(layer, "inducing_variable", None) is None:
+            raise ValueError(
+                f"layers[{i}] ({layer.name}) has no inducing_inputs; {type(posterior).__name__} needs "
+                "local inducing inputs on every layer"
+            )
 
 
 class MeanFieldPosterior(DeepPosterior):
@@ -67,12 +58,7 @@ class MeanFieldPosterior(DeepPosterior):
         name: Optional[str] = None,
     ):
         super().__init__(layers, name=name)
-        for i, layer in enumerate(self.layers):
-            if layer.inducing_variable is None:
-                raise ValueError(
-                    f"layers[{i}] has no inducing_inputs; the mean-field posterior needs local "
-                    "inducing inputs on every layer"
-                )
+        require_local_inducing(self)
         L = self.depth
         if q_sqrt_scales is None:
             q_sqrt_scales = [1e-5] * (L - 1) + [1.0]
@@ -83,10 +69,7 @@ class MeanFieldPosterior(DeepPosterior):
         q_sqrt: List[gpflow.Parameter] = []
         for layer, scale in zip(self.layers, q_sqrt_scales):
             M, P = layer.num_inducing, layer.output_dim
-            if self.whiten:
-                chol = np.eye(M)
-            else:
-                chol = inducing_prior_cholesky(layer).numpy()
+            chol = np.eye(M) if self.whiten else inducing_cholesky(layer, layer.Z).numpy()
             q_mu.append(gpflow.Parameter(np.zeros((M, P)), name="q_mu"))
             q_sqrt.append(
                 gpflow.Parameter(
@@ -106,6 +89,7 @@ class MeanFieldPosterior(DeepPosterior):
         Lk_b = tf.broadcast_to(Lk, tf.concat([[P], tf.shape(Lk)], 0))
         return tf.linalg.triangular_solve(Lk, q_mu), tf.linalg.triangular_solve(Lk_b, q_sqrt)
 
+    @check_shapes("F: [S, N, D]", "return[0]: [S, N, P]", "return[1]: [S, N, P]")
     def layer_marginals(self, l: int, F: tf.Tensor, Lk: Optional[tf.Tensor] = None):
         """Mean and variance ``[S, N, N_l]`` of layer ``l``'s outputs given its inputs F ``[S,N,D]``.
 
@@ -116,15 +100,11 @@ class MeanFieldPosterior(DeepPosterior):
         """
         layer = self.layers[l]
         if Lk is None:
-            Lk = inducing_prior_cholesky(layer)
-        Kuf = layer.K(layer.Z, F)  # [S, M, N]
-        A = conditional_projection(Lk, Kuf, whiten=True)
+            Lk = inducing_cholesky(layer, layer.Z)
+        A = whitened_projection(Lk, layer.K(layer.Z, F))
         m_white, R_white = self.whitened_parameters(l, Lk)
-        mean = tf.linalg.matmul(A, m_white, transpose_a=True) + layer.mean(F)  # [S, N, P]
-        prior_term = tf.reduce_sum(tf.square(A), axis=-2)  # [S, N]
-        RA = tf.linalg.matmul(R_white, A[:, None], transpose_a=True)  # [S, P, M, N]
-        q_term = tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(RA), axis=-2))  # [S, N, P]
-        var = (layer.K_diag(F) - prior_term)[..., None] + q_term
+        mean = conditional_mean(A, m_white, layer.mean(F))
+        var = residual_variance(layer, F, A)[..., None] + unit_variances(R_white, A)
         return mean, var
 
     def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
@@ -135,25 +115,21 @@ class MeanFieldPosterior(DeepPosterior):
             if self.whiten:
                 K_chol = None
             else:
-                K_chol = inducing_prior_cholesky(layer) if prior_choleskies is None else prior_choleskies[l]
+                K_chol = inducing_cholesky(layer, layer.Z) if prior_choleskies is None else prior_choleskies[l]
             terms.append(gauss_kl(self.q_mu[l], self.q_sqrt[l], K_cholesky=K_chol))
         return tf.add_n(terms)
 
-    def propagate(self, X, num_samples=1, noise=None) -> Propagation:
-        source = as_noise_source(noise)
-        S = num_samples
-        X = tf.convert_to_tensor(X)
-        F = tf.broadcast_to(X[None], tf.concat([[S], tf.shape(X)], 0))
+    def propagate(self, X, num_samples=1, seed=None) -> Propagation:
+        source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
-        choleskies = [inducing_prior_cholesky(layer) for layer in self.layers]  # once per step
+        choleskies = [inducing_cholesky(layer, layer.Z) for layer in self.layers]  # once per step
         samples = []
         for l in range(self.depth - 1):
             mean, var = self.layer_marginals(l, F, choleskies[l])
-            eps = source.normal(f"f/{l}", tf.shape(mean), mean.dtype)
-            F = mean + tf.sqrt(tf.maximum(var, 0.0) + jitter) * eps
+            F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
             samples.append(F)
         mean, var = self.layer_marginals(self.depth - 1, F, choleskies[-1])
         var = tf.maximum(var, 0.0)
-        samples.append(self.sample_last_layer(mean, var, source, mean.dtype))
-        kl = tf.fill([S], self.kl_divergence(choleskies))
+        samples.append(self.sample_last_layer(mean, var, source))
+        kl = tf.fill([num_samples], self.kl_divergence(choleskies))
         return Propagation(samples=samples, mean=mean, var=var, kl=kl)

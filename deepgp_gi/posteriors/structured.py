@@ -31,9 +31,9 @@ from check_shapes import check_shapes
 
 from ..layers import GPLayer
 from ..linalg import add_jitter, safe_cholesky
-from ..noise import as_noise_source
 from .base import DeepPosterior, Propagation
-from .mean_field import conditional_projection, inducing_prior_cholesky
+from .conditionals import inducing_cholesky, residual_variance, whitened_projection
+from .mean_field import require_local_inducing
 
 __all__ = [
     "FullyCoupledPosterior",
@@ -137,11 +137,9 @@ def _layer_terms(layer: GPLayer, F: tf.Tensor) -> _LayerTerms:
     ``a^T R_block = A^T (L_K^{-1} R_block)``: the second solve is moved onto the ``M x M`` blocks
     of ``R`` and ``mu`` (:meth:`_StructuredPosterior._white`), which has no data-sized factor.
     """
-    Lk = inducing_prior_cholesky(layer)
-    Kuf = layer.K(layer.Z, F)  # [S, M, N]
-    A = conditional_projection(Lk, Kuf, whiten=True)
-    prior_term = tf.reduce_sum(tf.square(A), axis=-2)
-    return _LayerTerms(Lk, A, layer.K_diag(F) - prior_term, layer.mean(F))
+    Lk = inducing_cholesky(layer, layer.Z)
+    A = whitened_projection(Lk, layer.K(layer.Z, F))
+    return _LayerTerms(Lk, A, residual_variance(layer, F, A), layer.mean(F))
 
 
 def _clamp_diag(cov: tf.Tensor) -> tf.Tensor:
@@ -157,13 +155,7 @@ class _StructuredPosterior(DeepPosterior):
         self, layers: Sequence[GPLayer], whiten: bool, inner_scale: float, name: Optional[str]
     ):
         super().__init__(layers, name=name)
-        cls = type(self).__name__
-        for i, layer in enumerate(self.layers):
-            if getattr(layer, "inducing_variable", None) is None:
-                raise ValueError(
-                    f"layers[{i}] ({layer.name}) has no inducing_inputs; {cls} needs local "
-                    "inducing inputs on every layer"
-                )
+        require_local_inducing(self)
         inner_scale = float(inner_scale)
         if not (np.isfinite(inner_scale) and inner_scale > 0):
             raise ValueError(f"inner_scale must be a positive finite number, got {inner_scale}")
@@ -182,7 +174,7 @@ class _StructuredPosterior(DeepPosterior):
         if self.whiten:
             chol = np.eye(self.inducing_counts[l])
         else:
-            chol = inducing_prior_cholesky(self.layers[l]).numpy()
+            chol = inducing_cholesky(self.layers[l], self.layers[l].Z).numpy()
         return scale * chol
 
     def _white(self, Lk: tf.Tensor, blocks: tf.Tensor) -> tf.Tensor:
@@ -196,16 +188,12 @@ class _StructuredPosterior(DeepPosterior):
         """``L_K^{-1} mu_u`` for unit means ``mu`` ``[U, M]`` (identity if whitened), ``[U, M]``."""
         return tf.linalg.matrix_transpose(self._white(Lk, tf.linalg.matrix_transpose(mu)))
 
-    def _input_samples(self, X, num_samples: int) -> tf.Tensor:
-        X = tf.cast(tf.convert_to_tensor(X), self.dtype)
-        return tf.broadcast_to(X[None], tf.concat([[num_samples], tf.shape(X)], 0))
-
     def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
         """``KL(q(f_M) || p(f_M))`` (scalar), blockwise; optional precomputed ``chol(K_uu^l)``."""
         if self.whiten:
             chols = [None] * self.depth
         elif prior_choleskies is None:
-            chols = [inducing_prior_cholesky(layer) for layer in self.layers]
+            chols = [inducing_cholesky(layer, layer.Z) for layer in self.layers]
         else:
             chols = list(prior_choleskies)
         return self._kl(chols)
@@ -292,16 +280,15 @@ class FullyCoupledPosterior(_StructuredPosterior):
             kl += blockwise_kl_terms(chols[l], self._layer_mean(mu, l), self._rows(R, l))
         return kl
 
-    def propagate(self, X, num_samples=1, noise=None) -> Propagation:
+    def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         """Theorem 1 layer by layer, with a growing per-point Cholesky ``[S, N, T_<l, T_<l]``.
 
         For layer ``l`` with ``B^l = a^{l T} R_{rows(l)}`` ``[S, N, N_l, off_{l+1}]`` per point,
         ``S~^{l l'} = B^l B^{l' T} + delta_{l l'} c^l`` (B1), and the conditional (B2) on the
         sampled earlier layers is read off the incremental factor.
         """
-        source = as_noise_source(noise)
         S = num_samples
-        F = self._input_samples(X, S)
+        source, F = self._start(X, S, seed)
         dtype = F.dtype
         jitter = gpflow.config.default_jitter()
         R = tf.convert_to_tensor(self.q_sqrt)
@@ -352,7 +339,7 @@ class FullyCoupledPosterior(_StructuredPosterior):
             else:
                 chol = append_to_cholesky(chol, G, chol_new)
                 eps_prev = tf.concat([eps_prev, eps], axis=-1)
-        samples.append(self.sample_last_layer(mean, var, source, dtype))
+        samples.append(self.sample_last_layer(mean, var, source))
         kl = tf.fill([S], self.kl_divergence(prior_chols))
         return Propagation(samples=samples, mean=mean, var=var, kl=kl)
 
@@ -515,7 +502,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         kl += blockwise_kl_terms(chols[L - 1], mu[T - 1 :], out_rows)
         return kl
 
-    def propagate(self, X, num_samples=1, noise=None) -> Propagation:
+    def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         """The STAR recursion: per hidden position ``t`` an incremental Cholesky of size ``l``.
 
         With ``b^l_{k,t} = a^{l T} R_{(l,t),(k,t)}`` ``[S, N, M]`` per point, the covariances of
@@ -523,9 +510,8 @@ class StripesArrowPosterior(_StructuredPosterior):
         diagonal); the output's are ``s~_t^{L l'} = sum_{k <= l'} b^L_{k,t} . b^{l'}_{k,t}`` from
         the arrow blocks and ``s~^{LL} = |b^L_L|^2 + sum_{k,t} |b^L_{k,t}|^2 + c^L``.
         """
-        source = as_noise_source(noise)
         S = num_samples
-        F = self._input_samples(X, S)
+        source, F = self._start(X, S, seed)
         dtype = F.dtype
         jitter = gpflow.config.default_jitter()
         tau, T, L = self.tau, self.num_units, self.depth
@@ -597,6 +583,6 @@ class StripesArrowPosterior(_StructuredPosterior):
             mean = mean + tf.reduce_sum(shift[..., 0], axis=-1)[..., None]
             var = var - tf.reduce_sum(tf.square(G), axis=[-3, -2, -1])
         var = tf.maximum(var, 0.0)[..., None]
-        samples.append(self.sample_last_layer(mean, var, source, dtype))
+        samples.append(self.sample_last_layer(mean, var, source))
         kl = tf.fill([S], self.kl_divergence(prior_chols))
         return Propagation(samples=samples, mean=mean, var=var, kl=kl)

@@ -1,0 +1,87 @@
+"""The per-layer GP conditional, as pure functions shared by every posterior family.
+
+For a layer with inducing inputs Z (fixed per layer, ``[M, D]``, or propagated per sample,
+``[S, M, D]``) and inputs ``F`` ``[S, N, D]``, every family needs the same pieces:
+
+* ``L_K = chol(K(Z, Z) + jitter I)`` (:func:`inducing_cholesky`);
+* the whitened projection ``A = L_K^{-1} K(Z, F)`` ``[S, M, N]`` (:func:`whitened_projection`),
+  one data-sized triangular solve; with a shared ``L_K`` the S samples are solved as one
+  ``[M, S*N]`` right-hand side (markedly faster than S batched solves on CPU);
+* the conditional mean ``m(F) + A^T a`` for whitened inducing outputs ``a``
+  (:func:`conditional_mean`) and the prior's residual variance ``k(F, F) - |A|^2``
+  (:func:`residual_variance`);
+* reparameterised samples of the data rows from their marginals (:func:`sample_rows`).
+
+What differs between families is only what they know about ``a``: a Gaussian per unit
+(mean-field), a coupled Gaussian (fully-coupled, STAR) or a pseudo-data posterior (global and
+local inducing).
+"""
+from __future__ import annotations
+
+import gpflow
+import tensorflow as tf
+from check_shapes import check_shapes
+
+from ..linalg import add_jitter, safe_cholesky
+
+__all__ = [
+    "inducing_cholesky",
+    "whitened_projection",
+    "conditional_mean",
+    "residual_variance",
+    "unit_variances",
+    "sample_rows",
+    "layer_mean",
+]
+
+
+@check_shapes("Z: [batch..., M, D]", "return: [batch..., M, M]")
+def inducing_cholesky(layer, Z: tf.Tensor, name: str = "K_uu") -> tf.Tensor:
+    """``chol(K(Z, Z) + jitter I)`` with GPflow's default jitter, by :func:`safe_cholesky`."""
+    Kuu = add_jitter(layer.K(Z), gpflow.config.default_jitter())
+    return safe_cholesky(Kuu, name=f"{name} of layer {layer.name}")
+
+
+@check_shapes("L_K: [batch..., M, M]", "Kuf: [S, M, N]", "return: [S, M, N]")
+def whitened_projection(L_K: tf.Tensor, Kuf: tf.Tensor) -> tf.Tensor:
+    """``A = L_K^{-1} K_uf``; ``L_K`` is ``[M, M]`` (shared by the samples) or ``[S, M, M]``."""
+    if L_K.shape.rank == 3:
+        return tf.linalg.triangular_solve(L_K, Kuf, lower=True)
+    S, M, N = tf.shape(Kuf)[0], tf.shape(Kuf)[1], tf.shape(Kuf)[2]
+    rhs = tf.reshape(tf.transpose(Kuf, [1, 0, 2]), [M, S * N])
+    A = tf.linalg.triangular_solve(L_K, rhs, lower=True)
+    return tf.transpose(tf.reshape(A, [M, S, N]), [1, 0, 2])
+
+
+@check_shapes("A: [S, M, N]", "a: [batch..., M, P]", "prior_mean: [S, N, P]", "return: [S, N, P]")
+def conditional_mean(A: tf.Tensor, a: tf.Tensor, prior_mean: tf.Tensor) -> tf.Tensor:
+    """``m(F) + A^T a`` for whitened inducing outputs ``a`` (``[M, P]`` shared or ``[S, M, P]``)."""
+    return prior_mean + tf.linalg.matmul(A, a, transpose_a=True)
+
+
+@check_shapes("F: [S, N, D]", "A: [S, M, N]", "return: [S, N]")
+def residual_variance(layer, F: tf.Tensor, A: tf.Tensor) -> tf.Tensor:
+    """The prior's conditional variance given the inducing outputs, ``k(f, f) - |A_f|^2``."""
+    return layer.K_diag(F) - tf.reduce_sum(tf.square(A), axis=-2)
+
+
+@check_shapes("R: [P, M, M]", "A: [S, M, N]", "return: [S, N, P]")
+def unit_variances(R: tf.Tensor, A: tf.Tensor) -> tf.Tensor:
+    """``|R_lambda^T A_f|^2`` per unit: the variance a whitened ``q(a_lambda) = N(., R R^T)`` adds."""
+    RA = tf.linalg.matmul(R, A[:, None], transpose_a=True)  # [S, P, M, N]
+    return tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(RA), axis=-2))
+
+
+@check_shapes("mean: [S, N, P]", "var: [broadcast S, broadcast N, broadcast P]", "eps: [S, N, P]",
+              "return: [S, N, P]")
+def sample_rows(mean: tf.Tensor, var: tf.Tensor, eps: tf.Tensor, jitter: float = 0.0) -> tf.Tensor:
+    """``mean + sqrt(max(var, 0) + jitter) * eps``: data rows drawn from their marginals."""
+    return mean + tf.sqrt(tf.maximum(var, 0.0) + jitter) * eps
+
+
+def layer_mean(layer, H: tf.Tensor, use_mean_function: bool = True) -> tf.Tensor:
+    """The layer's mean function on ``H`` ``[..., D]`` (zeros of the layer's width if switched off)."""
+    if use_mean_function:
+        return layer.mean(H)
+    shape = tf.concat([tf.shape(H)[:-1], [layer.output_dim]], axis=0)
+    return tf.zeros(shape, dtype=H.dtype)

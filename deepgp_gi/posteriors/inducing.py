@@ -1,0 +1,559 @@
+"""Global-inducing and local-inducing posteriors (Ober & Aitchison 2021), ALGORITHMS.md §2.3–2.4.
+
+Both families write the inducing posterior of layer ``l`` as pseudo-data (:mod:`.pseudo_data`):
+
+    Q(U_l | inputs) = prod_lambda N(u_lambda | Sigma_l Lambda_l v_lambda, Sigma_l),
+    Sigma_l = (K^{-1} + Lambda_l)^{-1},
+
+the GP posterior after observing pseudo-outputs ``V_l`` ``[M, N_l]`` with noise precision
+``Lambda_l`` at the layer's inducing inputs. In the **global** family the inducing inputs of layer
+1 are learned (``U_0`` ``[M, D]``) and those of every later layer are the sampled inducing outputs
+of the layer below, propagated with the data rows (``H_l = [U_l; F_l]``, ``[S, M + N, N_l]``);
+every Monte Carlo sample draws its own chain ``U_1 .. U_L``. In the **local** family each layer
+has its own learned inducing inputs and only the data rows are propagated.
+
+Each layer takes one of two paths, with the same pseudo-data parameters and the same Bayesian
+linear regression:
+
+* **function space** (any kernel): whitened inducing outputs ``a`` with ``U - m(U_prev) = L_K a``
+  are the regression weights on the features ``L_K = chol(K_uu)`` under ``N(0, I)``; the data rows
+  get the GP conditional given ``U`` (noise names ``"u/{l}"`` ``[S, M, N_l]`` and ``"f/{l}"``
+  ``[S, N, N_l]``).
+* **weight space** (a layer with a finite feature map, i.e. a BNN :class:`~deepgp_gi.layers.DenseLayer`):
+  the layer's weights ``W`` ``[D_l, N_l]`` are the regression weights on the features
+  ``Phi(U_prev)`` under the weight prior, and every row, inducing or data, is ``Phi W`` (noise
+  ``"w/{l}"`` ``[S, D_l, N_l]``, and ``"s/{l}"`` for a random-scale prior). This is the same
+  distribution over the inducing outputs as function space with the weight-induced kernel, the
+  exact BNN joint over the data rows, and costs ``O(D_l^3)`` instead of ``O(M^3)``.
+
+``space="auto"`` (default) takes weight space exactly for the layers with a finite feature map;
+``"function"`` forces function space (for a BNN layer this treats the network as the deep GP
+with its weight-induced kernel; a random-scale prior cannot be expressed that way).
+
+Options, the same for both families and both paths: ``precision`` (``"full"``, ``"diagonal"``,
+``"shared_diagonal"``; default ``"full"`` in function space and ``"diagonal"`` — per unit — in
+weight space, the papers' settings), ``kl`` (``"sampled"``: the per-sample log-ratio;
+``"analytic"``: the conditional KL given the layer's inducing inputs), ``rho`` (the optimiser sees
+``log Lambda / rho``), ``log_precision_init``, ``pseudo_outputs``, ``residual_mean``, ``seed``.
+"""
+from __future__ import annotations
+
+from typing import List, NamedTuple, Optional, Sequence, Union
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+
+from ..noise import NoiseLike, NoiseSource
+from ..validation import (
+    check_bool,
+    check_choice,
+    check_finite_array,
+    check_float,
+    check_positive_float,
+    check_positive_int,
+    per_layer_floats,
+    per_layer_list,
+)
+from .base import DeepPosterior, Propagation
+from .conditionals import (
+    conditional_mean,
+    inducing_cholesky,
+    layer_mean,
+    residual_variance,
+    sample_rows,
+    whitened_projection,
+)
+from .prior_scales import PriorPrecisions
+from .pseudo_data import PRECISIONS, PseudoData, analytic_kl, log_ratio, marginal_variance, sample_weights
+
+__all__ = [
+    "GlobalInducingPosterior",
+    "LocalInducingPosterior",
+    "GlobalInducingPropagation",
+    "global_inducing_from_data",
+    "local_inducing_from_data",
+    "has_feature_map",
+    "weight_space_layer",
+    "regulariser",
+    "KL_MODES",
+    "SPACES",
+    "DEFAULT_NUM_INDUCING",
+]
+
+KL_MODES = ("sampled", "analytic")
+SPACES = ("auto", "function", "weight")
+DEFAULT_NUM_INDUCING = 100  # O&A App. O, UCI deep GPs
+
+
+def has_feature_map(layer) -> bool:
+    """Whether the layer's kernel is an explicit finite feature map with a weight prior (BNN)."""
+    return hasattr(layer, "features") and hasattr(layer, "fan_in") and hasattr(layer, "prior")
+
+
+def weight_space_layer(pseudo: PseudoData, Phi: tf.Tensor, num_inducing: int, prior_precision: tf.Tensor,
+                       z: tf.Tensor, kl_mode: str):
+    """One weight-space inducing layer: the pseudo-data posterior of the weights on the first
+    ``num_inducing`` rows of ``Phi`` ``[S, M + N, D]``, a weight sample from ``z`` ``[S, D, P]``,
+    and the rows pushed through it.
+
+    :return: ``(H, log_ratio, kl)``: ``Phi W`` ``[S, M + N, P]``, ``log p(W) - log q(W)`` ``[S]``
+        and, with ``kl_mode="analytic"``, the analytic KL given ``P_l`` ``[S]`` (else None).
+    """
+    L, mean = pseudo.posterior(Phi[:, :num_inducing], prior_precision)
+    W = sample_weights(L, mean, z)
+    kl = analytic_kl(L, mean, prior_precision) if kl_mode == "analytic" else None
+    return tf.linalg.matmul(Phi, W), log_ratio(L, W, z, prior_precision), kl
+
+
+def regulariser(log_ratio_term: tf.Tensor, kl: Optional[tf.Tensor]) -> tf.Tensor:
+    """The ELBO's regulariser of one layer: the analytic KL if there is one, else ``-`` the
+    sampled log-ratio."""
+    return -log_ratio_term if kl is None else kl
+
+
+class _InducingPosterior(DeepPosterior, PriorPrecisions):
+    """What the global and local families share: per-layer paths, pseudo-data, options."""
+
+    _default_log_precision: Sequence[float] = ()
+
+    def _init_common(self, precision, kl, residual_mean, rho, space):
+        self.kl_mode = check_choice(kl, "kl", KL_MODES)
+        self.residual_mean = check_bool(residual_mean, "residual_mean")
+        space = check_choice(space, "space", SPACES)
+        if precision is not None:
+            check_choice(precision, "precision", PRECISIONS)
+        self.weight_space = []
+        for i, layer in enumerate(self.layers):
+            weights = has_feature_map(layer) and space != "function"
+            if space == "weight" and not has_feature_map(layer):
+                raise ValueError(f"space='weight' needs a finite feature map, but layers[{i}] is a "
+                                 f"{type(layer).__name__}")
+            if not weights and getattr(getattr(layer, "prior", None), "is_random", False):
+                raise ValueError(f"layers[{i}] has a random-scale prior, which only the weight-space path "
+                                 "can express; use space='auto'")
+            self.weight_space.append(weights)
+        self.precision = [precision or ("diagonal" if w else "full") for w in self.weight_space]
+        self.rho = rho
+        self._init_prior_precisions(self.layers)
+
+    def _init_pseudo_data(self, V_init, log_precision_init):
+        self.pseudo_data = [
+            PseudoData(V, kind, lp, self.rho, name=f"pseudo_data_{l}")
+            for l, (V, kind, lp) in enumerate(zip(V_init, self.precision, log_precision_init))
+        ]
+
+    def _function_space_terms(self, L, a_mean, a, eps):
+        """``(log_ratio [S], kl [S] or None)`` of one function-space layer."""
+        kl = analytic_kl(L, a_mean) if self.kl_mode == "analytic" else None
+        return log_ratio(L, a, eps), kl
+
+    def _weight_step(self, l: int, Phi, num_inducing: int, S: int, source: NoiseSource):
+        """Weight-space layer ``l`` with the layer's prior precision: ``(H, log_ratio, kl)``, the
+        random scale's ``log p(s) - log q(s)`` included in both terms."""
+        layer = self.layers[l]
+        dtype = Phi.dtype
+        p, scale_log_ratio = self.prior_precision(l, S, source, dtype)
+        z = source.normal(f"w/{l}", [S, layer.fan_in, layer.output_dim], dtype)
+        H, lr, kl = weight_space_layer(self.pseudo_data[l], Phi, num_inducing, p, z, self.kl_mode)
+        return H, lr + scale_log_ratio, (None if kl is None else kl - scale_log_ratio)
+
+
+# ============================================================================ global inducing
+
+
+class GlobalInducingPropagation(NamedTuple):
+    """A :class:`Propagation` plus the global-inducing internals (for tests and diagnostics).
+
+    :ivar samples: ``[S, N, N_l]`` data-row samples per layer (last: sampled from mean/var).
+    :ivar mean: ``[S, N, P]`` last-layer conditional mean of the data rows.
+    :ivar var: ``[S, N, P]`` last-layer conditional variance (clamped at 0; 0 in weight space).
+    :ivar kl: ``[S]`` ``log q - log p`` summed over layers (sampled), or the sum of the analytic
+        conditional KLs.
+    :ivar inducing: ``[S, M, N_l]`` sampled inducing rows ``U_1 .. U_L`` (``inducing[l]`` is
+        the output of layer ``l``).
+    :ivar log_ratio: ``[L, S]`` per-layer ``log P(U_l|U_{l-1}) - log Q(U_l|U_{l-1})``.
+    :ivar conditional_kl: ``[L, S]`` per-layer analytic conditional KL (``kl="analytic"``; else None).
+    """
+
+    samples: List[tf.Tensor]
+    mean: tf.Tensor
+    var: tf.Tensor
+    kl: tf.Tensor
+    inducing: List[tf.Tensor]
+    log_ratio: tf.Tensor
+    conditional_kl: Optional[tf.Tensor]
+
+    def as_propagation(self) -> Propagation:
+        return Propagation(samples=self.samples, mean=self.mean, var=self.var, kl=self.kl)
+
+
+class GlobalInducingPosterior(_InducingPosterior):
+    """Global-inducing posterior (O&A §2.4, Alg. 1 and 2) for deep GPs and BNNs alike.
+
+    Parameters: ``inducing_inputs`` U_0 ``[M, D]``; per layer ``pseudo_data[l]`` (a
+    :class:`~deepgp_gi.posteriors.pseudo_data.PseudoData`: ``V_l`` ``[M, N_l]`` and ``Lambda_l``);
+    ``scale_posteriors[l]`` ``q(s)`` for layers with a random-scale weight prior.
+
+    :param layers: layers **without** local inducing inputs: GP layers
+        (``inducing_variable is None``) or DenseLayers (``inducing_features is None``).
+    :param num_inducing: M. Optional if ``inducing_inputs`` is given (must then agree);
+        default 100 (O&A's UCI setting).
+    :param inducing_inputs: initial U_0 ``[M, D]``; default ``N(0, 1)`` draws.
+    :param pseudo_outputs: a sequence of L initial ``V_l`` ``[M, N_l]`` (entries may be None);
+        default ``N(0, 1)`` for hidden layers and zeros for the last.
+    :param log_precision_init: a number or L entries (numbers, or arrays of the diagonal
+        precision's shape), ``log Lambda_l`` at initialisation; default -4 for hidden layers and 0
+        for the last (O&A App. O).
+    :param precision: ``"full"``, ``"diagonal"`` or ``"shared_diagonal"``; default ``None``:
+        full in function space, diagonal (per unit) in weight space.
+    :param kl: ``"sampled"`` (default: the per-sample log-ratio, as in the paper) or
+        ``"analytic"`` (the conditional KL given ``U_{l-1}``, per sample).
+    :param residual_mean: if True (default) the layer's mean function is applied to inducing and
+        data rows alike (prior ``N(m_l(U_{l-1}), K)``); if False the mean functions are ignored.
+    :param rho: the Adam re-scaling of the log-precisions (default 3).
+    :param space: ``"auto"`` (default), ``"function"`` or ``"weight"`` (see the module docs).
+    :param seed: seed of the NumPy generator for the default random initial values.
+    """
+
+    def __init__(
+        self,
+        layers: Sequence,
+        num_inducing: Optional[int] = None,
+        *,
+        inducing_inputs=None,
+        pseudo_outputs: Optional[Sequence] = None,
+        log_precision_init: Union[None, float, Sequence] = None,
+        precision: Optional[str] = None,
+        kl: str = "sampled",
+        residual_mean: bool = True,
+        rho: float = 3.0,
+        space: str = "auto",
+        seed: Optional[int] = None,
+        name: Optional[str] = None,
+    ):
+        DeepPosterior.__init__(self, layers, name=name)
+        for i, layer in enumerate(self.layers):
+            if getattr(layer, "inducing_variable", None) is not None or getattr(layer, "inducing_features", None) is not None:
+                raise ValueError(
+                    f"layers[{i}] has local inducing_inputs; the global-inducing posterior propagates "
+                    "its inducing inputs from U_0 and needs layers built without them "
+                    "(use LocalInducingPosterior for per-layer inducing inputs)"
+                )
+        self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), space)
+        L = self.depth
+        D = self.layers[0].input_dim
+        rng = np.random.default_rng(seed)
+        if num_inducing is not None:
+            num_inducing = check_positive_int(num_inducing, "num_inducing")
+        if inducing_inputs is not None:
+            U0 = check_finite_array(inducing_inputs, "inducing_inputs", ndim=2)
+            if U0.shape[1] != D:
+                raise ValueError(f"inducing_inputs must have shape [M, {D}], got {list(U0.shape)}")
+            if num_inducing is not None and U0.shape[0] != num_inducing:
+                raise ValueError(f"inducing_inputs has {U0.shape[0]} rows but num_inducing is {num_inducing}")
+            if U0.shape[0] < 1:
+                raise ValueError("inducing_inputs must have at least one row (num_inducing >= 1)")
+        else:
+            U0 = rng.standard_normal((DEFAULT_NUM_INDUCING if num_inducing is None else num_inducing, D))
+        M = U0.shape[0]
+        self.inducing_inputs = gpflow.Parameter(U0.astype(gpflow.default_float()), name="inducing_inputs")
+        V_init = _initial_pseudo_outputs(pseudo_outputs, [M] * L, self.layers, rng, zero_last=True)
+        log_prec = per_layer_floats(log_precision_init, "log_precision_init", L, [-4.0] * (L - 1) + [0.0])
+        self._init_pseudo_data(V_init, log_prec)
+
+    @property
+    def num_inducing(self) -> int:
+        return int(self.inducing_inputs.shape[0])
+
+    def propagate_full(self, X, num_samples: int = 1, seed: NoiseLike = None) -> GlobalInducingPropagation:
+        """Like :meth:`propagate`, also returning the sampled inducing rows and per-layer terms."""
+        S, M = num_samples, self.num_inducing
+        source, H = self._start(X, S, seed, top_rows=self.inducing_inputs)  # [S, M + N, D]
+        dtype = H.dtype
+        jitter = gpflow.config.default_jitter()
+        samples, inducing, log_ratios, kls = [], [], [], []
+        mean = var = None
+        for l, layer in enumerate(self.layers):
+            last = l == self.depth - 1
+            if self.weight_space[l]:
+                H, lr, kl = self._weight_step(l, layer.features(H), M, S, source)
+                U, F = H[:, :M], H[:, M:]
+                mean, var = F, tf.zeros_like(F)
+            else:
+                U, F = H[:, :M], H[:, M:]
+                L_K = inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
+                L_B, a_mean = self.pseudo_data[l].posterior(L_K)
+                eps = source.normal(f"u/{l}", [S, M, layer.output_dim], dtype)
+                a = sample_weights(L_B, a_mean, eps)
+                lr, kl = self._function_space_terms(L_B, a_mean, a, eps)
+                A = whitened_projection(L_K, layer.K(U, F))
+                mean = conditional_mean(A, a, layer_mean(layer, F, self.residual_mean))
+                var = residual_variance(layer, F, A)[..., None]
+                U = layer_mean(layer, U, self.residual_mean) + tf.linalg.matmul(L_K, a)
+                if not last:
+                    F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), dtype), jitter)
+                    H = tf.concat([U, F], axis=1)
+            inducing.append(U)
+            log_ratios.append(lr)
+            kls.append(kl)
+            if not last:
+                samples.append(F)
+        if self.weight_space[-1]:
+            samples.append(mean)
+        else:
+            var = tf.broadcast_to(tf.maximum(var, 0.0), tf.shape(mean))
+            samples.append(self.sample_last_layer(mean, var, source))
+        log_ratio_all = tf.stack(log_ratios)  # [L, S]
+        if self.kl_mode == "analytic":
+            conditional_kl = tf.stack(kls)
+            total = tf.reduce_sum(conditional_kl, axis=0)
+        else:
+            conditional_kl, total = None, -tf.reduce_sum(log_ratio_all, axis=0)
+        return GlobalInducingPropagation(samples, mean, var, total, inducing, log_ratio_all, conditional_kl)
+
+    def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
+        """Push ``X`` ``[N, D]`` and the inducing rows through every layer; see the module docs.
+
+        Returns ``samples`` (data rows only, ``[S, N, N_l]`` per layer), the last layer's
+        ``mean``/``var`` ``[S, N, P]`` and ``kl`` ``[S]`` (``log q - log p`` summed over layers,
+        or the analytic conditional KLs with ``kl="analytic"``).
+        """
+        return self.propagate_full(X, num_samples, seed).as_propagation()
+
+
+# ============================================================================= local inducing
+
+
+class LocalInducingPosterior(_InducingPosterior):
+    """Local-inducing posterior: the global-inducing Q family with per-layer inducing inputs.
+
+    ``q(U_l) = prod_lambda N(u_lambda | Sigma_l Lambda_l v_lambda, Sigma_l)``, independent across
+    layers. A GP layer's inducing inputs are its ``inducing_variable`` (function space); a
+    DenseLayer's are its ``inducing_features`` (weight space: ``Q(w_lambda) = N(Sigma_lambda Z^T
+    Lambda_lambda v_lambda, Sigma_lambda)``, ``Sigma_lambda = (P_l + Z^T Lambda_lambda Z)^{-1}``).
+    Only the data rows are propagated.
+
+    :param layers: GP layers with ``inducing_inputs`` or DenseLayers with ``inducing_features``.
+    :param pseudo_outputs: a sequence of L initial ``V_l`` ``[M_l, N_l]`` (entries may be None);
+        default ``N(0, 1)`` draws (O&A App. O).
+    :param log_precision_init: a number or L entries; default 0 for GP layers and -4 for
+        DenseLayers (O&A App. O).
+    :param precision: ``"full"``, ``"diagonal"`` or ``"shared_diagonal"``; default full for GP
+        layers, diagonal (per unit) for DenseLayers.
+    :param kl: ``"analytic"`` (default): the KL is analytic; a GP layer's inducing outputs are
+        then marginalised (its data rows get the Gaussian marginal, DSVI-style), a DenseLayer's
+        weights are still sampled. ``"sampled"``: each MC sample draws ``U_l`` (or ``W_l``) from
+        ``q`` and the regulariser is the sampled log-ratio.
+    :param residual_mean: apply the layers' mean functions (default) or ignore them.
+    :param rho: Adam re-scaling of the log-precisions (default 3).
+    :param seed: seed of the NumPy generator for the default ``V``.
+    """
+
+    def __init__(
+        self,
+        layers: Sequence,
+        *,
+        pseudo_outputs: Optional[Sequence] = None,
+        log_precision_init: Union[None, float, Sequence] = None,
+        precision: Optional[str] = None,
+        kl: str = "analytic",
+        residual_mean: bool = True,
+        rho: float = 3.0,
+        seed: Optional[int] = None,
+        name: Optional[str] = None,
+    ):
+        DeepPosterior.__init__(self, layers, name=name)
+        for i, layer in enumerate(self.layers):
+            if getattr(layer, "inducing_variable", None) is None and getattr(layer, "inducing_features", None) is None:
+                raise ValueError(
+                    f"layers[{i}] has no inducing_inputs; the local-inducing posterior needs local "
+                    "inducing inputs on every layer (inducing_inputs on a GPLayer, inducing_features on a "
+                    "DenseLayer; use GlobalInducingPosterior for layers without)"
+                )
+        self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), "auto")
+        L = self.depth
+        rng = np.random.default_rng(seed)
+        Ms = [layer.num_inducing for layer in self.layers]
+        V_init = _initial_pseudo_outputs(pseudo_outputs, Ms, self.layers, rng, zero_last=False)
+        default = [-4.0 if w else 0.0 for w in self.weight_space]
+        if log_precision_init is None:
+            log_prec = default
+        else:
+            log_prec = per_layer_floats(log_precision_init, "log_precision_init", L, None)
+        self._init_pseudo_data(V_init, log_prec)
+
+    def inducing_cholesky(self, l: int) -> tf.Tensor:
+        """``chol(K(Z_{l-1}) + jitter I)`` ``[M, M]`` of a GP layer."""
+        layer = self.layers[l]
+        return inducing_cholesky(layer, layer.Z, name="K_uu (local inducing)")
+
+    def q_moments(self, l: int):
+        """``(q_mu [M, N_l], q_sqrt [Q, M, M])`` of a GP layer: mean ``Sigma Lambda V`` and
+        ``chol(Sigma)`` (``Q = N_l`` for per-unit precisions, else 1). Diagnostic (e.g. SVGP)."""
+        L_K = self.inducing_cholesky(l)
+        L_B, a_mean = self.pseudo_data[l].posterior(L_K[None])
+        q_mu = tf.linalg.matmul(L_K, a_mean[0])
+        L_B = L_B[0] if L_B.shape.rank == 4 else L_B  # [Q, M, M]
+        eye = tf.broadcast_to(tf.eye(tf.shape(L_K)[0], dtype=L_K.dtype), tf.shape(L_B))
+        G = tf.linalg.matmul(L_K, tf.linalg.triangular_solve(L_B, eye, lower=True, adjoint=True))
+        return q_mu, tf.linalg.cholesky(tf.linalg.matmul(G, G, transpose_b=True))
+
+    def kl_divergence(self) -> tf.Tensor:
+        """Sum over the GP layers of the analytic ``KL(q(U_l) || p(U_l))`` (scalar)."""
+        terms = []
+        for l in range(self.depth):
+            if self.weight_space[l]:
+                raise ValueError("kl_divergence is defined for GP layers only; a DenseLayer's KL depends "
+                                 "on its sampled prior precision")
+            terms.append(analytic_kl(*self.pseudo_data[l].posterior(self.inducing_cholesky(l)[None]))[0])
+        return tf.add_n(terms)
+
+    def _local_weight_step(self, l: int, F, S: int, source: NoiseSource):
+        """A DenseLayer with inducing features: ``(Phi(F) W, regulariser [S])``."""
+        layer = self.layers[l]
+        dtype = F.dtype
+        Z = tf.cast(tf.convert_to_tensor(layer.inducing_features), dtype)
+        M = layer.num_inducing
+        Phi = tf.concat([tf.broadcast_to(Z[None], tf.concat([[S], tf.shape(Z)], 0)), layer.features(F)], axis=1)
+        H, lr, kl = self._weight_step(l, Phi, M, S, source)
+        return H[:, M:], regulariser(lr, kl)
+
+    def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
+        """Push ``X`` ``[N, D]`` through the layers; ``kl`` is ``[S]``.
+
+        GP layer, analytic mode: ``mean = m(F) + A^T a_mean`` and ``var = k_ff - ||A||^2 +
+        ||L_B^{-1} A||^2`` (``A = L_K^{-1} K_uf``). Sampled mode: ``U_l`` is drawn per sample
+        (``"u/{l}"``) and the data rows are conditioned on it. DenseLayer: weights sampled
+        (``"w/{l}"``) from the pseudo-data posterior on the inducing features.
+        """
+        S = num_samples
+        source, F = self._start(X, S, seed)
+        dtype = F.dtype
+        jitter = gpflow.config.default_jitter()
+        samples, regularisers = [], []
+        mean = var = None
+        for l, layer in enumerate(self.layers):
+            last = l == self.depth - 1
+            if self.weight_space[l]:
+                F, term = self._local_weight_step(l, F, S, source)
+                regularisers.append(term)
+                mean, var = F, tf.zeros_like(F)
+                samples.append(F)
+                continue
+            P, M = layer.output_dim, layer.num_inducing
+            L_K = self.inducing_cholesky(l)  # [M, M]
+            L_B, a_mean = self.pseudo_data[l].posterior(L_K[None])  # a sample axis of 1
+            L_B = tf.broadcast_to(L_B, tf.concat([[S], tf.shape(L_B)[1:]], 0))
+            A = whitened_projection(L_K, layer.K(layer.Z, F))
+            prior_mean = layer_mean(layer, F, self.residual_mean)
+            if self.kl_mode == "analytic":
+                regularisers.append(tf.fill([S], analytic_kl(L_B[:1], a_mean)[0]))
+                mean = conditional_mean(A, a_mean[0], prior_mean)
+                var = residual_variance(layer, F, A)[..., None] + marginal_variance(L_B, A, P)
+            else:
+                eps = source.normal(f"u/{l}", [S, M, P], dtype)
+                a_mean_S = tf.broadcast_to(a_mean, [S, M, P])
+                a = sample_weights(L_B, a_mean_S, eps)
+                regularisers.append(-log_ratio(L_B, a, eps))
+                mean = conditional_mean(A, a, prior_mean)
+                var = tf.broadcast_to(residual_variance(layer, F, A)[..., None], tf.shape(mean))
+            if last:
+                var = tf.maximum(var, 0.0)
+                samples.append(self.sample_last_layer(mean, var, source))
+            else:
+                F = sample_rows(mean, var, source.normal(f"f/{l}", [S, tf.shape(F)[1], P], dtype), jitter)
+                samples.append(F)
+        return Propagation(samples=samples, mean=mean, var=var, kl=tf.add_n(regularisers))
+
+
+# ============================================================================= initialisers
+
+
+def _initial_pseudo_outputs(pseudo_outputs, Ms, layers, rng, zero_last):
+    L = len(layers)
+    out = []
+    for l, (V, M, layer) in enumerate(zip(per_layer_list(pseudo_outputs, "pseudo_outputs", L), Ms, layers)):
+        P = layer.output_dim
+        if V is None:
+            V = np.zeros((M, P)) if (zero_last and l == L - 1) else rng.standard_normal((M, P))
+        out.append(check_finite_array(V, f"pseudo_outputs[{l}]", shape=(M, P)))
+    return out
+
+
+def global_inducing_from_data(
+    layers: Sequence,
+    X,
+    Y,
+    num_inducing: int,
+    *,
+    seed: Optional[int] = None,
+    log_precision_hidden: float = -4.0,
+    log_precision_output: float = 0.0,
+    **options,
+) -> GlobalInducingPosterior:
+    """A :class:`GlobalInducingPosterior` initialised as in O&A App. O.
+
+    * ``U_0`` = the first ``num_inducing`` rows of a shuffled copy of ``X`` (NumPy generator
+      seeded with ``seed``), ``V_L`` = the matching rows of ``Y`` (``Y`` may already be the
+      pseudo-targets, e.g. one-hot labels);
+    * hidden ``V_l ~ N(0, 1)`` (same generator);
+    * uniform log-precision ``log_precision_hidden`` (-4) for hidden layers and
+      ``log_precision_output`` (0) for the last layer.
+
+    :param layers: layers without inducing inputs.
+    :param X: training inputs ``[N, D]``.
+    :param Y: ``[N, P]`` with ``P = layers[-1].output_dim``.
+    :param num_inducing: M, at most N.
+    :param options: the other :class:`GlobalInducingPosterior` options (precision, kl,
+        residual_mean, rho, space, name).
+    """
+    layers = list(layers)
+    M = check_positive_int(num_inducing, "num_inducing")
+    if not layers:
+        raise ValueError("layers must contain at least one layer (depth >= 1)")
+    Xa = check_finite_array(X, "X", ndim=2)
+    Ya = check_finite_array(Y, "Y", ndim=2)
+    if Xa.shape[1] != layers[0].input_dim:
+        raise ValueError(f"X must have shape [N, {layers[0].input_dim}], got {list(Xa.shape)}")
+    P = layers[-1].output_dim
+    if Ya.shape[1] != P or Ya.shape[0] != Xa.shape[0]:
+        raise ValueError(
+            f"Y must have shape [{Xa.shape[0]}, {P}] (one column per output of the last layer) to "
+            f"initialise the last pseudo-outputs, got {list(Ya.shape)}"
+        )
+    if M > Xa.shape[0]:
+        raise ValueError(f"num_inducing ({M}) exceeds the number of rows of X ({Xa.shape[0]})")
+    lp_hidden = check_float(log_precision_hidden, "log_precision_hidden")
+    lp_out = check_float(log_precision_output, "log_precision_output")
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(Xa.shape[0])[:M]
+    V = [rng.standard_normal((M, layer.output_dim)) for layer in layers[:-1]] + [Ya[idx]]
+    return GlobalInducingPosterior(
+        layers,
+        M,
+        inducing_inputs=Xa[idx],
+        pseudo_outputs=V,
+        log_precision_init=[lp_hidden] * (len(layers) - 1) + [lp_out],
+        **options,
+    )
+
+
+def local_inducing_from_data(
+    layers: Sequence,
+    X=None,
+    Y=None,
+    *,
+    seed: Optional[int] = None,
+    log_precision: Optional[float] = None,
+    **options,
+) -> LocalInducingPosterior:
+    """A :class:`LocalInducingPosterior` initialised as in O&A App. O: ``V_l ~ N(0, 1)`` and a
+    uniform log-precision (default 0 for GP layers, -4 for DenseLayers).
+
+    The inducing inputs live on the layers (O&A draw them ``N(0, 1)``; that is the layer
+    builder's job). ``X`` and ``Y`` are accepted for symmetry with
+    :func:`global_inducing_from_data` and are not used.
+    """
+    del X, Y
+    return LocalInducingPosterior(layers, log_precision_init=log_precision, seed=seed, **options)
