@@ -85,7 +85,7 @@ def run_method(method: str, args, Xs, Ys, stats) -> dict:
     @tf.function
     def step(i):
         with tf.GradientTape() as tape:
-            elbo = model.elbo((X, Y), args.train_samples, noise=tf.stack([tf.constant(args.seed, tf.int64), i]))
+            elbo = model.elbo((X, Y), args.train_samples, seed=tf.stack([tf.constant(args.seed, tf.int64), i]))
             loss = -elbo
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return elbo
@@ -99,16 +99,16 @@ def run_method(method: str, args, Xs, Ys, stats) -> dict:
     train_time = time.time() - start
 
     # Final ELBO: the mean of 100 samples' estimates, and its standard error.
-    per_sample = model.elbo_per_sample((Xs, Ys), args.test_samples, noise=10_000 + args.seed).numpy()
+    per_sample = model.elbo_per_sample((Xs, Ys), args.test_samples, seed=10_000 + args.seed).numpy()
     # Predictive std of f in the gap (raw x in (-2, 2)) and outside it (raw |x| in [2, 4]).
     gap_raw = np.linspace(-1.9, 1.9, 39)[:, None]
     out_raw = np.concatenate([np.linspace(-4, -2, 21), np.linspace(2, 4, 21)])[:, None]
     to_std = lambda x: (x - stats["x_mean"]) / stats["x_std"]  # noqa: E731
-    _, gap_var = model.predict_f(to_std(gap_raw), args.test_samples, noise=20_000 + args.seed)
-    _, out_var = model.predict_f(to_std(out_raw), args.test_samples, noise=30_000 + args.seed)
+    _, gap_var = model.predict_f(to_std(gap_raw), args.test_samples, seed=20_000 + args.seed)
+    _, out_var = model.predict_f(to_std(out_raw), args.test_samples, seed=30_000 + args.seed)
     # V[F_l] with x ~ N(0, 1) in standardised input space.
     xs = np.random.default_rng(args.seed).standard_normal((200, 1))
-    layers = model.sample_layers(xs, args.test_samples, noise=40_000 + args.seed)
+    layers = model.sample_layers(xs, args.test_samples, seed=40_000 + args.seed)
     v_f = [float(tf.reduce_mean(tf.math.reduce_variance(F, axis=0))) for F in layers]
     return dict(
         method=method,

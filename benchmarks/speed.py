@@ -69,7 +69,7 @@ def model_step(model, X, Y):
 
     def loss():
         counter.assign_add(1)
-        return -model.elbo((Xt, Yt), 1, noise=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
+        return -model.elbo((Xt, Yt), 1, seed=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
 
     return compiled_step(loss, model.trainable_variables)
 

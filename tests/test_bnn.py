@@ -15,22 +15,19 @@ import tensorflow_probability as tfp
 
 from deepgp_gi.bnn import BNN_POSTERIORS, build_bnn
 from deepgp_gi.datasets import deep_linear, deep_linear_log_evidence
-from deepgp_gi.dense import DenseLayer, WeightKernel
-from deepgp_gi.kernels import batched_K, batched_K_diag, batched_K_sym
+from deepgp_gi.kernels import WeightKernel, batched_K, batched_K_diag, batched_K_sym
+from deepgp_gi.layers import DenseLayer
 from deepgp_gi.models import DeepGP
 from deepgp_gi.noise import FixedNoise, SeededNoise
-from deepgp_gi.posteriors.weights import (
+from deepgp_gi.posteriors import GlobalInducingPosterior, LocalInducingPosterior, ScalePosterior
+from deepgp_gi.posteriors.factorised import (
     FactorisedGlobalPosterior,
     FactorisedWeightPosterior,
-    GlobalInducingWeightPosterior,
-    LocalInducingWeightPosterior,
     RandomGlobalPosterior,
     factorised_kl,
-    gaussian_weight_kl,
     local_reparameterisation_moments,
-    sample_weights,
-    weight_posterior_factor,
 )
+from deepgp_gi.posteriors.pseudo_data import analytic_kl, log_ratio, pseudo_data_posterior, sample_weights
 from deepgp_gi.priors import NealPrior, ScalePrior, StandardPrior
 
 tfd = tfp.distributions
@@ -72,8 +69,9 @@ def test_O9_gi_layer_is_bayesian_linear_regression(rng, per_unit, prior):
     N, D0, P, noise_var = 12, 3, 2, 0.3
     X, Y = rng.normal(size=(N, D0)), rng.normal(size=(N, P))
     layer = DenseLayer(D0, P, "identity", prior=prior)
-    post = GlobalInducingWeightPosterior(
-        [layer], X, pseudo_outputs=[Y], log_precisions=[np.log(1 / noise_var)], per_unit_precision=per_unit
+    post = GlobalInducingPosterior(
+        [layer], inducing_inputs=X, pseudo_outputs=[Y], log_precision_init=[np.log(1 / noise_var)],
+        precision="diagonal" if per_unit else "shared_diagonal",
     )
     model = DeepGP([layer], gpflow.likelihoods.Gaussian(noise_var), post, num_data=N)
     elbos = model.elbo_per_sample((X, Y), 6).numpy()
@@ -86,7 +84,7 @@ def test_O14_one_layer_linear_gi_equals_true_evidence(rng):
     data = deep_linear(num_train=60, num_test=1, input_dim=5, noise_variance=0.1, seed=3)
     X, Y = data.X_train, data.Y_train
     layer = DenseLayer(5, 1, "identity", prior=NealPrior(), bias=False)
-    post = GlobalInducingWeightPosterior([layer], X, pseudo_outputs=[Y], log_precisions=[np.log(10.0)])
+    post = GlobalInducingPosterior([layer], inducing_inputs=X, pseudo_outputs=[Y], log_precision_init=[np.log(10.0)])
     model = DeepGP([layer], gpflow.likelihoods.Gaussian(0.1), post, num_data=60)
     expected = deep_linear_log_evidence(X, Y, 5, 0.1)
     np.testing.assert_allclose(model.elbo_per_sample((X, Y), 5), expected, rtol=0, atol=1e-9)
@@ -100,8 +98,9 @@ def test_gi_weight_posterior_moments_and_log_ratio(rng, per_unit):
     lam = np.exp(rng.normal(size=(P if per_unit else 1, M)))
     V = rng.normal(size=(M, P))
     z = rng.normal(size=(S, D, P))
-    L, m = weight_posterior_factor(Phi_u, lam, V, np.full(S, p))
-    W, kl = sample_weights(L, m, z, np.full(S, p))
+    L, m = pseudo_data_posterior(Phi_u, V, np.full(S, p), diag_precision=lam)
+    W = sample_weights(L, m, z)
+    kl = -log_ratio(L, W, z, np.full(S, p))
     for s in range(S):
         logq = logp = 0.0
         for u in range(P):
@@ -115,7 +114,7 @@ def test_gi_weight_posterior_moments_and_log_ratio(rng, per_unit):
             logp += scipy.stats.multivariate_normal(np.zeros(D), np.eye(D) / p).logpdf(W[s, :, u])
         np.testing.assert_allclose(kl[s], logq - logp, rtol=1e-10)
     # The analytic KL is the expectation of the sampled log-ratio (exact formula vs scipy/TFP).
-    kl_an = gaussian_weight_kl(L, m, np.full(S, p), P).numpy()
+    kl_an = analytic_kl(L, m, np.full(S, p)).numpy()
     for s in range(S):
         ref = 0.0
         for u in range(P):
@@ -131,7 +130,7 @@ def test_gi_weight_posterior_moments_and_log_ratio(rng, per_unit):
 def test_O15_gi_zero_precision_is_prior(rng):
     X = rng.normal(size=(7, 2))
     layers = [DenseLayer(2, 4, "identity"), DenseLayer(4, 1, "relu")]
-    post = GlobalInducingWeightPosterior(layers, rng.normal(size=(5, 2)), log_precisions=[-800.0, -800.0])
+    post = GlobalInducingPosterior(layers, inducing_inputs=rng.normal(size=(5, 2)), log_precision_init=[-800.0, -800.0])
     kl = post.propagate(X, 4, seed=1).kl
     np.testing.assert_allclose(kl, 0.0, atol=1e-12)
 
@@ -162,12 +161,13 @@ def test_O15_factorised_at_prior_has_zero_kl(prior_cls):
 
 def test_O13_scale_prior_log_ratio_is_minus_gamma_kl():
     prior = ScalePrior()
-    prior.alpha.assign(0.3)
-    prior.beta.assign(-0.4)
+    q = ScalePosterior()
+    q.alpha.assign(0.3)
+    q.beta.assign(-0.4)
     S = 100_000
-    _, log_ratio = prior.sample_scale(S, SeededNoise(11), "s/0", tf.float64)
-    mean, se = np.mean(log_ratio), np.std(log_ratio) / np.sqrt(S)
-    expected = -tfd.kl_divergence(prior.posterior_distribution(), prior.prior_distribution(tf.float64)).numpy()
+    _, log_ratio_s = q.sample_scale(prior, S, SeededNoise(11), "s/0", tf.float64)
+    mean, se = np.mean(log_ratio_s), np.std(log_ratio_s) / np.sqrt(S)
+    expected = -tfd.kl_divergence(q.distribution(), prior.prior_distribution(tf.float64)).numpy()
     assert abs(mean - expected) < 4 * se, (mean, expected, se)
 
 
@@ -176,9 +176,9 @@ def test_O15_local_inducing_analytic_kl_is_mean_log_ratio(rng):
         DenseLayer(2, 3, "identity", inducing_features=rng.normal(size=(3, 3))),
         DenseLayer(3, 2, "relu", inducing_features=rng.normal(size=(4, 4))),
     ]
-    kwargs = dict(log_precisions=[0.5, -0.5], seed=4)
-    analytic = LocalInducingWeightPosterior(layers, analytic_kl=True, **kwargs)
-    sampled = LocalInducingWeightPosterior(layers, analytic_kl=False, **kwargs)
+    kwargs = dict(log_precision_init=[0.5, -0.5], seed=4)
+    analytic = LocalInducingPosterior(layers, kl="analytic", **kwargs)
+    sampled = LocalInducingPosterior(layers, kl="sampled", **kwargs)
     X = rng.normal(size=(3, 2))
     kl_an = analytic.propagate(X, 2, seed=0).kl.numpy()
     np.testing.assert_allclose(kl_an[0], kl_an[1])
@@ -215,9 +215,9 @@ def test_O16_local_reparameterisation_matches_weight_samples(rng):
 def test_hybrids_share_weights_between_inducing_and_data_rows(rng):
     """With U_0 = X the data rows equal the inducing rows: the same weights act on both."""
     X = rng.normal(size=(4, 2))
-    for cls in (FactorisedGlobalPosterior, RandomGlobalPosterior, GlobalInducingWeightPosterior):
+    for cls in (FactorisedGlobalPosterior, RandomGlobalPosterior, GlobalInducingPosterior):
         layers = [DenseLayer(2, 3, "identity"), DenseLayer(3, 1, "relu")]
-        post = cls(layers, X)
+        post = cls(layers, inducing_inputs=X)
         S = 3
         noise = FixedNoise({f"w/{l}": rng.normal(size=(S, layers[l].fan_in, layers[l].output_dim)) for l in range(2)})
         prop = post.propagate(X, S, noise)
@@ -233,36 +233,27 @@ def test_hybrids_share_weights_between_inducing_and_data_rows(rng):
         F0 = np.concatenate([X, np.ones((4, 1))], 1) @ W0
         np.testing.assert_allclose(prop.samples[0], F0, rtol=1e-12)
         assert np.all(np.isfinite(prop.kl.numpy()))
-    rand = RandomGlobalPosterior([DenseLayer(2, 3), DenseLayer(3, 1, "relu")], X, log_precision=-800.0)
+    rand = RandomGlobalPosterior([DenseLayer(2, 3), DenseLayer(3, 1, "relu")], X, log_precision_init=-800.0)
     np.testing.assert_allclose(rand.propagate(X, 3, seed=0).kl, 0.0, atol=1e-12)
 
 
 # ------------------------------------------------------------------------------ weight vs function space
-def _function_space_gi():
-    try:
-        from deepgp_gi.posteriors.global_inducing import GlobalInducingPosterior, whitened_pseudo_posterior
-    except Exception:  # pragma: no cover - the function-space family is developed separately
-        pytest.skip("deepgp_gi.posteriors.global_inducing is not available")
-    return GlobalInducingPosterior, whitened_pseudo_posterior
-
-
 def test_weight_and_function_space_gi_agree_on_q_of_inducing_outputs(rng):
     """One layer, same U_0, V, Lambda: the same Gaussian Q(U_1); and, for M <= D, the same
     per-sample log-ratio log q(W) - log p(W) = log Q(U) - log P(U) at U = Phi_u W."""
-    _, whitened_pseudo_posterior = _function_space_gi()
     M, D0, P = 3, 3, 2
     layer = DenseLayer(D0, P, "identity")
     U0, V = rng.normal(size=(M, D0)), rng.normal(size=(M, P))
     lam = np.exp(rng.normal(size=(P, M)))
     Phi_u = np.concatenate([U0, np.ones((M, 1))], 1)
     D = D0 + 1
-    L, m = weight_posterior_factor(Phi_u[None], lam, V, np.array([float(D)]))
+    L, m = pseudo_data_posterior(Phi_u[None], V, np.array([float(D)]), diag_precision=lam)
     Kuu = Phi_u @ Phi_u.T / D
     L_K = np.linalg.cholesky(Kuu)[None]
-    L_B, a_mean = whitened_pseudo_posterior(L_K, V, diag_precision=lam)
+    L_B, a_mean = pseudo_data_posterior(L_K, V, diag_precision=lam)
     mean_fs = L_K[0] @ a_mean[0].numpy()
     for u in range(P):
-        mean_ws = Phi_u @ m[0, u, :, 0].numpy()
+        mean_ws = Phi_u @ m[0, :, u].numpy()
         cov_ws = Phi_u @ np.linalg.inv(L[0, u] @ tf.transpose(L[0, u])) @ Phi_u.T
         LBinv = np.linalg.inv(L_B[0, u].numpy())
         cov_fs = L_K[0] @ LBinv.T @ LBinv @ L_K[0].T
@@ -271,7 +262,9 @@ def test_weight_and_function_space_gi_agree_on_q_of_inducing_outputs(rng):
     # Per-sample log-ratio identity, with the function-space formula evaluated at U = Phi_u W.
     S = 5
     z = rng.normal(size=(S, D, P))
-    W, kl_ws = sample_weights(tf.broadcast_to(L, [S, P, D, D]), tf.broadcast_to(m, [S, P, D, 1]), z, np.full(S, float(D)))
+    L_S, m_S = tf.broadcast_to(L, [S, P, D, D]), tf.broadcast_to(m, [S, D, P])
+    W = sample_weights(L_S, m_S, z)
+    kl_ws = -log_ratio(L_S, W, z, np.full(S, float(D)))
     U = Phi_u[None] @ W.numpy()  # [S, M, P]
     for s in range(S):
         lr = 0.0
@@ -285,7 +278,6 @@ def test_weight_and_function_space_gi_agree_on_q_of_inducing_outputs(rng):
 
 def test_weight_and_function_space_gi_agree_in_expectation(rng):
     """Two ReLU layers (M <= D_l): ELBO and predictive moments agree within Monte Carlo error."""
-    GlobalInducingPosterior, _ = _function_space_gi()
     N, D0, H, M = 8, 2, 4, 3
     X, Y = rng.normal(size=(N, D0)), rng.normal(size=(N, 1))
     Xs = rng.normal(size=(5, D0))
@@ -293,9 +285,10 @@ def test_weight_and_function_space_gi_agree_in_expectation(rng):
     V = [rng.normal(size=(M, H)), rng.normal(size=(M, 1))]
     log_prec = [-0.5, 1.0]
     layers = [DenseLayer(D0, H, "identity"), DenseLayer(H, 1, "relu")]
-    ws = GlobalInducingWeightPosterior(layers, U0, pseudo_outputs=V, log_precisions=log_prec)
+    ws = GlobalInducingPosterior(layers, inducing_inputs=U0, pseudo_outputs=V, log_precision_init=log_prec)
     fs = GlobalInducingPosterior(
-        layers, inducing_inputs=U0, pseudo_outputs=V, log_precision_init=log_prec, precision="diagonal"
+        layers, inducing_inputs=U0, pseudo_outputs=V, log_precision_init=log_prec, precision="diagonal",
+        space="function",
     )
     S = 4000
     lik = gpflow.likelihoods.Gaussian(0.2)
@@ -316,16 +309,17 @@ def test_gi_weight_posterior_gradients_match_finite_differences(rng):
     N, D0 = 5, 2
     X, Y = rng.normal(size=(N, D0)), rng.normal(size=(N, 1))
     layers = [DenseLayer(D0, 3, "identity"), DenseLayer(3, 1, "tanh")]
-    post = GlobalInducingWeightPosterior(
-        layers, rng.normal(size=(4, D0)), log_precisions=[rng.normal(size=(3, 4)), rng.normal(size=(1, 4))], seed=1
+    post = GlobalInducingPosterior(
+        layers, inducing_inputs=rng.normal(size=(4, D0)),
+        log_precision_init=[rng.normal(size=(3, 4)), rng.normal(size=(1, 4))], seed=1,
     )
     model = DeepGP(layers, gpflow.likelihoods.Gaussian(0.5), post, num_data=N)
 
     def f():
         return model.elbo((X, Y), 3, seed=5)
 
-    params = [post.inducing_inputs, post.inducing[0].pseudo_outputs, post.inducing[0].log_precision_scaled,
-              post.inducing[1].pseudo_outputs, post.inducing[1].log_precision_scaled]
+    params = [post.inducing_inputs, post.pseudo_data[0].pseudo_outputs, post.pseudo_data[0].precision,
+              post.pseudo_data[1].pseudo_outputs, post.pseudo_data[1].precision]
     variables = [p.unconstrained_variable for p in params]
     with tf.GradientTape() as tape:
         value = f()
@@ -385,12 +379,12 @@ def test_build_bnn_structure_and_initialisation(rng):
     assert m.layers[0].kernel.activation_name == "identity" and m.layers[1].kernel.activation_name == "relu"
     post = m.posterior
     # U_0 = a subset of the inputs, top pseudo-outputs = their targets.
-    U0, V = post.inducing_inputs.numpy(), post.inducing[-1].pseudo_outputs.numpy()
+    U0, V = post.inducing_inputs.numpy(), post.pseudo_data[-1].pseudo_outputs.numpy()
     idx = [int(np.argmin(np.abs(X - u).sum(1))) for u in U0]
     np.testing.assert_array_equal(X[idx], U0)
     np.testing.assert_array_equal(Y[idx], V)
-    np.testing.assert_allclose(3 * post.inducing[0].log_precision_scaled.numpy(), -4.0)
-    np.testing.assert_allclose(post.inducing[-1].log_precision_scaled.numpy(), 0.0)
+    np.testing.assert_allclose(3 * post.pseudo_data[0].precision.unconstrained_variable.numpy(), -4.0)
+    np.testing.assert_allclose(post.pseudo_data[-1].precision.unconstrained_variable.numpy(), 0.0)
     m2 = build_bnn(X, Y, hidden=(6, 5), posterior="global", num_inducing=10, seed=0)
     np.testing.assert_array_equal(m2.posterior.inducing_inputs.numpy(), U0)
     toy = build_bnn(X, Y, hidden=(4,), num_inducing=50, seed=0)  # M > N: N(0, 1) inducing inputs
@@ -408,7 +402,7 @@ def test_build_bnn_classification_uses_one_hot_pseudo_outputs(rng):
     X = rng.normal(size=(12, 2))
     Y = rng.integers(0, 3, size=(12, 1)).astype(float)
     m = build_bnn(X, Y, hidden=(4,), num_inducing=5, likelihood=gpflow.likelihoods.Softmax(3), seed=0)
-    V = m.posterior.inducing[-1].pseudo_outputs.numpy()
+    V = m.posterior.pseudo_data[-1].pseudo_outputs.numpy()
     assert V.shape == (5, 3) and np.all(V.sum(1) == 1) and set(np.unique(V)) == {0.0, 1.0}
     assert m.predict_f_samples(X, 2, seed=0).shape == (2, 12, 3)
 

@@ -61,6 +61,16 @@ def rescaled_log_transform(rho: float, dtype=None) -> tfp.bijectors.Bijector:
     return tfp.bijectors.Chain([tfp.bijectors.Exp(), tfp.bijectors.Scale(rho)])
 
 
+def _rescaled_log_parameter(log_value: np.ndarray, rho: float, name: str) -> gpflow.Parameter:
+    """A positive ``gpflow.Parameter`` ``exp(log_value)`` under :func:`rescaled_log_transform`,
+    set through its unconstrained value ``log_value / rho`` (so ``exp`` may underflow)."""
+    log_value = np.asarray(log_value, dtype=np.float64)
+    param = gpflow.Parameter(np.ones(log_value.shape, dtype=gpflow.default_float()),
+                             transform=rescaled_log_transform(rho), name=name)
+    param.unconstrained_variable.assign(log_value / rho)
+    return param
+
+
 class PseudoData(gpflow.Module):
     """Pseudo-outputs ``V`` ``[M, P]`` and noise precisions ``Lambda`` of one layer.
 
@@ -89,18 +99,14 @@ class PseudoData(gpflow.Module):
             if lp.ndim != 0:
                 raise ValueError("log_precision_init must be a number for precision='full'")
             self.precision_shape = gpflow.Parameter(np.eye(M, dtype=dtype), name="precision_shape")
-            self.precision_scale = gpflow.Parameter(
-                np.exp(lp).astype(dtype), transform=rescaled_log_transform(2.0 * self.rho), name="precision_scale"
-            )
+            self.precision_scale = _rescaled_log_parameter(lp, 2.0 * self.rho, "precision_scale")
         else:
             Q = P if self.kind == "diagonal" else 1
             if lp.ndim == 0:
                 lp = np.full((Q, M), float(lp))
             if lp.shape != (Q, M) or not np.all(np.isfinite(lp)):
                 raise ValueError(f"log_precision_init must be a finite number or have shape {(Q, M)}, got {lp.shape}")
-            self.precision = gpflow.Parameter(
-                np.exp(lp).astype(dtype), transform=rescaled_log_transform(self.rho), name="precision"
-            )
+            self.precision = _rescaled_log_parameter(lp, self.rho, "precision")
 
     @property
     def num_inducing(self) -> int:
@@ -131,13 +137,13 @@ class PseudoData(gpflow.Module):
         return tf.linalg.diag(self.diagonal())
 
     def set_log_precision(self, log_precision: float) -> None:
-        """Assign ``Lambda = exp(log_precision) I`` (initialisation and tests)."""
-        value = float(np.exp(log_precision))
+        """Assign ``Lambda = exp(log_precision) I`` (initialisation and tests; through the
+        unconstrained value, so a log-precision far below the float range works too)."""
         if self.kind == "full":
             self.precision_shape.assign(np.eye(self.num_inducing))
-            self.precision_scale.assign(value)
+            self.precision_scale.unconstrained_variable.assign(log_precision / (2.0 * self.rho))
         else:
-            self.precision.assign(np.full(self.precision.shape, value))
+            self.precision.unconstrained_variable.assign(np.full(self.precision.shape, log_precision / self.rho))
 
     def posterior(self, features: tf.Tensor, prior_precision: Optional[tf.Tensor] = None):
         """:func:`pseudo_data_posterior` of this layer's pseudo-data on ``features`` ``[S, M, D]``."""
