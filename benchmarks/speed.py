@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
-from deepgp_gi.builders import DEEP_GP_POSTERIORS  # noqa: E402
+from deepgp_gi.families import DEEP_GP_FAMILIES as DEEP_GP_POSTERIORS  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")

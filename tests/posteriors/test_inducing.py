@@ -1,7 +1,10 @@
-"""Oracles for the global-inducing (GI) and local-inducing (LI) posteriors (ALGORITHMS.md §2.3, §3).
+"""Oracles for the global-inducing (GI) and local-inducing (LI) posteriors (ALGORITHMS.md §2.3–2.4, §3).
 
-O1, O2, O3, O15, the LI = SVGP identity, analytic KL = MC mean of the sampled log-ratio,
-finite-difference gradients, a GI-vs-mean-field training comparison, float32 and bad inputs.
+Function space: O1, O2, O3, O15, the LI = SVGP identity, analytic KL = MC mean of the sampled
+log-ratio, finite-difference gradients, a GI-vs-mean-field training comparison, float32 and bad
+inputs. Weight space (BNN layers): O9 and O14 (a GI layer with the data as pseudo-data is Bayesian
+linear regression), O15, LI analytic KL, weight space = function space with the weight-induced
+kernel, gradients.
 """
 import os
 
@@ -13,10 +16,15 @@ import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import scipy.linalg  # noqa: E402
+import scipy.stats  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from scipy.stats import multivariate_normal  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
+from deepgp_gi.datasets import deep_linear, deep_linear_log_evidence  # noqa: E402
+from deepgp_gi.layers import DenseLayer  # noqa: E402
+from deepgp_gi.models import DeepGP  # noqa: E402
+from deepgp_gi.priors import NealPrior  # noqa: E402
 from deepgp_gi.noise import FixedNoise, SeededNoise  # noqa: E402
 from deepgp_gi.posteriors.inducing import (  # noqa: E402
     GlobalInducingPosterior,
@@ -681,3 +689,165 @@ def test_gi_trains_to_a_higher_elbo_than_mean_field():
     elbo_gi, elbo_mf = train(gi), train(mf)
     assert np.isfinite(elbo_gi) and elbo_gi > elbo_mf + 10.0, (elbo_gi, elbo_mf)
     print(f"GI {elbo_gi:.2f} vs mean-field {elbo_mf:.2f} after {steps} steps ({time.time() - start:.1f}s)")
+
+
+# ============================================================================= weight space
+
+
+def _blr_log_evidence(Phi, Y, prior_var, noise_var):
+    """sum_p log N(Y[:, p]; 0, prior_var Phi Phi^T + noise_var I)."""
+    N = Phi.shape[0]
+    C = prior_var * Phi @ Phi.T + noise_var * np.eye(N)
+    return sum(scipy.stats.multivariate_normal(np.zeros(N), C).logpdf(Y[:, p]) for p in range(Y.shape[1]))
+
+
+@pytest.mark.parametrize("per_unit", [True, False])
+@pytest.mark.parametrize("prior", ["neal", "standard"])
+def test_O9_gi_layer_is_bayesian_linear_regression(rng, per_unit, prior):
+    N, D0, P, noise_var = 12, 3, 2, 0.3
+    X, Y = rng.normal(size=(N, D0)), rng.normal(size=(N, P))
+    layer = DenseLayer(D0, P, "identity", prior=prior)
+    post = GlobalInducingPosterior(
+        [layer], inducing_inputs=X, pseudo_outputs=[Y], log_precision_init=[np.log(1 / noise_var)],
+        precision="diagonal" if per_unit else "shared_diagonal",
+    )
+    model = DeepGP([layer], gpflow.likelihoods.Gaussian(noise_var), post, num_data=N)
+    elbos = model.elbo_per_sample((X, Y), 6).numpy()
+    Phi = np.concatenate([X, np.ones((N, 1))], 1)
+    prior_var = 1 / (D0 + 1) if prior == "neal" else 1.0
+    np.testing.assert_allclose(elbos, _blr_log_evidence(Phi, Y, prior_var, noise_var), rtol=0, atol=1e-9)
+
+
+def test_O14_one_layer_linear_gi_equals_true_evidence(rng):
+    data = deep_linear(num_train=60, num_test=1, input_dim=5, noise_variance=0.1, seed=3)
+    X, Y = data.X_train, data.Y_train
+    layer = DenseLayer(5, 1, "identity", prior=NealPrior(), bias=False)
+    post = GlobalInducingPosterior([layer], inducing_inputs=X, pseudo_outputs=[Y], log_precision_init=[np.log(10.0)])
+    model = DeepGP([layer], gpflow.likelihoods.Gaussian(0.1), post, num_data=60)
+    expected = deep_linear_log_evidence(X, Y, 5, 0.1)
+    np.testing.assert_allclose(model.elbo_per_sample((X, Y), 5), expected, rtol=0, atol=1e-9)
+
+
+def test_O15_gi_zero_precision_is_prior(rng):
+    X = rng.normal(size=(7, 2))
+    layers = [DenseLayer(2, 4, "identity"), DenseLayer(4, 1, "relu")]
+    post = GlobalInducingPosterior(layers, inducing_inputs=rng.normal(size=(5, 2)), log_precision_init=[-800.0, -800.0])
+    kl = post.propagate(X, 4, seed=1).kl
+    np.testing.assert_allclose(kl, 0.0, atol=1e-12)
+
+
+def test_O15_local_inducing_analytic_kl_is_mean_log_ratio(rng):
+    layers = [
+        DenseLayer(2, 3, "identity", inducing_features=rng.normal(size=(3, 3))),
+        DenseLayer(3, 2, "relu", inducing_features=rng.normal(size=(4, 4))),
+    ]
+    kwargs = dict(log_precision_init=[0.5, -0.5], seed=4)
+    analytic = LocalInducingPosterior(layers, kl="analytic", **kwargs)
+    sampled = LocalInducingPosterior(layers, kl="sampled", **kwargs)
+    X = rng.normal(size=(3, 2))
+    kl_an = analytic.propagate(X, 2, seed=0).kl.numpy()
+    np.testing.assert_allclose(kl_an[0], kl_an[1])
+    S = 20_000
+    kls = sampled.propagate(X, S, seed=1).kl.numpy()
+    assert abs(kls.mean() - kl_an[0]) < 4 * kls.std() / np.sqrt(S)
+
+
+def test_weight_and_function_space_gi_agree_on_q_of_inducing_outputs(rng):
+    """One layer, same U_0, V, Lambda: the same Gaussian Q(U_1); and, for M <= D, the same
+    per-sample log-ratio log q(W) - log p(W) = log Q(U) - log P(U) at U = Phi_u W."""
+    M, D0, P = 3, 3, 2
+    layer = DenseLayer(D0, P, "identity")
+    U0, V = rng.normal(size=(M, D0)), rng.normal(size=(M, P))
+    lam = np.exp(rng.normal(size=(P, M)))
+    Phi_u = np.concatenate([U0, np.ones((M, 1))], 1)
+    D = D0 + 1
+    L, m = pseudo_data_posterior(Phi_u[None], V, np.array([float(D)]), diag_precision=lam)
+    Kuu = Phi_u @ Phi_u.T / D
+    L_K = np.linalg.cholesky(Kuu)[None]
+    L_B, a_mean = pseudo_data_posterior(L_K, V, diag_precision=lam)
+    mean_fs = L_K[0] @ a_mean[0].numpy()
+    for u in range(P):
+        mean_ws = Phi_u @ m[0, :, u].numpy()
+        cov_ws = Phi_u @ np.linalg.inv(L[0, u] @ tf.transpose(L[0, u])) @ Phi_u.T
+        LBinv = np.linalg.inv(L_B[0, u].numpy())
+        cov_fs = L_K[0] @ LBinv.T @ LBinv @ L_K[0].T
+        np.testing.assert_allclose(mean_ws, mean_fs[:, u], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(cov_ws, cov_fs, rtol=1e-9, atol=1e-12)
+    # Per-sample log-ratio identity, with the function-space formula evaluated at U = Phi_u W.
+    S = 5
+    z = rng.normal(size=(S, D, P))
+    L_S, m_S = tf.broadcast_to(L, [S, P, D, D]), tf.broadcast_to(m, [S, D, P])
+    W = sample_weights(L_S, m_S, z)
+    kl_ws = -log_ratio(L_S, W, z, np.full(S, float(D)))
+    U = Phi_u[None] @ W.numpy()  # [S, M, P]
+    for s in range(S):
+        lr = 0.0
+        for u in range(P):
+            Sigma = np.linalg.inv(np.linalg.inv(Kuu) + np.diag(lam[u]))
+            mu = Sigma @ (lam[u] * V[:, u])
+            lr += scipy.stats.multivariate_normal(np.zeros(M), Kuu).logpdf(U[s, :, u])
+            lr -= scipy.stats.multivariate_normal(mu, Sigma).logpdf(U[s, :, u])
+        np.testing.assert_allclose(-kl_ws[s], lr, rtol=1e-8)
+
+
+def test_weight_and_function_space_gi_agree_in_expectation(rng):
+    """Two ReLU layers (M <= D_l): ELBO and predictive moments agree within Monte Carlo error."""
+    N, D0, H, M = 8, 2, 4, 3
+    X, Y = rng.normal(size=(N, D0)), rng.normal(size=(N, 1))
+    Xs = rng.normal(size=(5, D0))
+    U0 = rng.normal(size=(M, D0))
+    V = [rng.normal(size=(M, H)), rng.normal(size=(M, 1))]
+    log_prec = [-0.5, 1.0]
+    layers = [DenseLayer(D0, H, "identity"), DenseLayer(H, 1, "relu")]
+    ws = GlobalInducingPosterior(layers, inducing_inputs=U0, pseudo_outputs=V, log_precision_init=log_prec)
+    fs = GlobalInducingPosterior(
+        layers, inducing_inputs=U0, pseudo_outputs=V, log_precision_init=log_prec, precision="diagonal",
+        space="function",
+    )
+    S = 4000
+    lik = gpflow.likelihoods.Gaussian(0.2)
+    out = {}
+    for name, post in (("ws", ws), ("fs", fs)):
+        model = DeepGP(layers, lik, post, num_data=N)
+        elbo = model.elbo_per_sample((X, Y), S, seed=7).numpy()
+        mean, var = model.predict_f_components(Xs, S, seed=8)
+        out[name] = (elbo, mean.numpy()[..., 0], (mean**2 + var).numpy()[..., 0])
+    for k in range(3):
+        a, b = out["ws"][k], out["fs"][k]
+        se = np.sqrt(a.var(0) / S + b.var(0) / S)
+        assert np.all(np.abs(a.mean(0) - b.mean(0)) < 4.5 * se + 1e-6), (k, a.mean(0), b.mean(0), se)
+
+
+def test_gi_weight_posterior_gradients_match_finite_differences(rng):
+    N, D0 = 5, 2
+    X, Y = rng.normal(size=(N, D0)), rng.normal(size=(N, 1))
+    layers = [DenseLayer(D0, 3, "identity"), DenseLayer(3, 1, "tanh")]
+    post = GlobalInducingPosterior(
+        layers, inducing_inputs=rng.normal(size=(4, D0)),
+        log_precision_init=[rng.normal(size=(3, 4)), rng.normal(size=(1, 4))], seed=1,
+    )
+    model = DeepGP(layers, gpflow.likelihoods.Gaussian(0.5), post, num_data=N)
+
+    def f():
+        return model.elbo((X, Y), 3, seed=5)
+
+    params = [post.inducing_inputs, post.pseudo_data[0].pseudo_outputs, post.pseudo_data[0].precision,
+              post.pseudo_data[1].pseudo_outputs, post.pseudo_data[1].precision]
+    variables = [p.unconstrained_variable for p in params]
+    with tf.GradientTape() as tape:
+        value = f()
+    grads = tape.gradient(value, variables)
+    h = 1e-6
+    for var, g in zip(variables, grads):
+        flat = np.asarray(var.numpy()).ravel()
+        for i in rng.choice(flat.size, size=min(3, flat.size), replace=False):
+            delta = np.zeros(flat.size)
+            delta[i] = h
+            delta = delta.reshape(var.shape)
+            var.assign_add(delta)
+            up = f().numpy()
+            var.assign_add(-2 * delta)
+            down = f().numpy()
+            var.assign_add(delta)
+            fd = (up - down) / (2 * h)
+            np.testing.assert_allclose(g.numpy().ravel()[i], fd, rtol=1e-5, atol=1e-6)

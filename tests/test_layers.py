@@ -1,0 +1,47 @@
+"""Layers: GPLayer and DenseLayer with the weight-induced kernel (ALGORITHMS.md §2.4, "Model")."""
+import gpflow
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from deepgp_gi.bnn import BNN_POSTERIORS, build_bnn
+from deepgp_gi.datasets import deep_linear, deep_linear_log_evidence
+from deepgp_gi.kernels import WeightKernel, batched_K, batched_K_diag, batched_K_sym
+from deepgp_gi.layers import DenseLayer
+from deepgp_gi.models import DeepGP
+from deepgp_gi.noise import FixedNoise, SeededNoise
+from deepgp_gi.posteriors import GlobalInducingPosterior, LocalInducingPosterior, ScalePosterior
+from deepgp_gi.posteriors.factorised import (
+    FactorisedGlobalPosterior,
+    FactorisedWeightPosterior,
+    RandomGlobalPosterior,
+    factorised_kl,
+    local_reparameterisation_moments,
+)
+from deepgp_gi.posteriors.pseudo_data import analytic_kl, log_ratio, pseudo_data_posterior, sample_weights
+from deepgp_gi.priors import NealPrior, ScalePrior, StandardPrior
+
+tfd = tfp.distributions
+
+
+def test_weight_kernel_is_feature_inner_product(rng):
+    kern = WeightKernel(3, "relu", bias=True)
+    F = rng.normal(size=(2, 5, 3))
+    G = rng.normal(size=(2, 4, 3))
+    Phi_F = np.concatenate([np.maximum(F, 0), np.ones((2, 5, 1))], -1)
+    Phi_G = np.concatenate([np.maximum(G, 0), np.ones((2, 4, 1))], -1)
+    np.testing.assert_allclose(kern.features(F), Phi_F)
+    np.testing.assert_allclose(batched_K(kern, F, G), Phi_F @ Phi_G.transpose(0, 2, 1) / 4, rtol=1e-12)
+    np.testing.assert_allclose(batched_K_sym(kern, F), Phi_F @ Phi_F.transpose(0, 2, 1) / 4, rtol=1e-12)
+    np.testing.assert_allclose(batched_K_diag(kern, F), (Phi_F**2).sum(-1) / 4, rtol=1e-12)
+    np.testing.assert_allclose(kern(F[0], G[0]), Phi_F[0] @ Phi_G[0].T / 4, rtol=1e-12)
+    with pytest.raises(ValueError, match="3 columns"):
+        kern.features(rng.normal(size=(4, 5)))
+    # Standard prior: K = Phi Phi^T; Scale prior: E[1/s] = 2 for Gamma(2, 2).
+    assert DenseLayer(3, 2, prior="standard").kernel.weight_variance == 1.0
+    np.testing.assert_allclose(DenseLayer(3, 2, prior="scale").kernel.weight_variance, 2.0 / 4)
+    layer = DenseLayer(3, 2, activation="tanh")
+    assert (layer.input_dim, layer.output_dim, layer.fan_in, layer.inducing_variable) == (3, 2, 4, None)
+    np.testing.assert_array_equal(layer.mean(F), np.zeros((2, 5, 2)))
