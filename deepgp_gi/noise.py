@@ -84,38 +84,44 @@ def derive_key(seed: tf.Tensor, data: int = 0) -> tf.Tensor:
     return tf.stack([k0, k1])
 
 
-def _counter_words(key: tf.Tensor, count, streams: int) -> tf.Tensor:
-    """``[streams, count]`` pseudo-random uint32 words: a hash of (element, stream) under ``key``."""
-    index = tf.range(count * streams, dtype=tf.int32)
-    x = tf.bitcast(index, tf.uint32) ^ key[0]
-    return tf.reshape(_hash32(_hash32(x) + key[1]), [count, streams])
+def _counter_words(key: tf.Tensor, count) -> tf.Tensor:
+    """``[count]`` pseudo-random uint32 words: a double hash of the element index under ``key``."""
+    index = tf.bitcast(tf.range(count, dtype=tf.int32), tf.uint32)
+    return _hash32(_hash32(index ^ key[0]) ^ key[1])
 
 
-def counter_uniform(shape, key: tf.Tensor, dtype: tf.DType, stream: int = 0) -> tf.Tensor:
-    """Uniform draws in (0, 1) from a counter-based hash generator.
+def _unit_interval(words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """Uniform in the open interval (0, 1): ``(w + 1/2) / 2^32`` in float64; in lower precisions
+    the top 24 bits, so that rounding can never reach 0 or 1."""
+    if dtype == tf.float64:
+        return (tf.cast(words, tf.float64) + 0.5) / 4294967296.0
+    top = tf.bitwise.right_shift(words, tf.constant(8, tf.uint32))
+    return tf.cast((tf.cast(top, tf.float32) + 0.5) / 16777216.0, dtype)
+
+
+def counter_uniform(shape, key: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """Uniform draws in (0, 1) from a counter-based hash generator (32 random bits each, 24 in
+    float32).
 
     Pure integer arithmetic, so the same key gives bit-identical words eagerly, in a
     ``tf.function``, under XLA and on any device (TensorFlow's own stateless kernels differ
-    between XLA and plain execution). Float64 draws carry 53 random bits, float32 draws 24.
+    between XLA and plain execution).
     """
     n = tf.reduce_prod(tf.cast(shape, tf.int32))
-    sub = derive_key(tf.bitcast(key, tf.int32), stream) if stream else key
-    w = tf.cast(_counter_words(sub, n, 2), tf.float64)  # [n, 2]
-    if dtype == tf.float64:
-        hi = tf.floor(w[:, 0] / 32.0)  # 27 bits
-        lo = tf.floor(w[:, 1] / 64.0)  # 26 bits
-        u = (hi * 67108864.0 + lo + 0.5) / 9007199254740992.0
-    else:
-        u = (tf.floor(w[:, 0] / 256.0) + 0.5) / 16777216.0
-    return tf.reshape(tf.cast(u, dtype), shape)
+    return tf.reshape(_unit_interval(_counter_words(key, n), dtype), shape)
 
 
 def counter_normal(shape, key: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-    """Standard normal draws (Box-Muller on two :func:`counter_uniform` streams)."""
-    u1 = counter_uniform(shape, key, dtype, stream=1)
-    u2 = counter_uniform(shape, key, dtype, stream=2)
-    two_pi = tf.constant(2.0 * 3.141592653589793, dtype)
-    return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(two_pi * u2)
+    """Standard normal draws: Box-Muller on pairs of :func:`counter_uniform` words, both the
+    cosine and the sine branch used (the smallest uniform, 2^-33, caps |z| at 6.8)."""
+    n = tf.reduce_prod(tf.cast(shape, tf.int32))
+    half = (n + 1) // 2
+    u = _unit_interval(_counter_words(key, 2 * half), dtype)
+    u1, u2 = u[:half], u[half:]
+    radius = tf.sqrt(-2.0 * tf.math.log(u1))
+    angle = tf.constant(2.0 * 3.141592653589793, dtype) * u2
+    z = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], axis=0)
+    return tf.reshape(z[:n], shape)
 
 
 @tf.custom_gradient
