@@ -69,10 +69,15 @@ def base_jitter(dtype: tf.DType) -> float:
 
 @check_shapes("A: [batch..., N, N]", "return: [batch..., N, N]")
 def add_jitter(A: tf.Tensor, jitter) -> tf.Tensor:
-    """``A + jitter * I``; ``jitter`` is a scalar or broadcasts against ``A``'s batch shape."""
+    """``A + jitter * I``; ``jitter`` is a scalar or broadcasts against ``A``'s batch shape.
+
+    An addition of a diagonal matrix rather than ``tf.linalg.set_diag``: the gradient of
+    ``set_diag`` on a matrix whose shape is only known at run time builds a zeros tensor of a
+    dynamic-rank shape, which XLA cannot compile.
+    """
     jitter = tf.convert_to_tensor(jitter, dtype=A.dtype)
-    diag = tf.linalg.diag_part(A) + tf.expand_dims(jitter, -1)
-    return tf.linalg.set_diag(A, diag)
+    diag = tf.zeros_like(tf.linalg.diag_part(A)) + tf.expand_dims(jitter, -1)
+    return A + tf.linalg.diag(diag)
 
 
 def _finite_per_matrix(L: tf.Tensor) -> tf.Tensor:
@@ -217,14 +222,17 @@ def _in_xla_context() -> bool:
 
 
 def _cholesky_backward(L: tf.Tensor, dL: tf.Tensor) -> tf.Tensor:
-    """Reverse-mode derivative of ``L = chol(A)`` (TensorFlow's own formula, symmetrised)."""
-    n = tf.shape(L)[-1]
-    eye = tf.eye(n, batch_shape=tf.shape(L)[:-2], dtype=L.dtype)
-    L_inv = tf.linalg.triangular_solve(L, eye, lower=True)
+    """Reverse-mode derivative of ``L = chol(A)`` (TensorFlow's formula, symmetrised).
+
+    ``dA = sym(L^-H Phi(L^H dL) L^-1) / 2`` with ``Phi`` the lower triangle with a halved
+    diagonal, by two triangular solves: no explicit inverse and no ``tf.eye`` of a dynamic batch
+    shape (XLA cannot build that when the shape is only known at run time).
+    """
     middle = tf.linalg.matmul(L, dL, adjoint_a=True)
     middle = tf.linalg.set_diag(middle, 0.5 * tf.linalg.diag_part(middle))
     middle = tf.linalg.band_part(middle, -1, 0)
-    grad = tf.linalg.matmul(tf.linalg.matmul(L_inv, middle, adjoint_a=True), L_inv)
+    left = tf.linalg.triangular_solve(L, middle, lower=True, adjoint=True)  # L^-H middle
+    grad = tf.linalg.adjoint(tf.linalg.triangular_solve(L, tf.linalg.adjoint(left), lower=True, adjoint=True))
     return 0.5 * (grad + tf.linalg.adjoint(grad))
 
 
@@ -254,9 +262,9 @@ def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
         # -I makes TensorFlow's (Eigen) kernel stop at the first pivot, so in the common case the
         # retries cost a few copies, not factorisations. XLA's expander does not stop early and
         # is slow on NaN, so there the stand-in is +I.
-        n = tf.shape(A)[-1]
+        n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
         sign = 1.0 if _in_xla_context() else -1.0
-        skip = sign * tf.eye(n, batch_shape=tf.shape(A)[:-2], dtype=A.dtype)
+        skip = sign * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where below
     for k in ladder:
         if eager:
             if bool(tf.reduce_all(ok)):
