@@ -10,7 +10,14 @@ from typing import Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["as_data_array", "check_data_pair", "check_positive_int", "check_choice"]
+__all__ = [
+    "as_data_array",
+    "check_data_pair",
+    "check_positive_int",
+    "check_positive_float",
+    "check_seed",
+    "check_choice",
+]
 
 
 def _describe_bad(arr: np.ndarray, name: str) -> str:
@@ -91,3 +98,24 @@ def check_choice(value, name: str, choices: Tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, choices))}")
     return value
+
+
+def check_positive_float(value, name: str) -> float:
+    """A positive finite real number (int or float; bools rejected), returned as ``float``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def check_seed(seed, name: str = "seed") -> Optional[int]:
+    """``None`` or an integer that fits in int64 (bools rejected); returned as ``int`` or ``None``."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer or None, got {seed!r}")
+    seed = int(seed)
+    if not -(2**63) <= seed < 2**63:
+        raise ValueError(f"{name} must fit in a 64-bit integer, got {seed}")
+    return seed
