@@ -41,6 +41,7 @@ __all__ = [
     "CholeskyChecks",
     "cholesky_checks",
     "raise_if_failed",
+    "failure_message",
     "checked_function",
     "add_jitter",
     "base_jitter",

@@ -189,3 +189,23 @@ def test_xla_step_matches_plain_step(case, rng):
     # and 1e-12 in the other into updates up to ~lr * 1e-5 apart, hence the small absolute slack
     for a, b in zip(_values(xla), _values(plain)):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)
+
+
+def test_fit_argument_checks(rng):
+    from deepgp_gi.validation import check_positive_float, check_seed
+
+    assert check_seed(None) is None and check_seed(np.int64(7)) == 7
+    with pytest.raises(TypeError, match="my_seed must be an integer or None"):
+        check_seed(True, "my_seed")
+    with pytest.raises(ValueError, match="64-bit"):
+        check_seed(2**64)
+    assert check_positive_float(3, "lr") == 3.0
+    for bad in (0.0, -1.0, float("inf"), float("nan"), "0.1", True):
+        with pytest.raises(ValueError, match="lr must be a positive finite number"):
+            check_positive_float(bad, "lr")
+    X, Y = _toy(rng, n=20)
+    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
+    with pytest.raises(TypeError, match="seed must be an integer or None"):
+        dg.fit(model, (X, Y), steps=1, seed=1.5, progress=False)
+    with pytest.raises(TypeError, match="jit_compile must be True or False"):
+        dg.fit(model, (X, Y), steps=1, seed=1, progress=False, jit_compile="yes")
