@@ -2,17 +2,65 @@
 
 The one rule: never form the inverse of a kernel matrix. Everything goes through
 :func:`safe_cholesky` and triangular solves.
+
+Failures and compiled code
+--------------------------
+:func:`safe_cholesky` raises :class:`CholeskyError` when a matrix stays indefinite after the
+jitter escalation. Eagerly it raises at once. Inside a ``tf.function`` (XLA-compiled or not) an
+exception cannot leave the device without a host round-trip per factorisation, so instead each
+call records a boolean failure flag, with a static message, into the active
+:func:`cholesky_checks` collector; the compiled function returns ``checks.status()`` (an int32
+scalar, 0 when every factorisation succeeded) and the caller turns it into the exception with
+:func:`raise_if_failed` when it next reads results anyway. ``fit`` does this for you;
+:func:`checked_function` does it for your own functions::
+
+    @dg.linalg.checked_function(jit_compile=True)
+    def step(A):
+        return dg.safe_cholesky(A, name="my matrix")
+
+    step(tf.constant([[1.0, 2.0], [2.0, 1.0]], tf.float64))  # raises CholeskyError
+
+A ``tf.function`` traced with no collector active falls back to ``tf.debugging.Assert`` (raises
+a plain ``tf.errors.InvalidArgumentError`` with the same message); XLA drops that assertion, so
+under ``jit_compile=True`` use a collector.
 """
 from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import warnings
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 from check_shapes import check_shapes
 
-__all__ = ["safe_cholesky", "CholeskyError", "add_jitter", "base_jitter"]
+__all__ = [
+    "safe_cholesky",
+    "CholeskyError",
+    "CholeskyChecks",
+    "cholesky_checks",
+    "raise_if_failed",
+    "failure_message",
+    "checked_function",
+    "add_jitter",
+    "base_jitter",
+    "compiled_ladder",
+]
 
 
 class CholeskyError(tf.errors.InvalidArgumentError):
-    """Raised (as a TensorFlow InvalidArgumentError) when a matrix is not positive definite."""
+    """A matrix was not positive definite even after the jitter escalation.
+
+    A subclass of ``tf.errors.InvalidArgumentError``, so ``except tf.errors.InvalidArgumentError``
+    catches it too. The message names the matrix, its shape and dtype, and the jitter tried.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(None, None, message)
+
+    def __reduce__(self):  # picklable (OpError's own __reduce__ expects node_def, op, message)
+        return (type(self), (self.message,))
 
 
 def base_jitter(dtype: tf.DType) -> float:
@@ -22,26 +70,238 @@ def base_jitter(dtype: tf.DType) -> float:
 
 @check_shapes("A: [batch..., N, N]", "return: [batch..., N, N]")
 def add_jitter(A: tf.Tensor, jitter) -> tf.Tensor:
-    """``A + jitter * I``; ``jitter`` is a scalar or broadcasts against ``A``'s batch shape."""
+    """``A + jitter * I``; ``jitter`` is a scalar or broadcasts against ``A``'s batch shape.
+
+    An addition of a diagonal matrix rather than ``tf.linalg.set_diag``: the gradient of
+    ``set_diag`` on a matrix whose shape is only known at run time builds a zeros tensor of a
+    dynamic-rank shape, which XLA cannot compile.
+    """
     jitter = tf.convert_to_tensor(jitter, dtype=A.dtype)
-    diag = tf.linalg.diag_part(A) + tf.expand_dims(jitter, -1)
-    return tf.linalg.set_diag(A, diag)
+    diag = tf.zeros_like(tf.linalg.diag_part(A)) + tf.expand_dims(jitter, -1)
+    return A + tf.linalg.diag(diag)
 
 
 def _finite_per_matrix(L: tf.Tensor) -> tf.Tensor:
     return tf.reduce_all(tf.math.is_finite(L), axis=[-2, -1])
 
 
+# --------------------------------------------------------------------------- failure registry
+
+_MESSAGES: List[str] = [""]  # code -> message; code 0 means "no failure"
+_CODES: Dict[str, int] = {}
+_REGISTRY_LOCK = threading.Lock()
+_ACTIVE = threading.local()
+
+
+def _code_for(message: str) -> int:
+    with _REGISTRY_LOCK:
+        code = _CODES.get(message)
+        if code is None:
+            code = len(_MESSAGES)
+            _MESSAGES.append(message)
+            _CODES[message] = code
+        return code
+
+
+def _active_collectors() -> List["CholeskyChecks"]:
+    stack = getattr(_ACTIVE, "stack", None)
+    if stack is None:
+        stack = _ACTIVE.stack = []
+    return stack
+
+
+class CholeskyChecks:
+    """Failure flags recorded by :func:`safe_cholesky` while tracing one function.
+
+    Created by :func:`cholesky_checks`; only factorisations traced in the same graph (the same
+    ``tf.function`` trace) as the collector's creation are recorded.
+    """
+
+    def __init__(self):
+        self.graph = tf.compat.v1.get_default_graph()
+        self._flags: List[Tuple[tf.Tensor, int]] = []
+
+    def _record(self, failed: tf.Tensor, code: int) -> None:
+        self._flags.append((failed, code))
+
+    @property
+    def num_checks(self) -> int:
+        """How many factorisations have been recorded."""
+        return len(self._flags)
+
+    def status(self) -> tf.Tensor:
+        """An int32 scalar: 0 if no recorded factorisation failed, else the first failure's code.
+
+        Branch-free (``tf.where``); return it from the compiled function and pass it to
+        :func:`raise_if_failed` on the host.
+        """
+        status = tf.constant(0, tf.int32)
+        for failed, code in reversed(self._flags):
+            status = tf.where(failed, tf.constant(code, tf.int32), status)
+        return status
+
+
+@contextlib.contextmanager
+def cholesky_checks() -> Iterator[CholeskyChecks]:
+    """Collect the failure flags of every :func:`safe_cholesky` traced inside the block.
+
+    Use it inside the body of a ``tf.function`` and return ``checks.status()``::
+
+        @tf.function(jit_compile=True)
+        def step(A):
+            with dg.linalg.cholesky_checks() as checks:
+                L = dg.safe_cholesky(A)
+            return L, checks.status()
+
+        L, status = step(A)
+        dg.linalg.raise_if_failed(status)
+    """
+    collector = CholeskyChecks()
+    stack = _active_collectors()
+    stack.append(collector)
+    try:
+        yield collector
+    finally:
+        stack.remove(collector)
+
+
+def failure_message(status) -> Optional[str]:
+    """The message of a :meth:`CholeskyChecks.status` value, or ``None`` for 0 (no failure)."""
+    code = int(status)
+    if code == 0:
+        return None
+    return _MESSAGES[code]
+
+
+def raise_if_failed(status, context: str = "") -> None:
+    """Raise :class:`CholeskyError` if ``status`` (from :meth:`CholeskyChecks.status`) is non-zero.
+
+    Reads ``status`` on the host (one device-to-host copy of a scalar). ``context`` is appended
+    to the message (``fit`` passes the step number).
+    """
+    message = failure_message(status)
+    if message is not None:
+        raise CholeskyError(message + (f" ({context})" if context else ""))
+
+
+def checked_function(fn=None, **tf_function_kwargs):
+    """``tf.function`` whose :func:`safe_cholesky` failures raise :class:`CholeskyError`.
+
+    Accepts ``tf.function``'s keyword arguments (``jit_compile=True``, ``input_signature``...).
+    Every call reads one int32 scalar back from the device to decide whether to raise.
+    """
+
+    def decorate(fn):
+        def with_status(*args, **kwargs):
+            with cholesky_checks() as checks:
+                out = fn(*args, **kwargs)
+            return out, checks.status()
+
+        compiled = tf.function(with_status, **tf_function_kwargs)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            out, status = compiled(*args, **kwargs)
+            raise_if_failed(status)
+            return out
+
+        return call
+
+    return decorate if fn is None else decorate(fn)
+
+
+def _in_xla_context() -> bool:
+    try:
+        from tensorflow.python.ops import control_flow_util
+
+        return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+    except Exception:  # pragma: no cover - private API moved
+        return False
+
+
+# --------------------------------------------------------------------------- the factorisation
+
+
+def _cholesky_backward(L: tf.Tensor, dL: tf.Tensor) -> tf.Tensor:
+    """Reverse-mode derivative of ``L = chol(A)`` (TensorFlow's formula, symmetrised).
+
+    ``dA = sym(L^-H Phi(L^H dL) L^-1) / 2`` with ``Phi`` the lower triangle with a halved
+    diagonal, by two triangular solves: no explicit inverse and no ``tf.eye`` of a dynamic batch
+    shape (XLA cannot build that when the shape is only known at run time).
+    """
+    middle = tf.linalg.matmul(L, dL, adjoint_a=True)
+    middle = tf.linalg.set_diag(middle, 0.5 * tf.linalg.diag_part(middle))
+    middle = tf.linalg.band_part(middle, -1, 0)
+    left = tf.linalg.triangular_solve(L, middle, lower=True, adjoint=True)  # L^-H middle
+    grad = tf.linalg.adjoint(tf.linalg.triangular_solve(L, tf.linalg.adjoint(left), lower=True, adjoint=True))
+    return 0.5 * (grad + tf.linalg.adjoint(grad))
+
+
+def compiled_ladder(max_tries: int) -> List[int]:
+    """The escalation steps ``k`` tried in compiled code: the first, middle and last of
+    ``0 .. max_tries-1`` (eager code tries every ``k`` in turn, stopping at the first success)."""
+    if max_tries <= 0:
+        return []
+    return sorted({0, max_tries // 2, max_tries - 1})
+
+
+def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(L, jitter used per member) with per-member escalation; no gradient (see safe_cholesky)."""
+    L = tf.linalg.cholesky(A)
+    ok = _finite_per_matrix(L)
+    scale = tf.reduce_mean(tf.abs(tf.linalg.diag_part(A)), axis=-1)
+    scale = tf.where(scale > 0, scale, tf.ones_like(scale))
+    start = base_jitter(A.dtype)
+    jitter = tf.zeros_like(scale)
+    eager = tf.executing_eagerly()
+    if eager:
+        ladder = range(max_tries)
+        skip = None
+    else:
+        ladder = compiled_ladder(max_tries)
+        # Members that already succeeded get a stand-in matrix instead of a refactorisation:
+        # -I makes TensorFlow's (Eigen) kernel stop at the first pivot, so in the common case the
+        # retries cost a few copies, not factorisations. XLA's expander does not stop early and
+        # is slow on NaN, so there the stand-in is +I.
+        n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
+        sign = 1.0 if _in_xla_context() else -1.0
+        skip = sign * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where below
+    for k in ladder:
+        if eager:
+            if bool(tf.reduce_all(ok)):
+                break
+        trial = tf.where(ok, jitter, start * 10.0**k * scale)
+        B = add_jitter(A, trial)
+        if skip is not None:
+            B = tf.where(ok[..., None, None], skip, B)
+        L_k = tf.linalg.cholesky(B)
+        ok_k = _finite_per_matrix(L_k)
+        L = tf.where(ok[..., None, None], L, L_k)
+        jitter = trial
+        ok = tf.logical_or(ok, ok_k)
+    return L, jitter
+
+
 @check_shapes("A: [batch..., N, N]", "return: [batch..., N, N]")
 def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> tf.Tensor:
     """Lower Cholesky factor of the symmetric matrices ``A``, with escalating jitter.
 
-    The plain factorisation is tried first. Batch members whose factor is not finite (the
-    matrix was not numerically positive definite) are refactorised with jitter
+    The plain factorisation is tried first. Batch members whose factor is not finite (the matrix
+    was not numerically positive definite) are refactorised with jitter
     ``base_jitter(dtype) * mean(diag(A)) * 10**k`` added to the diagonal, ``k = 0 .. max_tries-1``,
-    each member keeping the smallest jitter that works. If some member still fails, an
-    ``InvalidArgumentError`` is raised whose message names ``name``, the shape and the largest
-    jitter tried. Works in eager and compiled (``tf.function``) code, with gradients.
+    each member keeping the smallest jitter that works. Eagerly, the retries stop as soon as every
+    member succeeds. In a ``tf.function`` a fixed, branch-free subset of that ladder is tried
+    (:func:`compiled_ladder`: ``k`` = first, middle, last) and selected with ``tf.where``: no
+    ``tf.cond``/``tf.while_loop`` whose predicate the host would have to read. Members that
+    already succeeded are not refactorised (see :func:`_escalated`), so the common case costs one
+    factorisation plus a few copies.
+
+    If some member still fails, :class:`CholeskyError` is raised naming ``name``, the shape, the
+    dtype and the last jitter tried: eagerly at once; in compiled code through the active
+    :func:`cholesky_checks` collector (see the module docstring).
+
+    The gradient is that of ``chol(A + jitter * I)`` with the jitter each member used, computed
+    from the selected factor only (failed attempts never leak NaN into it).
 
     :param A: symmetric matrices, shape [batch..., N, N].
     :param max_tries: how many escalation steps (each 10x the previous jitter).
@@ -49,35 +309,54 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
     :return: lower-triangular factors, shape [batch..., N, N].
     """
     A = tf.convert_to_tensor(A)
-    L0 = tf.linalg.cholesky(A)
-    ok0 = _finite_per_matrix(L0)
+    max_tries = int(max_tries)
+    if max_tries < 0:
+        raise ValueError(f"max_tries must be >= 0, got {max_tries}")
 
-    def escalate() -> tf.Tensor:
-        diag = tf.linalg.diag_part(A)
-        scale = tf.reduce_mean(tf.abs(diag), axis=-1)
-        scale = tf.where(scale > 0, scale, tf.ones_like(scale))
-        start = base_jitter(A.dtype)
+    jitter_out = []
 
-        def cond(k, L, ok):
-            return tf.logical_and(k < max_tries, tf.logical_not(tf.reduce_all(ok)))
+    @tf.custom_gradient
+    def factor(A):
+        L, jitter = _escalated(A, max_tries)
+        jitter_out.append(jitter)
 
-        def body(k, L, ok):
-            jitter = start * tf.pow(tf.constant(10.0, A.dtype), tf.cast(k, A.dtype)) * scale
-            L_new = tf.linalg.cholesky(add_jitter(A, jitter))
-            ok_new = _finite_per_matrix(L_new)
-            take = tf.logical_and(tf.logical_not(ok), ok_new)
-            L = tf.where(take[..., None, None], L_new, L)
-            return k + 1, L, tf.logical_or(ok, ok_new)
+        def grad(dL):
+            return _cholesky_backward(L, dL)
 
-        _, L, ok = tf.while_loop(cond, body, (tf.constant(0), L0, ok0))
-        max_jitter = start * 10.0 ** (max_tries - 1)
-        message = (
-            f"safe_cholesky: {name} is not positive definite even with jitter up to "
-            f"{max_jitter:.1e} x its mean diagonal; check the inputs for NaN/inf, a collapsed "
-            f"lengthscale or a kernel variance near zero"
+        return L, grad
+
+    L = factor(A)
+    ok = _finite_per_matrix(L)
+    rel = base_jitter(A.dtype) * 10.0 ** (max_tries - 1) if max_tries else 0.0
+    head = (
+        f"safe_cholesky: {name} is not positive definite (shape {A.shape.as_list()}, "
+        f"{A.dtype.name}) even with jitter up to {rel:.1e} x its mean diagonal"
+    )
+    tail = "; check the inputs for NaN/inf, a collapsed lengthscale or a kernel variance near zero"
+
+    if tf.executing_eagerly():
+        if not bool(tf.reduce_all(ok)):
+            last = float(tf.reduce_max(tf.where(ok, tf.zeros_like(jitter_out[0]), jitter_out[0])))
+            raise CholeskyError(f"{head} (last jitter tried: {last:.3e}){tail}")
+        return L
+
+    message = head + tail
+    failed = tf.logical_not(tf.reduce_all(ok))
+    graph = tf.compat.v1.get_default_graph()
+    collectors = [c for c in _active_collectors() if c.graph is graph]
+    if collectors:
+        code = _code_for(message)
+        for collector in collectors:
+            collector._record(failed, code)
+        return L
+    if _in_xla_context():
+        warnings.warn(
+            f"safe_cholesky({name}) traced in an XLA-compiled function without "
+            "deepgp_gi.linalg.cholesky_checks(): a failed factorisation will return NaN silently",
+            RuntimeWarning,
+            stacklevel=2,
         )
-        check = tf.debugging.Assert(tf.reduce_all(ok), [message, tf.shape(A)])
-        with tf.control_dependencies([check]):
-            return tf.identity(L)
-
-    return tf.cond(tf.reduce_all(ok0), lambda: L0, escalate)
+        return L
+    check = tf.debugging.Assert(tf.logical_not(failed), [message])
+    with tf.control_dependencies([check]):
+        return tf.identity(L)

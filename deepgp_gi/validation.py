@@ -117,11 +117,12 @@ def check_float(value, name: str) -> float:
 
 
 def check_positive_float(value, name: str) -> float:
-    """A finite number > 0."""
-    value = check_float(value, name)
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
+    """A positive finite real number (int or float; bools rejected), returned as ``float``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
 
 
 def check_bool(value, name: str) -> bool:
@@ -131,12 +132,15 @@ def check_bool(value, name: str) -> bool:
 
 
 def check_seed(seed, name: str = "seed") -> Optional[int]:
-    """``None`` or an integer (bools and floats rejected)."""
+    """``None`` or an integer that fits in int64 (bools rejected); returned as ``int`` or ``None``."""
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer or None, got {type(seed).__name__} {seed!r}")
-    return int(seed)
+        raise TypeError(f"{name} must be an integer or None, got {seed!r}")
+    seed = int(seed)
+    if not -(2**63) <= seed < 2**63:
+        raise ValueError(f"{name} must fit in a 64-bit integer, got {seed}")
+    return seed
 
 
 def check_finite_array(value, name: str, *, ndim: Optional[int] = None, shape: Optional[Tuple[int, ...]] = None):

@@ -90,3 +90,114 @@ def test_metrics_in_original_units(rng):
     np.testing.assert_allclose(r3, 3 * r1, rtol=1e-10)
     mu, _ = model.predict_y(X, 1)
     np.testing.assert_allclose(r1, np.sqrt(np.mean((Y - mu.numpy()) ** 2)), rtol=1e-10)
+
+
+def test_dataset_resume_past_one_pass_is_exact(rng, tmp_path):
+    # 4 batches per pass; the run is interrupted at step 6 (inside the second pass) of 11
+    X, Y = _toy(rng, n=40)
+
+    def dataset():
+        return tf.data.Dataset.from_tensor_slices((X, Y)).shuffle(40, seed=3).batch(10)
+
+    def build():
+        return dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=8, seed=0)
+
+    straight = build()
+    h_straight = dg.fit(straight, dataset(), steps=11, seed=4, progress=False, log_every=1)
+    first = build()
+    dg.fit(first, dataset(), steps=6, seed=4, progress=False, log_every=1,
+           checkpoint_dir=tmp_path, checkpoint_every=3)
+    fresh = build()
+    h_resumed = dg.fit(fresh, dataset(), steps=11, seed=4, progress=False, log_every=1,
+                       checkpoint_dir=tmp_path, checkpoint_every=3)
+    assert h_resumed.resumed_from == 6
+    assert h_resumed.step == h_straight.step == list(range(1, 12))
+    assert h_resumed.elbo == h_straight.elbo
+    for a, b in zip(_values(straight), _values(fresh)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_empty_dataset_is_an_error(rng):
+    X, Y = _toy(rng, n=20)
+    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
+    empty = tf.data.Dataset.from_tensor_slices((X, Y)).batch(10).take(0)
+    with pytest.raises(ValueError, match="yielded no more batches"):
+        dg.fit(model, empty, steps=3, seed=0, progress=False)
+
+
+def _broken_model(X, Y):
+    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=8, seed=0)
+    # a NaN lengthscale (as a diverged optimiser leaves it; gpflow refuses to assign one through the
+    # transform) makes K_uu NaN: no jitter can make it positive definite
+    model.layers[0].kernel.lengthscales.unconstrained_variable.assign(np.full(X.shape[1], np.nan))
+    return model
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_fit_raises_cholesky_error_and_saves_nothing(rng, tmp_path, jit_compile):
+    X, Y = _toy(rng, n=30)
+    model = _broken_model(X, Y)
+    with pytest.raises(dg.linalg.CholeskyError, match=r"K_uu of layer .* is not positive definite.*training step 1"):
+        dg.fit(model, (X, Y), steps=5, seed=0, progress=False, log_every=5,
+               checkpoint_dir=tmp_path, checkpoint_every=2, jit_compile=jit_compile)
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None
+    assert not (tmp_path / "history.json").exists()
+
+
+def test_healthy_fit_never_reports_a_cholesky_failure(rng):
+    X, Y = _toy(rng, n=30)
+    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=8, seed=0)
+    hist = dg.fit(model, (X, Y), steps=3, seed=0, progress=False, log_every=1, jit_compile=True)
+    assert len(hist.elbo) == 3 and np.all(np.isfinite(hist.elbo))
+
+
+def _xla_cases():
+    cases = [(f"gp-{p}", dict(kind="gp", posterior=p))
+             for p in ("mean_field", "fully_coupled", "stripes_arrow", "global", "local")]
+    cases += [(f"bnn-{p}", dict(kind="bnn", posterior=p))
+              for p in ("factorised", "local", "global", "factorised_global", "random_global")]
+    params = [pytest.param(c, id=i) for i, c in cases]
+    params.append(pytest.param(dict(kind="bnn", posterior="global", prior="scale"), id="bnn-global-scale"))
+    return params
+
+
+def _build_case(case, X, Y):
+    if case["kind"] == "gp":
+        return dg.build_deep_gp(X, Y, depth=2, posterior=case["posterior"], num_inducing=8,
+                                inner_width=2, seed=0)
+    kwargs = {"prior": case["prior"]} if "prior" in case else {}
+    return dg.build_bnn(X, Y, hidden=(8,), posterior=case["posterior"], num_inducing=8, seed=0, **kwargs)
+
+
+@pytest.mark.parametrize("case", _xla_cases())
+def test_xla_step_matches_plain_step(case, rng):
+    X, Y = _toy(rng, n=40)
+    plain = _build_case(case, X, Y)
+    h_plain = dg.fit(plain, (X, Y), steps=5, batch_size=20, seed=3, progress=False, log_every=1)
+    xla = _build_case(case, X, Y)
+    h_xla = dg.fit(xla, (X, Y), steps=5, batch_size=20, seed=3, progress=False, log_every=1, jit_compile=True)
+    np.testing.assert_allclose(h_xla.elbo, h_plain.elbo, rtol=1e-8)
+    # XLA rounds differently (~1e-16 relative); Adam's first steps turn a gradient that is 0 in one
+    # and 1e-12 in the other into updates up to ~lr * 1e-5 apart, hence the small absolute slack
+    for a, b in zip(_values(xla), _values(plain)):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)
+
+
+def test_fit_argument_checks(rng):
+    from deepgp_gi.validation import check_positive_float, check_seed
+
+    assert check_seed(None) is None and check_seed(np.int64(7)) == 7
+    with pytest.raises(TypeError, match="my_seed must be an integer or None"):
+        check_seed(True, "my_seed")
+    with pytest.raises(ValueError, match="64-bit"):
+        check_seed(2**64)
+    assert check_positive_float(3, "lr") == 3.0
+    for bad in (0.0, -1.0, float("inf"), float("nan"), "0.1", True):
+        with pytest.raises(ValueError, match="lr must be a positive finite number"):
+            check_positive_float(bad, "lr")
+    X, Y = _toy(rng, n=20)
+    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
+    with pytest.raises(TypeError, match="seed must be an integer or None"):
+        dg.fit(model, (X, Y), steps=1, seed=1.5, progress=False)
+    with pytest.raises(TypeError, match="jit_compile must be True or False"):
+        dg.fit(model, (X, Y), steps=1, seed=1, progress=False, jit_compile="yes")

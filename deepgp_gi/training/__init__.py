@@ -1,0 +1,22 @@
+"""``fit``: Adam on the ELBO with one compiled step, tf.data minibatches, progress, checkpoints.
+
+Reproducibility and exact resumption come from making every random quantity a pure function of
+``(seed, step)``: the minibatch of step ``t`` is a slice of epoch ``t // batches_per_epoch``'s
+permutation, drawn statelessly from ``(seed, epoch)``, and the Monte Carlo noise of step ``t`` is
+drawn statelessly from ``(seed, t)``. A checkpoint therefore needs only the model, the optimiser
+state and the step count; a resumed run replays exactly the batches and noise an uninterrupted
+run would have used.
+
+Layout (each piece can be replaced without touching the others):
+
+* :mod:`.history` — :class:`History`, what ``fit`` returns and saves next to checkpoints;
+* :mod:`.batches` — the seeded minibatch and noise streams and the ``tf.data`` pipelines;
+* :mod:`.checkpoint` — saving and resuming (model, optimiser, step count, history);
+* :mod:`.step` — the compiled training step (optionally XLA) and its Cholesky-failure flag;
+* :mod:`.loop` — argument checks and the loop that ties them together (:func:`fit`).
+"""
+from .batches import batch_indices
+from .history import History
+from .loop import fit
+
+__all__ = ["fit", "History", "batch_indices"]

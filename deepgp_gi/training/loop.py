@@ -1,0 +1,179 @@
+"""``fit``: argument checks, then the pieces of :mod:`deepgp_gi.training` tied together."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from tqdm.auto import tqdm
+
+from ..models import DeepGP
+from ..validation import check_positive_float, check_positive_int, check_seed
+from .batches import array_batches, dataset_batches
+from .checkpoint import Checkpointer
+from .history import History
+from .step import TrainStep
+
+__all__ = ["fit"]
+
+
+@dataclass
+class _Plan:
+    """``fit``'s arguments, checked."""
+
+    steps: int
+    num_samples: int
+    log_every: int
+    learning_rate: float
+    seed: int
+    num_data: int
+    batch_size: Optional[int]  # None for a tf.data.Dataset
+    X: Optional[tf.Tensor] = None
+    Y: Optional[tf.Tensor] = None
+
+
+def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_samples, seed, log_every) -> _Plan:
+    if not isinstance(model, DeepGP):
+        raise TypeError(f"model must be a deepgp_gi.DeepGP, got {type(model).__name__}")
+    steps = check_positive_int(steps, "steps")
+    num_samples = check_positive_int(num_samples, "num_samples")
+    log_every = check_positive_int(log_every, "log_every")
+    learning_rate = check_positive_float(learning_rate, "learning_rate")
+    seed = check_seed(seed, "seed")
+    if seed is None:
+        seed = int(np.random.default_rng().integers(0, 2**31 - 1))
+    common = dict(steps=steps, num_samples=num_samples, log_every=log_every, learning_rate=learning_rate, seed=seed)
+
+    if isinstance(data, tf.data.Dataset):
+        if batch_size is not None:
+            raise ValueError("batch_size is only for array data; batch the tf.data.Dataset itself")
+        if model.num_data is None:
+            raise ValueError("model.num_data must be set to train on a tf.data.Dataset of minibatches")
+        return _Plan(num_data=model.num_data, batch_size=None, **common)
+
+    X, Y = model.check_data(data)
+    N = int(X.shape[0])
+    if batch_size is None:
+        batch_size = N
+    batch_size = check_positive_int(batch_size, "batch_size")
+    if batch_size > N:
+        raise ValueError(f"batch_size={batch_size} exceeds the number of data points N={N}")
+    if batch_size < N and model.num_data is None:
+        raise ValueError("model.num_data is None but batch_size < N: build the model with num_data=N")
+    if model.num_data is not None and model.num_data != N:
+        raise ValueError(f"model.num_data={model.num_data} but the data has N={N} rows")
+    return _Plan(num_data=N, batch_size=batch_size, X=X, Y=Y, **common)
+
+
+def _batches(plan: _Plan, data, start: int, dtype: tf.DType) -> tf.data.Dataset:
+    if plan.batch_size is None:
+        return dataset_batches(data, start, plan.steps, dtype)
+    return array_batches(plan.X, plan.Y, start, plan.steps, plan.batch_size, plan.seed)
+
+
+def fit(
+    model: DeepGP,
+    data,
+    *,
+    steps: int,
+    batch_size: Optional[int] = None,
+    learning_rate: float = 0.01,
+    num_samples: int = 1,
+    seed: Optional[int] = None,
+    progress: bool = True,
+    checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
+    checkpoint_every: Optional[int] = None,
+    log_every: int = 10,
+    jit_compile: bool = False,
+) -> History:
+    """Maximise ``model``'s ELBO with Adam.
+
+    :param model: a :class:`~deepgp_gi.DeepGP`.
+    :param data: ``(X, Y)`` arrays, or a ``tf.data.Dataset`` of ``(X, Y)`` batches (then
+        ``model.num_data`` must be set; the dataset is cycled through as often as ``steps`` needs,
+        and a resumed run skips the batches already used, across passes).
+    :param steps: total number of optimisation steps (a resumed run does the remainder).
+    :param batch_size: minibatch size for array data; ``None`` means the full data set.
+    :param learning_rate: Adam's learning rate.
+    :param num_samples: Monte Carlo samples per step.
+    :param seed: seeds minibatches and Monte Carlo noise; ``None`` draws one (recorded in the
+        returned history).
+    :param progress: show a tqdm progress bar with the current ELBO per data point.
+    :param checkpoint_dir: where to save the model, optimiser state and step count; a later call
+        with the same arguments resumes from the latest checkpoint there.
+    :param checkpoint_every: steps between checkpoints (default ``max(100, steps // 20)``).
+    :param log_every: steps between entries of the history (and progress-bar updates).
+    :param jit_compile: compile the training step with XLA (``tf.function(jit_compile=True)``).
+    :return: a :class:`History`.
+    :raises deepgp_gi.linalg.CholeskyError: a factorisation failed in a step (checked before
+        every log entry and checkpoint, and at the end, so no broken state is logged or saved).
+    :raises FloatingPointError: the ELBO became NaN or infinite.
+    """
+    plan = _check_arguments(
+        model, data, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
+        num_samples=num_samples, seed=seed, log_every=log_every,
+    )
+    if not isinstance(jit_compile, bool):
+        raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
+
+    optimizer = gpflow.keras.tf_keras.optimizers.Adam(plan.learning_rate)
+    variables = model.trainable_variables
+    optimizer.build(variables)
+    step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+    history = History(seed=plan.seed, num_data=plan.num_data)
+
+    checkpointer = None
+    start = 0
+    if checkpoint_dir is not None:
+        every = max(100, plan.steps // 20) if checkpoint_every is None else checkpoint_every
+        every = check_positive_int(every, "checkpoint_every")
+        checkpointer = Checkpointer(checkpoint_dir, model=model, optimizer=optimizer, step=step_counter, every=every)
+        start = checkpointer.restore(history, plan.log_every)
+    if start >= plan.steps:
+        return history
+
+    batches = _batches(plan, data, start, model.dtype)
+    train_step = TrainStep(
+        model, optimizer, variables, step_counter,
+        num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile,
+    )
+    _run(plan, batches, train_step, history, checkpointer, start, progress)
+    return history
+
+
+def _run(plan: _Plan, batches, train_step: TrainStep, history: History, checkpointer, start: int, progress: bool):
+    """The loop: step, log every ``log_every`` steps, checkpoint; the checks precede both."""
+    steps, N = plan.steps, plan.num_data
+    bar = tqdm(total=steps, initial=start, disable=not progress, desc="fit", dynamic_ncols=True)
+    t0 = time.perf_counter() - (history.wall_time[-1] if history.wall_time else 0.0)
+    t = start
+    try:
+        for step, X_b, Y_b in batches:
+            elbo = train_step(step, X_b, Y_b)
+            t = int(step.numpy()) + 1
+            log = t % plan.log_every == 0 or t == steps
+            save = checkpointer is not None and checkpointer.due(t, steps)
+            if log or save:
+                train_step.raise_if_failed()
+            if log:
+                value = float(elbo.numpy())
+                if not np.isfinite(value):
+                    raise FloatingPointError(
+                        f"the ELBO became {value} at step {t}; lower the learning rate or check the data"
+                    )
+                history.step.append(t)
+                history.elbo.append(value)
+                history.wall_time.append(time.perf_counter() - t0)
+                bar.set_postfix(elbo_per_point=f"{value / N:.4f}")
+            bar.update(1)
+            if save:
+                checkpointer.save(t, history)
+    finally:
+        bar.close()
+    if t < steps:
+        raise ValueError(f"the data ran out after step {t} of {steps}: the tf.data.Dataset yielded no more batches")
+    train_step.raise_if_failed()

@@ -1,0 +1,167 @@
+"""safe_cholesky: escalating jitter, gradients, and CholeskyError eagerly and compiled."""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from deepgp_gi import linalg
+from deepgp_gi.linalg import CholeskyError, safe_cholesky
+
+INDEFINITE = np.array([[1.0, 2.0], [2.0, 1.0]])  # eigenvalues 3 and -1: no jitter ladder fixes it
+
+
+def test_safe_cholesky_equals_plain_cholesky_on_pd(rng):
+    A = rng.normal(size=(3, 5, 5))
+    A = A @ np.transpose(A, (0, 2, 1)) + 5 * np.eye(5)
+    np.testing.assert_allclose(safe_cholesky(A), np.linalg.cholesky(A), rtol=1e-12)
+
+
+def test_safe_cholesky_escalates_only_failing_members(rng):
+    x = rng.normal(size=(4, 1))
+    singular = x @ x.T  # rank one: plain Cholesky fails
+    good = singular + np.eye(4)
+    L = safe_cholesky(np.stack([good, singular])).numpy()
+    np.testing.assert_allclose(L[0], np.linalg.cholesky(good), rtol=1e-12)
+    assert np.all(np.isfinite(L[1]))
+    jittered = L[1] @ L[1].T
+    # the repaired factor reproduces the matrix up to a small relative jitter
+    assert np.max(np.abs(jittered - singular)) < 1e-3 * np.mean(np.diag(singular))
+
+
+def test_safe_cholesky_compiled_with_gradient(rng):
+    A = tf.Variable(np.eye(3) * 2.0)
+
+    @tf.function
+    def f():
+        with tf.GradientTape() as tape:
+            out = tf.reduce_sum(safe_cholesky(A))
+        return out, tape.gradient(out, A)
+
+    value, grad = f()
+    assert np.isfinite(value.numpy()) and np.all(np.isfinite(grad.numpy()))
+
+
+def test_safe_cholesky_clear_error_on_indefinite():
+    A = np.array([[1.0, 0.0], [0.0, -5.0]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="my_matrix is not positive definite"):
+        safe_cholesky(A, name="my_matrix")
+
+
+def test_cholesky_error_is_an_invalid_argument_error():
+    assert issubclass(CholeskyError, tf.errors.InvalidArgumentError)
+    err = pickle.loads(pickle.dumps(CholeskyError("boom")))
+    assert isinstance(err, CholeskyError) and err.message == "boom"
+
+
+def test_eager_indefinite_raises_cholesky_error_with_details():
+    with pytest.raises(CholeskyError) as info:
+        safe_cholesky(INDEFINITE, name="K_uu of layer 0")
+    message = str(info.value)
+    assert "K_uu of layer 0 is not positive definite" in message
+    assert "[2, 2]" in message and "float64" in message
+    # the last absolute jitter: 1e-8 * 10**5 * mean|diag| = 1e-3
+    assert "last jitter tried: 1.000e-03" in message
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_compiled_indefinite_raises_cholesky_error(jit_compile):
+    @linalg.checked_function(jit_compile=jit_compile)
+    def factor(A):
+        return safe_cholesky(A, name="bad matrix")
+
+    np.testing.assert_allclose(factor(tf.constant(np.eye(2) * 4.0)), np.eye(2) * 2.0)
+    with pytest.raises(CholeskyError, match="bad matrix is not positive definite"):
+        factor(tf.constant(INDEFINITE))
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_status_flags_the_first_failing_factorisation(jit_compile):
+    @tf.function(jit_compile=jit_compile)
+    def two(A, B):
+        with linalg.cholesky_checks() as checks:
+            safe_cholesky(A, name="first")
+            safe_cholesky(B, name="second")
+        assert checks.num_checks == 2
+        return checks.status()
+
+    good, bad = tf.constant(np.eye(2)), tf.constant(INDEFINITE)
+    assert int(two(good, good)) == 0
+    linalg.raise_if_failed(two(good, good))
+    assert "second is not" in linalg.failure_message(two(good, bad))
+    assert "first is not" in linalg.failure_message(two(bad, bad))
+    with pytest.raises(CholeskyError, match="first is not positive definite.*step 7"):
+        linalg.raise_if_failed(two(bad, good), context="step 7")
+
+
+def test_plain_tf_function_without_collector_still_asserts():
+    f = tf.function(lambda A: safe_cholesky(A, name="unchecked"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="unchecked is not positive definite"):
+        f(tf.constant(INDEFINITE))
+
+
+def test_xla_without_collector_warns_at_trace_time():
+    f = tf.function(lambda A: safe_cholesky(A, name="unchecked"), jit_compile=True)
+    with pytest.warns(RuntimeWarning, match="without deepgp_gi.linalg.cholesky_checks"):
+        f(tf.constant(np.eye(2)))
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
+def test_escalation_repairs_singular_psd_with_finite_gradient(rng, mode):
+    x = rng.normal(size=(5, 2))
+    singular = x @ x.T  # rank two: the plain factorisation fails
+    assert not np.all(np.isfinite(tf.linalg.cholesky(singular).numpy()))
+    good = singular + np.eye(5)
+    A = tf.Variable(np.stack([good, singular]))
+
+    def value_and_grad():
+        with tf.GradientTape() as tape:
+            L = safe_cholesky(A)
+            loss = tf.reduce_sum(tf.linalg.diag_part(L))
+        return L, tape.gradient(loss, A)
+
+    if mode != "eager":
+        value_and_grad = linalg.checked_function(value_and_grad, jit_compile=mode == "xla")
+    L, grad = value_and_grad()
+    L, grad = L.numpy(), grad.numpy()
+    np.testing.assert_allclose(L[0], np.linalg.cholesky(good), rtol=1e-10)
+    assert np.all(np.isfinite(L[1])) and np.all(np.isfinite(grad))
+    scale = np.mean(np.diag(singular))
+    rebuilt = L[1] @ L[1].T
+    jitter = np.mean(np.diag(rebuilt - singular)) / scale
+    # repaired with a jitter on the ladder 1e-8 * 10**k (relative to the mean diagonal)
+    k = np.log10(jitter / 1e-8)
+    assert np.isclose(k, round(k), atol=1e-3) and 0 <= round(k) <= 5
+    np.testing.assert_allclose(rebuilt - singular, jitter * scale * np.eye(5), atol=1e-9 * scale)
+    # the good member's gradient is exactly d sum(diag chol(A)) / dA of the plain factorisation
+    with tf.GradientTape() as tape:
+        G = tf.constant(good)
+        tape.watch(G)
+        ref = tf.reduce_sum(tf.linalg.diag_part(tf.linalg.cholesky(G)))
+    np.testing.assert_allclose(grad[0], tape.gradient(ref, G).numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_gradient_matches_finite_differences_after_escalation(rng):
+    x = rng.normal(size=(4, 1))
+    singular = x @ x.T
+    L_rep = safe_cholesky(singular).numpy()
+    jitter = np.mean(np.diag(L_rep @ L_rep.T - singular))
+    direction = rng.normal(size=(4, 4))
+    direction = direction + direction.T
+    A = tf.constant(singular)
+    with tf.GradientTape() as tape:
+        tape.watch(A)
+        loss = tf.reduce_sum(tf.math.log(tf.linalg.diag_part(safe_cholesky(A))))
+    analytic = np.sum(tape.gradient(loss, A).numpy() * direction)
+    # the function differentiated is log det(A + jitter I) / 2 with the jitter held fixed
+    h = 1e-3 * jitter  # small against the jitter, large against the rounding of A's entries
+    f = lambda B: 0.5 * np.linalg.slogdet(B + jitter * np.eye(4))[1]
+    numeric = (f(singular + h * direction) - f(singular - h * direction)) / (2 * h)
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-4)
+
+
+def test_compiled_ladder():
+    assert linalg.compiled_ladder(6) == [0, 3, 5]
+    assert linalg.compiled_ladder(1) == [0]
+    assert linalg.compiled_ladder(0) == []
