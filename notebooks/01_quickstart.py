@@ -80,8 +80,9 @@ for ax, (posterior, model) in zip(axes[:2], models.items()):
     ax.legend(loc="upper left")
 for posterior, h in histories.items():
     axes[2].plot(h.step, np.array(h.elbo_per_datapoint), label=posterior)
+top = max(max(h.elbo_per_datapoint) for h in histories.values())
 axes[2].set(title="training ELBO per data point", xlabel="Adam step", ylabel="ELBO / N",
-            ylim=(-3, None))
+            ylim=(-3, max(top, -2.5) + 0.3))
 axes[2].legend()
 plt.tight_layout()
 
