@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-slow bench install clean
+.PHONY: demo test test-slow bench notebooks install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -30,6 +30,12 @@ test-slow: install
 bench: install
 	$(BIN)/python -m pip install -e ".[dev,bench]"
 	$(BIN)/python benchmarks/speed.py
+
+# Execute every notebooks/NN_*.py in its full setting (minutes each on a CPU) and write the
+# paired .ipynb with outputs; `DEEPGP_GI_QUICK=1 make notebooks` for the quick setting.
+notebooks: install
+	$(BIN)/python -m pip install -e ".[notebooks]"
+	$(BIN)/python notebooks/run_notebooks.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
