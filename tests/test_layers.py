@@ -1,27 +1,10 @@
 """Layers: GPLayer and DenseLayer with the weight-induced kernel (ALGORITHMS.md §2.4, "Model")."""
-import gpflow
 import numpy as np
 import pytest
-import scipy.stats
-import tensorflow as tf
 import tensorflow_probability as tfp
 
-from deepgp_gi.bnn import BNN_POSTERIORS, build_bnn
-from deepgp_gi.datasets import deep_linear, deep_linear_log_evidence
 from deepgp_gi.kernels import WeightKernel, batched_K, batched_K_diag, batched_K_sym
 from deepgp_gi.layers import DenseLayer
-from deepgp_gi.models import DeepGP
-from deepgp_gi.noise import FixedNoise, SeededNoise
-from deepgp_gi.posteriors import GlobalInducingPosterior, LocalInducingPosterior, ScalePosterior
-from deepgp_gi.posteriors.factorised import (
-    FactorisedGlobalPosterior,
-    FactorisedWeightPosterior,
-    RandomGlobalPosterior,
-    factorised_kl,
-    local_reparameterisation_moments,
-)
-from deepgp_gi.posteriors.pseudo_data import analytic_kl, log_ratio, pseudo_data_posterior, sample_weights
-from deepgp_gi.priors import NealPrior, ScalePrior, StandardPrior
 
 tfd = tfp.distributions
 
