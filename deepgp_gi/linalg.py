@@ -245,31 +245,17 @@ def compiled_ladder(max_tries: int) -> List[int]:
     return sorted({0, max_tries // 2, max_tries - 1})
 
 
-def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
-    """(L, jitter used per member) with per-member escalation; no gradient (see safe_cholesky)."""
-    L = tf.linalg.cholesky(A)
-    ok = _finite_per_matrix(L)
-    scale = tf.reduce_mean(tf.abs(tf.linalg.diag_part(A)), axis=-1)
-    scale = tf.where(scale > 0, scale, tf.ones_like(scale))
+def _host_is_the_device() -> bool:
+    """True when no GPU is visible: every tensor lives on the host, so reading a predicate in a
+    ``tf.cond`` costs no device-to-host transfer."""
+    return not tf.config.list_logical_devices("GPU")
+
+
+def _ladder(A, L, ok, jitter, scale, ladder, skip):
+    """Refactorise the failed members with jitter ``start * 10**k * scale`` for ``k`` in ``ladder``,
+    each keeping the first that works; ``skip`` (or None) replaces members that already succeeded."""
     start = base_jitter(A.dtype)
-    jitter = tf.zeros_like(scale)
-    eager = tf.executing_eagerly()
-    if eager:
-        ladder = range(max_tries)
-        skip = None
-    else:
-        ladder = compiled_ladder(max_tries)
-        # Members that already succeeded get a stand-in matrix instead of a refactorisation:
-        # -I makes TensorFlow's (Eigen) kernel stop at the first pivot, so in the common case the
-        # retries cost a few copies, not factorisations. XLA's expander does not stop early and
-        # is slow on NaN, so there the stand-in is +I.
-        n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
-        sign = 1.0 if _in_xla_context() else -1.0
-        skip = sign * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where below
     for k in ladder:
-        if eager:
-            if bool(tf.reduce_all(ok)):
-                break
         trial = tf.where(ok, jitter, start * 10.0**k * scale)
         B = add_jitter(A, trial)
         if skip is not None:
@@ -282,6 +268,46 @@ def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
     return L, jitter
 
 
+def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(L, jitter used per member) with per-member escalation; no gradient (see safe_cholesky).
+
+    Three regimes, all without a host round-trip on an accelerator:
+
+    * eagerly, each step of the ladder in turn, stopping when every member succeeded;
+    * compiled with no GPU visible (tensors live on the host), a ``tf.cond`` on "every member
+      succeeded": the common case costs nothing beyond the one factorisation, and the full ladder
+      runs only when needed;
+    * compiled with a GPU visible, or under XLA: a fixed, branch-free subset of the ladder
+      (:func:`compiled_ladder`) selected with ``tf.where``.
+    """
+    L = tf.linalg.cholesky(A)
+    ok = _finite_per_matrix(L)
+    scale = tf.reduce_mean(tf.abs(tf.linalg.diag_part(A)), axis=-1)
+    scale = tf.where(scale > 0, scale, tf.ones_like(scale))
+    jitter = tf.zeros_like(scale)
+    if tf.executing_eagerly():
+        for k in range(max_tries):
+            if bool(tf.reduce_all(ok)):
+                break
+            L, jitter = _ladder(A, L, ok, jitter, scale, [k], None)
+            ok = _finite_per_matrix(L)
+        return L, jitter
+    xla = _in_xla_context()
+    if not xla and _host_is_the_device():
+        return tf.cond(
+            tf.reduce_all(ok),
+            lambda: (L, jitter),
+            lambda: _ladder(A, L, ok, jitter, scale, range(max_tries), None),
+        )
+    # Members that already succeeded get a stand-in matrix instead of a refactorisation: -I makes
+    # TensorFlow's (Eigen) kernel stop at the first pivot, so in the common case the retries cost
+    # a few copies, not factorisations. XLA's expander does not stop early and is slow on NaN, so
+    # there the stand-in is +I.
+    n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
+    skip = (1.0 if xla else -1.0) * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where
+    return _ladder(A, L, ok, jitter, scale, compiled_ladder(max_tries), skip)
+
+
 @check_shapes("A: [batch..., N, N]", "return: [batch..., N, N]")
 def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> tf.Tensor:
     """Lower Cholesky factor of the symmetric matrices ``A``, with escalating jitter.
@@ -290,9 +316,11 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
     was not numerically positive definite) are refactorised with jitter
     ``base_jitter(dtype) * mean(diag(A)) * 10**k`` added to the diagonal, ``k = 0 .. max_tries-1``,
     each member keeping the smallest jitter that works. Eagerly, the retries stop as soon as every
-    member succeeds. In a ``tf.function`` a fixed, branch-free subset of that ladder is tried
+    member succeeds. In a ``tf.function`` on a machine with no GPU, a ``tf.cond`` skips the
+    retries when every member succeeded (the predicate already lives on the host: no transfer).
+    With a GPU visible or under XLA, a fixed, branch-free subset of the ladder is tried
     (:func:`compiled_ladder`: ``k`` = first, middle, last) and selected with ``tf.where``: no
-    ``tf.cond``/``tf.while_loop`` whose predicate the host would have to read. Members that
+    ``tf.cond``/``tf.while_loop`` whose predicate the host would have to read; members that
     already succeeded are not refactorised (see :func:`_escalated`), so the common case costs one
     factorisation plus a few copies.
 
