@@ -85,9 +85,12 @@ def derive_key(seed: tf.Tensor, data: int = 0) -> tf.Tensor:
 
 
 def _counter_words(key: tf.Tensor, count) -> tf.Tensor:
-    """``[count]`` pseudo-random uint32 words: a double hash of the element index under ``key``."""
-    index = tf.bitcast(tf.range(count, dtype=tf.int32), tf.uint32)
-    return _hash32(_hash32(index ^ key[0]) ^ key[1])
+    """``[count]`` pseudo-random uint32 words under ``key``: Philox's full-range integer output,
+    which TensorFlow's kernels and XLA produce identically (its float outputs differ)."""
+    seed = tf.cast(tf.bitcast(key, tf.int32), tf.int64)
+    return tf.random.stateless_uniform(
+        tf.reshape(count, [1]), seed=seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+    )
 
 
 def _unit_interval(words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
@@ -100,11 +103,10 @@ def _unit_interval(words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
 
 
 def counter_uniform(shape, key: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-    """Uniform draws in (0, 1) from a counter-based hash generator (32 random bits each, 24 in
-    float32).
+    """Uniform draws in (0, 1) from Philox integer words (32 random bits each, 24 in float32).
 
-    Pure integer arithmetic, so the same key gives bit-identical words eagerly, in a
-    ``tf.function``, under XLA and on any device (TensorFlow's own stateless kernels differ
+    The words are Philox integers and the conversion is ours, so the same key gives the same
+    draws eagerly, in a ``tf.function`` and under XLA (TensorFlow's own float draws differ
     between XLA and plain execution).
     """
     n = tf.reduce_prod(tf.cast(shape, tf.int32))
@@ -167,8 +169,9 @@ def stateless_gamma(shape, key: tf.Tensor, alpha: tf.Tensor, dtype: tf.DType) ->
 class SeededNoise(NoiseSource):
     """Stateless draws determined by ``seed`` (an int or a ``[2]`` int tensor) and the name.
 
-    Draws come from a counter-based hash generator (:func:`counter_normal`), so a seeded step
-    gives the same numbers eagerly, in a ``tf.function``, under XLA and on any device.
+    Draws are Philox integer words turned into floats here (:func:`counter_normal`), so a seeded
+    step gives the same numbers eagerly, in a ``tf.function`` and under XLA (to the last bit in
+    the words, to rounding in ``log``/``cos``).
     """
 
     def __init__(self, seed):
