@@ -25,6 +25,8 @@ __all__ = [
     "UCIDataset",
     "load_uci",
     "load_uci_raw",
+    "extrapolation_split",
+    "PROTOCOLS",
     "gap_regression",
     "DeepLinearData",
     "deep_linear",
@@ -187,7 +189,31 @@ def _check_split(split: int) -> None:
         raise TypeError(f"split must be an integer, got {type(split).__name__}")
 
 
-def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None) -> UCIDataset:
+#: Split protocols of :func:`load_uci`.
+PROTOCOLS = ("random", "extrapolation")
+
+
+def extrapolation_split(X: np.ndarray, split: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lindinger et al.'s extrapolation protocol: train on the lower half of a random 1-D
+    projection of the inputs, test on the upper half.
+
+    The direction is ``w ~ N(0, I_D)`` from ``numpy.random.default_rng(split)``, applied to the
+    inputs standardised with the whole data set's statistics (constant columns only centred), so
+    no column dominates by its units. The ``floor(N / 2)`` rows with the smallest projection are
+    the training rows (ties broken by row order).
+
+    Returns:
+        ``(train, test)`` row indices, sorted.
+    """
+    std = X.std(axis=0)
+    Z = (X - X.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    w = np.random.default_rng(split).standard_normal(X.shape[1])
+    order = np.argsort(Z @ w, kind="stable")
+    half = X.shape[0] // 2
+    return np.sort(order[:half]), np.sort(order[half:])
+
+
+def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protocol: str = "random") -> UCIDataset:
     """Load one standard train/test split of a UCI data set, normalised.
 
     Inputs and targets are standardised with the training points' mean and standard
@@ -198,6 +224,9 @@ def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None) -> UCI
         split: split number, ``0 <= split < n_splits`` (20 splits, 5 for protein).
         data_dir: ``None`` for the bundled copy; else a folder in the original layout
             (``data.txt`` + index files) or its parent containing the original folder names.
+        protocol: ``"random"`` (the standard 90/10 splits) or ``"extrapolation"``
+            (:func:`extrapolation_split`: a 50/50 split along a random 1-D projection drawn from
+            the split number, Lindinger et al. 2020).
 
     Returns:
         A :class:`UCIDataset` with X_train [N_train, D], Y_train [N_train, 1],
@@ -210,11 +239,13 @@ def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None) -> UCI
     """
     _check_split(split)
     split = int(split)
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(map(repr, PROTOCOLS))}")
     short, X, Y, n_splits, idx = _load(name, split, data_dir)
     if idx is None:
         raise ValueError(f"split={split} is out of range: {short} has {n_splits} splits "
                          f"(0 to {n_splits - 1})")
-    train, test = idx
+    train, test = idx if protocol == "random" else extrapolation_split(X, split)
 
     x_mean = X[train].mean(axis=0)
     x_std = X[train].std(axis=0)

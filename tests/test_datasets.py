@@ -165,3 +165,26 @@ def test_deep_linear_log_evidence_matches_scipy():
     cov = X @ X.T / 5 + 0.1 * np.eye(len(X))
     ref = scipy.stats.multivariate_normal(mean=np.zeros(len(X)), cov=cov).logpdf(Y[:, 0])
     np.testing.assert_allclose(ours, ref, rtol=1e-10)
+
+
+def test_extrapolation_protocol_splits_along_a_random_projection():
+    """Train rows are exactly the lower half of the projection on the split's direction: every
+    training projection is <= every test projection, the halves partition the data, the direction
+    depends on the split, and the data are normalised with the training statistics."""
+    X, Y, _ = deepgp_gi.datasets.load_uci_raw("concrete")
+    for split in (0, 1):
+        data = deepgp_gi.datasets.load_uci("concrete", split, protocol="extrapolation")
+        assert data.X_train.shape[0] == X.shape[0] // 2 and data.X_test.shape[0] == X.shape[0] - X.shape[0] // 2
+        train, test = deepgp_gi.datasets.extrapolation_split(X, split)
+        assert len(np.intersect1d(train, test)) == 0 and len(train) + len(test) == X.shape[0]
+        std = X.std(0)
+        w = np.random.default_rng(split).standard_normal(X.shape[1])
+        z = ((X - X.mean(0)) / np.where(std > 0, std, 1.0)) @ w
+        assert z[train].max() <= z[test].min()
+        np.testing.assert_allclose(data.X_train, (X[train] - X[train].mean(0)) / X[train].std(0), rtol=1e-12)
+        np.testing.assert_allclose(data.Y_test * data.y_std + data.y_mean, Y[test], rtol=1e-12)
+    a = deepgp_gi.datasets.extrapolation_split(X, 0)[0]
+    b = deepgp_gi.datasets.extrapolation_split(X, 1)[0]
+    assert not np.array_equal(a, b)
+    with pytest.raises(ValueError, match="protocol 'interpolation'"):
+        deepgp_gi.datasets.load_uci("concrete", 0, protocol="interpolation")
