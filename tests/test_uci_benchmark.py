@@ -67,6 +67,9 @@ def test_sweep_and_report_end_to_end(uci, tmp_path, capsys):
     md = (tmp_path / "rep" / "uci.md").read_text()
     assert uci.REPORT_COMMAND in md
     assert f"| yacht | mean_field | 2 | 8 | 20 | 1 | {r['test_ll']:.2f} (1 split) | -0.40 ± 0.03 |" in md
+    # the one-split verdict uses the paper's spread 0.03 * sqrt(20)
+    ok = abs(r["test_ll"] + 0.40) <= 2 * math.sqrt(0.03 ** 2 * 20 + 0.03 ** 2)
+    assert f"| -0.40 ± 0.03 | {'yes*' if ok else '**no***'} |" in md
     for png in ("test_ll.png", "elbo.png"):
         assert (tmp_path / "rep" / png).stat().st_size > 1000
 
@@ -121,7 +124,10 @@ def test_mean_se_and_two_se_rule(uci):
     assert math.isnan(uci.mean_se([1.0])[1])
     assert uci.within_two_se(-2.41, 0.03, -2.50, 0.04) is True  # 0.09 <= 2 * 0.05
     assert uci.within_two_se(-2.39, 0.03, -2.50, 0.04) is False
-    assert uci.within_two_se(-2.42, float("nan"), -2.50, 0.05) is True  # one split: the paper's SE alone
+    # one split: our SE is the paper's split-to-split SD, 0.05 * sqrt(20) = 0.2236; 2 * sqrt(0.2236^2 + 0.05^2) = 0.458
+    assert uci.within_two_se(-2.05, float("nan"), -2.50, 0.05, 20) is True
+    assert uci.within_two_se(-2.03, float("nan"), -2.50, 0.05, 20) is False
+    assert uci.within_two_se(-2.49, float("nan"), -2.50, 0.05) is None
 
 
 def test_sweep_file_order_and_validation(uci, tmp_path):
