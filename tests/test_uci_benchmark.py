@@ -128,6 +128,9 @@ def test_mean_se_and_two_se_rule(uci):
     assert uci.within_two_se(-2.05, float("nan"), -2.50, 0.05, 20) is True
     assert uci.within_two_se(-2.03, float("nan"), -2.50, 0.05, 20) is False
     assert uci.within_two_se(-2.49, float("nan"), -2.50, 0.05) is None
+    # a printed SE of 0.00 counts as 0.005: 2 * sqrt(0.01^2 + 0.005^2) = 0.0224
+    assert uci.within_two_se(1.50, 0.01, 1.48, 0.0) is True
+    assert uci.within_two_se(1.51, 0.01, 1.48, 0.0) is False
 
 
 def test_sweep_file_order_and_validation(uci, tmp_path):
