@@ -8,7 +8,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -55,46 +54,11 @@ def _config_key(cfg: Dict) -> str:
 
 
 def run_uci_split(cfg: Dict, split: int, progress: bool = True, checkpoint_dir: Optional[str] = None) -> Dict:
-    """Fit one split with the configuration ``cfg`` and return the result record."""
-    from . import datasets, metrics
-    from .builders import build_deep_gp
-    from .training import fit
+    """Fit one split with the configuration ``cfg`` and return the result record
+    (:func:`deepgp_gi.experiments.run_split`, shared with ``benchmarks/uci.py``)."""
+    from .experiments import run_split
 
-    data = datasets.load_uci(cfg["dataset"], split)
-    N = data.X_train.shape[0]
-    batch_size = min(cfg["batch_size"] or 10000, N)
-    seed = cfg["seed"] + split
-    if cfg["model"] == "gp":
-        model = build_deep_gp(
-            data.X_train, data.Y_train, depth=cfg["depth"], posterior=cfg["posterior"],
-            num_inducing=min(cfg["num_inducing"], N) if cfg["posterior"] != "global" else cfg["num_inducing"],
-            seed=seed,
-        )
-    else:
-        from .bnn import build_bnn
-
-        model = build_bnn(
-            data.X_train, data.Y_train, hidden=tuple(cfg["hidden"]), posterior=cfg["posterior"],
-            prior=cfg["prior"], num_inducing=cfg["num_inducing"], seed=seed,
-        )
-    t0 = time.perf_counter()
-    history = fit(
-        model, (data.X_train, data.Y_train), steps=cfg["steps"], batch_size=batch_size,
-        learning_rate=cfg["learning_rate"], num_samples=cfg["train_samples"], seed=seed, progress=progress,
-        checkpoint_dir=checkpoint_dir,
-    )
-    train_time = time.perf_counter() - t0
-    S = cfg["test_samples"]
-    record = dict(cfg)
-    record.update(
-        split=split,
-        test_ll=metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, S),
-        rmse=metrics.rmse(model, data.X_test, data.Y_test, data.y_std, S),
-        elbo_per_datapoint=float(history.elbo_per_datapoint[-1]),
-        train_time_s=round(train_time, 2),
-        batch_size_used=batch_size,
-    )
-    return record
+    return run_split(cfg, split, progress=progress, checkpoint_dir=checkpoint_dir)
 
 
 def _summary(records: List[Dict]) -> str:

@@ -1,0 +1,526 @@
+"""UCI benchmark sweeps of the papers (deep GPs and BNNs): ``sweep`` appends results, ``report`` tabulates.
+
+    python benchmarks/uci.py sweep benchmarks/sweeps/uci.toml --out benchmarks/results/uci/uci.jsonl \
+        [--threads 1] [--jobs 1] [--checkpoint-dir DIR] [--only GROUP,...] [--dry-run]
+    python benchmarks/uci.py report [--results benchmarks/results/uci] [--out-dir benchmarks/results/uci]
+
+``sweep`` reads a TOML sweep file (see ``benchmarks/sweeps/uci.toml``): a ``[defaults]`` table and a
+list of ``[[group]]`` tables, each with ``datasets``, ``posteriors``, ``splits`` and optionally
+``depths`` (deep GPs), ``priors`` and ``learning_rates`` plus any configuration key of
+:data:`deepgp_gi.experiments.CONFIG_KEYS`. Groups run in file order; inside a group the split is the
+outer loop, so a group's first split is complete over all its datasets and methods before the
+next split starts. One JSON line per (configuration, split) is appended (and flushed) as soon as it
+is done; lines already present are skipped, so an interrupted sweep resumes where it stopped
+(with ``--checkpoint-dir`` even inside a split's training).
+
+``report`` reads every ``*.jsonl`` under ``--results``, writes ``uci.md`` (mean ± one standard error
+over splits beside the papers' numbers from ``paper_reference.csv``) and PNG plots.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import itertools
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections import OrderedDict, defaultdict
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:  # running as a script from a checkout
+    sys.path.insert(0, ROOT)
+
+from deepgp_gi.experiments import CONFIG_KEYS, config_key, normalise_config, steps_to_fraction  # noqa: E402
+
+DEFAULT_RESULTS = os.path.join(HERE, "results", "uci")
+REFERENCE_CSV = os.path.join(DEFAULT_RESULTS, "paper_reference.csv")
+REPORT_COMMAND = "python benchmarks/uci.py report --results benchmarks/results/uci --out-dir benchmarks/results/uci"
+
+# --------------------------------------------------------------------------------------------
+# sweep
+# --------------------------------------------------------------------------------------------
+
+_GROUP_LISTS = {"datasets": "dataset", "posteriors": "posterior", "depths": "depth", "priors": "prior",
+                "learning_rates": "learning_rate", "hiddens": "hidden"}
+
+
+def load_sweep(path: str) -> List[Tuple[str, Dict, int]]:
+    """Expand a TOML sweep file into ``(group name, configuration, split)`` tasks, in run order."""
+    import tomllib
+
+    with open(path, "rb") as fh:
+        spec = tomllib.load(fh)
+    defaults = spec.get("defaults", {})
+    groups = spec.get("group", [])
+    if not groups:
+        raise ValueError(f"{path}: no [[group]] tables")
+    tasks = []
+    seen = set()
+    for g_index, group in enumerate(groups):
+        name = group.get("name", f"group{g_index}")
+        unknown = set(group) - set(_GROUP_LISTS) - set(CONFIG_KEYS) - {"name", "splits", "note"}
+        if unknown:
+            raise ValueError(f"{path}: group {name!r} has unknown keys {sorted(unknown)}")
+        if "splits" not in group or "datasets" not in group:
+            raise ValueError(f"{path}: group {name!r} needs 'datasets' and 'splits'")
+        base = dict(defaults)
+        base.update({k: v for k, v in group.items() if k in CONFIG_KEYS})
+        axes = [(key, group[lst]) for lst, key in _GROUP_LISTS.items() if lst in group]
+        for split in group["splits"]:
+            for values in itertools.product(*[v for _, v in axes]):
+                cfg = dict(base)
+                cfg.update({key: v for (key, _), v in zip(axes, values)})
+                cfg = normalise_config(cfg)
+                ident = (config_key(cfg), int(split))
+                if ident not in seen:  # a task named by two groups runs once, in the first
+                    seen.add(ident)
+                    tasks.append((name, cfg, int(split)))
+    return tasks
+
+
+def read_lines(path: str) -> List[Dict]:
+    """The JSON records of a results file (a truncated last line, from a killed run, is ignored)."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if line:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return out
+
+
+def done_set(path: str) -> set:
+    return {(config_key(r), int(r["split"])) for r in read_lines(path)}
+
+
+def code_commit() -> str:
+    """Short hash of the checkout the imported ``deepgp_gi`` comes from, ``-dirty`` if it has edits."""
+    import deepgp_gi
+
+    here = os.path.dirname(os.path.abspath(deepgp_gi.__file__))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        if not rev:
+            return os.environ.get("DEEPGP_GI_COMMIT", "unknown")
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "deepgp_gi"],
+                               cwd=os.path.dirname(here), capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except Exception:  # pragma: no cover - git missing
+        return os.environ.get("DEEPGP_GI_COMMIT", "unknown")
+
+
+def set_threads(threads: Optional[int]) -> None:
+    import tensorflow as tf
+
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def _task_dir(checkpoint_dir: Optional[str], cfg: Dict, split: int) -> Optional[str]:
+    if not checkpoint_dir:
+        return None
+    h = hashlib.sha1(config_key(cfg).encode()).hexdigest()[:12]
+    return os.path.join(checkpoint_dir, f"{cfg['dataset']}-{cfg['model']}-{cfg['posterior']}-{h}-split{split}")
+
+
+def _run_task(args):
+    """Worker: run one (configuration, split); returns the record (or an error record)."""
+    group, cfg, split, threads, checkpoint_dir, commit, command = args
+    set_threads(threads)
+    from deepgp_gi.experiments import run_split
+
+    ckpt = _task_dir(checkpoint_dir, cfg, split)
+    record = run_split(cfg, split, progress=False, checkpoint_dir=ckpt)
+    record.update(group=group, commit=commit, command=command,
+                  finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    if ckpt and os.path.isdir(ckpt):
+        shutil.rmtree(ckpt, ignore_errors=True)
+    return record
+
+
+def _append(path: str, record: Dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def cmd_sweep(args) -> int:
+    tasks = load_sweep(args.sweep)
+    if args.only:
+        keep = set(args.only.split(","))
+        tasks = [t for t in tasks if t[0] in keep]
+    done = done_set(args.out)
+    pending = [t for t in tasks if (config_key(t[1]), t[2]) not in done]
+    print(f"{len(tasks)} tasks in {args.sweep}; {len(tasks) - len(pending)} already in {args.out}; "
+          f"{len(pending)} to run", flush=True)
+    if args.dry_run:
+        for group, cfg, split in pending:
+            print(f"  {group}: {cfg['dataset']} {cfg['model']} {cfg['posterior']} depth {cfg['depth']} "
+                  f"prior {cfg['prior']} lr {cfg['learning_rate']} steps {cfg['steps']} split {split}")
+        return 0
+    if not pending:
+        return 0
+    set_threads(args.threads)
+    commit = code_commit()
+    command = "python benchmarks/uci.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    from tqdm import tqdm
+
+    # progress in Adam steps (a task's cost is roughly proportional to its steps), so the ETA is useful
+    bar = tqdm(total=sum(c["steps"] for _, c, _ in tasks), initial=sum(c["steps"] for _, c, _ in tasks) -
+               sum(c["steps"] for _, c, _ in pending), unit="step", desc="sweep", dynamic_ncols=True,
+               file=sys.stderr, mininterval=5)
+    work = [(g, c, s, args.threads, args.checkpoint_dir, commit, command) for g, c, s in pending]
+    failures = 0
+
+    def finish(task, record):
+        _append(args.out, record)
+        bar.update(task[1]["steps"])
+        bar.write(f"[{record['group']}] {record['dataset']} {record['posterior']} d{record['depth']} "
+                  f"split {record['split']}: test LL {record['test_ll']:.3f} RMSE {record['rmse']:.3f} "
+                  f"ELBO/N {record['elbo_per_datapoint']:.3f}±{record['elbo_se_per_datapoint']:.3f} "
+                  f"({record['ms_per_step']:.1f} ms/step, {record['train_time_s']:.0f} s)")
+
+    if args.jobs <= 1:
+        for task in work:
+            try:
+                finish(task, _run_task(task))
+            except Exception as err:  # keep sweeping; the task stays pending for the next run
+                failures += 1
+                bar.write(f"FAILED {task[0]} {task[1]['dataset']} {task[1]['posterior']} split {task[2]}: {err!r}")
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(_run_task, task): task for task in work}
+            for fut in cf.as_completed(futures):
+                task = futures[fut]
+                try:
+                    finish(task, fut.result())
+                except Exception as err:
+                    failures += 1
+                    bar.write(f"FAILED {task[0]} {task[1]['dataset']} {task[1]['posterior']} split {task[2]}: {err!r}")
+    bar.close()
+    return 1 if failures else 0
+
+
+# --------------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------------
+
+METRICS = (("test_ll", "test LL"), ("rmse", "RMSE"), ("elbo_per_datapoint", "ELBO/N"))
+_ROW_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
+             "train_samples", "test_samples")
+
+
+def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:
+    """Mean and one standard error (sample standard deviation, ddof=1, over sqrt(n)); SE is nan for n=1."""
+    v = np.asarray(list(values), dtype=float)
+    n = len(v)
+    if n == 0:
+        return float("nan"), float("nan"), 0
+    se = float(np.std(v, ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    return float(np.mean(v)), se, n
+
+
+def select_runs(records: List[Dict]) -> "OrderedDict[Tuple, List[Dict]]":
+    """Group records into table rows; per split keep the learning rate with the best ELBO.
+
+    Rows are keyed by ``_ROW_KEYS`` (everything but the learning rate and seed). When a split was run
+    with several learning rates (the BNN protocol of O&A App. K), the run with the highest ELBO per
+    datapoint is kept, as in the paper; a repeated line for the same configuration keeps the last.
+    """
+    per = OrderedDict()
+    for r in records:
+        row = tuple(json.dumps(r.get(k)) for k in _ROW_KEYS)
+        per.setdefault(row, {}).setdefault(int(r["split"]), {})[r["learning_rate"]] = r
+    out = OrderedDict()
+    for row, splits in per.items():
+        chosen = []
+        for split in sorted(splits):
+            chosen.append(max(splits[split].values(), key=lambda r: r["elbo_per_datapoint"]))
+        out[row] = chosen
+    return out
+
+
+def load_reference(path: str = REFERENCE_CSV) -> Dict[Tuple, Dict]:
+    """``(model, dataset, posterior, depth, prior) -> {metric: (mean, se, source, n_splits)}`` from the CSV
+    (``n_splits`` is None when the CSV has no such column)."""
+    ref: Dict[Tuple, Dict] = defaultdict(dict)
+    if not os.path.exists(path):
+        return ref
+    with open(path) as fh:
+        for row in csv.DictReader(r for r in fh if not r.startswith("#")):
+            key = (row["model"], row["dataset"], row["posterior"], int(row["depth"]), row["prior"] or None)
+            n = row.get("n_splits")
+            ref[key][row["metric"]] = (float(row["mean"]), float(row["se"]), row["source"], int(n) if n else None)
+    return ref
+
+
+def within_two_se(ours: float, ours_se: float, paper: float, paper_se: float,
+                  paper_splits: Optional[int] = None) -> Optional[bool]:
+    """|ours - paper| <= 2 SE of the difference, sqrt(SE_ours^2 + SE_paper^2).
+
+    With a single split of ours (no SE of its own), SE_ours is the paper's split-to-split standard
+    deviation, ``SE_paper * sqrt(paper_splits)``: the spread one split would have if ours behaved like
+    the paper's method (marked ``*`` in the tables). Without ``paper_splits`` there is no verdict then.
+    A paper SE printed as 0.00 is read as 0.005, half its last digit.
+    """
+    if not (np.isfinite(ours) and np.isfinite(paper)):
+        return None
+    paper_se = max(paper_se, 0.005)  # the papers print two decimals: a printed 0.00 means below 0.005
+    if not np.isfinite(ours_se):
+        if not paper_splits:
+            return None
+        ours_se = paper_se * math.sqrt(paper_splits)
+    return bool(abs(ours - paper) <= 2 * math.sqrt(ours_se ** 2 + paper_se ** 2))
+
+
+def _fmt(m, se, digits=2):
+    if not np.isfinite(m):
+        return "—"
+    return f"{m:.{digits}f} ± {se:.{digits}f}" if np.isfinite(se) else f"{m:.{digits}f} (1 split)"
+
+
+def summarise(records: List[Dict], reference: Dict) -> List[Dict]:
+    """One summary per table row: means, SEs, the paper's numbers and the 2-SE verdicts."""
+    rows = []
+    for key, runs in select_runs(records).items():
+        r0 = runs[0]
+        ref = reference.get((r0["model"], r0["dataset"], r0["posterior"], r0["depth"], r0.get("prior")), {})
+        s = {k: r0.get(k) for k in _ROW_KEYS}
+        s["splits"] = [r["split"] for r in runs]
+        s["learning_rates"] = sorted({r["learning_rate"] for r in runs})
+        s["commits"] = sorted({r.get("commit", "?") for r in runs})
+        s["ms_per_step"] = float(np.median([r["ms_per_step"] for r in runs]))
+        s["elbo_se_max"] = float(max(r["elbo_se_per_datapoint"] for r in runs))
+        for metric, _ in METRICS:
+            m, se, n = mean_se(r[metric] for r in runs)
+            s[metric] = (m, se)
+            p = ref.get(metric)
+            s["paper_" + metric] = p
+            s["ok_" + metric] = within_two_se(m, se, p[0], p[1], p[3]) if p else None
+        s["steps_to_99"] = [steps_to_fraction(r["trace"]["step"], r["trace"]["elbo_per_datapoint"])
+                            for r in runs if r.get("trace")]
+        rows.append(s)
+    return rows
+
+
+def _method(s: Dict) -> str:
+    if s["model"] == "gp":
+        return s["posterior"]
+    return f"{s['posterior']} ({s['prior']})"
+
+
+def _verdict(ok, n_splits: int = 2) -> str:
+    mark = "*" if n_splits < 2 else ""
+    return "—" if ok is None else ("yes" + mark if ok else "**no**" + mark)
+
+
+def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
+    out = [f"# UCI benchmarks: results beside the papers' numbers", "",
+           f"Regenerate: `{REPORT_COMMAND}`", "",
+           f"{n_lines} result lines from {', '.join(sources)}. Each cell is the mean ± one standard error "
+           "over the splits run (`(1 split)`: no SE yet). *Paper*: O&A (2021) Tables 8–10 (deep GPs: "
+           "mean_field = their DSVI rerun, local = LI, global = GI) and Tables 5–7 (BNNs, Neal prior), "
+           "from `paper_reference.csv`; the papers average 20 splits (deep GPs) and use 20,000 (deep GP) "
+           "or 10,000 (BNN) steps. *≤2SE*: |ours − paper| ≤ 2·sqrt(SE_ours² + SE_paper²); `*`: only one split "
+           "of ours, whose SE is then taken as the paper's split-to-split standard deviation SE_paper·√n_paper "
+           "(n_paper = 20 for O&A, 10 for Lindinger); a paper SE printed as 0.00 counts as 0.005. "
+           "stripes_arrow is compared with Lindinger et al. (2020) Table 1 (M = 128). Test LL and RMSE are in "
+           "original units (S = 100); the ELBO per datapoint is on normalised targets and estimated to a "
+           "standard error below 0.01 per line.", ""]
+    for model, title in (("gp", "Deep GPs"), ("bnn", "BNNs (2 × 50 ReLU)")):
+        mrows = [s for s in rows if s["model"] == model]
+        if not mrows:
+            continue
+        out += [f"## {title}", "", f"Regenerate: `{REPORT_COMMAND}`", ""]
+        for metric, label in METRICS:
+            out += [f"### {label}", "",
+                    f"| dataset | method | depth | M | steps | splits | ours | paper | ≤2SE |",
+                    "|---|---|---|---|---|---|---|---|---|"]
+            for s in sorted(mrows, key=lambda s: (s["dataset"], s["depth"], _method(s), s["steps"])):
+                m, se = s[metric]
+                p = s["paper_" + metric]
+                digits = 3 if metric == "rmse" and s["dataset"] in ("naval", "kin8nm") else 2
+                paper = _fmt(p[0], p[1], digits) if p else "—"
+                out.append(f"| {s['dataset']} | {_method(s)} | {s['depth']} | {s['num_inducing']} | {s['steps']} | "
+                           f"{len(s['splits'])} | {_fmt(m, se, digits)} | {paper} | {_verdict(s['ok_' + metric], len(s['splits']))} |")
+            out.append("")
+    # global vs mean-field ELBO at the same depth, split by split
+    out += ["## Global inducing vs mean-field ELBO (same dataset, depth, steps and splits)", "",
+            f"Regenerate: `{REPORT_COMMAND}`", "",
+            "| dataset | depth | steps | splits | ELBO/N mean_field | ELBO/N global | global ≥ mean_field |",
+            "|---|---|---|---|---|---|---|"]
+    by = {(s["dataset"], s["depth"], s["steps"], s["posterior"]): s for s in rows if s["model"] == "gp"}
+    for (d, depth, steps, post), s in sorted(by.items()):
+        if post != "global" or (d, depth, steps, "mean_field") not in by:
+            continue
+        mf = by[(d, depth, steps, "mean_field")]
+        common = sorted(set(s["splits"]) & set(mf["splits"]))
+        if not common:
+            continue
+        out.append(f"| {d} | {depth} | {steps} | {len(common)} | {_fmt(*mf['elbo_per_datapoint'])} | "
+                   f"{_fmt(*s['elbo_per_datapoint'])} | {'yes' if s['elbo_per_datapoint'][0] >= mf['elbo_per_datapoint'][0] else '**no**'} |")
+    out += ["", "## Steps to 99% of the final ELBO", "", f"Regenerate: `{REPORT_COMMAND}`", "",
+            "First logged step at which the training ELBO (averaged over blocks of steps) has made 99% of its "
+            "improvement from the first to the final value (the mean of the last 5% of the trace). Mean over splits.",
+            "", "| dataset | method | depth | steps run | splits | steps to 99% |", "|---|---|---|---|---|---|"]
+    for s in sorted(rows, key=lambda s: (s["model"], s["dataset"], s["depth"], _method(s), s["steps"])):
+        vals = [v for v in s["steps_to_99"] if v is not None]
+        if vals:
+            out.append(f"| {s['dataset']} | {_method(s)} | {s['depth']} | {s['steps']} | {len(vals)} | "
+                       f"{np.mean(vals):.0f} |")
+    out += ["", "## Speed and provenance", "", "| dataset | method | depth | steps | median ms/step | max ELBO SE | commits |",
+            "|---|---|---|---|---|---|---|"]
+    for s in sorted(rows, key=lambda s: (s["model"], s["dataset"], s["depth"], _method(s), s["steps"])):
+        out.append(f"| {s['dataset']} | {_method(s)} | {s['depth']} | {s['steps']} | {s['ms_per_step']:.1f} | "
+                   f"{s['elbo_se_max']:.4f} | {', '.join(s['commits'])} |")
+    out += ["", "ms/step is wall time on a shared 2-core machine (one niced TensorFlow thread); compare only "
+            "within one sweep run, as ratios.", "", "Plots: `test_ll.png`, `elbo.png`, `convergence.png`.", ""]
+    return "\n".join(out)
+
+
+def plot_metric(rows: List[Dict], metric: str, label: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = sorted({s["dataset"] for s in rows})
+    if not datasets:
+        return
+    fig, axes = plt.subplots(1, len(datasets), figsize=(3.2 * len(datasets), 3.6), squeeze=False)
+    for ax, d in zip(axes[0], datasets):
+        drows = sorted([s for s in rows if s["dataset"] == d],
+                       key=lambda s: (s["model"], s["depth"], _method(s), s["steps"]))
+        for i, s in enumerate(drows):
+            m, se = s[metric]
+            ax.errorbar([m], [i], xerr=[[se if np.isfinite(se) else 0]], fmt="o", color="C0",
+                        label="ours" if i == 0 else None)
+            p = s["paper_" + metric]
+            if p:
+                ax.errorbar([p[0]], [i + 0.2], xerr=[[p[1]]], fmt="s", mfc="none", color="C3",
+                            label="paper" if i == 0 else None)
+        ax.set_yticks(range(len(drows)))
+        ax.set_yticklabels([f"{'bnn ' if s['model'] == 'bnn' else ''}{_method(s)}-{s['depth']}\n"
+                            f"{s['steps']} st, {len(s['splits'])} sp" for s in drows], fontsize=7)
+        ax.set_title(d)
+        ax.set_xlabel(label)
+        ax.invert_yaxis()
+    axes[0][0].legend(fontsize=7, loc="best")
+    fig.suptitle(f"{label}: ours (mean ± SE over splits) and the paper's. Regenerate: {REPORT_COMMAND}",
+                 fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_convergence(records: List[Dict], path: str, datasets=("boston", "energy"),
+                     posteriors=("mean_field", "global")) -> bool:
+    """ELBO per datapoint against step (split 0, depth 2, the longest run of each family)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ref = load_reference()
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 3.8), squeeze=False)
+    drawn = False
+    for ax, d in zip(axes[0], datasets):
+        for c, post in enumerate(posteriors):
+            cands = [r for r in records if r["model"] == "gp" and r["dataset"] == d and r["posterior"] == post
+                     and r["depth"] == 2 and r["split"] == 0 and r.get("trace")]
+            if not cands:
+                continue
+            r = max(cands, key=lambda r: r["steps"])
+            ax.plot(r["trace"]["step"], r["trace"]["elbo_per_datapoint"], color=f"C{c}",
+                    label=f"{post} ({r['steps']} steps)")
+            p = ref.get(("gp", d, post, 2, None), {}).get("elbo_per_datapoint")
+            if p:
+                ax.axhline(p[0], color=f"C{c}", ls="--", lw=1, label=f"{post} paper (mean of 20 splits)")
+            drawn = True
+        ax.set_title(f"{d}, depth 2, split 0")
+        ax.set_xlabel("Adam step")
+        ax.set_ylabel("training ELBO per datapoint")
+        vals = [v for line in ax.get_lines() for v in line.get_ydata()]
+        if vals:
+            lo = np.percentile(vals, 5)
+            ax.set_ylim(lo - 0.2 * (max(vals) - lo + 1e-9), max(vals) + 0.1 * (max(vals) - lo + 1e-9))
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Regenerate: {REPORT_COMMAND}", fontsize=7)
+    fig.tight_layout()
+    if drawn:
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return drawn
+
+
+def cmd_report(args) -> int:
+    files = sorted(f for f in os.listdir(args.results) if f.endswith(".jsonl"))
+    records = [r for f in files for r in read_lines(os.path.join(args.results, f))]
+    if not records:
+        print(f"no result lines under {args.results}", file=sys.stderr)
+        return 1
+    reference = load_reference(args.reference)
+    rows = summarise(records, reference)
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "uci.md"), "w") as fh:
+        fh.write(render_markdown(rows, len(records), files))
+    if not args.no_plots:
+        plot_metric(rows, "test_ll", "test log-likelihood (nats)", os.path.join(args.out_dir, "test_ll.png"))
+        plot_metric(rows, "elbo_per_datapoint", "ELBO per datapoint", os.path.join(args.out_dir, "elbo.png"))
+        plot_convergence(records, os.path.join(args.out_dir, "convergence.png"))
+    print(f"{len(records)} lines, {len(rows)} table rows -> {os.path.join(args.out_dir, 'uci.md')}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="benchmarks/uci.py", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("sweep", help="run a sweep file, appending one JSON line per (configuration, split)")
+    s.add_argument("sweep", help="TOML sweep file")
+    s.add_argument("--out", required=True, help="JSONL results file (appended; lines already there are skipped)")
+    s.add_argument("--threads", type=int, default=None, help="TensorFlow intra- and inter-op threads (default: TF's)")
+    s.add_argument("--jobs", type=int, default=1, help="parallel worker processes (default 1)")
+    s.add_argument("--checkpoint-dir", default=None, help="checkpoint each task's training here (resumable)")
+    s.add_argument("--only", default=None, help="comma-separated group names to run")
+    s.add_argument("--dry-run", action="store_true", help="list the pending tasks and exit")
+    s.set_defaults(func=cmd_sweep)
+    r = sub.add_parser("report", help="markdown tables and PNG plots from the result lines")
+    r.add_argument("--results", default=DEFAULT_RESULTS, help="folder of *.jsonl result files")
+    r.add_argument("--out-dir", default=DEFAULT_RESULTS, help="where uci.md and the PNGs go")
+    r.add_argument("--reference", default=REFERENCE_CSV, help="the papers' numbers (CSV)")
+    r.add_argument("--no-plots", action="store_true", help="tables only")
+    r.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

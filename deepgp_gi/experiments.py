@@ -1,0 +1,188 @@
+"""Fit and evaluate one UCI split: the routine shared by ``deepgp-gi uci`` and ``benchmarks/uci.py``.
+
+:func:`run_split` builds the model a configuration names (a deep GP or a BNN), trains it with
+:func:`deepgp_gi.fit` on the split's normalised training set, and returns one result record:
+
+* the configuration itself (every key of :data:`CONFIG_KEYS`), the split and the seed used;
+* ``elbo_per_datapoint``: the final ELBO divided by N, estimated on the full training set from
+  independent Monte Carlo draws until its standard error is below ``elbo_se_target``
+  (``elbo_se_per_datapoint`` and ``elbo_samples`` say how far that went);
+* ``test_ll`` and ``rmse`` in the original units of the targets, from ``test_samples`` samples of
+  the predictive mixture (the papers use S = 100);
+* ``train_time_s``, ``ms_per_step`` (training wall time per Adam step after the first logged
+  step, i.e. without tracing/compilation) and ``eval_time_s``;
+* ``trace``: the training ELBO per datapoint against step, averaged over blocks of steps (the raw
+  one-sample minibatch estimates are noisy), for convergence plots.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "run_split", "estimate_elbo",
+           "smooth_trace", "steps_to_fraction"]
+
+#: The keys that identify a configuration (together with the split).
+CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
+               "learning_rate", "train_samples", "test_samples", "seed")
+
+#: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
+DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
+                steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0)
+
+
+def normalise_config(cfg: Dict) -> Dict:
+    """Fill defaults and put the configuration in the canonical form stored in result lines.
+
+    ``model`` is ``"gp"`` (deep GP; ``"dgp"`` is accepted) or ``"bnn"``; for a BNN ``depth`` is the
+    number of weight layers (``len(hidden) + 1``) and ``prior`` defaults to ``"neal"``; a deep GP
+    has ``prior = hidden = None``.
+    """
+    out = dict(DEFAULTS)
+    out.update({k: v for k, v in cfg.items() if k in CONFIG_KEYS})
+    if "dataset" not in cfg:
+        raise ValueError("a configuration needs a dataset")
+    model = {"dgp": "gp"}.get(out["model"], out["model"])
+    if model not in ("gp", "bnn"):
+        raise ValueError(f"model must be 'gp' (or 'dgp') or 'bnn', got {out['model']!r}")
+    out["model"] = model
+    if model == "bnn":
+        out["hidden"] = [int(h) for h in (out["hidden"] if out["hidden"] is not None else (50, 50))]
+        out["depth"] = len(out["hidden"]) + 1
+        out["prior"] = out["prior"] or "neal"
+        if "posterior" not in cfg:
+            out["posterior"] = "global"
+    else:
+        out["prior"] = None
+        out["hidden"] = None
+        out["depth"] = int(out["depth"])
+    for k in ("num_inducing", "steps", "train_samples", "test_samples", "seed"):
+        out[k] = int(out[k])
+    out["learning_rate"] = float(out["learning_rate"])
+    if out["batch_size"] is not None:
+        out["batch_size"] = int(out["batch_size"])
+    return out
+
+
+def config_key(cfg: Dict) -> str:
+    """A canonical string of the configuration (the keys of :data:`CONFIG_KEYS`), for matching lines."""
+    import json
+
+    return json.dumps({k: cfg.get(k) for k in CONFIG_KEYS}, sort_keys=True)
+
+
+def estimate_elbo(model, data, *, se_target: float = 0.01, samples_per_draw: int = 8, min_draws: int = 4,
+                  max_draws: int = 2500, seed: int = 0, chunk_size: int = 20000):
+    """The ELBO per datapoint on the full data, from independent draws until its SE < ``se_target``.
+
+    Each draw is ``model.elbo(data, samples_per_draw, seed_r)`` with its own stateless seed, so the
+    draws are independent; the estimate is their mean and its standard error is their standard
+    deviation over the square root of their number. Rows are processed in chunks of
+    ``chunk_size`` when memory needs (the ELBO is then the sum of the chunks' likelihood terms and
+    one KL; this needs ``model.num_data`` to be None or N, checked).
+
+    :return: ``(mean, standard_error, total_samples)``, all per datapoint.
+    """
+    import tensorflow as tf
+
+    X, Y = data
+    N = int(X.shape[0])
+    if model.num_data not in (None, N):
+        raise ValueError(f"model.num_data={model.num_data} but the data has N={N} rows")
+
+    @tf.function(autograph=False)
+    def draw(seed_pair):
+        return model.elbo((X, Y), samples_per_draw, seed_pair)
+
+    if N > chunk_size:  # pragma: no cover - the bundled small data sets never need it
+        raise NotImplementedError("ELBO estimation in row chunks is not needed for the bundled data sets")
+    values: List[float] = []
+    while True:
+        values.append(float(draw(tf.constant([seed, 7919 + len(values)], tf.int64)).numpy()) / N)
+        n = len(values)
+        if n >= min_draws:
+            se = float(np.std(values, ddof=1) / math.sqrt(n))
+            if se < se_target or n >= max_draws:
+                return float(np.mean(values)), se, n * samples_per_draw
+
+
+def smooth_trace(steps: Sequence[int], values: Sequence[float], points: int = 200):
+    """Average a logged trace over ``points`` consecutive blocks (fewer when the trace is shorter)."""
+    steps = np.asarray(steps, dtype=float)
+    values = np.asarray(values, dtype=float)
+    if len(steps) == 0:
+        return [], []
+    blocks = np.array_split(np.arange(len(steps)), min(points, len(steps)))
+    return ([int(steps[b[-1]]) for b in blocks], [float(np.mean(values[b])) for b in blocks])
+
+
+def steps_to_fraction(steps: Sequence[int], values: Sequence[float], fraction: float = 0.99) -> Optional[int]:
+    """First step at which a (smoothed) ELBO trace has made ``fraction`` of its total improvement.
+
+    "Reaching 99% of the final ELBO" is read as ``elbo(t) >= e0 + 0.99 (e_final - e0)`` with ``e0`` the
+    first and ``e_final`` the last value of the trace (ELBOs change sign, so a plain ratio is
+    meaningless). ``e_final`` is the mean of the last 5% of the trace, to damp Monte Carlo noise.
+    """
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return None
+    tail = max(1, len(v) // 20)
+    e0, ef = v[0], float(np.mean(v[-tail:]))
+    if ef <= e0:
+        return None
+    threshold = e0 + fraction * (ef - e0)
+    hit = np.nonzero(v >= threshold)[0]
+    return int(steps[hit[0]]) if len(hit) else None
+
+
+def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: Optional[str] = None,
+              elbo_se_target: float = 0.01, trace_points: int = 200) -> Dict:
+    """Fit configuration ``cfg`` (see :func:`normalise_config`) on UCI split ``split``; return the record."""
+    from . import datasets, metrics
+    from .builders import build_deep_gp
+    from .training import fit
+
+    cfg = normalise_config(cfg)
+    data = datasets.load_uci(cfg["dataset"], split)
+    N = data.X_train.shape[0]
+    batch_size = min(cfg["batch_size"] or 10000, N)
+    seed = cfg["seed"] + split
+    if cfg["model"] == "gp":
+        M = min(cfg["num_inducing"], N) if cfg["posterior"] != "global" else cfg["num_inducing"]
+        model = build_deep_gp(data.X_train, data.Y_train, depth=cfg["depth"], posterior=cfg["posterior"],
+                              num_inducing=M, seed=seed)
+    else:
+        from .bnn import build_bnn
+
+        model = build_bnn(data.X_train, data.Y_train, hidden=tuple(cfg["hidden"]), posterior=cfg["posterior"],
+                          prior=cfg["prior"], num_inducing=cfg["num_inducing"], seed=seed)
+    t0 = time.perf_counter()
+    history = fit(model, (data.X_train, data.Y_train), steps=cfg["steps"], batch_size=batch_size,
+                  learning_rate=cfg["learning_rate"], num_samples=cfg["train_samples"], seed=seed,
+                  progress=progress, checkpoint_dir=checkpoint_dir)
+    train_time = time.perf_counter() - t0
+    w, s = history.wall_time, history.step
+    ms_per_step = 1000.0 * (w[-1] - w[0]) / (s[-1] - s[0]) if len(s) > 1 and s[-1] > s[0] else float("nan")
+
+    t1 = time.perf_counter()
+    elbo, elbo_se, elbo_samples = estimate_elbo(model, (data.X_train, data.Y_train), se_target=elbo_se_target,
+                                                seed=seed)
+    S = cfg["test_samples"]
+    test_ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, S)
+    err = metrics.rmse(model, data.X_test, data.Y_test, data.y_std, S)
+    eval_time = time.perf_counter() - t1
+    trace_steps, trace_elbo = smooth_trace(history.step, history.elbo_per_datapoint, trace_points)
+
+    record = dict(cfg)
+    record.update(
+        split=split, seed_used=seed, n_train=int(N), n_test=int(data.X_test.shape[0]), batch_size_used=batch_size,
+        test_ll=float(test_ll), rmse=float(err), elbo_per_datapoint=elbo, elbo_se_per_datapoint=elbo_se,
+        elbo_samples=elbo_samples, final_train_elbo_per_datapoint=float(history.elbo_per_datapoint[-1]),
+        train_time_s=round(train_time, 2), ms_per_step=round(ms_per_step, 3), eval_time_s=round(eval_time, 2),
+        resumed_from=int(history.resumed_from),
+        trace={"step": trace_steps, "elbo_per_datapoint": [round(v, 5) for v in trace_elbo]},
+    )
+    return record

@@ -1,0 +1,147 @@
+"""benchmarks/uci.py: a sweep and a report end to end on one tiny configuration, and the report's
+arithmetic on synthetic lines."""
+import importlib.util
+import json
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def uci():
+    spec = importlib.util.spec_from_file_location("uci_benchmark", os.path.join(ROOT, "benchmarks", "uci.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TINY = """
+[defaults]
+num_inducing = 8
+test_samples = 100
+[[group]]
+name = "tiny"
+model = "gp"
+datasets = ["yacht"]
+posteriors = ["mean_field"]
+depths = [2]
+steps = 20
+splits = [0]
+"""
+
+SCHEMA = {"model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
+          "learning_rate", "train_samples", "test_samples", "seed", "split", "seed_used", "commit", "group",
+          "command", "train_time_s", "ms_per_step", "elbo_per_datapoint", "elbo_se_per_datapoint", "elbo_samples",
+          "test_ll", "rmse", "trace"}
+
+
+def test_sweep_and_report_end_to_end(uci, tmp_path, capsys):
+    sweep = tmp_path / "tiny.toml"
+    sweep.write_text(TINY)
+    out = tmp_path / "res" / "uci.jsonl"
+    argv = ["sweep", str(sweep), "--out", str(out), "--threads", "1", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    assert uci.main(argv) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 1
+    r = lines[0]
+    assert SCHEMA <= set(r), SCHEMA - set(r)
+    assert (r["dataset"], r["model"], r["posterior"], r["depth"], r["steps"], r["split"]) == ("yacht", "gp", "mean_field", 2, 20, 0)
+    assert r["test_samples"] == 100 and r["num_inducing"] == 8 and r["batch_size_used"] == r["n_train"] == 277
+    assert r["elbo_se_per_datapoint"] < 0.01
+    assert all(math.isfinite(r[k]) for k in ("test_ll", "rmse", "elbo_per_datapoint", "ms_per_step"))
+    assert r["rmse"] > 0 and r["trace"]["step"][-1] == 20
+    assert len(r["trace"]["step"]) == len(r["trace"]["elbo_per_datapoint"]) == 2  # logged every 10 steps
+    assert not os.listdir(tmp_path / "ckpt")  # a finished task's checkpoint is removed
+    # a second run finds the line and appends nothing
+    capsys.readouterr()
+    assert uci.main(argv) == 0
+    assert "1 already in" in capsys.readouterr().out
+    assert len(out.read_text().splitlines()) == 1
+    # report: tables and plots from the real line
+    assert uci.main(["report", "--results", str(out.parent), "--out-dir", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "uci.md").read_text()
+    assert uci.REPORT_COMMAND in md
+    assert f"| yacht | mean_field | 2 | 8 | 20 | 1 | {r['test_ll']:.2f} (1 split) | -0.40 ± 0.03 |" in md
+    # the one-split verdict uses the paper's spread 0.03 * sqrt(20)
+    ok = abs(r["test_ll"] + 0.40) <= 2 * math.sqrt(0.03 ** 2 * 20 + 0.03 ** 2)
+    assert f"| -0.40 ± 0.03 | {'yes*' if ok else '**no***'} |" in md
+    for png in ("test_ll.png", "elbo.png"):
+        assert (tmp_path / "rep" / png).stat().st_size > 1000
+
+
+def _line(split, lr, ll, elbo, rmse, dataset="boston", posterior="global", steps=100):
+    return dict(model="gp", dataset=dataset, posterior=posterior, depth=2, prior=None, hidden=None, num_inducing=100,
+                steps=steps, batch_size=None, learning_rate=lr, train_samples=1, test_samples=100, seed=0,
+                split=split, test_ll=ll, rmse=rmse, elbo_per_datapoint=elbo, elbo_se_per_datapoint=0.005,
+                ms_per_step=10.0, commit="abc1234",
+                trace={"step": [10, 20, 30, 40, 50], "elbo_per_datapoint": [-3.0, -1.0, -0.2, -0.15, -0.1]})
+
+
+def test_report_mean_se_against_hand_computation(uci, tmp_path):
+    ll = [-2.31, -2.52, -2.47, -2.38]
+    elbo = [-0.31, -0.27, -0.35, -0.29]
+    rmse = [2.7, 3.1, 2.9, 2.6]
+    lines = [_line(k, 0.01, ll[k], elbo[k], rmse[k]) for k in range(4)]
+    # split 1 again at another learning rate with a worse ELBO: selection by ELBO must ignore it
+    lines.append(_line(1, 0.003, 5.0, -9.0, 0.1))
+    # split 2 at another learning rate with a better ELBO: it replaces the lr=0.01 line of split 2
+    lines.append(_line(2, 0.003, -2.60, -0.20, 3.3))
+    used_ll = [ll[0], ll[1], -2.60, ll[3]]
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "synthetic.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"truncated": ')
+    ref = tmp_path / "ref.csv"
+    ref.write_text("# comment\nmodel,dataset,posterior,depth,prior,metric,mean,se,source\n"
+                   "gp,boston,global,2,,test_ll,-2.42,0.05,test\n"
+                   "gp,boston,global,2,,elbo_per_datapoint,0.50,0.01,test\n")
+    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--reference", str(ref),
+                     "--no-plots"]) == 0
+    md = (tmp_path / "rep" / "uci.md").read_text()
+
+    mean = sum(used_ll) / 4
+    se = math.sqrt(sum((v - mean) ** 2 for v in used_ll) / 3) / 2  # sample SD (n - 1) over sqrt(n)
+    assert (round(mean, 2), round(se, 2)) == (-2.45, 0.07)
+    row = f"| boston | global | 2 | 100 | 100 | 4 | {mean:.2f} ± {se:.2f} | -2.42 ± 0.05 | yes |"
+    assert row in md, md
+    used_elbo = [elbo[0], elbo[1], -0.20, elbo[3]]
+    m_e = np.mean(used_elbo)
+    s_e = np.std(used_elbo, ddof=1) / 2
+    assert f"| {m_e:.2f} ± {s_e:.2f} | 0.50 ± 0.01 | **no** |" in md
+    # no reference number for RMSE: a dash, not a verdict
+    assert re.search(r"\| boston \| global \| 2 \| 100 \| 100 \| 4 \| 2\.\d\d ± 0\.\d\d \| — \| — \|", md)
+    # steps to 99% of the improvement from -3.0 to -0.1: threshold -0.129, first reached at step 50
+    assert "| boston | global | 2 | 100 | 4 | 50 |" in md
+
+
+def test_mean_se_and_two_se_rule(uci):
+    m, se, n = uci.mean_se([1.0, 2.0, 4.0])
+    assert n == 3 and m == pytest.approx(7 / 3) and se == pytest.approx(np.std([1, 2, 4], ddof=1) / math.sqrt(3))
+    assert math.isnan(uci.mean_se([1.0])[1])
+    assert uci.within_two_se(-2.41, 0.03, -2.50, 0.04) is True  # 0.09 <= 2 * 0.05
+    assert uci.within_two_se(-2.39, 0.03, -2.50, 0.04) is False
+    # one split: our SE is the paper's split-to-split SD, 0.05 * sqrt(20) = 0.2236; 2 * sqrt(0.2236^2 + 0.05^2) = 0.458
+    assert uci.within_two_se(-2.05, float("nan"), -2.50, 0.05, 20) is True
+    assert uci.within_two_se(-2.03, float("nan"), -2.50, 0.05, 20) is False
+    assert uci.within_two_se(-2.49, float("nan"), -2.50, 0.05) is None
+    # a printed SE of 0.00 counts as 0.005: 2 * sqrt(0.01^2 + 0.005^2) = 0.0224
+    assert uci.within_two_se(1.50, 0.01, 1.48, 0.0) is True
+    assert uci.within_two_se(1.51, 0.01, 1.48, 0.0) is False
+
+
+def test_sweep_file_order_and_validation(uci, tmp_path):
+    tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "uci.toml"))
+    first = [t for t in tasks if t[0] == "dgp-d2-split0"]
+    assert len(first) == 10 and tasks[:10] == first  # split 0 of every deep-GP (dataset, family) first
+    assert {(c["dataset"], c["posterior"]) for _, c, _ in first} == {
+        (d, p) for d in ("boston", "concrete", "energy", "wine", "yacht") for p in ("mean_field", "global")}
+    keys = [(uci.config_key(c), s) for _, c, s in tasks]
+    assert len(keys) == len(set(keys))
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[group]]\nname = "x"\ndatasets = ["yacht"]\nsplits = [0]\nstepz = 3\n')
+    with pytest.raises(ValueError, match="unknown keys"):
+        uci.load_sweep(str(bad))
