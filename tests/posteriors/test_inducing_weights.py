@@ -340,3 +340,42 @@ def test_build_bnn_trains(rng, posterior):
         step(tf.constant([t, 1], tf.int64))
     after = model.elbo((X, Y), 32, seed=99).numpy()
     assert np.isfinite(after) and after > before + 0.1 * abs(before), (before, after)
+
+
+def test_parameter_count_per_layer_sums_and_matches_shapes(rng):
+    import deepgp_gi as dg
+
+    X, Y = rng.normal(size=(30, 3)), rng.normal(size=(30, 1))
+    for name in dg.families.BNN_FAMILIES:
+        model = build_bnn(X, Y, hidden=(5, 4), posterior=name, num_inducing=6, prior="scale", seed=0)
+        counts = dg.parameter_count(model, per_layer=True)
+        assert sum(v for k, v in counts.items() if k != "total") == counts["total"] == dg.parameter_count(model)
+        assert counts["total"] == dg.parameter_count(model.posterior)
+        expected = sum(int(np.prod(v.shape)) for v in model.posterior.variables)
+        expected += sum(int(np.prod(l.inducing_features.shape)) for l in model.layers if l.inducing_features is not None)
+        assert counts["total"] == expected, name
+        # U_0 of the global families is shared; everything else (q(s) included) is per layer
+        assert counts["shared"] == (6 * 3 if name in ("global", "factorised_global", "random_global") else 0), name
+        if name == "random_global":  # pseudo-data of the last layer only, plus q(s) (2 per layer)
+            assert counts["layer_0"] == counts["layer_1"] == 2 and counts["layer_2"] == 2 + 6 + 6
+    ffg_u = build_bnn(X, Y, hidden=(5, 4), posterior="ffg_u", num_inducing=3, seed=0)
+    c = dg.parameter_count(ffg_u, per_layer=True)
+    # layer 0: d_out 5, d_in 4 -> M_out = M_in = 3: Z_r 3x5, Z_c 3x4, D 3+3, lambda, mean and sd 3x3
+    assert c["layer_0"] == 15 + 12 + 6 + 1 + 18 and c["shared"] == 0
+    assert c["layer_2"] == 1 + 3 * 5 + 1 + 3 + 1 + 2 * 3  # d_out = 1 -> M_out = 1
+    fac = build_bnn(X, Y, hidden=(5, 4), posterior="factorised", seed=0)
+    assert dg.parameter_count(fac) == 2 * (4 * 5 + 6 * 4 + 5 * 1)
+
+
+def test_ffg_u_m64_is_at_most_15_percent_of_ffg_w_on_1024_1024_1():
+    import deepgp_gi as dg
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(4, 1024)), rng.normal(size=(4, 1))
+    ffg_w = build_bnn(X, Y, hidden=(1024,), posterior="factorised", seed=0)
+    ffg_u = build_bnn(X, Y, hidden=(1024,), posterior="ffg_u", num_inducing=64, seed=0)
+    n_w, n_u = dg.parameter_count(ffg_w), dg.parameter_count(ffg_u)
+    assert n_w == 2 * (1025 * 1024 + 1025)
+    assert n_u <= 0.15 * n_w, (n_u, n_w)
+    table = dg.parameter_table({"FFG-W": ffg_w, "FFG-U M=64": ffg_u}, reference="FFG-W")
+    assert f"{n_u:,}" in table and "100.0" in table
