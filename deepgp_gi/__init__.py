@@ -15,6 +15,7 @@ from .kernels import WeightKernel  # noqa: E402
 from .layers import DenseLayer, GPLayer  # noqa: E402
 from .linalg import safe_cholesky  # noqa: E402
 from .models import DeepGP  # noqa: E402
+from .posteriors.counting import parameter_count, parameter_table  # noqa: E402
 from .training import History, fit  # noqa: E402
 
 __version__ = "0.1.0"
@@ -29,6 +30,8 @@ __all__ = [
     "build_deep_gp",
     "fit",
     "safe_cholesky",
+    "parameter_count",
+    "parameter_table",
     "datasets",
     "families",
     "kernels",

@@ -69,11 +69,14 @@ def build_bnn(
     :param posterior: a name in :data:`~deepgp_gi.families.BNN_FAMILIES`: ``"factorised"`` (fac,
         local reparameterisation), ``"local"`` (li, ``fan_in`` inducing features per layer;
         ``num_inducing`` is not used), ``"global"`` (gi), ``"factorised_global"`` (fac->gi),
-        ``"random_global"`` (rand->gi).
+        ``"random_global"`` (rand->gi), ``"ffg_u"`` / ``"ensemble_u"`` (inducing weights, Ritter et
+        al. 2021; ``num_inducing`` is M of the M x M inducing weights), ``"ensemble_w"`` (an
+        ensemble of point-mass weights).
     :param prior: ``"standard"`` (N(0,1)), ``"neal"`` (N(0, 1/fan_in)), ``"scale"`` (learned
         Gamma scale), or a :class:`~deepgp_gi.priors.WeightPrior` instance used as a template
         (each layer gets its own deep copy).
-    :param num_inducing: M, the number of global inducing points (gi, fac->gi, rand->gi).
+    :param num_inducing: M, the number of global inducing points (gi, fac->gi, rand->gi), or the
+        size of the inducing weights (ffg_u, ensemble_u: ``min(M, d_out) x min(M, d_in)`` per layer).
     :param activation: hidden nonlinearity, a name in :data:`deepgp_gi.kernels.ACTIVATIONS` or a
         callable.
     :param likelihood: a GPflow likelihood; default Gaussian with variance ``exp(-3)``.

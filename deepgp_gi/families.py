@@ -36,6 +36,7 @@ from .posteriors import (
     StripesArrowPosterior,
 )
 from .posteriors.inducing import global_inducing_from_data, local_inducing_from_data
+from .posteriors.inducing_weights import EnsembleInducingPosterior, EnsembleWeightPosterior, FFGInducingPosterior
 
 __all__ = ["Family", "DEEP_GP_FAMILIES", "BNN_FAMILIES", "posterior_class", "check_options"]
 
@@ -79,6 +80,17 @@ def _global_inducing_rows(X, Y, num_inducing, rng):
 
 def _factorised_bnn(layers, X, Y, num_inducing, seed, **options):
     return FactorisedWeightPosterior(layers, seed=seed, **options)
+
+
+def _inducing_weights(cls):
+    def initialise(layers, X, Y, num_inducing, seed, **options):
+        return cls(layers, num_inducing=num_inducing, seed=seed, **options)
+
+    return initialise
+
+
+def _ensemble_w(layers, X, Y, num_inducing, seed, **options):
+    return EnsembleWeightPosterior(layers, seed=seed, **options)
 
 
 def _global_bnn(layers, X, Y, num_inducing, seed, **options):
@@ -132,6 +144,14 @@ BNN_FAMILIES: Dict[str, Family] = {
                ("precision", "kl", "rho"), None, "factorised lower layers, global-inducing last layer (fac->gi)"),
         Family("random_global", RandomGlobalPosterior, _hybrid_bnn(RandomGlobalPosterior),
                ("precision", "kl", "rho"), None, "prior lower layers, global-inducing last layer (rand->gi)"),
+        Family("ffg_u", FFGInducingPosterior, _inducing_weights(FFGInducingPosterior),
+               ("lambda_init", "lambda_max", "sd_init", "sd_max", "d_init", "jitter"), None,
+               "inducing weights, factorised Gaussian q(U) (FFG-U, Ritter et al. 2021)"),
+        Family("ensemble_u", EnsembleInducingPosterior, _inducing_weights(EnsembleInducingPosterior),
+               ("num_members", "lambda_init", "lambda_max", "d_init", "jitter", "member_spread",
+                "prior_regulariser"), None, "inducing weights, ensemble of point masses q(U) (Ensemble-U)"),
+        Family("ensemble_w", EnsembleWeightPosterior, _ensemble_w, ("num_members", "prior_regulariser"), None,
+               "ensemble of point-mass weights (Ensemble-W)"),
     )
 }
 

@@ -4,7 +4,7 @@ A layer ``l`` with fan-in ``D_l`` (bias column included) has weight columns
 ``w_lambda ~ N(0, P_l^{-1} I)``, ``P_l`` the prior precision:
 
 * :class:`StandardPrior`: ``N(0, 1)`` weights, ``P_l = 1``;
-* :class:`NealPrior`: ``N(0, 1/D_l)`` weights, ``P_l = D_l``;
+* :class:`NealPrior`: ``N(0, sd^2/D_l)`` weights, ``P_l = D_l/sd^2`` (``sd = 1`` by default);
 * :class:`ScalePrior`: a per-layer scale ``s ~ Gamma(2, 2)`` with ``P_l = D_l s`` (the paper's
   choice; ``power`` gives ``P_l = D_l s^power``). ``s`` is random: its approximate posterior
   ``q(s)`` is a variational parameter and lives in the posterior object
@@ -58,10 +58,23 @@ class StandardPrior(_FixedPrior):
 
 
 class NealPrior(_FixedPrior):
-    """``N(0, 1/D_l)`` weights (Neal 1996): ``P_l = D_l``, the fan-in with the bias column."""
+    """``N(0, sd^2/D_l)`` weights (Neal 1996): ``P_l = D_l / sd^2``, ``D_l`` the fan-in with the
+    bias column. ``sd = 1`` (default) is O&A's prior; Ritter et al.'s 1-D toy uses ``sd = 4``
+    (their "prior sd / sqrt(d_in)").
+
+    :param sd: the standard deviation ``sigma_0`` of a weight times ``sqrt(D_l)``.
+    """
+
+    def __init__(self, sd: float = 1.0, name: Optional[str] = None):
+        super().__init__(name=name)
+        if isinstance(sd, bool) or not isinstance(sd, (int, float, np.integer, np.floating)) or not (
+            np.isfinite(sd) and sd > 0
+        ):
+            raise ValueError(f"sd must be a positive finite number, got {sd!r}")
+        self.sd = float(sd)
 
     def fixed_precision(self, fan_in: int) -> float:
-        return float(fan_in)
+        return float(fan_in) / self.sd**2
 
 
 class ScalePrior(WeightPrior):

@@ -9,13 +9,15 @@ What lives where:
   behind every inducing posterior, in function and in weight space;
 * :mod:`.prior_scales` -- the weight prior's precision and ``q(s)`` of random-scale priors;
 * :mod:`.mean_field`, :mod:`.structured` (fully-coupled, STAR), :mod:`.inducing` (global and
-  local inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi).
+  local inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi),
+  :mod:`.inducing_weights` (FFG-U, Ensemble-U, Ensemble-W; Ritter et al. 2021).
 
 The name tables (``"mean_field"`` -> class and initialiser) are in :mod:`deepgp_gi.families`.
 """
 from .base import DeepPosterior, Propagation
 from .factorised import FactorisedGlobalPosterior, FactorisedWeightPosterior, RandomGlobalPosterior
 from .inducing import GlobalInducingPosterior, LocalInducingPosterior
+from .inducing_weights import EnsembleInducingPosterior, EnsembleWeightPosterior, FFGInducingPosterior
 from .mean_field import MeanFieldPosterior
 from .prior_scales import ScalePosterior
 from .pseudo_data import PseudoData
@@ -32,6 +34,9 @@ __all__ = [
     "FactorisedWeightPosterior",
     "FactorisedGlobalPosterior",
     "RandomGlobalPosterior",
+    "FFGInducingPosterior",
+    "EnsembleInducingPosterior",
+    "EnsembleWeightPosterior",
     "PseudoData",
     "ScalePosterior",
 ]

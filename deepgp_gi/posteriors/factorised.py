@@ -205,6 +205,8 @@ class FactorisedGlobalPosterior(_WeightPosterior):
     """
 
     LOWER = ("factorised", "prior")
+    #: ``pseudo_data`` is the last layer's (read by :func:`~deepgp_gi.posteriors.counting.parameter_count`).
+    _LAYER_OF_ATTRIBUTE = {"pseudo_data": -1}
 
     def __init__(
         self,
