@@ -152,10 +152,10 @@ def test_healthy_fit_never_reports_a_cholesky_failure(rng):
 
 
 def _xla_cases():
-    cases = [(f"gp-{p}", dict(kind="gp", posterior=p))
-             for p in ("mean_field", "fully_coupled", "stripes_arrow", "global", "local")]
-    cases += [(f"bnn-{p}", dict(kind="bnn", posterior=p))
-              for p in ("factorised", "local", "global", "factorised_global", "random_global")]
+    from deepgp_gi.families import BNN_FAMILIES, DEEP_GP_FAMILIES
+
+    cases = [(f"gp-{p}", dict(kind="gp", posterior=p)) for p in DEEP_GP_FAMILIES]
+    cases += [(f"bnn-{p}", dict(kind="bnn", posterior=p)) for p in BNN_FAMILIES]
     params = [pytest.param(c, id=i) for i, c in cases]
     params.append(pytest.param(dict(kind="bnn", posterior="global", prior="scale"), id="bnn-global-scale"))
     return params
