@@ -27,6 +27,9 @@ __all__ = [
     "load_uci_raw",
     "extrapolation_split",
     "PROTOCOLS",
+    "write_shards",
+    "read_shards",
+    "shard_info",
     "gap_regression",
     "DeepLinearData",
     "deep_linear",
@@ -352,3 +355,6 @@ def deep_linear_log_evidence(
     return float(
         -0.5 * np.sum(alpha**2) - p * np.sum(np.log(np.diag(L))) - 0.5 * n * p * np.log(2 * np.pi)
     )
+
+
+from .shards import read_shards, shard_info, write_shards  # noqa: E402  (re-exported)
