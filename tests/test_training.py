@@ -201,3 +201,37 @@ def test_fit_argument_checks(rng):
         dg.fit(model, (X, Y), steps=1, seed=1.5, progress=False)
     with pytest.raises(TypeError, match="jit_compile must be True or False"):
         dg.fit(model, (X, Y), steps=1, seed=1, progress=False, jit_compile="yes")
+
+
+@pytest.mark.parametrize("whiten", [False, True])
+def test_natural_gradient_step_reaches_the_sgpr_bound_in_one_step(rng, whiten):
+    """One layer, Gaussian likelihood, kernel / noise / Z fixed: one natural-gradient step with
+    gamma = 1 gives the optimal q(U), so the ELBO equals SGPR's collapsed bound."""
+    X = rng.normal(size=(30, 2))
+    Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(30, 1))
+    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=7, seed=0, whiten=whiten)
+    gpflow.set_trainable(model.layers[0], False)
+    gpflow.set_trainable(model.likelihood, False)
+    before = float(model.elbo((X, Y), 1, seed=0))
+    dg.fit(model, (X, Y), steps=1, natgrad_gamma=1.0, seed=0, progress=False, log_every=1)
+    sgpr = gpflow.models.SGPR((X, Y), model.layers[0].kernel, inducing_variable=model.layers[0].Z.numpy(),
+                              noise_variance=model.likelihood.variance.numpy())
+    bound = float(sgpr.elbo())
+    assert before < bound - 1.0
+    np.testing.assert_allclose(float(model.elbo((X, Y), 1, seed=0)), bound, rtol=1e-9)
+
+
+def test_natural_gradients_are_refused_for_families_without_gaussian_blocks(rng):
+    X, Y = _toy(rng, n=20)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=5, seed=0)
+    with pytest.raises(ValueError, match="GlobalInducingPosterior has no Gaussian"):
+        dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, progress=False)
+
+
+def test_natural_gradients_with_adam_train_a_deep_model(rng):
+    X, Y = _toy(rng, n=40)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, inner_width=2, seed=0)
+    history = dg.fit(model, (X, Y), steps=60, natgrad_gamma=0.1, num_samples=4, seed=0, progress=False,
+                     log_every=20)
+    assert history.elbo[-1] > history.elbo[0]
+    assert all(np.isfinite(history.elbo))

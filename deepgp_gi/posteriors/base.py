@@ -81,6 +81,14 @@ class DeepPosterior(gpflow.Module):
         """
         raise NotImplementedError
 
+    def natural_gradient_blocks(self) -> List[Tuple[gpflow.Parameter, gpflow.Parameter]]:
+        """The ``(q_mu [M, P], q_sqrt [P, M, M])`` Gaussian blocks that natural gradients can
+        update (``fit(..., natgrad_gamma=...)``). A family without such blocks raises."""
+        raise ValueError(
+            f"{type(self).__name__} has no Gaussian (mean, square-root covariance) blocks, so natural "
+            "gradients do not apply; train it with Adam (natgrad_gamma=None). The mean-field family has them."
+        )
+
     def _start(self, X, num_samples: int, seed: NoiseLike, top_rows=None) -> Tuple[NoiseSource, tf.Tensor]:
         """The prologue of every ``propagate``: the noise source and the rows to push through,
         ``[S, N, D]`` (``[S, M + N, D]`` with ``top_rows`` ``[M, D]`` stacked above the data)."""

@@ -79,6 +79,11 @@ class MeanFieldPosterior(DeepPosterior):
         self.q_mu = q_mu
         self.q_sqrt = q_sqrt
 
+    def natural_gradient_blocks(self):
+        """``(q_mu[l], q_sqrt[l])`` for every layer: GPflow's SVGP layout, so GPflow's
+        ``NaturalGradient`` updates them (in the whitened or the plain parameterisation alike)."""
+        return list(zip(self.q_mu, self.q_sqrt))
+
     def whitened_parameters(self, l: int, Lk: tf.Tensor):
         """``(m', R')`` of layer ``l`` in whitened coordinates: the parameters themselves when
         ``whiten``, else ``L_K^{-1} q_mu`` and ``L_K^{-1} q_sqrt`` (M x M solves only)."""

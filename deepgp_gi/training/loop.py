@@ -16,7 +16,7 @@ from ..validation import check_positive_float, check_positive_int, check_seed
 from .batches import array_batches, dataset_batches
 from .checkpoint import Checkpointer
 from .history import History
-from .step import TrainStep
+from .step import NaturalGradientStep, TrainStep
 
 __all__ = ["fit"]
 
@@ -89,6 +89,7 @@ def fit(
     checkpoint_every: Optional[int] = None,
     log_every: int = 10,
     jit_compile: bool = False,
+    natgrad_gamma: Optional[float] = None,
 ) -> History:
     """Maximise ``model``'s ELBO with Adam.
 
@@ -108,6 +109,9 @@ def fit(
     :param checkpoint_every: steps between checkpoints (default ``max(100, steps // 20)``).
     :param log_every: steps between entries of the history (and progress-bar updates).
     :param jit_compile: compile the training step with XLA (``tf.function(jit_compile=True)``).
+    :param natgrad_gamma: if given, the posterior's Gaussian blocks (mean-field ``q(U_l)``) take
+        natural-gradient steps of this size and only the other variables use Adam, in one step;
+        a family without Gaussian blocks raises a ``ValueError`` saying so.
     :return: a :class:`History`.
     :raises deepgp_gi.linalg.CholeskyError: a factorisation failed in a step (checked before
         every log entry and checkpoint, and at the end, so no broken state is logged or saved).
@@ -120,8 +124,14 @@ def fit(
     if not isinstance(jit_compile, bool):
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
 
+    blocks = []
+    variables = list(model.trainable_variables)
+    if natgrad_gamma is not None:
+        natgrad_gamma = check_positive_float(natgrad_gamma, "natgrad_gamma")
+        blocks = model.posterior.natural_gradient_blocks()
+        taken = {id(v) for q_mu, q_sqrt in blocks for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)}
+        variables = [v for v in variables if id(v) not in taken]
     optimizer = gpflow.keras.tf_keras.optimizers.Adam(plan.learning_rate)
-    variables = model.trainable_variables
     optimizer.build(variables)
     step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
     history = History(seed=plan.seed, num_data=plan.num_data)
@@ -137,10 +147,12 @@ def fit(
         return history
 
     batches = _batches(plan, data, start, model.dtype)
-    train_step = TrainStep(
-        model, optimizer, variables, step_counter,
-        num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile,
-    )
+    options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile)
+    if natgrad_gamma is None:
+        train_step = TrainStep(model, optimizer, variables, step_counter, **options)
+    else:
+        train_step = NaturalGradientStep(model, optimizer, variables, step_counter, natgrad_blocks=blocks,
+                                         gamma=natgrad_gamma, **options)
     _run(plan, batches, train_step, history, checkpointer, start, progress)
     return history
 

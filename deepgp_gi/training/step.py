@@ -21,7 +21,7 @@ import tensorflow as tf
 from ..linalg import cholesky_checks, raise_if_failed
 from .batches import step_noise
 
-__all__ = ["TrainStep"]
+__all__ = ["TrainStep", "NaturalGradientStep"]
 
 
 class TrainStep:
@@ -96,3 +96,41 @@ class TrainStep:
         if code:
             step = int(self.failure_step.numpy()) + 1
             raise_if_failed(code, context=f"first failed in training step {step}")
+
+
+class NaturalGradientStep(TrainStep):
+    """One step that updates the posterior's Gaussian blocks by natural gradients and every other
+    variable by Adam, from one gradient of the same loss (GPflow's ``NaturalGradient`` convention).
+
+    :param natgrad_blocks: ``(q_mu [M, P], q_sqrt [P, M, M])`` Parameter pairs
+        (:meth:`~deepgp_gi.posteriors.DeepPosterior.natural_gradient_blocks`).
+    :param gamma: the natural-gradient step size (1 reaches the optimal Gaussian of a conjugate
+        model in one step).
+    """
+
+    def __init__(self, model, optimizer, variables, step_counter, *, natgrad_blocks, gamma, **kwargs):
+        import gpflow
+
+        self.blocks = list(natgrad_blocks)
+        self.natgrad = gpflow.optimizers.NaturalGradient(gamma)
+        super().__init__(model, optimizer, variables, step_counter, **kwargs)
+
+    def _step(self, step, X_b, Y_b):
+        block_vars = [v for q_mu, q_sqrt in self.blocks for v in (q_mu.unconstrained_variable,
+                                                                  q_sqrt.unconstrained_variable)]
+        with cholesky_checks() as checks:
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(self.variables + block_vars)
+                loss, elbo = self.objective(step, X_b, Y_b)
+            grads = tape.gradient(loss, self.variables + block_vars)
+        status = checks.status()
+        n = len(self.variables)
+        if n:
+            self.update(grads[:n])
+        for k, (q_mu, q_sqrt) in enumerate(self.blocks):
+            self.natgrad._natgrad_apply_gradients(grads[n + 2 * k], grads[n + 2 * k + 1], q_mu, q_sqrt)
+        self.step_counter.assign(step + 1)
+        first = tf.logical_and(tf.equal(self.failure_code, 0), tf.not_equal(status, 0))
+        self.failure_step.assign(tf.where(first, step, self.failure_step))
+        self.failure_code.assign(tf.where(first, status, self.failure_code))
+        return elbo
