@@ -28,6 +28,7 @@ __all__ = [
     "counter_normal",
     "counter_uniform",
     "derive_key",
+    "RowSlice",
 ]
 
 
@@ -213,6 +214,26 @@ class FixedNoise(NoiseSource):
         if self.fallback is None:
             raise KeyError(f"FixedNoise has no draw named {name!r}")
         return self.fallback.gamma(name, shape, alpha, dtype)
+
+
+class RowSlice(NoiseSource):
+    """The draws of one data-parallel replica that holds rows ``[start, stop)`` of a batch of
+    ``batch_rows``: each data-row draw (names ``"f/..."``, shaped ``[S, rows, ...]``) is that slice
+    of the draw the whole batch would make, and every other draw (inducing rows, weights, scales)
+    is the whole batch's, so replicas together reproduce one device's step exactly."""
+
+    def __init__(self, source: NoiseSource, start, stop, batch_rows):
+        self.source, self.start, self.stop, self.batch_rows = source, start, stop, batch_rows
+
+    def normal(self, name, shape, dtype):
+        if not name.startswith("f/"):
+            return self.source.normal(name, shape, dtype)
+        shape = tf.convert_to_tensor(shape, tf.int32)
+        full = tf.concat([shape[:1], [self.batch_rows], shape[2:]], 0)
+        return self.source.normal(name, full, dtype)[:, self.start:self.stop]
+
+    def gamma(self, name, shape, alpha, dtype):
+        return self.source.gamma(name, shape, alpha, dtype)
 
 
 NoiseLike = Union[None, int, NoiseSource, Sequence[int], tf.Tensor]

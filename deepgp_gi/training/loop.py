@@ -16,7 +16,7 @@ from ..validation import check_positive_float, check_positive_int, check_seed
 from .batches import array_batches, dataset_batches
 from .checkpoint import Checkpointer
 from .history import History
-from .step import NaturalGradientStep, TrainStep
+from .step import DistributedStep, NaturalGradientStep, TrainStep
 
 __all__ = ["fit"]
 
@@ -69,6 +69,17 @@ def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_sampl
     return _Plan(num_data=N, batch_size=batch_size, X=X, Y=Y, **common)
 
 
+def _trainable_variables(model) -> list:
+    """``model.trainable_variables`` without the ones ``gpflow.set_trainable(..., False)`` froze.
+
+    Under a ``tf.distribute`` strategy a GPflow parameter's variable is a distributed variable, and
+    ``set_trainable`` sets ``_trainable`` on that wrapper while its ``trainable`` property reads the
+    per-device component (still True), so the frozen variable would be trained; the flag that
+    ``set_trainable`` wrote is the one to trust.
+    """
+    return [v for v in model.trainable_variables if getattr(v, "_trainable", True)]
+
+
 def _batches(plan: _Plan, data, start: int, dtype: tf.DType) -> tf.data.Dataset:
     if plan.batch_size is None:
         return dataset_batches(data, start, plan.steps, dtype)
@@ -90,6 +101,7 @@ def fit(
     log_every: int = 10,
     jit_compile: bool = False,
     natgrad_gamma: Optional[float] = None,
+    strategy: Optional[tf.distribute.Strategy] = None,
 ) -> History:
     """Maximise ``model``'s ELBO with Adam.
 
@@ -112,6 +124,11 @@ def fit(
     :param natgrad_gamma: if given, the posterior's Gaussian blocks (mean-field ``q(U_l)``) take
         natural-gradient steps of this size and only the other variables use Adam, in one step;
         a family without Gaussian blocks raises a ``ValueError`` saying so.
+    :param strategy: a ``tf.distribute`` strategy (``MirroredStrategy`` over several devices,
+        ``MultiWorkerMirroredStrategy`` over machines): build the model inside
+        ``strategy.scope()`` and call ``fit`` there too; each replica takes a block of every batch
+        (see :class:`~deepgp_gi.training.step.DistributedStep`), the KL is counted once and the
+        gradients are summed across replicas.
     :return: a :class:`History`.
     :raises deepgp_gi.linalg.CholeskyError: a factorisation failed in a step (checked before
         every log entry and checkpoint, and at the end, so no broken state is logged or saved).
@@ -125,7 +142,7 @@ def fit(
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
 
     blocks = []
-    variables = list(model.trainable_variables)
+    variables = _trainable_variables(model)
     if natgrad_gamma is not None:
         natgrad_gamma = check_positive_float(natgrad_gamma, "natgrad_gamma")
         blocks = model.posterior.natural_gradient_blocks()
@@ -148,7 +165,13 @@ def fit(
 
     batches = _batches(plan, data, start, model.dtype)
     options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile)
-    if natgrad_gamma is None:
+    if strategy is not None:
+        if not (tf.distribute.has_strategy() and tf.distribute.get_strategy() is strategy):
+            raise ValueError("fit(..., strategy=s) must be called inside `with s.scope():` (build the model there too)")
+        if natgrad_gamma is not None:
+            raise ValueError("natgrad_gamma is not combined with a strategy yet")
+        train_step = DistributedStep(model, optimizer, variables, step_counter, strategy=strategy, **options)
+    elif natgrad_gamma is None:
         train_step = TrainStep(model, optimizer, variables, step_counter, **options)
     else:
         train_step = NaturalGradientStep(model, optimizer, variables, step_counter, natgrad_blocks=blocks,

@@ -21,7 +21,7 @@ import tensorflow as tf
 from ..linalg import cholesky_checks, raise_if_failed
 from .batches import step_noise
 
-__all__ = ["TrainStep", "NaturalGradientStep"]
+__all__ = ["TrainStep", "NaturalGradientStep", "DistributedStep"]
 
 
 class TrainStep:
@@ -70,6 +70,13 @@ class TrainStep:
         # the noise source is positional: its keyword is being renamed (noise= -> seed=)
         elbo = self.model.elbo((X_b, Y_b), self.num_samples, step_noise(self.seed, step))
         return -(elbo + self.model.log_prior_density()), elbo
+
+    def loss_and_gradients(self, step, X_b, Y_b):
+        """The ELBO and the loss gradients of one step, without an update."""
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(self.variables)
+            loss, elbo = self.objective(step, X_b, Y_b)
+        return elbo, tape.gradient(loss, self.variables)
 
     def update(self, grads) -> None:
         """Apply the gradients (Adam)."""
@@ -129,6 +136,79 @@ class NaturalGradientStep(TrainStep):
             self.update(grads[:n])
         for k, (q_mu, q_sqrt) in enumerate(self.blocks):
             self.natgrad._natgrad_apply_gradients(grads[n + 2 * k], grads[n + 2 * k + 1], q_mu, q_sqrt)
+        self.step_counter.assign(step + 1)
+        first = tf.logical_and(tf.equal(self.failure_code, 0), tf.not_equal(status, 0))
+        self.failure_step.assign(tf.where(first, step, self.failure_step))
+        self.failure_code.assign(tf.where(first, status, self.failure_code))
+        return elbo
+
+
+class DistributedStep(TrainStep):
+    """One data-parallel step under a ``tf.distribute`` strategy (build the model and call ``fit``
+    inside ``strategy.scope()``).
+
+    The batch is split into contiguous row blocks, one per replica. Replica ``r`` propagates its
+    rows with :class:`~deepgp_gi.noise.RowSlice` noise (its rows of the data-row draws, the whole
+    batch's inducing and weight draws), and its share of the loss is its expected log-likelihood
+    rescaled by ``num_data / batch`` minus ``1/R`` of the KL and of the log prior; the optimiser
+    sums the replicas' gradients (an all-reduce), so a step equals one device's step on the whole
+    batch up to summation order.
+    """
+
+    def __init__(self, model, optimizer, variables, step_counter, *, strategy, **kwargs):
+        if kwargs.get("jit_compile"):
+            raise ValueError("jit_compile=True is not combined with a strategy yet; compile per replica later")
+        self.strategy = strategy
+        super().__init__(model, optimizer, variables, step_counter, **kwargs)
+
+    def _replica_gradients(self, step, X_b, Y_b):
+        """This replica's ``(share of the ELBO, gradients of its share of the loss, status)``."""
+        from ..likelihoods import expected_log_likelihood
+        from ..noise import RowSlice
+
+        R = self.strategy.num_replicas_in_sync
+        r = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32)
+        B = tf.shape(X_b)[0]
+        start, stop = B * r // R, B * (r + 1) // R
+        X_r, Y_r = X_b[start:stop], Y_b[start:stop]
+        noise = RowSlice(step_noise(self.seed, step), start, stop, B)
+        model = self.model
+        with cholesky_checks() as checks:
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(self.variables)
+                prop = model.posterior.propagate(X_r, self.num_samples, noise)
+                ell = tf.reduce_sum(expected_log_likelihood(model.likelihood, X_r, prop.mean, prop.var, Y_r), -1)
+                scale = tf.cast(model.num_data, ell.dtype) / tf.cast(B, ell.dtype)
+                share = tf.reduce_mean(ell * scale - prop.kl / R)
+                loss = -(share + model.log_prior_density() / R)
+            grads = tape.gradient(loss, self.variables)
+        # every replica must all-reduce the same list: a variable its rows do not reach (e.g. an
+        # empty block of a small last batch) gets an explicit zero gradient, not None
+        grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, self.variables)]
+        return share, grads, checks.status()
+
+    def _replica(self, step, X_b, Y_b):
+        share, grads, status = self._replica_gradients(step, X_b, Y_b)
+        self.update(grads)  # the optimiser all-reduces (sums) the replicas' gradients
+        return share, status
+
+    def loss_and_gradients(self, step, X_b, Y_b):
+        """The whole batch's ELBO and loss gradients as the replicas compute them (summed across
+        replicas), without an update: for checking against one device."""
+
+        @tf.function(autograph=False)
+        def run(step, X_b, Y_b):
+            shares, grads, _ = self.strategy.run(self._replica_gradients, args=(step, X_b, Y_b))
+            total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
+            return total, [self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None) for g in grads]
+
+        return run(step, X_b, Y_b)
+
+    def _step(self, step, X_b, Y_b):
+        shares, statuses = self.strategy.run(self._replica, args=(step, X_b, Y_b))
+        elbo = self.strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
+        # a failure code is 0 or a positive code: any replica's non-zero code is the step's
+        status = tf.reduce_max(tf.stack(self.strategy.experimental_local_results(statuses)))
         self.step_counter.assign(step + 1)
         first = tf.logical_and(tf.equal(self.failure_code, 0), tf.not_equal(status, 0))
         self.failure_step.assign(tf.where(first, step, self.failure_step))

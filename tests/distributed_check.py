@@ -1,0 +1,54 @@
+"""Run in a fresh process (logical devices must be set before TensorFlow starts): a
+MirroredStrategy over 2 logical CPU devices against one device, for one posterior family.
+Prints one JSON line; tests/test_distributed.py asserts on it."""
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+import tensorflow as tf  # noqa: E402
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import gpflow  # noqa: E402
+import numpy as np  # noqa: E402
+
+import deepgp_gi as dg  # noqa: E402
+from deepgp_gi.training.loop import _trainable_variables  # noqa: E402
+from deepgp_gi.training.step import DistributedStep, TrainStep  # noqa: E402
+
+posterior = sys.argv[1]
+rng = np.random.default_rng(0)
+X = rng.normal(size=(41, 3))
+Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(41, 1))
+Xb, Yb = tf.constant(X[:20]), tf.constant(Y[:20])
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+results = {}
+for name, scope in (("one", tf.distribute.get_strategy()), ("two", strategy)):
+    with scope.scope():
+        model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0)
+        variables = _trainable_variables(model)
+        optimizer = gpflow.keras.tf_keras.optimizers.Adam(0.01)
+        counter = tf.Variable(0, dtype=tf.int64)
+        options = dict(num_samples=3, seed=5)
+        if name == "one":
+            step = TrainStep(model, optimizer, variables, counter, **options)
+        else:
+            step = DistributedStep(model, optimizer, variables, counter, strategy=strategy, **options)
+        elbo, grads = step.loss_and_gradients(tf.constant(4, tf.int64), Xb, Yb)
+        names = [v.name for v in variables]
+        # 41 rows in batches of 20: the third batch has one row, so one replica gets none
+        history = dg.fit(model, (X, Y), steps=6, batch_size=20, seed=3, progress=False, log_every=1,
+                         strategy=strategy if name == "two" else None)
+        params = {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(model).items()}
+    results[name] = (float(elbo), {n: g.numpy() for n, g in zip(names, grads)}, history.elbo, params)
+(e1, g1, h1, p1), (e2, g2, h2, p2) = results["one"], results["two"]
+print(json.dumps(dict(
+    elbo_rel=abs(e1 - e2) / abs(e1),
+    grad_rel=max(float(np.max(np.abs(g1[k] - g2[k])) / (1e-300 + np.max(np.abs(g1[k])))) for k in g1),
+    same_variables=sorted(g1) == sorted(g2),
+    fit_elbo_rel=max(abs(a - b) / abs(a) for a, b in zip(h1, h2)),
+    param_rel=max(float(np.max(np.abs(p1[k] - p2[k])) / (1.0 + np.max(np.abs(p1[k])))) for k in p1),
+    replicas=strategy.num_replicas_in_sync,
+)))
