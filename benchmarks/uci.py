@@ -129,8 +129,12 @@ def set_threads(threads: Optional[int]) -> None:
     import tensorflow as tf
 
     if threads:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except RuntimeError as err:  # TF already initialised in this process (e.g. under pytest)
+            if tf.config.threading.get_intra_op_parallelism_threads() != threads:
+                print(f"warning: --threads {threads} not applied: {err}", file=sys.stderr)
 
 
 def _task_dir(checkpoint_dir: Optional[str], cfg: Dict, split: int) -> Optional[str]:
