@@ -107,7 +107,7 @@ class DenseLayer(GPLayer):
 
     ``F_out = [phi(F_in), 1] W`` with ``W`` ``[D, output_dim]``, ``D = input_dim + bias``. The
     layer is the prior only; the weights' approximate posterior lives in a posterior object from
-    :mod:`deepgp_gi.posteriors.weights`.
+    :mod:`deepgp_gi.posteriors` (factorised, inducing, inducing_weights).
 
     :param input_dim: ``N_{l-1}``.
     :param output_dim: ``N_l`` (the number of units).

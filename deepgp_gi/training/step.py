@@ -67,7 +67,7 @@ class TrainStep:
 
     def objective(self, step, X_b, Y_b):
         """``(loss, elbo)`` for one minibatch with step ``step``'s noise."""
-        # the noise source is positional: its keyword is being renamed (noise= -> seed=)
+        # the noise source is the third positional argument (the keyword is seed=)
         elbo = self.model.elbo((X_b, Y_b), self.num_samples, step_noise(self.seed, step))
         return -(elbo + self.model.log_prior_density()), elbo
 
