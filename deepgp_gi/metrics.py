@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from .validation import check_positive_int
 
-__all__ = ["test_log_likelihood", "rmse", "predict_in_chunks"]
+__all__ = ["test_log_likelihood", "rmse", "predict_in_chunks", "evaluate_dataset"]
 
 
 def predict_in_chunks(fn, X, chunk_size: int = 1000):
@@ -41,6 +41,39 @@ def rmse(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chun
     X, Y = X.numpy(), Y.numpy()
     mean = predict_in_chunks(lambda s: model.predict_y(X[s], num_samples)[0].numpy(), X, chunk_size)
     return float(y_std * np.sqrt(np.mean(np.square(Y - mean))))
+
+
+def evaluate_dataset(model, dataset, y_std: float = 1.0, num_samples: int = 100, progress: bool = True):
+    """Test log-likelihood and RMSE over a ``tf.data.Dataset`` of ``(X, Y)`` batches (e.g.
+    :func:`deepgp_gi.datasets.read_shards` with ``shuffle=False``), in original units, without
+    holding the data in memory: per-point sums are accumulated batch by batch, with a tqdm bar.
+
+    :return: ``{"test_ll": mean log predictive density, "rmse": ..., "num_points": N}``; equal to
+        :func:`test_log_likelihood` / :func:`rmse` on the concatenated data up to Monte Carlo
+        error (each batch draws its own samples).
+    """
+    from tqdm.auto import tqdm
+
+    num_samples = check_positive_int(num_samples, "num_samples")
+    _check_scale(y_std)
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(f"dataset must be a tf.data.Dataset of (X, Y) batches, got {type(dataset).__name__}")
+    total_lpd, total_sq, count = 0.0, 0.0, 0
+    with tqdm(desc="evaluate", unit="pt", disable=not progress, dynamic_ncols=True) as bar:
+        for X_b, Y_b in dataset:
+            X_b, Y_b = model.check_data((X_b, Y_b), names=("X (batch)", "Y (batch)"))
+            total_lpd += float(tf.reduce_sum(model.predict_log_density((X_b, Y_b), num_samples)))
+            mean = model.predict_y(X_b, num_samples)[0]
+            total_sq += float(tf.reduce_sum(tf.square(Y_b - mean)))
+            count += int(X_b.shape[0])
+            bar.update(int(X_b.shape[0]))
+    if count == 0:
+        raise ValueError("dataset yielded no rows")
+    return {
+        "test_ll": total_lpd / count - float(np.log(y_std)),
+        "rmse": float(y_std * np.sqrt(total_sq / count)),
+        "num_points": count,
+    }
 
 
 def _check_scale(y_std):
