@@ -47,11 +47,11 @@ def kin8nm_inputs(num_rows: int, seed: int = 0):
     return X[idx], Y[idx]
 
 
-def compiled_step(model_loss, variables, learning_rate=0.01):
+def compiled_step(model_loss, variables, learning_rate=0.01, jit_compile=False):
     optimizer = gpflow.keras.tf_keras.optimizers.Adam(learning_rate)
     optimizer.build(variables)
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def step():
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(variables)
@@ -62,7 +62,7 @@ def compiled_step(model_loss, variables, learning_rate=0.01):
     return step
 
 
-def model_step(model, X, Y):
+def model_step(model, X, Y, jit_compile=False):
     """A compiled step of a deepgp_gi model on fixed data, fresh seeded noise every step."""
     Xt, Yt = tf.constant(X), tf.constant(Y)
     counter = tf.Variable(0, dtype=tf.int64)
@@ -71,6 +71,15 @@ def model_step(model, X, Y):
         counter.assign_add(1)
         return -model.elbo((Xt, Yt), 1, seed=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
 
+    if jit_compile:
+        # XLA drops tf.debugging.Assert: collect safe_cholesky's failure flags as fit does
+        from deepgp_gi.linalg import cholesky_checks
+
+        def loss_checked(loss=loss):
+            with cholesky_checks():
+                return loss()
+
+        return compiled_step(loss_checked, model.trainable_variables, jit_compile=True)
     return compiled_step(loss, model.trainable_variables)
 
 
@@ -160,6 +169,21 @@ def sections(quick: bool):
     makers = {f"deepgp_gi bnn {p}": (lambda p=p: ours_bnn(X, Y, p, 100))
               for p in ("factorised", "global", "factorised_global")}
     out.append(("bnn", dict(batch=1000, hidden=[50, 50], M=100), makers))
+    for family in ("mean_field", "fully_coupled", "stripes_arrow", "global", "local"):
+        M = 32 if family == "fully_coupled" else 50
+        makers = {
+            mode: (lambda f=family, M=M, jit=(mode == "xla"): model_step(
+                dg.build_deep_gp(X, Y, depth=2, posterior=f, num_inducing=M, inner_width=4, seed=0), X, Y, jit))
+            for mode in ("plain", "xla")
+        }
+        out.append(("xla", dict(kind="deep GP", family=family, batch=1000, depth=2, M=M, inner_width=4), makers))
+    for family in ("factorised", "global", "factorised_global"):
+        makers = {
+            mode: (lambda f=family, jit=(mode == "xla"): model_step(
+                dg.build_bnn(X, Y, hidden=(50, 50), posterior=f, num_inducing=100, seed=0), X, Y, jit))
+            for mode in ("plain", "xla")
+        }
+        out.append(("xla", dict(kind="BNN 2x50", family=family, batch=1000, M=100), makers))
     return out
 
 
@@ -168,7 +192,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="3 rounds of 3 steps (smoke test)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps-per-round", type=int, default=10)
-    parser.add_argument("--only", default=None, help="run only this section (dsvi, structured, bnn)")
+    parser.add_argument("--only", default=None, help="run only this section (dsvi, structured, bnn, xla)")
     parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
@@ -239,6 +263,15 @@ def write_markdown(jsonl, command):
         t = bnn[0]["ms_per_step"]
         md += ["## BNN 2 x 50 ReLU (kin8nm inputs, batch 1000, M = 100)", "", _provenance(bnn), "",
                "| " + " | ".join(t) + " |", "|" + "---|" * len(t), "| " + " | ".join(f"{v:.1f}" for v in t.values()) + " |", ""]
+    xla = [l for l in lines if l["section"] == "xla"]
+    if xla:
+        md += ["## Plain against XLA (`jit_compile=True`), CPU (kin8nm inputs, batch 1000)", "", _provenance(xla), "",
+               "| model | family | M | plain | XLA | XLA / plain |", "|---|---|---|---|---|---|"]
+        for l in xla:
+            t, c = l["ms_per_step"], l["config"]
+            md.append(f"| {c['kind']} | {c['family']} | {c['M']} | {t['plain']:.1f} | {t['xla']:.1f} | "
+                      f"{t['xla'] / t['plain']:.2f} |")
+        md.append("")
     with open(os.path.join(RESULTS, "speed.md"), "w") as fh:
         fh.write("\n".join(md) + "\n")
     print("\n".join(md))
