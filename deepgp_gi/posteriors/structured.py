@@ -202,6 +202,37 @@ class _StructuredPosterior(DeepPosterior):
         raise NotImplementedError
 
 
+class _GaussianBlockView:
+    """A reshaped view of a ``gpflow.Parameter`` with the parts GPflow's natural-gradient update
+    uses: tensor conversion, ``shape``, ``unconstrained_variable``, ``assign``. ``transform`` is
+    None: :meth:`natgrad_gradient` maps the unconstrained gradient to the constrained layout
+    (for ``triangular()``, a linear fill, so the map is the transform itself)."""
+
+    def __init__(self, parameter: gpflow.Parameter, shape, fill):
+        self.parameter, self._shape, self._fill = parameter, list(shape), fill
+        self.transform = None
+        self.unconstrained_variable = parameter.unconstrained_variable
+
+    @property
+    def shape(self):
+        return tf.TensorShape(self._shape)
+
+    @property
+    def dtype(self):
+        return self.parameter.dtype
+
+    def __tf_tensor__(self, dtype=None, name=None):
+        return tf.reshape(tf.convert_to_tensor(self.parameter), self._shape)
+
+    def natgrad_gradient(self, grad: tf.Tensor) -> tf.Tensor:
+        """The gradient of the unconstrained variable as a gradient of the constrained view."""
+        grad = grad if self._fill is None else self._fill.forward(grad)
+        return tf.reshape(grad, self._shape)
+
+    def assign(self, value):
+        return self.parameter.assign(tf.reshape(value, self.parameter.shape))
+
+
 # --------------------------------------------------------------------------- fully coupled
 class FullyCoupledPosterior(_StructuredPosterior):
     """One full-covariance Gaussian over the inducing outputs of all units of all layers.
@@ -248,6 +279,12 @@ class FullyCoupledPosterior(_StructuredPosterior):
         self.q_sqrt = gpflow.Parameter(
             R, transform=gpflow.utilities.triangular(), dtype=self.dtype, name="q_sqrt"
         )
+
+    def natural_gradient_blocks(self):
+        """One Gaussian block, ``q(f_M)``, presented in GPflow's layout (``q_mu`` as ``[TM, 1]``,
+        ``q_sqrt`` as ``[1, TM, TM]``) through views on the stored parameters."""
+        return [(_GaussianBlockView(self.q_mu, [self.num_latent, 1], None),
+                 _GaussianBlockView(self.q_sqrt, [1, self.num_latent, self.num_latent], self.q_sqrt.transform))]
 
     @property
     def num_latent(self) -> int:

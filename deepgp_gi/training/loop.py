@@ -121,7 +121,8 @@ def fit(
     :param checkpoint_every: steps between checkpoints (default ``max(100, steps // 20)``).
     :param log_every: steps between entries of the history (and progress-bar updates).
     :param jit_compile: compile the training step with XLA (``tf.function(jit_compile=True)``).
-    :param natgrad_gamma: if given, the posterior's Gaussian blocks (mean-field ``q(U_l)``) take
+    :param natgrad_gamma: if given, the posterior's Gaussian blocks (mean-field ``q(U_l)``, the
+        fully-coupled ``q(f_M)``) take
         natural-gradient steps of this size and only the other variables use Adam, in one step;
         a family without Gaussian blocks raises a ``ValueError`` saying so.
     :param strategy: a ``tf.distribute`` strategy (``MirroredStrategy`` over several devices,

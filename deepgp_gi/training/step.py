@@ -135,7 +135,10 @@ class NaturalGradientStep(TrainStep):
         if n:
             self.update(grads[:n])
         for k, (q_mu, q_sqrt) in enumerate(self.blocks):
-            self.natgrad._natgrad_apply_gradients(grads[n + 2 * k], grads[n + 2 * k + 1], q_mu, q_sqrt)
+            g_mu, g_sqrt = grads[n + 2 * k], grads[n + 2 * k + 1]
+            if hasattr(q_mu, "natgrad_gradient"):  # a reshaped view (fully-coupled q(f_M))
+                g_mu, g_sqrt = q_mu.natgrad_gradient(g_mu), q_sqrt.natgrad_gradient(g_sqrt)
+            self.natgrad._natgrad_apply_gradients(g_mu, g_sqrt, q_mu, q_sqrt)
         self.step_counter.assign(step + 1)
         first = tf.logical_and(tf.equal(self.failure_code, 0), tf.not_equal(status, 0))
         self.failure_step.assign(tf.where(first, step, self.failure_step))
