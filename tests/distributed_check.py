@@ -42,6 +42,20 @@ for name, scope in (("one", tf.distribute.get_strategy()), ("two", strategy)):
         history = dg.fit(model, (X, Y), steps=6, batch_size=20, seed=3, progress=False, log_every=1,
                          strategy=strategy if name == "two" else None)
         params = {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(model).items()}
+        if name == "two":
+            # checkpoint after 3 steps under the strategy, then resume in a fresh model to step 6
+            import tempfile
+
+            ckpt = tempfile.mkdtemp()
+            first = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0)
+            dg.fit(first, (X, Y), steps=3, batch_size=20, seed=3, progress=False, log_every=1,
+                   strategy=strategy, checkpoint_dir=ckpt, checkpoint_every=3)
+            resumed = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0)
+            dg.fit(resumed, (X, Y), steps=6, batch_size=20, seed=3, progress=False, log_every=1,
+                   strategy=strategy, checkpoint_dir=ckpt, checkpoint_every=3)
+            resumed_params = {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(resumed).items()}
+            resume_rel = max(float(np.max(np.abs(params[k] - resumed_params[k])) / (1.0 + np.max(np.abs(params[k]))))
+                             for k in params)
     results[name] = (float(elbo), {n: g.numpy() for n, g in zip(names, grads)}, history.elbo, params)
 (e1, g1, h1, p1), (e2, g2, h2, p2) = results["one"], results["two"]
 print(json.dumps(dict(
@@ -51,4 +65,5 @@ print(json.dumps(dict(
     fit_elbo_rel=max(abs(a - b) / abs(a) for a, b in zip(h1, h2)),
     param_rel=max(float(np.max(np.abs(p1[k] - p2[k])) / (1.0 + np.max(np.abs(p1[k])))) for k in p1),
     replicas=strategy.num_replicas_in_sync,
+    resume_rel=resume_rel,
 )))

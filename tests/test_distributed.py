@@ -24,3 +24,4 @@ def test_mirrored_strategy_equals_one_device(posterior):
     assert result["grad_rel"] < 1e-10  # and the all-reduced gradients its gradients
     assert result["fit_elbo_rel"] < 1e-9  # 6 Adam steps, a one-row batch included
     assert result["param_rel"] < 1e-7
+    assert result["resume_rel"] < 1e-12  # checkpointed under the strategy at step 3, resumed to 6
