@@ -17,6 +17,7 @@ __all__ = [
     "check_choice",
     "check_float",
     "check_positive_float",
+    "check_nonnegative_float",
     "check_bool",
     "check_seed",
     "check_finite_array",
@@ -122,6 +123,15 @@ def check_positive_float(value, name: str) -> float:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     if not (np.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def check_nonnegative_float(value, name: str) -> float:
+    """A finite number >= 0 (int or float; bools rejected), returned as ``float``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
+    if not (np.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
     return float(value)
 
 

@@ -59,7 +59,7 @@ from check_shapes import check_shapes
 
 from ..linalg import safe_cholesky
 from ..noise import NoiseSource
-from ..validation import check_bool, check_positive_int
+from ..validation import check_bool, check_nonnegative_float, check_positive_float, check_positive_int
 from .base import Propagation
 from .factorised import _WeightPosterior
 
@@ -105,24 +105,6 @@ class CappedSoftplus(tfp.bijectors.Bijector):
     def _forward_log_det_jacobian(self, x):
         inside = tf.math.softplus(x) < tf.cast(self.cap, x.dtype)
         return tf.where(inside, tf.math.log_sigmoid(x), tf.cast(-np.inf, x.dtype))
-
-
-def _check_positive(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    value = float(value)
-    if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return value
-
-
-def _check_nonnegative(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise ValueError(f"{name} must be a non-negative number, got {value!r}")
-    value = float(value)
-    if not (np.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
-    return value
 
 
 # --------------------------------------------------------------------------- pure functions
@@ -364,11 +346,11 @@ class InducingWeights(gpflow.Module):
 
 def _check_options(num_inducing, lambda_init, lambda_max, d_init, jitter):
     num_inducing = check_positive_int(num_inducing, "num_inducing")
-    lambda_max = _check_positive(lambda_max, "lambda_max")
-    lambda_init = _check_positive(lambda_init, "lambda_init")
+    lambda_max = check_positive_float(lambda_max, "lambda_max")
+    lambda_init = check_positive_float(lambda_init, "lambda_init")
     if lambda_init > lambda_max:
         raise ValueError(f"lambda_init ({lambda_init}) must not exceed lambda_max ({lambda_max})")
-    return num_inducing, lambda_init, lambda_max, _check_positive(d_init, "d_init"), _check_nonnegative(jitter, "jitter")
+    return num_inducing, lambda_init, lambda_max, check_positive_float(d_init, "d_init"), check_nonnegative_float(jitter, "jitter")
 
 
 class _InducingWeightPosterior(_WeightPosterior):
@@ -434,8 +416,8 @@ class FFGInducingPosterior(_InducingWeightPosterior):
                  sd_init: float = 1e-3, sd_max: float = 1.0, d_init: float = 1e-3, jitter: float = 1e-4,
                  means: Optional[Sequence] = None, seed: Optional[int] = None, name: Optional[str] = None):
         super().__init__(layers, num_inducing, lambda_init, lambda_max, d_init, jitter, seed, name)
-        sd_max = _check_positive(sd_max, "sd_max")
-        sd_init = _check_positive(sd_init, "sd_init")
+        sd_max = check_positive_float(sd_max, "sd_max")
+        sd_init = check_positive_float(sd_init, "sd_init")
         if sd_init > sd_max:
             raise ValueError(f"sd_init ({sd_init}) must not exceed sd_max ({sd_max})")
         if means is not None and len(means) != self.depth:
@@ -477,7 +459,7 @@ class EnsembleInducingPosterior(_InducingWeightPosterior):
                  prior_regulariser: bool = False, seed: Optional[int] = None, name: Optional[str] = None):
         super().__init__(layers, num_inducing, lambda_init, lambda_max, d_init, jitter, seed, name)
         self.num_members = check_positive_int(num_members, "num_members")
-        member_spread = _check_nonnegative(member_spread, "member_spread")
+        member_spread = check_nonnegative_float(member_spread, "member_spread")
         self.prior_regulariser = check_bool(prior_regulariser, "prior_regulariser")
         self.u_members = []
         for l, iw in enumerate(self.inducing_weights):
