@@ -15,12 +15,16 @@ def _over_samples(method, X, mean, var, Y=None):
     ``[points, latent]`` layout it was written for."""
     S, N = tf.shape(mean)[0], tf.shape(mean)[1]
 
+    # Static trailing sizes are kept (a dynamic reshape would lose them, and GPflow's Monte Carlo
+    # quadrature reads ``Y.shape[1]`` statically).
     def fold(T):
-        return tf.reshape(T, tf.concat([[S * N], tf.shape(T)[2:]], 0))
+        out = tf.reshape(T, tf.concat([[S * N], tf.shape(T)[2:]], 0))
+        return tf.ensure_shape(out, [None] + T.shape[2:].as_list())
 
     def tile(T):
-        return tf.reshape(tf.tile(T[None], tf.concat([[S], tf.ones([tf.rank(T)], tf.int32)], 0)),
-                          tf.concat([[S * N], tf.shape(T)[1:]], 0))
+        out = tf.reshape(tf.tile(T[None], tf.concat([[S], tf.ones([tf.rank(T)], tf.int32)], 0)),
+                         tf.concat([[S * N], tf.shape(T)[1:]], 0))
+        return tf.ensure_shape(out, [None] + T.shape[1:].as_list())
 
     if Y is not None and isinstance(getattr(method, "__self__", None), gpflow.likelihoods.Softmax):
         Y = tf.cast(Y, tf.int64)  # GPflow's Softmax takes integer class labels

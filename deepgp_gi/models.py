@@ -5,6 +5,7 @@ import warnings
 from typing import List, Optional, Sequence, Tuple, Union
 
 import gpflow
+import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 from gpflow.models.model import BayesianModel
@@ -99,6 +100,11 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         return self.layers[0].input_dim
 
     @property
+    def input_shape(self) -> Tuple[int, ...]:
+        """The shape of one input row: ``(D,)``, or ``(H, W, C)`` for a convolutional network."""
+        return tuple(getattr(self.layers[0], "input_shape", (self.input_dim,)))
+
+    @property
     def output_dim(self) -> int:
         return self.layers[-1].output_dim
 
@@ -119,14 +125,18 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         return self.output_dim
 
     def check_inputs(self, X, name: str = "Xnew") -> tf.Tensor:
-        """Validate inputs ``[N, D]`` and convert them to the model's dtype."""
-        return as_data_array(X, name, self.dtype, columns=self.input_dim)
+        """Validate inputs ``[N, D]`` (``[N, H, W, C]`` for images) and convert them to the model's dtype."""
+        return as_data_array(X, name, self.dtype, **self._input_spec())
+
+    def _input_spec(self) -> dict:
+        shape = self.input_shape
+        return {"columns": self.input_dim} if len(shape) == 1 else {"item_shape": shape}
 
     def check_data(self, data, names: Tuple[str, str] = ("X", "Y")) -> Tuple[tf.Tensor, tf.Tensor]:
         """Validate ``(X, Y)``: ranks, column counts, equal lengths, finite values, targets."""
         if not isinstance(data, (tuple, list)) or len(data) != 2:
             raise TypeError(f"data must be a pair (X, Y), got {type(data).__name__}")
-        X = as_data_array(data[0], names[0], self.dtype, columns=self.input_dim)
+        X = as_data_array(data[0], names[0], self.dtype, **self._input_spec())
         cols = self._observation_columns()
         Y = as_data_array(data[1], names[1], self.dtype)
         if Y.shape[-1] is not None and Y.shape[-1] != cols:
@@ -134,10 +144,13 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         check_data_pair(X, Y, *names)
         if tf.executing_eagerly():
             check_targets(self.likelihood, Y.numpy(), names[1])
+        else:  # a traced step may have a loose signature: restore the static row shapes
+            X = tf.ensure_shape(X, (None,) + self.input_shape)
+            Y = tf.ensure_shape(Y, (None, cols))
         return X, Y
 
     # ------------------------------------------------------------------ objective
-    @check_shapes("X: [N, D]")
+    @check_shapes("X: [N, D...]")
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None):
         """``posterior.propagate`` (see :class:`~deepgp_gi.posteriors.Propagation`)."""
         return self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "propagate"))
@@ -158,7 +171,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """The ELBO estimate of each of the S joint samples, ``[S]``."""
         X, Y = self.check_data(data)
         prop = self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "elbo_per_sample"))
-        ell = expected_log_likelihood(self.likelihood, X, prop.mean, prop.var, Y)  # [S, N]
+        ell = expected_log_likelihood(self.likelihood, _rows(X), *self._likelihood_moments(prop), Y)  # [S, N]
         ell = tf.reduce_sum(ell, axis=-1)
         if self.num_data is not None:
             batch = tf.cast(tf.shape(X)[0], ell.dtype)
@@ -167,6 +180,17 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
 
     def maximum_log_likelihood_objective(self, data) -> tf.Tensor:
         return self.elbo(data, self.num_samples)
+
+    def _likelihood_moments(self, prop) -> Tuple[tf.Tensor, tf.Tensor]:
+        """What the likelihood integrates over: the last layer's ``(mean, var)``, or, for GPflow's
+        Monte Carlo likelihoods (Softmax, ...), the last layer's sample with variance 0. GPflow
+        would draw that sample itself from TensorFlow's global generator; taking the one drawn
+        with the model's noise source (name ``"f/{L-1}"``) keeps seeded runs reproducible and
+        compiled steps equal to plain ones, and gives the same unbiased estimate."""
+        if isinstance(self.likelihood, gpflow.likelihoods.MonteCarloLikelihood):
+            sample = prop.samples[-1]
+            return sample, tf.zeros_like(sample)
+        return prop.mean, prop.var
 
     # ------------------------------------------------------------------ prediction
     def sample_layers(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
@@ -210,8 +234,9 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """Mean and variance ``[N, P]`` of the predictive mixture, likelihood noise included
         (``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
         Xnew = self.check_inputs(Xnew)
-        mean, var = self.predict_f_components(Xnew, num_samples, _resolve_seed(seed, noise, "predict_y"))
-        ymean, yvar = predict_mean_and_var(self.likelihood, Xnew, mean, var)
+        prop = self.posterior.propagate(Xnew, num_samples, _resolve_seed(seed, noise, "predict_y"))
+        mean, var = self._likelihood_moments(prop)
+        ymean, yvar = predict_mean_and_var(self.likelihood, _rows(Xnew), mean, var)
         return _mixture_moments(ymean, yvar)
 
     @check_shapes("return: [N]")
@@ -221,7 +246,14 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         ``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
         X, Y = self.check_data(data, names=("Xnew", "Ynew"))
         prop = self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "predict_log_density"))
-        return mixture_log_density(self.likelihood, X, prop.mean, prop.var, Y)
+        return mixture_log_density(self.likelihood, _rows(X), *self._likelihood_moments(prop), Y)
+
+
+def _rows(X: tf.Tensor) -> tf.Tensor:
+    """Inputs as the ``[N, D]`` rows GPflow likelihoods expect (images flattened)."""
+    if X.shape.rank == 2:
+        return X
+    return tf.reshape(X, [-1, int(np.prod(X.shape[1:]))])  # static width (GPflow's MC reads it)
 
 
 def _mixture_moments(mean: tf.Tensor, var: tf.Tensor):

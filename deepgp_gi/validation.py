@@ -44,6 +44,7 @@ def as_data_array(
     ndim: int = 2,
     columns: Optional[int] = None,
     allow_empty: bool = False,
+    item_shape: Optional[Tuple[int, ...]] = None,
 ) -> tf.Tensor:
     """Validate a data array and return it as a tensor of ``dtype``.
 
@@ -51,11 +52,17 @@ def as_data_array(
     exactly enough; rejects complex, boolean, string or object data (``TypeError``), a tensor of
     a different floating dtype than the model's (``TypeError``: cast it explicitly), the wrong rank
     or column count, empty data and NaN/inf (``ValueError``). In compiled code (symbolic tensors)
-    only the static checks run.
+    only the static checks run. ``item_shape`` (e.g. ``(8, 8, 1)`` for images) fixes the shape of
+    one row: the rank is then ``1 + len(item_shape)``.
     """
+    if item_shape is not None:
+        item_shape = tuple(int(d) for d in item_shape)
+        ndim = 1 + len(item_shape)
     if isinstance(value, tf.Tensor) and not tf.executing_eagerly():
         if value.shape.rank is not None and value.shape.rank != ndim:
             raise ValueError(f"{name} must be {ndim}-D, got shape {value.shape}")
+        if item_shape is not None and value.shape.rank is not None and not value.shape[1:].is_compatible_with(item_shape):
+            raise ValueError(f"{name} must have rows of shape {item_shape}, got shape {value.shape}")
         if value.dtype != dtype:
             raise TypeError(f"{name} has dtype {value.dtype.name} but the model uses {dtype.name}")
         return value
@@ -77,6 +84,8 @@ def as_data_array(
         raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}{hint}")
     if arr.shape[0] == 0 and not allow_empty:
         raise ValueError(f"{name} is empty (0 rows)")
+    if item_shape is not None and tuple(arr.shape[1:]) != item_shape:
+        raise ValueError(f"{name} must have shape [N, {', '.join(map(str, item_shape))}], got {arr.shape}")
     if columns is not None and arr.shape[-1] != columns:
         raise ValueError(f"{name} has {arr.shape[-1]} columns but {columns} are expected")
     if arr.size and not np.all(np.isfinite(arr)):

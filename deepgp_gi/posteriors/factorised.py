@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..linalg import safe_cholesky
 from ..validation import check_bool, check_choice, check_finite_array, check_float, per_layer_list
 from .base import DeepPosterior, Propagation
 from .inducing import has_feature_map, regulariser, weight_space_layer
@@ -49,12 +50,25 @@ __all__ = [
 @check_shapes(
     "mean: [D, P]",
     "var: [D, P]",
-    "prior_precision: [S]",
+    "prior_precision: [S, prior_shape...]",
     "return: [S]",
 )
 def factorised_kl(mean: tf.Tensor, var: tf.Tensor, prior_precision: tf.Tensor) -> tf.Tensor:
     """``sum_{d,p} KL(N(mean, var) || N(0, 1/prior_precision))`` for each sample's precision:
-    ``0.5 * sum(p var + p mean^2 - 1 - log(p var))``."""
+    ``0.5 * sum(p var + p mean^2 - 1 - log(p var))``.
+
+    With a full prior precision ``P`` ``[S, D, D]`` (a spatial inverse-Wishart prior), per unit
+    ``0.5 * (sum_d P_dd var_d + mean^T P mean - D - log|P| - sum_d log var_d)``.
+    """
+    if len(prior_precision.shape) == 3:
+        P = prior_precision
+        L_P = safe_cholesky(P, name="weight prior precision")
+        units = tf.cast(tf.shape(mean)[-1], mean.dtype)
+        trace = tf.einsum("sdd,dp->s", P, var)
+        mahal = tf.reduce_sum(tf.square(tf.einsum("sde,dp->sep", L_P, mean)), axis=[-2, -1])
+        logdet = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_P)), axis=-1)
+        numel = tf.cast(tf.size(mean), mean.dtype)
+        return 0.5 * (trace + mahal - numel - units * logdet - tf.reduce_sum(tf.math.log(var)))
     p = prior_precision[:, None, None]
     terms = p * var + p * tf.square(mean) - 1.0 - tf.math.log(p * var)
     return 0.5 * tf.reduce_sum(terms, axis=[-2, -1])

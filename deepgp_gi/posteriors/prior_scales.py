@@ -61,11 +61,16 @@ class PriorPrecisions:
             posteriors.append(ScalePosterior() if (prior is not None and prior.is_random) else None)
         self.scale_posteriors = posteriors
 
+    @property
+    def _prior_layers(self) -> Sequence:
+        """The layers ``l`` indexes: every layer (a network with weightless layers overrides it)."""
+        return self.layers
+
     def prior_precision(self, l: int, num_samples: int, noise_source: NoiseSource, dtype: tf.DType
                         ) -> Tuple[tf.Tensor, tf.Tensor]:
         """Layer ``l``'s weight precision per sample ``[S]`` and ``log p(s) - log q(s)`` ``[S]``
         (zeros for a fixed prior; the Gamma draw is named ``"s/{l}"``)."""
-        layer = self.layers[l]
+        layer = self._prior_layers[l]
         q = self.scale_posteriors[l]
         if q is None:
             precision = tf.fill([num_samples], tf.constant(layer.prior.fixed_precision(layer.fan_in), dtype))

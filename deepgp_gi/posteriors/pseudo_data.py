@@ -43,6 +43,7 @@ __all__ = [
     "PseudoData",
     "rescaled_log_transform",
     "pseudo_data_posterior",
+    "gram_posterior",
     "sample_weights",
     "log_ratio",
     "analytic_kl",
@@ -180,7 +181,7 @@ def _units_logdet(L: tf.Tensor, num_units) -> tf.Tensor:
 @check_shapes(
     "features: [S, M, D]",
     "V: [M, P]",
-    "prior_precision: [S]",
+    "prior_precision: [S, prior_shape...]",
     "full_factor: [M, M]",
     "diag_precision: [Q, M]",
     "return[1]: [S, D, P]",
@@ -199,7 +200,8 @@ def pseudo_data_posterior(
 
     :param features: ``Phi`` ``[S, M, D]``: ``L_K`` in function space, ``Phi(U)`` in weight space.
     :param V: pseudo-outputs ``[M, P]``.
-    :param prior_precision: ``p`` per sample ``[S]``; ``None`` means 1 (function space).
+    :param prior_precision: ``p`` per sample ``[S]`` (``p I``) or a full precision ``[S, D, D]``;
+        ``None`` means 1 (function space).
     :return: ``(L, mean)``: ``L = chol(p I + Phi^T Lambda Phi)``, ``[S, D, D]`` if ``Lambda`` is
         shared and ``[S, P, D, D]`` per unit, and ``mean = Prec^{-1} Phi^T Lambda V`` ``[S, D, P]``.
     """
@@ -224,14 +226,50 @@ def pseudo_data_posterior(
         lam = tf.broadcast_to(diag_precision, tf.concat([[S], tf.shape(diag_precision)], 0))  # [S, P, M]
         G = tf.reshape(tf.linalg.matmul(lam, outer), tf.stack([S, -1, D, D]))  # [S, P, D, D]
         rhs = tf.linalg.matmul(Phi, tf.linalg.matrix_transpose(diag_precision) * V, transpose_a=True)
+    return gram_posterior(G, rhs, prior_precision)
+
+
+def _is_matrix(prior_precision: Optional[tf.Tensor]) -> bool:
+    return prior_precision is not None and len(prior_precision.shape) == 3
+
+
+def gram_posterior(G: tf.Tensor, rhs: tf.Tensor, prior_precision: Optional[tf.Tensor] = None
+                   ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """The regression posterior from its sufficient statistics: ``L = chol(prior + G)`` and
+    ``mean = (prior + G)^{-1} rhs``.
+
+    :param G: ``Phi^T Lambda Phi``, ``[S, D, D]`` (shared by the units) or ``[S, P, D, D]``.
+    :param rhs: ``Phi^T Lambda V`` ``[S, D, P]``.
+    :param prior_precision: ``None`` (1), ``[S]`` (``p I``) or a full ``[S, D, D]`` precision
+        (e.g. the spatial inverse-Wishart prior of a convolution).
+    """
+    dtype = G.dtype
+    S = tf.shape(G)[0]
     if prior_precision is None:
-        p = tf.ones([], dtype)
+        prec = tf.linalg.set_diag(G, tf.linalg.diag_part(G) + tf.ones([], dtype))
+    elif _is_matrix(prior_precision):
+        P = prior_precision if G.shape.rank == 3 else prior_precision[:, None]
+        prec = G + P
     else:
         p = tf.reshape(prior_precision, tf.concat([[S], tf.ones([G.shape.rank - 2], tf.int32)], 0))
-    prec = tf.linalg.set_diag(G, tf.linalg.diag_part(G) + p)
+        prec = tf.linalg.set_diag(G, tf.linalg.diag_part(G) + p)
     L = safe_cholesky(prec, name="pseudo-data posterior precision")
     mean = _solve(L, _solve(L, rhs, adjoint=False), adjoint=True)
     return L, mean
+
+
+def _log_prior_weights(w: tf.Tensor, prior_precision: tf.Tensor) -> tf.Tensor:
+    """``sum_units log N(w_unit; 0, P^{-1})`` without the ``2 pi`` terms, ``[S]``; ``P`` is
+    ``[S]`` (times ``I``) or ``[S, D, D]``."""
+    P = tf.shape(w)[-1]
+    if _is_matrix(prior_precision):
+        L_P = safe_cholesky(prior_precision, name="weight prior precision")
+        quad = tf.reduce_sum(tf.square(tf.linalg.matmul(L_P, w, transpose_a=True)), axis=[-2, -1])
+        logdet = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_P)), axis=-1)
+        return -0.5 * quad + 0.5 * tf.cast(P, w.dtype) * logdet
+    w2 = tf.reduce_sum(tf.square(w), axis=[-2, -1])
+    numel = tf.cast(tf.shape(w)[-2] * P, w.dtype)
+    return -0.5 * prior_precision * w2 + 0.5 * numel * tf.math.log(prior_precision)
 
 
 @check_shapes(
@@ -247,29 +285,27 @@ def sample_weights(L: tf.Tensor, mean: tf.Tensor, z: tf.Tensor) -> tf.Tensor:
 @check_shapes(
     "w: [S, D, P]",
     "z: [S, D, P]",
-    "prior_precision: [S]",
+    "prior_precision: [S, prior_shape...]",
     "return: [S]",
 )
 def log_ratio(L: tf.Tensor, w: tf.Tensor, z: tf.Tensor, prior_precision: Optional[tf.Tensor] = None) -> tf.Tensor:
     """``log p(w) - log q(w)`` per sample for ``w`` drawn by :func:`sample_weights` from ``z``.
 
     ``1/2 |z|^2 - p/2 |w|^2 + DP/2 log p - sum_units log|L|`` (the ``2 pi`` terms cancel; in
-    function space ``p = 1`` and the ``log|L_K|`` terms of P and Q cancel too).
+    function space ``p = 1`` and the ``log|L_K|`` terms of P and Q cancel too). A full prior
+    precision ``[S, D, D]`` gives ``-1/2 w^T P w + 1/2 log|P|`` per unit instead.
     """
     quad = 0.5 * tf.reduce_sum(tf.square(z), axis=[-2, -1])
-    w2 = tf.reduce_sum(tf.square(w), axis=[-2, -1])
-    P = tf.shape(w)[-1]
     if prior_precision is None:
-        log_p = -0.5 * w2
+        log_p = -0.5 * tf.reduce_sum(tf.square(w), axis=[-2, -1])
     else:
-        numel = tf.cast(tf.shape(w)[-2] * P, w.dtype)
-        log_p = -0.5 * prior_precision * w2 + 0.5 * numel * tf.math.log(prior_precision)
-    return quad + log_p - _units_logdet(L, P)
+        log_p = _log_prior_weights(w, prior_precision)
+    return quad + log_p - _units_logdet(L, tf.shape(w)[-1])
 
 
 @check_shapes(
     "mean: [S, D, P]",
-    "prior_precision: [S]",
+    "prior_precision: [S, prior_shape...]",
     "return: [S]",
 )
 def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tensor] = None) -> tf.Tensor:
@@ -285,6 +321,16 @@ def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tens
     trace = tf.cast(P, dtype) * trace if L.shape.rank == 3 else tf.reduce_sum(trace, axis=-1)
     mahal = tf.reduce_sum(tf.square(mean), axis=[-2, -1])
     numel = tf.cast(D * P, dtype)
+    if _is_matrix(prior_precision):
+        # per unit: tr(P Prec^{-1}) = |L^{-1} L_P|_F^2, mean^T P mean = |L_P^T mean|^2, log|P|.
+        L_P = safe_cholesky(prior_precision, name="weight prior precision")
+        rhs = L_P if L.shape.rank == 3 else L_P[:, None]
+        trace_p = tf.reduce_sum(tf.square(tf.linalg.triangular_solve(L, rhs, lower=True)), axis=[-2, -1])
+        trace_p = tf.cast(P, dtype) * trace_p if L.shape.rank == 3 else tf.reduce_sum(trace_p, axis=-1)
+        mahal_p = tf.reduce_sum(tf.square(tf.linalg.matmul(L_P, mean, transpose_a=True)), axis=[-2, -1])
+        logdet_p = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_P)), axis=-1)
+        quad = trace_p + mahal_p - numel - tf.cast(P, dtype) * logdet_p
+        return 0.5 * quad + _units_logdet(L, P)
     if prior_precision is None:
         quad = trace + mahal - numel
     else:

@@ -54,7 +54,7 @@ class TrainStep:
         # which XLA cannot compile.
         signature = None if jit_compile else [
             tf.TensorSpec([], tf.int64),
-            tf.TensorSpec([None, model.input_dim], dtype),
+            tf.TensorSpec((None,) + model.input_shape, dtype),
             tf.TensorSpec([None, None], dtype),
         ]
         # autograph off: the step has no Python control flow on tensor values (tracing is 3-4x faster)

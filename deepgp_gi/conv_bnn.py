@@ -1,0 +1,222 @@
+"""``build_conv_bnn``: convolutional BNNs for images as deep GPs (O&A 2021 §2.2, App. N, O).
+
+Two architectures:
+
+* ``"lenet"``: LeNet-5 style, ``conv(k) - relu - avgpool2 - conv(k) - relu - avgpool2 - flatten
+  - dense - relu - dense - relu - dense`` (``channels=(6, 16)``, ``hidden=(120, 84)``, ``k = 5``
+  by default);
+* ``"resnet"``: the paper's small ResNet (App. O), ``conv - relu - [block] - avgpool2 - [block] -
+  avgpool2 - [block] - global avgpool - dense``, with ``block = x + relu(conv(relu(conv(x))))``,
+  32 channels and ``3 x 3`` kernels; ``batch_norm=True`` puts an
+  :class:`~deepgp_gi.conv_layers.InducingBatchNorm` after every convolution (inducing families).
+
+Every convolution is stride 1 with "same" padding. See :mod:`deepgp_gi.posteriors.convolutional`
+for the posteriors and :mod:`deepgp_gi.conv_layers` for the layers.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import gpflow
+import numpy as np
+
+from .conv_layers import (
+    Activation,
+    AveragePool2D,
+    Conv2DLayer,
+    Flatten,
+    GlobalAveragePool2D,
+    InducingBatchNorm,
+    ResidualBlock,
+    weighted_layers,
+)
+from .layers import DenseLayer
+from .models import DeepGP
+from .posteriors.convolutional import CONV_FAMILIES, ConvNetPosterior
+from .priors import PRIORS, WeightPrior
+from .validation import as_data_array, check_bool, check_choice, check_data_pair, check_positive_int, check_seed
+
+__all__ = ["build_conv_bnn", "ARCHITECTURES", "CONV_POSTERIORS"]
+
+ARCHITECTURES = ("lenet", "resnet")
+CONV_POSTERIORS = tuple(CONV_FAMILIES)
+_OPTIONS = ("log_precision_init", "dense_precision", "kl", "rho")
+
+
+def _prior_factory(prior):
+    if isinstance(prior, str):
+        check_choice(prior, "prior", tuple(PRIORS))
+        return PRIORS[prior]
+    if isinstance(prior, WeightPrior):
+        return lambda: gpflow.utilities.deepcopy(prior)
+    raise ValueError(f"unknown prior {prior!r}; choose one of {', '.join(map(repr, PRIORS))}")
+
+
+def _widths(value, name: str, length: Optional[int] = None) -> tuple:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or (length is not None and len(value) != length):
+        raise ValueError(f"{name} must be a tuple of {length or 'some'} positive integers, got {value!r}")
+    return tuple(check_positive_int(v, f"{name} entry") for v in value)
+
+
+def _pool(shape, name):
+    if shape[0] % 2 or shape[1] % 2:
+        raise ValueError(f"the {name} needs an even image size to pool by 2, got {shape[:2]}")
+    return AveragePool2D(shape, 2, name=name)
+
+
+def lenet_layers(input_shape, num_classes: int, prior, channels=(6, 16), hidden=(120, 84), kernel_size: int = 5):
+    """The LeNet-style stack (see the module docs); ``prior()`` makes each layer's prior."""
+    layers, shape = [], tuple(input_shape)
+    for i, c in enumerate(channels):
+        conv = Conv2DLayer(shape, c, kernel_size, "same", prior=prior(), name=f"conv_{i}")
+        layers += [conv, Activation(conv.output_shape, "relu", name=f"relu_{i}")]
+        layers.append(_pool(conv.output_shape, f"pool_{i}"))
+        shape = layers[-1].output_shape
+    layers.append(Flatten(shape, name="flatten"))
+    width = layers[-1].output_shape[0]
+    for i, h in enumerate(tuple(hidden) + (num_classes,)):
+        layers.append(DenseLayer(width, h, activation="identity" if i == 0 else "relu", prior=prior(),
+                                 name=f"dense_{i}"))
+        width = h
+    return layers
+
+
+def resnet_layers(input_shape, num_classes: int, prior, channels: int = 32, kernel_size: int = 3,
+                  batch_norm: bool = False):
+    """The paper's small ResNet (App. O; see the module docs)."""
+    count = [0]
+
+    def conv(shape):
+        i = count[0]
+        count[0] += 1
+        c = Conv2DLayer(shape, channels, kernel_size, "same", prior=prior(), name=f"conv_{i}")
+        out = [c]
+        if batch_norm:
+            out.append(InducingBatchNorm(c.output_shape, name=f"batch_norm_{i}"))
+        return out + [Activation(c.output_shape, "relu", name=f"relu_{i}")]
+
+    def block(shape, i):
+        return ResidualBlock(conv(shape) + conv(shape[:2] + (channels,)), name=f"block_{i}")
+
+    layers = conv(tuple(input_shape))
+    shape = layers[-1].output_shape
+    for i in range(3):
+        layers.append(block(shape, i))
+        if i < 2:
+            layers.append(_pool(shape, f"pool_{i}"))
+            shape = layers[-1].output_shape
+    layers.append(GlobalAveragePool2D(shape, name="global_pool"))
+    layers.append(DenseLayer(channels, num_classes, activation="identity", prior=prior(), name="dense"))
+    return layers
+
+
+def _local_inducing(layers, rng):
+    """Local inducing inputs ``N(0, 1)``: a convolution gets ``ceil(D / (H' W'))`` images (the
+    fewest whose patch rows can pin down its ``D`` weights), a dense layer ``D`` feature rows."""
+    for layer in weighted_layers(layers):
+        if isinstance(layer, Conv2DLayer):
+            H, W = layer.output_shape[:2]
+            M = -(-layer.fan_in // (H * W))
+            layer.inducing_images = gpflow.Parameter(rng.standard_normal((M,) + layer.input_shape).astype(gpflow.default_float()),
+                                                     name="inducing_images")
+        else:
+            layer.inducing_features = gpflow.Parameter(rng.standard_normal((layer.fan_in, layer.fan_in)).astype(gpflow.default_float()),
+                                                       name="inducing_features")
+
+
+def build_conv_bnn(
+    X,
+    Y,
+    *,
+    architecture: str = "lenet",
+    posterior: str = "global",
+    prior: Union[str, WeightPrior] = "neal",
+    num_inducing: int = 100,
+    likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
+    channels: Union[None, int, Sequence[int]] = None,
+    hidden: Sequence[int] = (120, 84),
+    kernel_size: Optional[int] = None,
+    batch_norm: bool = False,
+    seed: Optional[int] = None,
+    **posterior_options,
+) -> DeepGP:
+    """A convolutional BNN for image classification as a :class:`~deepgp_gi.DeepGP`.
+
+    :param X: training images ``[N, H, W, C]`` (for shapes and ``U_0``).
+    :param Y: class labels ``[N, 1]`` (integers 0..C-1, as floats or ints).
+    :param architecture: ``"lenet"`` or ``"resnet"`` (module docs).
+    :param posterior: ``"factorised"``, ``"local"``, ``"global"`` or ``"factorised_global"``
+        (:data:`~deepgp_gi.posteriors.convolutional.CONV_FAMILIES`).
+    :param prior: ``"standard"``, ``"neal"``, ``"scale"``, ``"spatial_iw"`` or a
+        :class:`~deepgp_gi.priors.WeightPrior` template (each layer gets a deep copy).
+    :param num_inducing: M, the number of global inducing images (global, factorised_global):
+        the first M images of a seeded shuffle of X; the last layer's pseudo-outputs are their
+        one-hot labels (O&A App. O). Must be at most N.
+    :param likelihood: default ``gpflow.likelihoods.Softmax(C)`` with ``C = max(Y) + 1``.
+    :param channels: lenet: the two conv widths (``(6, 16)``); resnet: the width (32).
+    :param hidden: lenet's dense hidden widths (``(120, 84)``).
+    :param kernel_size: lenet 5, resnet 3.
+    :param batch_norm: resnet only: :class:`~deepgp_gi.conv_layers.InducingBatchNorm` after each
+        convolution (global and factorised_global only).
+    :param seed: seeds the shuffle choosing ``U_0`` and every random initial value.
+    :param posterior_options: ``log_precision_init``, ``dense_precision``, ``kl``, ``rho`` of
+        :class:`~deepgp_gi.posteriors.convolutional.ConvNetPosterior`.
+    """
+    check_choice(architecture, "architecture", ARCHITECTURES)
+    check_choice(posterior, "posterior", CONV_POSTERIORS)
+    unknown = sorted(set(posterior_options) - set(_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} for build_conv_bnn; accepted: {', '.join(_OPTIONS)}")
+    prior_factory = _prior_factory(prior)
+    num_inducing = check_positive_int(num_inducing, "num_inducing")
+    seed = check_seed(seed)
+    batch_norm = check_bool(batch_norm, "batch_norm")
+    dtype = gpflow.default_float()
+    Xt = as_data_array(X, "X", dtype, ndim=4)
+    Yt = as_data_array(Y, "Y", dtype, columns=1)
+    check_data_pair(Xt, Yt, "X", "Y")
+    Xn, labels = Xt.numpy(), Yt.numpy()[:, 0]
+    if np.any(labels < 0) or np.any(labels != np.round(labels)):
+        raise ValueError("Y must hold integer class labels 0..C-1")
+    N = Xn.shape[0]
+    if likelihood is None:
+        likelihood = gpflow.likelihoods.Softmax(int(labels.max()) + 1)
+    if not isinstance(likelihood, gpflow.likelihoods.Likelihood):
+        raise TypeError(f"likelihood must be a gpflow.likelihoods.Likelihood, got {type(likelihood).__name__}")
+    num_classes = int(getattr(likelihood, "num_classes", getattr(likelihood, "latent_dim", None) or 1))
+    if batch_norm and architecture != "resnet":
+        raise ValueError("batch_norm is an option of architecture='resnet'")
+    if batch_norm and posterior not in ("global", "factorised_global"):
+        raise ValueError("batch_norm=True needs propagated inducing rows: posterior 'global' or 'factorised_global'")
+
+    rng = np.random.default_rng(seed)
+    if architecture == "lenet":
+        layers = lenet_layers(Xn.shape[1:], num_classes, prior_factory,
+                              channels=_widths((6, 16) if channels is None else channels, "channels", 2),
+                              hidden=_widths(hidden, "hidden") if hidden else (),
+                              kernel_size=check_positive_int(5 if kernel_size is None else kernel_size, "kernel_size"))
+    else:
+        width = 32 if channels is None else check_positive_int(channels, "channels")
+        layers = resnet_layers(Xn.shape[1:], num_classes, prior_factory, channels=width,
+                               kernel_size=check_positive_int(3 if kernel_size is None else kernel_size, "kernel_size"),
+                               batch_norm=batch_norm)
+
+    options = dict(posterior_options)
+    U0 = None
+    pseudo = None
+    if posterior in ("global", "factorised_global"):
+        if num_inducing > N:
+            raise ValueError(f"num_inducing={num_inducing} exceeds the number of training images N={N}")
+        idx = rng.permutation(N)[:num_inducing]
+        U0 = Xn[idx]
+        J = len(weighted_layers(layers))
+        targets = labels[idx].astype(int)
+        last = np.eye(num_classes)[targets] if num_classes > 1 else labels[idx, None]
+        pseudo = [None] * (J - 1) + [last]
+    elif posterior == "local":
+        _local_inducing(layers, rng)
+    post = ConvNetPosterior(layers, posterior, U0, pseudo_outputs=pseudo, seed=int(rng.integers(2**31 - 1)),
+                            **options)
+    return DeepGP(layers, likelihood, posterior=post, num_data=N)
