@@ -73,7 +73,8 @@ def build_bnn(
         al. 2021; ``num_inducing`` is M of the M x M inducing weights), ``"ensemble_w"`` (an
         ensemble of point-mass weights).
     :param prior: ``"standard"`` (N(0,1)), ``"neal"`` (N(0, 1/fan_in)), ``"scale"`` (learned
-        Gamma scale), or a :class:`~deepgp_gi.priors.WeightPrior` instance used as a template
+        Gamma scale), ``"spatial_iw"`` (the spatial inverse-Wishart prior, ``p = 1`` on dense
+        layers: precision ``fan_in * L``, ``L ~ InvGamma(1, 1)``, learned ``q(L)``), or a :class:`~deepgp_gi.priors.WeightPrior` instance used as a template
         (each layer gets its own deep copy).
     :param num_inducing: M, the number of global inducing points (gi, fac->gi, rand->gi), or the
         size of the inducing weights (ffg_u, ensemble_u: ``min(M, d_out) x min(M, d_in)`` per layer).
@@ -91,7 +92,8 @@ def build_bnn(
     ``U_0`` and the top pseudo-outputs are ``N(0, 1)`` (the toy set-up). Hidden pseudo-outputs
     ``N(0, 1)``; log-precisions -4 for hidden layers and 0 for the output (gi, fac->gi), -4 for
     every li layer, with inducing features ``N(0, 1)``; factorised means ``N(0, 1/fan_in)`` and
-    variances ``1e-3/fan_in``; a random-scale prior's ``q(s)`` with ``alpha = beta = 6``.
+    variances ``1e-3/fan_in``; a random-scale prior's ``q(s)`` with ``alpha = beta = 6``; a spatial
+    inverse-Wishart prior's ``q(L)`` with ``y ~ N(0, 1)`` and ``omega = -5``.
     """
     check_choice(posterior, "posterior", BNN_POSTERIORS)
     family = BNN_FAMILIES[posterior]

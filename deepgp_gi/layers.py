@@ -114,7 +114,7 @@ class DenseLayer(GPLayer):
     :param activation: ``phi`` applied to this layer's *inputs* (use ``"identity"`` for the first
         layer); a name in :data:`ACTIVATIONS` or a callable.
     :param prior: a :class:`~deepgp_gi.priors.WeightPrior` or one of ``"standard"``, ``"neal"``,
-        ``"scale"``; default NealPrior.
+        ``"scale"``, ``"spatial_iw"``; default NealPrior.
     :param bias: append a column of ones to the features (``D = input_dim + 1``).
     :param inducing_features: ``[M, D]`` inducing *features* for the local-inducing posterior.
         They live in feature space (rows of ``Phi``, bias column included and learned), not in

@@ -39,7 +39,8 @@ class NoiseSource:
         raise NotImplementedError
 
     def gamma(self, name: str, shape, alpha, dtype: tf.DType) -> tf.Tensor:
-        """Gamma(alpha, 1) draws (reparameterised by TensorFlow's implicit gradients)."""
+        """Gamma(alpha, 1) draws of shape ``shape`` (reparameterised by TensorFlow's implicit
+        gradients); ``alpha`` is a scalar or a tensor that broadcasts to ``shape``."""
         raise NotImplementedError(f"{type(self).__name__} does not provide Gamma draws")
 
 
@@ -50,7 +51,11 @@ class RandomNoise(NoiseSource):
         return tf.random.normal(shape, dtype=dtype)
 
     def gamma(self, name, shape, alpha, dtype):
-        return tf.random.gamma(shape, alpha, dtype=dtype)
+        alpha = tf.convert_to_tensor(alpha, dtype=dtype)
+        if alpha.shape.rank == 0:
+            return tf.random.gamma(shape, alpha, dtype=dtype)
+        # tf.random.gamma's output shape is ``shape + alpha.shape``: broadcast alpha instead.
+        return tf.random.gamma([], tf.broadcast_to(alpha, shape), dtype=dtype)
 
 
 def _name_key(name: str) -> int:

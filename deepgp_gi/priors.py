@@ -9,7 +9,13 @@ A layer ``l`` with fan-in ``D_l`` (bias column included) has weight columns
   choice; ``power`` gives ``P_l = D_l s^power``). ``s`` is random: its approximate posterior
   ``q(s)`` is a variational parameter and lives in the posterior object
   (:class:`~deepgp_gi.posteriors.prior_scales.ScalePosterior`); the ELBO gains
-  ``log p(s) - log q(s)`` per sample.
+  ``log p(s) - log q(s)`` per sample;
+* :class:`SpatialIWPrior`: a random ``p x p`` spatial matrix ``L ~ IW(nu0 I, nu0)``,
+  ``nu0 = p + 1``, over the ``p = k^2`` offsets of a ``k x k`` convolution, with precision
+  ``P_l = D_l (L kron I_C)`` (O&A 2021 §2.3, Eq. 19, App. D). For a dense layer ``p = 1`` and
+  ``P_l = D_l L`` with ``L ~ InvGamma(1, 1)``. Its ``q(L)`` is
+  :class:`~deepgp_gi.posteriors.prior_scales.SpatialIWPosterior`; the ELBO gains
+  ``log p(L) - log q(L)`` per sample.
 
 A prior states ``p`` only. Every weight-space posterior asks
 :class:`~deepgp_gi.posteriors.prior_scales.PriorPrecisions` for the layer's precision once per
@@ -25,8 +31,10 @@ import scipy.special
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from .validation import check_positive_int
+from .wishart import inverse_wishart_log_prob, kron_identity
 
-__all__ = ["WeightPrior", "StandardPrior", "NealPrior", "ScalePrior", "PRIORS", "make_prior"]
+__all__ = ["WeightPrior", "StandardPrior", "NealPrior", "ScalePrior", "SpatialIWPrior", "PRIORS", "make_prior"]
 
 
 class WeightPrior(gpflow.Module):
@@ -34,6 +42,9 @@ class WeightPrior(gpflow.Module):
 
     #: True when the precision is random (has its own approximate posterior).
     is_random: bool = False
+    #: True when the random precision is a matrix over kernel offsets (:class:`SpatialIWPrior`)
+    #: rather than a scalar scale.
+    is_spatial: bool = False
 
     def weight_variance(self, fan_in: int) -> float:
         """Prior variance of one weight, ``E[P_l^{-1}]`` (the exact prior covariance scale of
@@ -130,8 +141,83 @@ class ScalePrior(WeightPrior):
         return tf.constant(float(fan_in), scale.dtype) * tf.pow(scale, tf.constant(self.power, scale.dtype))
 
 
+class SpatialIWPrior(WeightPrior):
+    """The spatial inverse-Wishart prior (O&A 2021 §2.3, Eq. 19, App. D; ALGORITHMS.md §2.4).
+
+    A layer's weights have the random precision ``P_l = D_l (L kron I_C)``, ``L`` a ``p x p``
+    matrix over the ``p = k^2`` offsets of a ``k x k`` convolution with ``C`` input channels, and
+
+        ``p(L) = IW(nu0 I_p, nu0)``, ``nu0 = p + 1``
+
+    (the standard inverse Wishart with scale ``nu0 I``: bayesfunc's mean-parameterised
+    ``IW(I, nu0)``, ALGORITHMS.md §5 items 2 and 10; O&A's Eq. 19 writes the fan-in where the code
+    uses ``p``, the fan-in being folded into ``D_l``). ``E[L]`` does not exist at ``nu0 = p + 1``,
+    but ``L^{-1} ~ W(I/nu0, nu0)`` has ``E[L^{-1}] = I``, so every weight has prior variance
+    ``E[P_l^{-1}]_ii = 1/D_l``, the NealPrior's.
+
+    Feature order is offset-major (feature index = offset index * C + channel, bias last): the
+    ``p C`` patch weights have precision ``D_l (L kron I_C)`` and the bias weight ``D_l`` (the
+    paper gives the bias no spatial structure; we keep the NealPrior precision for it). For a
+    dense layer ``p = 1``: ``L`` is a scalar with ``L ~ InvGamma(nu0/2 = 1, scale nu0/2 = 1)`` and
+    every weight, bias included, has precision ``D_l L``.
+
+    The approximate posterior ``q(L)`` is a variational parameter and lives in the posterior
+    object (:class:`~deepgp_gi.posteriors.prior_scales.SpatialIWPosterior`).
+    """
+
+    is_random = True
+    is_spatial = True
+
+    def dof(self, dim: int) -> float:
+        """``nu0 = p + 1`` for a ``p x p`` spatial matrix."""
+        return float(check_positive_int(dim, "dim") + 1)
+
+    def scale_tril(self, dim: int, dtype: tf.DType) -> tf.Tensor:
+        """The Cholesky factor ``sqrt(nu0) I_p`` of the prior scale ``nu0 I_p``."""
+        dim = check_positive_int(dim, "dim")
+        return tf.eye(dim, dtype=dtype) * tf.constant(np.sqrt(self.dof(dim)), dtype)
+
+    def log_prob(self, L: tf.Tensor, L_tril: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """``log p(L) = log IW(L; nu0 I, nu0)`` for ``L`` ``[..., p, p]`` (``p`` from the shape;
+        ``L_tril = chol(L)`` if known)."""
+        L = tf.convert_to_tensor(L)
+        p = int(L.shape[-1])
+        return inverse_wishart_log_prob(L, self.scale_tril(p, L.dtype), self.dof(p), X_tril=L_tril)
+
+    def weight_variance(self, fan_in: int) -> float:
+        # E[L^{-1}] = nu0 (nu0 I)^{-1} = I for L^{-1} ~ W((nu0 I)^{-1}, nu0), so E[P^{-1}]_ii = 1/D.
+        return 1.0 / float(fan_in)
+
+    def dense_precision(self, fan_in: int, L: tf.Tensor) -> tf.Tensor:
+        """``P_l = D_l L`` ``[S]`` of a dense layer (``p = 1``) from ``L`` ``[S, 1, 1]``."""
+        if L.shape[-1] != 1 or L.shape[-2] != 1:
+            raise ValueError(f"a dense layer's spatial matrix is 1 x 1, got L of shape {L.shape}")
+        return tf.constant(float(fan_in), L.dtype) * L[:, 0, 0]
+
+    def conv_precision(self, L: tf.Tensor, channels: int, bias: bool = True) -> tf.Tensor:
+        """The full precision ``[S, D, D]`` of a conv layer's weight columns, ``D = p C + bias``:
+        ``D (L kron I_C)`` on the patch weights (offset-major) and ``D`` for the bias weight.
+
+        :param L: ``[S, p, p]`` spatial matrices.
+        :param channels: ``C``, the number of input channels.
+        :param bias: whether the features end with a bias column.
+        """
+        channels = check_positive_int(channels, "channels")
+        p = int(L.shape[-1])
+        D = p * channels + int(bool(bias))
+        patch = tf.constant(float(D), L.dtype) * kron_identity(L, channels)  # [S, pC, pC]
+        if not bias:
+            return patch
+        S = tf.shape(L)[0]
+        pc = p * channels
+        top = tf.concat([patch, tf.zeros([S, pc, 1], L.dtype)], axis=2)
+        bottom = tf.concat([tf.zeros([S, 1, pc], L.dtype), tf.fill([S, 1, 1], tf.constant(float(D), L.dtype))],
+                           axis=2)
+        return tf.concat([top, bottom], axis=1)
+
+
 #: Names accepted by ``build_bnn(prior=...)``.
-PRIORS = {"standard": StandardPrior, "neal": NealPrior, "scale": ScalePrior}
+PRIORS = {"standard": StandardPrior, "neal": NealPrior, "scale": ScalePrior, "spatial_iw": SpatialIWPrior}
 
 
 def make_prior(prior) -> WeightPrior:

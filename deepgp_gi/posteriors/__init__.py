@@ -7,7 +7,8 @@ What lives where:
 * :mod:`.conditionals` -- the per-layer GP conditional as pure functions (one batched solve);
 * :mod:`.pseudo_data` -- pseudo-outputs and precisions, and the one Bayesian linear regression
   behind every inducing posterior, in function and in weight space;
-* :mod:`.prior_scales` -- the weight prior's precision and ``q(s)`` of random-scale priors;
+* :mod:`.prior_scales` -- the weight prior's precision, ``q(s)`` of random-scale priors and ``q(L)``
+  of the spatial inverse-Wishart prior;
 * :mod:`.mean_field`, :mod:`.structured` (fully-coupled, STAR), :mod:`.inducing` (global and
   local inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi),
   :mod:`.inducing_weights` (FFG-U, Ensemble-U, Ensemble-W; Ritter et al. 2021).
@@ -19,7 +20,7 @@ from .factorised import FactorisedGlobalPosterior, FactorisedWeightPosterior, Ra
 from .inducing import GlobalInducingPosterior, LocalInducingPosterior
 from .inducing_weights import EnsembleInducingPosterior, EnsembleWeightPosterior, FFGInducingPosterior
 from .mean_field import MeanFieldPosterior
-from .prior_scales import ScalePosterior
+from .prior_scales import ScalePosterior, SpatialIWPosterior
 from .pseudo_data import PseudoData
 from .structured import FullyCoupledPosterior, StripesArrowPosterior
 
@@ -39,4 +40,5 @@ __all__ = [
     "EnsembleWeightPosterior",
     "PseudoData",
     "ScalePosterior",
+    "SpatialIWPosterior",
 ]

@@ -181,7 +181,7 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
             precision = "shared_diagonal" if _is_conv(layer) else dense_precision
             self.pseudo_data[j] = PseudoData(V.reshape(M, -1), precision, log_prec[j], self.rho,
                                              name=f"pseudo_data_{j}")
-        self._init_prior_precisions(weighted)
+        self._init_prior_precisions(weighted, seed=None if seed is None else int(rng.integers(2**31 - 1)))
 
     # -------------------------------------------------------------- structure
     @property

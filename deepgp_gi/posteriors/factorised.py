@@ -16,7 +16,8 @@ column, ``P`` = the layer's width; weights are ``[S, D, P]``. ``Propagation.kl``
 ``log q - log p`` per sample (analytic in the weights where available), summed over layers and
 including a random-scale prior's ``log q(s) - log p(s)``. Noise names: ``"w/{l}"`` ``[S, D_l, N_l]``
 for explicitly sampled weights, ``"f/{l}"`` ``[S, N, N_l]`` for pre-activations under the local
-reparameterisation, ``"s/{l}"`` ``[S]`` for Gamma scale draws.
+reparameterisation, ``"s/{l}"`` ``[S]`` for Gamma scale draws, ``"L/{l}/chi"`` ``[S, 1]`` for the
+spatial inverse-Wishart prior's Bartlett (Gamma) draws.
 
 Parameter scalings (O&A App. H): factorised means are stored times ``sqrt(D)`` and variances as
 ``log(D sigma^2)``.
@@ -128,7 +129,7 @@ def _factorised_weights(layers, means, variances, rng: np.random.Generator) -> L
 class _WeightPosterior(DeepPosterior, PriorPrecisions):
     """Checks that every layer is a DenseLayer and sets up the prior precisions."""
 
-    def __init__(self, layers, name=None):
+    def __init__(self, layers, name=None, seed=None):
         super().__init__(layers, name=name)
         for i, layer in enumerate(self.layers):
             if not has_feature_map(layer):
@@ -136,7 +137,7 @@ class _WeightPosterior(DeepPosterior, PriorPrecisions):
                     f"layers[{i}] is a {type(layer).__name__}; weight-space posteriors need DenseLayer "
                     "layers (a feature map and a weight prior)"
                 )
-        self._init_prior_precisions(self.layers)
+        self._init_prior_precisions(self.layers, seed)
 
     def _weight_noise(self, l: int, S: int, source, dtype):
         layer = self.layers[l]
@@ -167,7 +168,7 @@ class FactorisedWeightPosterior(_WeightPosterior):
         seed: Optional[int] = None,
         name: Optional[str] = None,
     ):
-        super().__init__(layers, name=name)
+        super().__init__(layers, name=name, seed=seed)
         self.weights = _factorised_weights(self.layers, means, variances, np.random.default_rng(seed))
         self.local_reparameterisation = check_bool(local_reparameterisation, "local_reparameterisation")
 
@@ -237,7 +238,7 @@ class FactorisedGlobalPosterior(_WeightPosterior):
         seed: Optional[int] = None,
         name: Optional[str] = None,
     ):
-        super().__init__(layers, name=name)
+        super().__init__(layers, name=name, seed=seed)
         self.lower = check_choice(lower, "lower", self.LOWER)
         self.kl_mode = check_choice(kl, "kl", ("sampled", "analytic"))
         U0 = check_finite_array(inducing_inputs, "inducing_inputs", ndim=2)

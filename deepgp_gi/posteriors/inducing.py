@@ -117,7 +117,7 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
 
     _default_log_precision: Sequence[float] = ()
 
-    def _init_common(self, precision, kl, residual_mean, rho, space):
+    def _init_common(self, precision, kl, residual_mean, rho, space, seed=None):
         self.kl_mode = check_choice(kl, "kl", KL_MODES)
         self.residual_mean = check_bool(residual_mean, "residual_mean")
         space = check_choice(space, "space", SPACES)
@@ -135,7 +135,7 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
             self.weight_space.append(weights)
         self.precision = [precision or ("diagonal" if w else "full") for w in self.weight_space]
         self.rho = rho
-        self._init_prior_precisions(self.layers)
+        self._init_prior_precisions(self.layers, seed)
 
     def _init_pseudo_data(self, V_init, log_precision_init):
         self.pseudo_data = [
@@ -240,7 +240,7 @@ class GlobalInducingPosterior(_InducingPosterior):
                     "its inducing inputs from U_0 and needs layers built without them "
                     "(use LocalInducingPosterior for per-layer inducing inputs)"
                 )
-        self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), space)
+        self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), space, seed)
         L = self.depth
         D = self.layers[0].input_dim
         rng = np.random.default_rng(seed)
@@ -371,7 +371,7 @@ class LocalInducingPosterior(_InducingPosterior):
                     "inducing inputs on every layer (inducing_inputs on a GPLayer, inducing_features on a "
                     "DenseLayer; use GlobalInducingPosterior for layers without)"
                 )
-        self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), "auto")
+        self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), "auto", seed)
         L = self.depth
         rng = np.random.default_rng(seed)
         Ms = [layer.num_inducing for layer in self.layers]

@@ -357,7 +357,7 @@ class _InducingWeightPosterior(_WeightPosterior):
     """Shared set-up and forward pass of FFG-U and Ensemble-U (subclasses give ``q(U~)``)."""
 
     def __init__(self, layers, num_inducing, lambda_init, lambda_max, d_init, jitter, seed, name):
-        super().__init__(layers, name=name)
+        super().__init__(layers, name=name, seed=seed)
         M, lambda_init, lambda_max, d_init, jitter = _check_options(num_inducing, lambda_init, lambda_max, d_init,
                                                                     jitter)
         self.num_inducing = M
@@ -492,7 +492,7 @@ class EnsembleWeightPosterior(_WeightPosterior):
 
     def __init__(self, layers, num_members: int = 5, prior_regulariser: bool = False, seed: Optional[int] = None,
                  name: Optional[str] = None):
-        super().__init__(layers, name=name)
+        super().__init__(layers, name=name, seed=seed)
         self.num_members = check_positive_int(num_members, "num_members")
         self.prior_regulariser = check_bool(prior_regulariser, "prior_regulariser")
         rng = np.random.default_rng(seed)
