@@ -8,9 +8,10 @@ import os as _os
 
 _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from . import datasets, families, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E402
+from . import autocorrelation, conv_layers, datasets, families, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E402,E501
 from .bnn import build_bnn  # noqa: E402
 from .builders import build_deep_gp  # noqa: E402
+from .conv_bnn import build_conv_bnn  # noqa: E402
 from .kernels import WeightKernel  # noqa: E402
 from .layers import DenseLayer, GPLayer  # noqa: E402
 from .linalg import safe_cholesky  # noqa: E402
@@ -26,12 +27,15 @@ __all__ = [
     "GPLayer",
     "WeightKernel",
     "build_bnn",
+    "build_conv_bnn",
     "History",
     "build_deep_gp",
     "fit",
     "safe_cholesky",
     "parameter_count",
     "parameter_table",
+    "autocorrelation",
+    "conv_layers",
     "datasets",
     "families",
     "kernels",

@@ -150,7 +150,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         return X, Y
 
     # ------------------------------------------------------------------ objective
-    @check_shapes("X: [N, D...]")
+    @check_shapes("X: [N, D, image_shape...]")
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None):
         """``posterior.propagate`` (see :class:`~deepgp_gi.posteriors.Propagation`)."""
         return self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "propagate"))
