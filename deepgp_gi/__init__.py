@@ -17,7 +17,7 @@ from .layers import DenseLayer, GPLayer  # noqa: E402
 from .linalg import safe_cholesky  # noqa: E402
 from .models import DeepGP  # noqa: E402
 from .posteriors.counting import parameter_count, parameter_table  # noqa: E402
-from .training import History, fit  # noqa: E402
+from .training import History, KLSchedule, LinearSchedule, PaperSchedule, fit  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -29,6 +29,9 @@ __all__ = [
     "build_bnn",
     "build_conv_bnn",
     "History",
+    "KLSchedule",
+    "LinearSchedule",
+    "PaperSchedule",
     "build_deep_gp",
     "fit",
     "safe_cholesky",

@@ -1,13 +1,46 @@
-"""Test metrics in the papers' protocol: targets are standardised for training; the metrics are
-reported in the original units (``y_std`` undoes the scaling)."""
+"""Test metrics.
+
+Regression, in the papers' protocol: targets are standardised for training; the metrics are
+reported in the original units (``y_std`` undoes the scaling): :func:`test_log_likelihood`,
+:func:`rmse`, :func:`evaluate_dataset`.
+
+Classification (a ``Softmax``, ``MultiClass`` or ``Bernoulli`` likelihood): the predictive class
+probabilities ``p(y = c | x)`` of the Monte Carlo mixture (:func:`predict_class_probabilities`),
+and on them :func:`accuracy`, :func:`ece` (expected calibration error) and
+:func:`predictive_entropy`; the same metrics on arrays are :func:`top1_accuracy`,
+:func:`expected_calibration_error` and :func:`categorical_entropy`. :func:`test_log_likelihood`
+is the classification test log-likelihood too (``mean_n log p(y_n | x_n)`` through
+``predict_log_density``; leave ``y_std = 1``).
+
+Inputs are sliced along their first axis only, so any input layout the model accepts (``[N, D]``,
+images ``[N, H, W, C]``) works; the model checks them.
+"""
 from __future__ import annotations
 
+import gpflow
 import numpy as np
 import tensorflow as tf
 
-from .validation import check_positive_int
+from .validation import check_finite_array, check_positive_int, check_seed
 
-__all__ = ["test_log_likelihood", "rmse", "predict_in_chunks", "evaluate_dataset"]
+__all__ = [
+    "test_log_likelihood",
+    "rmse",
+    "predict_in_chunks",
+    "chunk_seed",
+    "evaluate_dataset",
+    "predict_class_probabilities",
+    "accuracy",
+    "ece",
+    "predictive_entropy",
+    "top1_accuracy",
+    "expected_calibration_error",
+    "categorical_entropy",
+]
+
+#: Rows of class probabilities must sum to 1 within this tolerance (or ``C`` machine epsilons of
+#: their dtype, if larger: float32 softmax outputs of many classes).
+ROW_SUM_TOLERANCE = 1e-6
 
 
 def predict_in_chunks(fn, X, chunk_size: int = 1000):
@@ -16,30 +49,54 @@ def predict_in_chunks(fn, X, chunk_size: int = 1000):
     Each chunk is a fresh Monte Carlo estimate; for the per-point metrics below this is exactly
     as valid as one pass (every point's predictive mixture has the same distribution).
     """
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
     outs = [fn(slice(i, min(i + chunk_size, len(X)))) for i in range(0, len(X), chunk_size)]
     return np.concatenate(outs, axis=-1 if np.ndim(outs[0]) == 1 else -2)
 
 
-def test_log_likelihood(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000):
+def chunk_seed(seed, start: int, chunk_size: int):
+    """The seed of the chunk of rows starting at ``start``: ``seed`` itself for the first chunk
+    (so one chunk draws exactly what ``model.predict_y(X, S, seed=seed)`` draws), a seed derived
+    from ``(seed, chunk index)`` for the others (independent draws per chunk), ``None`` for
+    ``None`` (fresh draws)."""
+    k = start // chunk_size
+    if seed is None or k == 0:
+        return seed
+    return tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), k)
+
+
+def test_log_likelihood(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000,
+                        seed=None):
     """Mean log predictive density per test point, in the original units of Y.
 
     ``log p(y_raw) = log p(y) - log y_std`` for targets standardised as ``(y_raw - m) / y_std``.
+    For classification (``Y_test`` class labels ``[N, 1]``, ``y_std = 1``) this is the mean
+    ``log p(y_n | x_n)`` of the predictive mixture, i.e. minus the test NLL. ``seed``: ``None``
+    (fresh draws) or an int (reproducible; see :func:`chunk_seed`).
     """
     num_samples = check_positive_int(num_samples, "num_samples")
+    seed = check_seed(seed, "seed")
     _check_scale(y_std)
     X, Y = model.check_data((X_test, Y_test), names=("X_test", "Y_test"))
     X, Y = X.numpy(), Y.numpy()
-    lpd = predict_in_chunks(lambda s: model.predict_log_density((X[s], Y[s]), num_samples).numpy(), X, chunk_size)
+    lpd = predict_in_chunks(
+        lambda s: model.predict_log_density((X[s], Y[s]), num_samples, chunk_seed(seed, s.start, chunk_size)).numpy(),
+        X, chunk_size,
+    )
     return float(np.mean(lpd) - np.log(y_std))
 
 
-def rmse(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000):
-    """Root-mean-square error of the predictive mixture mean, in the original units of Y."""
+def rmse(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000, seed=None):
+    """Root-mean-square error of the predictive mixture mean, in the original units of Y
+    (``seed`` as in :func:`test_log_likelihood`)."""
     num_samples = check_positive_int(num_samples, "num_samples")
+    seed = check_seed(seed, "seed")
     _check_scale(y_std)
     X, Y = model.check_data((X_test, Y_test), names=("X_test", "Y_test"))
     X, Y = X.numpy(), Y.numpy()
-    mean = predict_in_chunks(lambda s: model.predict_y(X[s], num_samples)[0].numpy(), X, chunk_size)
+    mean = predict_in_chunks(
+        lambda s: model.predict_y(X[s], num_samples, chunk_seed(seed, s.start, chunk_size))[0].numpy(), X, chunk_size
+    )
     return float(y_std * np.sqrt(np.mean(np.square(Y - mean))))
 
 
@@ -79,3 +136,175 @@ def evaluate_dataset(model, dataset, y_std: float = 1.0, num_samples: int = 100,
 def _check_scale(y_std):
     if not (np.ndim(y_std) == 0 and np.isfinite(y_std) and y_std > 0):
         raise ValueError(f"y_std must be a positive finite number, got {y_std!r}")
+
+
+# ---------------------------------------------------------------------------------- classification
+def predict_class_probabilities(model, X, num_samples: int = 100, chunk_size: int = 1000, seed=None) -> np.ndarray:
+    """Predictive class probabilities ``[N, C]``: ``p(y = c | x) = (1/S) sum_s E[p(y = c | f_s)]``.
+
+    This is ``model.predict_y(X, num_samples)[0]``, the mean of the predictive mixture, for a
+    ``Softmax`` (``E[softmax(f)]``, by GPflow's Monte Carlo over ``f ~ N(mean_s, var_s)``; exact
+    when the last layer's variance is 0, as for the BNN families that sample the last weights) or
+    ``MultiClass`` likelihood (robust-max, by quadrature; GPflow clips the normal CDFs inside it to
+    ``[1e-4, 1 - 1e-4]``, so its rows sum to 1 only approximately and are renormalised here); for
+    ``Bernoulli`` (one column ``p = p(y = 1)``) it is ``[1 - p, p]``, two classes.
+
+    :param X: inputs, sliced into chunks of ``chunk_size`` rows along the first axis only (the
+        model validates each chunk's layout).
+    :param seed: ``None`` (fresh draws) or an int (reproducible draws; one chunk draws what
+        ``model.predict_y(X, num_samples, seed=seed)`` draws, see :func:`chunk_seed`). GPflow's
+        ``Softmax`` Monte Carlo over a non-zero last-layer variance uses TensorFlow's global
+        generator, which no seed here fixes.
+    :raises TypeError: the likelihood is not a classification likelihood.
+    """
+    kind = _classification_kind(model)
+    renormalise = isinstance(model.likelihood, gpflow.likelihoods.MultiClass)
+    num_samples = check_positive_int(num_samples, "num_samples")
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
+    seed = check_seed(seed, "seed")
+    X = _as_numpy(X)
+    if len(X) == 0:
+        raise ValueError("X is empty (0 rows)")
+
+    def chunk(s):
+        mean = model.predict_y(X[s], num_samples, chunk_seed(seed, s.start, chunk_size))[0].numpy()
+        if kind == "bernoulli":
+            return np.concatenate([1.0 - mean, mean], axis=-1)
+        return mean / mean.sum(axis=-1, keepdims=True) if renormalise else mean
+
+    return predict_in_chunks(chunk, X, chunk_size)
+
+
+def accuracy(model, X_test, Y_test, num_samples: int = 100, chunk_size: int = 1000, seed=None) -> float:
+    """Fraction of test points whose most probable class (:func:`predict_class_probabilities`)
+    is the label ``Y_test`` (``[N, 1]`` class labels, 0/1 for ``Bernoulli``)."""
+    probs, labels = _probabilities_and_labels(model, X_test, Y_test, num_samples, chunk_size, seed)
+    return top1_accuracy(probs, labels)
+
+
+def ece(model, X_test, Y_test, num_samples: int = 100, num_bins: int = 15, chunk_size: int = 1000,
+        seed=None) -> float:
+    """Expected calibration error (:func:`expected_calibration_error`) of the predictive class
+    probabilities on ``(X_test, Y_test)``, with ``num_bins`` equal-width confidence bins."""
+    num_bins = check_positive_int(num_bins, "num_bins")
+    probs, labels = _probabilities_and_labels(model, X_test, Y_test, num_samples, chunk_size, seed)
+    return expected_calibration_error(probs, labels, num_bins)
+
+
+def predictive_entropy(model, X_test, num_samples: int = 100, chunk_size: int = 1000, seed=None,
+                       per_point: bool = False):
+    """Entropy (nats) of the predictive class distribution, averaged over the test points (a
+    float), or per point (``[N]`` array) with ``per_point=True``. It is the total predictive
+    uncertainty: ``log C`` for uniform predictions, 0 for certain ones."""
+    if not isinstance(per_point, (bool, np.bool_)):
+        raise TypeError(f"per_point must be True or False, got {per_point!r}")
+    _classification_kind(model)
+    X = model.check_inputs(_as_numpy(X_test), "X_test").numpy()
+    entropy = categorical_entropy(predict_class_probabilities(model, X, num_samples, chunk_size, seed))
+    return entropy if per_point else float(np.mean(entropy))
+
+
+def top1_accuracy(probs, labels) -> float:
+    """Fraction of rows of ``probs [N, C]`` whose largest entry is at the column ``labels [N]``
+    (or ``[N, 1]``); ties go to the lowest class index (``np.argmax``)."""
+    probs = _check_probabilities(probs)
+    labels = _check_labels(labels, probs.shape)
+    return float(np.mean(np.argmax(probs, axis=1) == labels))
+
+
+def expected_calibration_error(probs, labels, num_bins: int = 15) -> float:
+    """Expected calibration error with equal-width confidence bins (Guo et al. 2017).
+
+    Each row's confidence is its largest probability and its prediction the class with it
+    (``np.argmax``); rows are binned by confidence into ``((b-1)/B, b/B]``, ``b = 1..B``, and
+
+    ``ECE = sum_b |B_b| / N * |accuracy(B_b) - mean confidence(B_b)|``   (empty bins add 0).
+
+    :param probs: ``[N, C]`` class probabilities: finite, in ``[0, 1]``, rows summing to 1 within
+        :data:`ROW_SUM_TOLERANCE`.
+    :param labels: ``[N]`` or ``[N, 1]`` integer class labels in ``[0, C)`` (integer-valued floats
+        are accepted, as the model's ``Y``).
+    :param num_bins: ``B``, a positive integer.
+    """
+    num_bins = check_positive_int(num_bins, "num_bins")
+    probs = _check_probabilities(probs)
+    labels = _check_labels(labels, probs.shape)
+    confidence = np.max(probs, axis=1)
+    correct = (np.argmax(probs, axis=1) == labels).astype(np.float64)
+    inner_edges = np.linspace(0.0, 1.0, num_bins + 1)[1:-1]
+    bins = np.digitize(confidence, inner_edges, right=True)  # bin b holds (edge[b], edge[b+1]]
+    gap = np.bincount(bins, weights=correct - confidence, minlength=num_bins)  # sum of (acc - conf)
+    return float(np.sum(np.abs(gap)) / len(labels))
+
+
+def categorical_entropy(probs) -> np.ndarray:
+    """``[N]`` entropies ``-sum_c p_c log p_c`` (nats, ``0 log 0 = 0``) of the rows of
+    ``probs [N, C]`` (checked as in :func:`expected_calibration_error`)."""
+    probs = _check_probabilities(probs)
+    logs = np.log(np.where(probs > 0, probs, 1.0))
+    return -np.sum(probs * logs, axis=1)
+
+
+def _classification_kind(model) -> str:
+    likelihood = getattr(model, "likelihood", None)
+    if isinstance(likelihood, (gpflow.likelihoods.Softmax, gpflow.likelihoods.MultiClass)):
+        return "categorical"
+    if isinstance(likelihood, gpflow.likelihoods.Bernoulli):
+        return "bernoulli"
+    raise TypeError(
+        "class probabilities need a model with a Softmax, MultiClass or Bernoulli likelihood; this model has "
+        f"{type(likelihood).__name__} (for regression use test_log_likelihood and rmse)"
+    )
+
+
+def _probabilities_and_labels(model, X_test, Y_test, num_samples, chunk_size, seed):
+    _classification_kind(model)
+    X, Y = model.check_data((X_test, Y_test), names=("X_test", "Y_test"))
+    probs = predict_class_probabilities(model, X.numpy(), num_samples, chunk_size, seed)
+    return probs, Y.numpy()[:, 0]
+
+
+def _as_numpy(X):
+    return X.numpy() if isinstance(X, (tf.Tensor, tf.Variable)) else np.asarray(X)
+
+
+def _check_probabilities(probs, name: str = "probs") -> np.ndarray:
+    dtype = np.asarray(probs).dtype
+    probs = check_finite_array(probs, name, ndim=2)
+    N, C = probs.shape
+    if N == 0 or C == 0:
+        raise ValueError(f"{name} is empty (shape {list(probs.shape)})")
+    outside = (probs < 0) | (probs > 1)
+    if outside.any():
+        row = int(np.nonzero(outside.any(axis=1))[0][0])
+        raise ValueError(f"{name} must lie in [0, 1]; row {row} has {probs[row].tolist()}")
+    tolerance = ROW_SUM_TOLERANCE
+    if dtype.kind == "f":
+        tolerance = max(tolerance, C * float(np.finfo(dtype).eps))
+    off = np.abs(probs.sum(axis=1) - 1.0) > tolerance
+    if off.any():
+        row = int(np.nonzero(off)[0][0])
+        raise ValueError(
+            f"{name} rows must sum to 1 within {tolerance:g}; row {row} sums to {probs[row].sum()!r}"
+        )
+    return probs
+
+
+def _check_labels(labels, probs_shape, name: str = "labels") -> np.ndarray:
+    N, C = probs_shape
+    if isinstance(labels, (tf.Tensor, tf.Variable)):
+        labels = labels.numpy()
+    arr = np.asarray(labels)
+    if arr.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must hold integer class labels, got dtype {arr.dtype}")
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must have shape [N] or [N, 1], got {list(arr.shape)}")
+    if len(arr) != N:
+        raise ValueError(f"{name} has {len(arr)} entries but probs has {N} rows")
+    bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < 0) | (arr >= C)
+    if bad.any():
+        row = int(np.nonzero(bad)[0][0])
+        raise ValueError(f"{name} must be integers in [0, {C}) for {C} classes; entry {row} is {arr[row]!r}")
+    return arr.astype(np.int64)

@@ -168,15 +168,30 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
     @check_shapes("return: [S]")
     def elbo_per_sample(self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
                         ) -> tf.Tensor:
-        """The ELBO estimate of each of the S joint samples, ``[S]``."""
+        """The ELBO estimate of each of the S joint samples, ``[S]``: ``ell - kl`` of
+        :meth:`elbo_terms`."""
+        ell, kl = self.elbo_terms(data, num_samples, _resolve_seed(seed, noise, "elbo_per_sample"))
+        return ell - kl
+
+    @check_shapes("return[0]: [S]", "return[1]: [S]")
+    def elbo_terms(self, data, num_samples: int = 1, seed: NoiseLike = None) -> Tuple[tf.Tensor, tf.Tensor]:
+        """The two terms of the ELBO per joint sample: ``(ell [S], kl [S])`` with ELBO = ell - kl.
+
+        ``ell`` is the expected log-likelihood summed over the batch, rescaled by
+        ``num_data / batch`` when ``num_data`` is set (an unbiased estimate of the full-data sum);
+        ``kl`` is the posterior's regulariser of the same sample (the analytic KL, or the sampled
+        ``log q - log p``; see :class:`~deepgp_gi.posteriors.Propagation`). Both come from the
+        same draws, so a tempered objective ``ell - beta * kl`` (``fit(..., kl_schedule=...)``)
+        and the ELBO share their noise. ``seed``: see :meth:`predict_f`.
+        """
         X, Y = self.check_data(data)
-        prop = self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "elbo_per_sample"))
+        prop = self.posterior.propagate(X, num_samples, seed)
         ell = expected_log_likelihood(self.likelihood, _rows(X), *self._likelihood_moments(prop), Y)  # [S, N]
         ell = tf.reduce_sum(ell, axis=-1)
         if self.num_data is not None:
             batch = tf.cast(tf.shape(X)[0], ell.dtype)
             ell = ell * (tf.cast(self.num_data, ell.dtype) / batch)
-        return ell - prop.kl
+        return ell, tf.broadcast_to(prop.kl, tf.shape(ell))
 
     def maximum_log_likelihood_objective(self, data) -> tf.Tensor:
         return self.elbo(data, self.num_samples)

@@ -24,7 +24,7 @@ X = rng.normal(size=(41, 3))
 Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(41, 1))
 Xb, Yb = tf.constant(X[:20]), tf.constant(Y[:20])
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-results = {}
+results, tempered = {}, {}
 for name, scope in (("one", tf.distribute.get_strategy()), ("two", strategy)):
     with scope.scope():
         model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0)
@@ -37,7 +37,10 @@ for name, scope in (("one", tf.distribute.get_strategy()), ("two", strategy)):
         else:
             step = DistributedStep(model, optimizer, variables, counter, strategy=strategy, **options)
         elbo, grads = step.loss_and_gradients(tf.constant(4, tf.int64), Xb, Yb)
-        names = [v.name for v in variables]
+        # KL tempering: each replica subtracts kl_weight / R of the KL; the ELBO stays untempered
+        tempered_elbo, tempered_grads = step.loss_and_gradients(tf.constant(4, tf.int64), Xb, Yb, 0.3)
+        # variable names repeat across layers ("q_mu:0", "softplus:0"): key by position too
+        names = [f"{i}/{v.name}" for i, v in enumerate(variables)]
         # 41 rows in batches of 20: the third batch has one row, so one replica gets none
         history = dg.fit(model, (X, Y), steps=6, batch_size=20, seed=3, progress=False, log_every=1,
                          strategy=strategy if name == "two" else None)
@@ -57,7 +60,9 @@ for name, scope in (("one", tf.distribute.get_strategy()), ("two", strategy)):
             resume_rel = max(float(np.max(np.abs(params[k] - resumed_params[k])) / (1.0 + np.max(np.abs(params[k]))))
                              for k in params)
     results[name] = (float(elbo), {n: g.numpy() for n, g in zip(names, grads)}, history.elbo, params)
+    tempered[name] = (float(tempered_elbo), {n: g.numpy() for n, g in zip(names, tempered_grads)})
 (e1, g1, h1, p1), (e2, g2, h2, p2) = results["one"], results["two"]
+(te1, tg1), (te2, tg2) = tempered["one"], tempered["two"]
 print(json.dumps(dict(
     elbo_rel=abs(e1 - e2) / abs(e1),
     grad_rel=max(float(np.max(np.abs(g1[k] - g2[k])) / (1e-300 + np.max(np.abs(g1[k])))) for k in g1),
@@ -66,4 +71,7 @@ print(json.dumps(dict(
     param_rel=max(float(np.max(np.abs(p1[k] - p2[k])) / (1.0 + np.max(np.abs(p1[k])))) for k in p1),
     replicas=strategy.num_replicas_in_sync,
     resume_rel=resume_rel,
+    tempered_elbo_equals_untempered=te1 == e1 and te2 == e2,
+    tempered_grad_rel=max(float(np.max(np.abs(tg1[k] - tg2[k])) / (1e-300 + np.max(np.abs(tg1[k])))) for k in tg1),
+    tempering_changes_grads=max(float(np.max(np.abs(tg1[k] - g1[k]))) for k in g1) > 1e-6,
 )))

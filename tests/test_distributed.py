@@ -25,3 +25,6 @@ def test_mirrored_strategy_equals_one_device(posterior):
     assert result["fit_elbo_rel"] < 1e-9  # 6 Adam steps, a one-row batch included
     assert result["param_rel"] < 1e-7
     assert result["resume_rel"] < 1e-12  # checkpointed under the strategy at step 3, resumed to 6
+    # KL weight 0.3: the replicas' tempered gradients are one device's, and the ELBO is untempered
+    assert result["tempered_elbo_equals_untempered"] and result["tempering_changes_grads"]
+    assert result["tempered_grad_rel"] < 1e-10

@@ -13,10 +13,12 @@ Layout (each piece can be replaced without touching the others):
 * :mod:`.batches` — the seeded minibatch and noise streams and the ``tf.data`` pipelines;
 * :mod:`.checkpoint` — saving and resuming (model, optimiser, step count, history);
 * :mod:`.step` — the compiled training step (optionally XLA) and its Cholesky-failure flag;
+* :mod:`.tempering` — KL tempering schedules (``fit(..., kl_schedule=...)``);
 * :mod:`.loop` — argument checks and the loop that ties them together (:func:`fit`).
 """
 from .batches import batch_indices
 from .history import History
 from .loop import fit
+from .tempering import KLSchedule, LinearSchedule, PaperSchedule
 
-__all__ = ["fit", "History", "batch_indices"]
+__all__ = ["fit", "History", "batch_indices", "KLSchedule", "PaperSchedule", "LinearSchedule"]

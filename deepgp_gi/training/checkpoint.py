@@ -63,6 +63,9 @@ class Checkpointer:
             history.step = [saved.step[i] for i in keep]
             history.elbo = [saved.elbo[i] for i in keep]
             history.wall_time = [saved.wall_time[i] for i in keep]
+            # a history.json written before KL tempering existed has no weights: those runs used 1
+            weights = saved.kl_weight if len(saved.kl_weight) == len(saved.step) else [1.0] * len(saved.step)
+            history.kl_weight = [weights[i] for i in keep]
         history.resumed_from = done
         return done
 

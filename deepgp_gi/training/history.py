@@ -10,11 +10,17 @@ __all__ = ["History"]
 
 @dataclass
 class History:
-    """What ``fit`` recorded: the ELBO estimate (full-data units) at logged steps, and timings."""
+    """What ``fit`` recorded: the ELBO estimate (full-data units) at logged steps, and timings.
+
+    ``step[i]`` counts the steps done; ``elbo[i]`` is the untempered ELBO estimate of that step's
+    minibatch and draws, even when the step maximised a tempered objective; ``kl_weight[i]`` is
+    the KL weight ``beta`` that step used (1.0 without ``kl_schedule``).
+    """
 
     step: List[int] = field(default_factory=list)
     elbo: List[float] = field(default_factory=list)
     wall_time: List[float] = field(default_factory=list)
+    kl_weight: List[float] = field(default_factory=list)
     seed: Optional[int] = None
     num_data: Optional[int] = None
     resumed_from: int = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import gpflow
 import numpy as np
@@ -17,6 +17,7 @@ from .batches import array_batches, dataset_batches
 from .checkpoint import Checkpointer
 from .history import History
 from .step import DistributedStep, NaturalGradientStep, TrainStep
+from .tempering import kl_weight_at, resolve_kl_schedule
 
 __all__ = ["fit"]
 
@@ -32,6 +33,7 @@ class _Plan:
     seed: int
     num_data: int
     batch_size: Optional[int]  # None for a tf.data.Dataset
+    steps_per_epoch: Optional[int]  # None for a tf.data.Dataset of unknown or infinite length
     X: Optional[tf.Tensor] = None
     Y: Optional[tf.Tensor] = None
 
@@ -53,7 +55,9 @@ def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_sampl
             raise ValueError("batch_size is only for array data; batch the tf.data.Dataset itself")
         if model.num_data is None:
             raise ValueError("model.num_data must be set to train on a tf.data.Dataset of minibatches")
-        return _Plan(num_data=model.num_data, batch_size=None, **common)
+        length = int(data.cardinality())  # negative: infinite or unknown
+        return _Plan(num_data=model.num_data, batch_size=None, steps_per_epoch=length if length > 0 else None,
+                     **common)
 
     X, Y = model.check_data(data)
     N = int(X.shape[0])
@@ -66,7 +70,7 @@ def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_sampl
         raise ValueError("model.num_data is None but batch_size < N: build the model with num_data=N")
     if model.num_data is not None and model.num_data != N:
         raise ValueError(f"model.num_data={model.num_data} but the data has N={N} rows")
-    return _Plan(num_data=N, batch_size=batch_size, X=X, Y=Y, **common)
+    return _Plan(num_data=N, batch_size=batch_size, steps_per_epoch=-(-N // batch_size), X=X, Y=Y, **common)
 
 
 def _trainable_variables(model) -> list:
@@ -102,8 +106,9 @@ def fit(
     jit_compile: bool = False,
     natgrad_gamma: Optional[float] = None,
     strategy: Optional[tf.distribute.Strategy] = None,
+    kl_schedule: Union[None, str, Callable[[int], float]] = None,
 ) -> History:
-    """Maximise ``model``'s ELBO with Adam.
+    """Maximise ``model``'s ELBO with Adam (or a KL-tempered ELBO, see ``kl_schedule``).
 
     :param model: a :class:`~deepgp_gi.DeepGP`.
     :param data: ``(X, Y)`` arrays, or a ``tf.data.Dataset`` of ``(X, Y)`` batches (then
@@ -130,6 +135,19 @@ def fit(
         ``strategy.scope()`` and call ``fit`` there too; each replica takes a block of every batch
         (see :class:`~deepgp_gi.training.step.DistributedStep`), the KL is counted once and the
         gradients are summed across replicas.
+    :param kl_schedule: KL tempering (:mod:`deepgp_gi.training.tempering`): step ``t`` (0-based)
+        maximises ``E[log p(y | f)] - beta_t * KL`` (:meth:`~deepgp_gi.DeepGP.elbo_terms`) instead
+        of the ELBO. ``None``: no tempering (``beta = 1``); ``"paper"``: O&A (2021)'s
+        :class:`~deepgp_gi.training.PaperSchedule` (0 for 10 epochs, +0.1 every 10 epochs, 1 from
+        epoch 100; an epoch is ``ceil(N / batch_size)`` steps, or one pass of a finite
+        ``tf.data.Dataset``); ``"linear"``: ``LinearSchedule(ceil(steps / 10))``, 0 to 1 over the
+        first 10% of the steps; a :class:`~deepgp_gi.training.LinearSchedule` /
+        :class:`~deepgp_gi.training.PaperSchedule`, or any callable ``step -> beta``. Every value
+        must be finite and in ``[0, 1]`` (checked at step 0 before training and at every step
+        before it is used). The ELBO in the history and the progress bar is always untempered;
+        ``history.kl_weight`` records the weight of each logged step. The weight depends on the
+        global step only, so a resumed run continues the schedule; resuming with a schedule whose
+        values differ from the recorded ones is an error.
     :return: a :class:`History`.
     :raises deepgp_gi.linalg.CholeskyError: a factorisation failed in a step (checked before
         every log entry and checkpoint, and at the end, so no broken state is logged or saved).
@@ -141,6 +159,7 @@ def fit(
     )
     if not isinstance(jit_compile, bool):
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
+    schedule = resolve_kl_schedule(kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch)
 
     blocks = []
     variables = _trainable_variables(model)
@@ -161,6 +180,7 @@ def fit(
         every = check_positive_int(every, "checkpoint_every")
         checkpointer = Checkpointer(checkpoint_dir, model=model, optimizer=optimizer, step=step_counter, every=every)
         start = checkpointer.restore(history, plan.log_every)
+        _check_resumed_kl_weights(history, schedule, checkpoint_dir)
     if start >= plan.steps:
         return history
 
@@ -177,11 +197,39 @@ def fit(
     else:
         train_step = NaturalGradientStep(model, optimizer, variables, step_counter, natgrad_blocks=blocks,
                                          gamma=natgrad_gamma, **options)
-    _run(plan, batches, train_step, history, checkpointer, start, progress)
+    _run(plan, batches, train_step, history, checkpointer, start, progress, _KLWeights(schedule, train_step))
     return history
 
 
-def _run(plan: _Plan, batches, train_step: TrainStep, history: History, checkpointer, start: int, progress: bool):
+def _check_resumed_kl_weights(history: History, schedule, checkpoint_dir) -> None:
+    """A resumed run must use the schedule the checkpointed run used: compare the recorded
+    weights of the logged steps with the schedule's (``1`` without one)."""
+    for logged, recorded in zip(history.step, history.kl_weight):
+        expected = 1.0 if schedule is None else kl_weight_at(schedule, logged - 1)
+        if abs(expected - recorded) > 1e-12:
+            raise ValueError(
+                f"checkpoint_dir {os.fspath(checkpoint_dir)} holds a run whose KL weight at step {logged} was "
+                f"{recorded}, but kl_schedule gives {expected}; resume with the run's kl_schedule"
+            )
+
+
+class _KLWeights:
+    """The checked KL weight of each step and the tensor handed to the compiled step (rebuilt
+    only when the value changes)."""
+
+    def __init__(self, schedule, train_step: TrainStep):
+        self.schedule, self.train_step = schedule, train_step
+        self.value, self.tensor = 1.0, train_step.kl_weight_tensor(1.0)
+
+    def __call__(self, step: int):
+        value = 1.0 if self.schedule is None else kl_weight_at(self.schedule, step)
+        if value != self.value:
+            self.value, self.tensor = value, self.train_step.kl_weight_tensor(value)
+        return self.value, self.tensor
+
+
+def _run(plan: _Plan, batches, train_step: TrainStep, history: History, checkpointer, start: int, progress: bool,
+         kl_weights: _KLWeights):
     """The loop: step, log every ``log_every`` steps, checkpoint; the checks precede both."""
     steps, N = plan.steps, plan.num_data
     bar = tqdm(total=steps, initial=start, disable=not progress, desc="fit", dynamic_ncols=True)
@@ -189,8 +237,10 @@ def _run(plan: _Plan, batches, train_step: TrainStep, history: History, checkpoi
     t = start
     try:
         for step, X_b, Y_b in batches:
-            elbo = train_step(step, X_b, Y_b)
-            t = int(step.numpy()) + 1
+            s = int(step.numpy())
+            beta, beta_tensor = kl_weights(s)
+            elbo = train_step(step, X_b, Y_b, beta_tensor)
+            t = s + 1
             log = t % plan.log_every == 0 or t == steps
             save = checkpointer is not None and checkpointer.due(t, steps)
             if log or save:
@@ -203,8 +253,12 @@ def _run(plan: _Plan, batches, train_step: TrainStep, history: History, checkpoi
                     )
                 history.step.append(t)
                 history.elbo.append(value)
+                history.kl_weight.append(beta)
                 history.wall_time.append(time.perf_counter() - t0)
-                bar.set_postfix(elbo_per_point=f"{value / N:.4f}")
+                postfix = dict(elbo_per_point=f"{value / N:.4f}")
+                if kl_weights.schedule is not None:
+                    postfix["kl_weight"] = f"{beta:.3g}"
+                bar.set_postfix(**postfix)
             bar.update(1)
             if save:
                 checkpointer.save(t, history)

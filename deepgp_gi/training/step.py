@@ -11,6 +11,12 @@ when the loop next reads results anyway (before logging or checkpointing).
 The parts a later optimiser (natural gradients) or a ``tf.distribute`` strategy would change are
 separate methods: :meth:`objective` (the loss and the ELBO it reports) and :meth:`update` (how
 the gradients are applied).
+
+Every step takes the KL weight ``beta`` (:mod:`.tempering`) as a scalar tensor argument of the
+model's dtype, so a schedule that changes it every step never retraces the compiled function
+(plain or XLA). The loss is ``-(mean_s[ell_s - beta * kl_s] + log prior)``; the ELBO returned is
+``mean_s[ell_s - kl_s]`` from the same draws, whatever ``beta`` is. With ``beta = 1`` the loss
+is the one without tempering to the last bit.
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ __all__ = ["TrainStep", "NaturalGradientStep", "DistributedStep"]
 
 
 class TrainStep:
-    """One optimisation step; call it with ``(step, X_b, Y_b)``, it returns the ELBO estimate."""
+    """One optimisation step; call it with ``(step, X_b, Y_b)`` and optionally the KL weight
+    ``kl_weight`` (default 1: no tempering); it returns the (untempered) ELBO estimate."""
 
     def __init__(
         self,
@@ -56,37 +63,48 @@ class TrainStep:
             tf.TensorSpec([], tf.int64),
             tf.TensorSpec((None,) + model.input_shape, dtype),
             tf.TensorSpec([None, None], dtype),
+            tf.TensorSpec([], dtype),
         ]
         # autograph off: the step has no Python control flow on tensor values (tracing is 3-4x faster)
         self._compiled = tf.function(
             self._step, input_signature=signature, autograph=False, jit_compile=jit_compile
         )
 
-    def __call__(self, step, X_b, Y_b) -> tf.Tensor:
-        return self._compiled(step, X_b, Y_b)
+    def __call__(self, step, X_b, Y_b, kl_weight=None) -> tf.Tensor:
+        return self._compiled(step, X_b, Y_b, self.kl_weight_tensor(kl_weight))
 
-    def objective(self, step, X_b, Y_b):
-        """``(loss, elbo)`` for one minibatch with step ``step``'s noise."""
+    def kl_weight_tensor(self, kl_weight=None) -> tf.Tensor:
+        """``kl_weight`` (``None`` means 1) as a scalar tensor of the model's dtype: a Python
+        float handed to the compiled step would retrace it for every new value."""
+        return tf.convert_to_tensor(1.0 if kl_weight is None else kl_weight, self.model.dtype)
+
+    def objective(self, step, X_b, Y_b, kl_weight=1.0):
+        """``(loss, elbo)`` for one minibatch with step ``step``'s noise: the loss is
+        ``-(mean_s[ell_s - kl_weight * kl_s] + log prior)``, the ELBO ``mean_s[ell_s - kl_s]``."""
         # the noise source is the third positional argument (the keyword is seed=)
-        elbo = self.model.elbo((X_b, Y_b), self.num_samples, step_noise(self.seed, step))
-        return -(elbo + self.model.log_prior_density()), elbo
+        ell, kl = self.model.elbo_terms((X_b, Y_b), self.num_samples, step_noise(self.seed, step))
+        elbo = tf.reduce_mean(ell - kl)
+        tempered = tf.reduce_mean(ell - kl_weight * kl)
+        return -(tempered + self.model.log_prior_density()), elbo
 
-    def loss_and_gradients(self, step, X_b, Y_b):
-        """The ELBO and the loss gradients of one step, without an update."""
+    def loss_and_gradients(self, step, X_b, Y_b, kl_weight=None):
+        """The ELBO and the loss gradients of one step (KL weight ``kl_weight``, default 1),
+        without an update."""
+        kl_weight = self.kl_weight_tensor(kl_weight)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(self.variables)
-            loss, elbo = self.objective(step, X_b, Y_b)
+            loss, elbo = self.objective(step, X_b, Y_b, kl_weight)
         return elbo, tape.gradient(loss, self.variables)
 
     def update(self, grads) -> None:
         """Apply the gradients (Adam)."""
         self.optimizer.apply_gradients(zip(grads, self.variables))
 
-    def _step(self, step, X_b, Y_b):
+    def _step(self, step, X_b, Y_b, kl_weight):
         with cholesky_checks() as checks:
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(self.variables)
-                loss, elbo = self.objective(step, X_b, Y_b)
+                loss, elbo = self.objective(step, X_b, Y_b, kl_weight)
             grads = tape.gradient(loss, self.variables)
         status = checks.status()
         self.update(grads)
@@ -108,6 +126,10 @@ class TrainStep:
 class NaturalGradientStep(TrainStep):
     """One step that updates the posterior's Gaussian blocks by natural gradients and every other
     variable by Adam, from one gradient of the same loss (GPflow's ``NaturalGradient`` convention).
+    With a KL weight ``beta`` the loss is the tempered one. For a conjugate block the update is
+    ``theta <- theta + gamma * (lambda_lik - beta * (theta - theta_prior))`` in natural
+    parameters: its fixed point is the maximiser of ``ell - beta * KL``, reached in one step by
+    ``gamma = 1 / beta`` (``gamma = 1`` shrinks the distance to it by ``1 - beta``).
 
     :param natgrad_blocks: ``(q_mu [M, P], q_sqrt [P, M, M])`` Parameter pairs
         (:meth:`~deepgp_gi.posteriors.DeepPosterior.natural_gradient_blocks`).
@@ -122,13 +144,13 @@ class NaturalGradientStep(TrainStep):
         self.natgrad = gpflow.optimizers.NaturalGradient(gamma)
         super().__init__(model, optimizer, variables, step_counter, **kwargs)
 
-    def _step(self, step, X_b, Y_b):
+    def _step(self, step, X_b, Y_b, kl_weight):
         block_vars = [v for q_mu, q_sqrt in self.blocks for v in (q_mu.unconstrained_variable,
                                                                   q_sqrt.unconstrained_variable)]
         with cholesky_checks() as checks:
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(self.variables + block_vars)
-                loss, elbo = self.objective(step, X_b, Y_b)
+                loss, elbo = self.objective(step, X_b, Y_b, kl_weight)
             grads = tape.gradient(loss, self.variables + block_vars)
         status = checks.status()
         n = len(self.variables)
@@ -155,7 +177,8 @@ class DistributedStep(TrainStep):
     batch's inducing and weight draws), and its share of the loss is its expected log-likelihood
     rescaled by ``num_data / batch`` minus ``1/R`` of the KL and of the log prior; the optimiser
     sums the replicas' gradients (an all-reduce), so a step equals one device's step on the whole
-    batch up to summation order.
+    batch up to summation order. With a KL weight ``beta`` each replica's loss subtracts
+    ``beta / R`` of the KL instead, and its reported share of the ELBO stays untempered.
     """
 
     def __init__(self, model, optimizer, variables, step_counter, *, strategy, **kwargs):
@@ -164,7 +187,7 @@ class DistributedStep(TrainStep):
         self.strategy = strategy
         super().__init__(model, optimizer, variables, step_counter, **kwargs)
 
-    def _replica_gradients(self, step, X_b, Y_b):
+    def _replica_gradients(self, step, X_b, Y_b, kl_weight):
         """This replica's ``(share of the ELBO, gradients of its share of the loss, status)``."""
         from ..likelihoods import expected_log_likelihood
         from ..noise import RowSlice
@@ -183,32 +206,33 @@ class DistributedStep(TrainStep):
                 ell = tf.reduce_sum(expected_log_likelihood(model.likelihood, X_r, prop.mean, prop.var, Y_r), -1)
                 scale = tf.cast(model.num_data, ell.dtype) / tf.cast(B, ell.dtype)
                 share = tf.reduce_mean(ell * scale - prop.kl / R)
-                loss = -(share + model.log_prior_density() / R)
+                tempered = tf.reduce_mean(ell * scale - kl_weight * prop.kl / R)
+                loss = -(tempered + model.log_prior_density() / R)
             grads = tape.gradient(loss, self.variables)
         # every replica must all-reduce the same list: a variable its rows do not reach (e.g. an
         # empty block of a small last batch) gets an explicit zero gradient, not None
         grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, self.variables)]
         return share, grads, checks.status()
 
-    def _replica(self, step, X_b, Y_b):
-        share, grads, status = self._replica_gradients(step, X_b, Y_b)
+    def _replica(self, step, X_b, Y_b, kl_weight):
+        share, grads, status = self._replica_gradients(step, X_b, Y_b, kl_weight)
         self.update(grads)  # the optimiser all-reduces (sums) the replicas' gradients
         return share, status
 
-    def loss_and_gradients(self, step, X_b, Y_b):
+    def loss_and_gradients(self, step, X_b, Y_b, kl_weight=None):
         """The whole batch's ELBO and loss gradients as the replicas compute them (summed across
         replicas), without an update: for checking against one device."""
 
         @tf.function(autograph=False)
-        def run(step, X_b, Y_b):
-            shares, grads, _ = self.strategy.run(self._replica_gradients, args=(step, X_b, Y_b))
+        def run(step, X_b, Y_b, kl_weight):
+            shares, grads, _ = self.strategy.run(self._replica_gradients, args=(step, X_b, Y_b, kl_weight))
             total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
             return total, [self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None) for g in grads]
 
-        return run(step, X_b, Y_b)
+        return run(step, X_b, Y_b, self.kl_weight_tensor(kl_weight))
 
-    def _step(self, step, X_b, Y_b):
-        shares, statuses = self.strategy.run(self._replica, args=(step, X_b, Y_b))
+    def _step(self, step, X_b, Y_b, kl_weight):
+        shares, statuses = self.strategy.run(self._replica, args=(step, X_b, Y_b, kl_weight))
         elbo = self.strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
         # a failure code is 0 or a positive code: any replica's non-zero code is the step's
         status = tf.reduce_max(tf.stack(self.strategy.experimental_local_results(statuses)))
