@@ -272,3 +272,42 @@ def test_bad_inputs_raise():
         model.predict_y(X[:, :7], 2)
     with pytest.raises(ValueError, match="unknown option"):
         build_conv_bnn(X, Y, bogus=1)
+
+
+def test_spatial_prior_conv_gi_at_the_prior_limit_has_zero_kl():
+    """Spatial inverse-Wishart prior on conv layers: with every Lambda -> 0 the weights' q equals
+    their prior given L (log-ratio exactly 0 per sample), and with q(L) = p(L) (weights of the
+    pseudo-observations -> 0) the whole regulariser is 0; the conv layers get the full precision
+    D (L kron I_C) of the sampled L."""
+    X, Y = _images(12)
+    model = build_conv_bnn(X, Y, architecture="lenet", channels=(2, 3), hidden=(5,), posterior="global",
+                           prior="spatial_iw", num_inducing=4, seed=0)
+    post = model.posterior
+    for pd in post.pseudo_data:
+        pd.set_log_precision(-800.0)
+    conv0 = post.weighted[0]
+    assert post.scale_posteriors[0].pseudo_observations.shape == (25, 25)  # p = k*k = 25
+    p, _ = post.prior_precision(0, 2, SeededNoise(3), tf.float64)
+    assert p.shape == (2, conv0.fan_in, conv0.fan_in)
+    L, _ = post.scale_posteriors[0].sample(conv0.prior, 2, SeededNoise(3), "L/0", tf.float64)
+    np.testing.assert_allclose(p.numpy(), conv0.prior.conv_precision(L, 1).numpy(), rtol=1e-12)
+    kl_some = post.propagate(X, 3, seed=SeededNoise(4)).kl.numpy()
+    assert np.all(np.abs(kl_some) > 1e-3)  # q(L) != p(L) at initialisation
+    for q in post.scale_posteriors:
+        q.log_weights.assign(np.full(q.log_weights.shape, -1e3))
+    np.testing.assert_allclose(post.propagate(X, 3, seed=SeededNoise(4)).kl.numpy(), 0.0, atol=1e-8)
+
+
+@pytest.mark.parametrize("posterior", ["factorised", "local", "global", "factorised_global"])
+@pytest.mark.parametrize("prior", ["scale", "spatial_iw"])
+def test_random_priors_on_conv_nets_give_finite_gradients(posterior, prior):
+    X, Y = _images(10)
+    model = build_conv_bnn(X, Y, architecture="resnet", channels=2, posterior=posterior, prior=prior,
+                           num_inducing=4, seed=0)
+    with tf.GradientTape() as tape:
+        elbo = model.elbo((X, Y), 2, seed=SeededNoise(1))
+    grads = tape.gradient(elbo, model.trainable_variables)
+    assert np.isfinite(elbo.numpy())
+    assert all(g is not None and np.all(np.isfinite(tf.convert_to_tensor(g).numpy())) for g in grads)
+    scale_grads = [g for v, g in zip(model.trainable_variables, grads) if "log_weights" in v.name or "alpha" in v.name]
+    assert scale_grads and any(np.abs(tf.convert_to_tensor(g).numpy()).max() > 0 for g in scale_grads)
