@@ -58,22 +58,14 @@ def standardise(data):
     return (data.X_train - mean) / std, (data.X_test - mean) / std
 
 
-def class_probabilities(model, X, num_samples: int, chunk: int = 500) -> np.ndarray:
-    """The predictive class probabilities ``[N, C]`` (Softmax: the mixture of the samples)."""
-    return np.concatenate([model.predict_y(X[i:i + chunk], num_samples)[0].numpy()
-                           for i in range(0, len(X), chunk)])
-
-
 def evaluate(model, X, Y, num_samples: int) -> dict:
-    probs = class_probabilities(model, X, num_samples)
-    labels = Y[:, 0].astype(int)
+    probs = metrics.predict_class_probabilities(model, X, num_samples, chunk_size=500)
     lpd = metrics.predict_in_chunks(lambda s: model.predict_log_density((X[s], Y[s]), num_samples).numpy(), X, 500)
-    entropy = -np.sum(np.where(probs > 0, probs * np.log(np.maximum(probs, 1e-300)), 0.0), axis=1)
     return {
-        "accuracy": float(np.mean(np.argmax(probs, axis=1) == labels)),
+        "accuracy": metrics.top1_accuracy(probs, Y),
         "test_ll": float(np.mean(lpd)),
-        "ece": float(metrics.expected_calibration_error(probs, labels, num_bins=15)),
-        "entropy": float(np.mean(entropy)),
+        "ece": metrics.expected_calibration_error(probs, Y, num_bins=15),
+        "entropy": float(np.mean(metrics.categorical_entropy(probs))),
     }
 
 
