@@ -1,0 +1,60 @@
+"""benchmarks/images.py end to end on the digits (two steps, one cell), its resume, its report, and
+the MNIST mode on a tiny IDX file written here."""
+import gzip
+import importlib.util
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def images():
+    spec = importlib.util.spec_from_file_location("images_benchmark", os.path.join(ROOT, "benchmarks", "images.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_digits_sweep_resume_and_report(images, tmp_path):
+    out = tmp_path / "digits.jsonl"
+    args = ["sweep", "--steps", "2", "--seeds", "0", "--posteriors", "global", "--priors", "neal",
+            "--num-inducing", "10", "--test-samples", "2", "--out", str(out)]
+    images.main(args)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["posterior"] == "global" and row["prior"] == "neal" and row["steps"] == 2
+    assert 0.0 <= row["accuracy"] <= 1.0 and 0.0 <= row["ece"] <= 1.0
+    assert row["test_ll"] < 0 and np.isfinite(row["elbo_per_image"])
+    assert 0.0 <= row["entropy"] <= np.log(10) + 1e-9
+    images.main(args)  # a cell already in the file is skipped
+    assert len(out.read_text().splitlines()) == 1
+    table = tmp_path / "digits.md"
+    images.main(["report", "--results", str(out), "--out", str(table)])
+    text = table.read_text()
+    assert "| digits | lenet | 2 | neal | global | 1 |" in text
+    assert f"{100 * row['accuracy']:.1f}" in text
+
+
+def _write_idx(path, array, magic):
+    header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_mnist_mode_reads_local_files(images, tmp_path):
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    for prefix, n in (("train", 12), ("t10k", 4)):
+        _write_idx(folder / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)), 2051)
+        _write_idx(folder / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n) % 3, 2049)
+    data = images.load("mnist", str(folder), 0)
+    assert data.X_train.shape == (12, 28, 28, 1) and data.X_test.shape == (4, 28, 28, 1)
+    with pytest.raises(SystemExit):
+        images.main(["sweep", "--dataset", "mnist", "--out", str(tmp_path / "x.jsonl")])  # --path required
