@@ -27,6 +27,8 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from .linalg import safe_cholesky
+
 from .noise import NoiseSource
 
 __all__ = [
@@ -91,6 +93,18 @@ def _broadcast_batch(tril: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.broadcast_to(tril, shape)
 
 
+def _prepare(X, scale_tril, dof, X_tril):
+    """The shared prologue of the two densities: ``(m, dtype, dof, scale_tril, chol(X))``."""
+    X = tf.convert_to_tensor(X)
+    m = int(X.shape[-1])
+    check_dof(dof, m)
+    dof = _as_dof(dof, X.dtype)
+    scale_tril = tf.convert_to_tensor(scale_tril, X.dtype)
+    if X_tril is None:
+        X_tril = safe_cholesky(X, name="Wishart argument X")
+    return m, X.dtype, dof, scale_tril, X_tril
+
+
 @check_shapes(
     "X: [batch..., m, m]",
     "scale_tril: [broadcast batch..., m, m]",
@@ -106,14 +120,7 @@ def wishart_log_prob(X: tf.Tensor, scale_tril: tf.Tensor, dof, X_tril: Optional[
     :param dof: degrees of freedom (broadcast against the batch).
     :param X_tril: ``chol(X)`` if already known (else computed).
     """
-    X = tf.convert_to_tensor(X)
-    dtype = X.dtype
-    m = int(X.shape[-1])
-    check_dof(dof, m)
-    dof = _as_dof(dof, dtype)
-    scale_tril = tf.convert_to_tensor(scale_tril, dtype)
-    if X_tril is None:
-        X_tril = tf.linalg.cholesky(X)
+    m, dtype, dof, scale_tril, X_tril = _prepare(X, scale_tril, dof, X_tril)
     # tr(V^{-1} X) = ||C^{-1} chol(X)||_F^2.
     solved = tf.linalg.triangular_solve(_broadcast_batch(scale_tril, X_tril), X_tril, lower=True)
     trace = tf.reduce_sum(tf.square(solved), axis=[-2, -1])
@@ -144,14 +151,7 @@ def inverse_wishart_log_prob(X: tf.Tensor, scale_tril: tf.Tensor, dof,
     :param dof: degrees of freedom.
     :param X_tril: ``chol(X)`` if already known.
     """
-    X = tf.convert_to_tensor(X)
-    dtype = X.dtype
-    m = int(X.shape[-1])
-    check_dof(dof, m)
-    dof = _as_dof(dof, dtype)
-    scale_tril = tf.convert_to_tensor(scale_tril, dtype)
-    if X_tril is None:
-        X_tril = tf.linalg.cholesky(X)
+    m, dtype, dof, scale_tril, X_tril = _prepare(X, scale_tril, dof, X_tril)
     solved = tf.linalg.triangular_solve(X_tril, _broadcast_batch(scale_tril, X_tril), lower=True)
     trace = tf.reduce_sum(tf.square(solved), axis=[-2, -1])
     return (

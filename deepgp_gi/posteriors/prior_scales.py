@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from ..linalg import safe_cholesky
 from ..noise import NoiseSource
 from ..validation import check_finite_array, check_float, check_positive_int
 from ..wishart import bartlett_factor, bartlett_inverse_wishart_log_prob, kron_identity
@@ -138,7 +139,7 @@ class SpatialIWPosterior(gpflow.Module):
         w = tf.exp(tf.cast(self.log_weights, dtype))
         psi = tf.linalg.matmul(y * w[:, None], y, transpose_a=True) / tf.constant(float(p), dtype)
         scale = nu0 * tf.eye(p, dtype=dtype) + psi
-        return scale, tf.linalg.cholesky(scale), nu0 + tf.reduce_sum(w)
+        return scale, safe_cholesky(scale, name="q(L) scale"), nu0 + tf.reduce_sum(w)
 
     def sample_full(self, prior, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType
                     ) -> SpatialIWSample:
