@@ -97,6 +97,9 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
     :param seed: seed of the default random initial values.
     """
 
+    # The weighted layers belong to the model (like ``_layers``): not tracked twice.
+    _TF_MODULE_IGNORED_PROPERTIES = DeepPosterior._TF_MODULE_IGNORED_PROPERTIES | frozenset({"_weighted"})
+
     def __init__(
         self,
         layers: Sequence,
@@ -196,6 +199,11 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
 
     @property
     def _prior_layers(self) -> Sequence:
+        return self._weighted
+
+    @property
+    def _parameter_layers(self) -> Sequence:
+        """``parameter_count(per_layer=True)``'s ``layer_j`` is weighted layer ``j``."""
         return self._weighted
 
     def _check_deterministic(self, layer) -> None:

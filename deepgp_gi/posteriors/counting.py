@@ -11,6 +11,8 @@ Per-layer attribution: a posterior parameter whose path starts with a per-layer 
 ``.pseudo_data[1]``, ...) belongs to that layer; a posterior class may map other attributes to a
 layer with ``_LAYER_OF_ATTRIBUTE = {"attribute": layer_index}`` (negative indices count from the
 end); everything else (global inducing inputs, a joint fully-coupled ``q``) is ``"shared"``.
+A posterior whose lists index only some of its layers (a convolutional network's weighted
+layers) names them in ``_parameter_layers``; ``layer_j`` is then its ``j``-th weighted layer.
 """
 from __future__ import annotations
 
@@ -38,10 +40,12 @@ def parameter_count(model, per_layer: bool = False) -> Union[int, Dict[str, int]
     """The number of scalar variational parameters of ``model`` (a DeepGP or a DeepPosterior).
 
     :param per_layer: if True, return ``{"layer_0": n_0, ..., "layer_{L-1}": n_{L-1}, "shared": n_s,
-        "total": n}`` (the layer entries and ``"shared"`` sum to ``"total"``); else the total.
+        "total": n}`` (the layer entries and ``"shared"`` sum to ``"total"``; for a convolutional
+        network ``layer_j`` is the ``j``-th weighted layer); else the total.
     """
     posterior = _posterior_of(model)
-    L = posterior.depth
+    layers = list(getattr(posterior, "_parameter_layers", posterior.layers))
+    L = len(layers)
     counts = {f"layer_{l}": 0 for l in range(L)}
     counts["shared"] = 0
     overrides = getattr(posterior, "_LAYER_OF_ATTRIBUTE", {})
@@ -56,8 +60,8 @@ def parameter_count(model, per_layer: bool = False) -> Union[int, Dict[str, int]
                 layer = overrides[match.group("attr")] % L
         key = f"layer_{layer}" if layer is not None and 0 <= layer < L else "shared"
         counts[key] += size
-    for l, layer in enumerate(posterior.layers):
-        for attr in ("inducing_features", "inducing_variable"):
+    for l, layer in enumerate(layers):
+        for attr in ("inducing_features", "inducing_variable", "inducing_images"):
             value = getattr(layer, attr, None)
             if isinstance(value, gpflow.Parameter):
                 counts[f"layer_{l}"] += int(np.prod(value.shape))

@@ -311,3 +311,20 @@ def test_random_priors_on_conv_nets_give_finite_gradients(posterior, prior):
     assert all(g is not None and np.all(np.isfinite(tf.convert_to_tensor(g).numpy())) for g in grads)
     scale_grads = [g for v, g in zip(model.trainable_variables, grads) if "log_weights" in v.name or "alpha" in v.name]
     assert scale_grads and any(np.abs(tf.convert_to_tensor(g).numpy()).max() > 0 for g in scale_grads)
+
+
+def test_parameter_count_per_weighted_layer():
+    """``layer_j`` is weighted layer j: factorised means and variances (2 D P) plus q(L)
+    (p x p pseudo-observations and p weights, p = k*k for a convolution, 1 for a dense layer)."""
+    X, Y = _images(10)
+    model = build_conv_bnn(X, Y, architecture="lenet", channels=(2, 3), hidden=(5,), posterior="factorised",
+                           prior="spatial_iw", num_inducing=4, seed=0)
+    counts = dg.parameter_count(model, per_layer=True)
+    expected = [2 * 26 * 2 + 25 * 26, 2 * 51 * 3 + 25 * 26, 2 * 13 * 5 + 2, 2 * 6 * 3 + 2]
+    assert [counts[f"layer_{j}"] for j in range(4)] == expected
+    assert counts["shared"] == 0 and counts["total"] == sum(expected) == dg.parameter_count(model)
+    local = build_conv_bnn(X, Y, architecture="lenet", channels=(2, 3), hidden=(5,), posterior="local",
+                           num_inducing=4, seed=0)
+    conv0 = local.posterior.weighted[0]
+    # 1 inducing image (ceil(26 / 64)) of 8x8x1, its V [1, 8, 8, 2] and one precision
+    assert dg.parameter_count(local, per_layer=True)["layer_0"] == conv0.num_inducing * 64 + 64 * 2 + 1
