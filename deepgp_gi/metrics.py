@@ -143,8 +143,8 @@ def predict_class_probabilities(model, X, num_samples: int = 100, chunk_size: in
     """Predictive class probabilities ``[N, C]``: ``p(y = c | x) = (1/S) sum_s E[p(y = c | f_s)]``.
 
     This is ``model.predict_y(X, num_samples)[0]``, the mean of the predictive mixture, for a
-    ``Softmax`` (``E[softmax(f)]``, by GPflow's Monte Carlo over ``f ~ N(mean_s, var_s)``; exact
-    when the last layer's variance is 0, as for the BNN families that sample the last weights) or
+    ``Softmax`` (``E[softmax(f)]`` over the model's samples ``f_s``: the last layer's sample
+    drawn with the model's seeded noise; see ``DeepGP._likelihood_moments``) or
     ``MultiClass`` likelihood (robust-max, by quadrature; GPflow clips the normal CDFs inside it to
     ``[1e-4, 1 - 1e-4]``, so its rows sum to 1 only approximately and are renormalised here); for
     ``Bernoulli`` (one column ``p = p(y = 1)``) it is ``[1 - p, p]``, two classes.
@@ -152,9 +152,9 @@ def predict_class_probabilities(model, X, num_samples: int = 100, chunk_size: in
     :param X: inputs, sliced into chunks of ``chunk_size`` rows along the first axis only (the
         model validates each chunk's layout).
     :param seed: ``None`` (fresh draws) or an int (reproducible draws; one chunk draws what
-        ``model.predict_y(X, num_samples, seed=seed)`` draws, see :func:`chunk_seed`). GPflow's
-        ``Softmax`` Monte Carlo over a non-zero last-layer variance uses TensorFlow's global
-        generator, which no seed here fixes.
+        ``model.predict_y(X, num_samples, seed=seed)`` draws, see :func:`chunk_seed`). For GPflow's
+        Monte Carlo likelihoods (``Softmax``) the model hands over its own seeded last-layer
+        sample, so the probabilities are determined by ``seed`` for every family.
     :raises TypeError: the likelihood is not a classification likelihood.
     """
     kind = _classification_kind(model)
