@@ -230,7 +230,8 @@ def test_inducing_batch_norm_uses_inducing_rows_only():
         bn.apply(tf.constant(F), 0)
 
 
-@pytest.mark.parametrize("posterior", ["global", "factorised_global", "local", "factorised"])
+@pytest.mark.parametrize("posterior", ["global", "factorised", pytest.param("factorised_global", marks=pytest.mark.slow),
+                                       pytest.param("local", marks=pytest.mark.slow)])
 def test_conv_training_step_compiles_and_equals_plain_step(posterior):
     """The conv net's training step runs under tf.function and under XLA (jit_compile=True) with
     the same ELBOs and parameters, and a short run raises the ELBO."""
