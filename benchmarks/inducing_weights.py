@@ -433,6 +433,22 @@ def toy_settings_main(argv):
     print(text)
 
 
+def _commands(rows, command: str):
+    """Markdown bullets of the distinct commands that produced ``rows`` (first use first), each with
+    its commits, and the current one."""
+    commits = {}
+    for r in rows:
+        cmd = r["command"].replace("python benchmarks/", "nice -n 19 python benchmarks/", 1) \
+            if not r["command"].startswith("nice") else r["command"]
+        commits.setdefault(cmd, [])
+        if r.get("commit") not in commits[cmd]:
+            commits[cmd].append(r.get("commit"))
+    if not command.startswith("nice"):
+        command = "nice -n 19 " + command
+    commits.setdefault(command, [])
+    return [f"* `{c}`" + (f" (commit {', '.join(map(str, k))})" if k else "") for c, k in commits.items()]
+
+
 def _spread(values, digits=1) -> str:
     """``mean`` for one value, ``mean [min, max]`` for several."""
     values = np.asarray(values, float)
@@ -454,8 +470,10 @@ def toy_settings_report(rows, command: str) -> str:
     lines = [
         "# Inducing weights: the toy's far / inside predictive std under the paper's settings",
         "",
-        f"Command: `nice -n 19 {command}` (resumable: cells already in the JSON lines are skipped; every line "
-        "records its command and commit).",
+        "Commands (`nice -n 19` on a shared 2-core machine; resumable: cells already in the JSON lines are "
+        "skipped; every line records its command and commit):",
+        "",
+        *_commands(rows, command),
         "",
         "Same toy as `inducing_weights.md` (data `make_data(0)`, 1 x 50 tanh, prior N(0, 4^2/d_in), noise "
         "variance 0.01 fixed); the ratio is std(f) averaged over 2 <= |x| <= 3 divided by std(f) averaged over "
@@ -586,8 +604,10 @@ def digits_report(rows, out: Path, command: str) -> str:
     lines = [
         "# Inducing weights: classification on the bundled 8x8 digits",
         "",
-        f"Command: `{command}` (resumable: a cell already in `{out.with_suffix('.jsonl').name}` is skipped; "
-        "each line records its own command, commit and settings).",
+        "Commands (`nice -n 19` on a shared 2-core machine; resumable: a cell already in "
+        f"`{out.with_suffix('.jsonl').name}` is skipped; each line records its own command, commit and settings):",
+        "",
+        *_commands(rows, command),
         "",
         f"Data: `deepgp_gi.datasets.load_digits(split={any_row['split']})`, 1,500 training / 297 test images, "
         "flattened to 64 inputs and standardised with the training pixels' mean and standard deviation (one "
