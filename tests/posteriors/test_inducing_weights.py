@@ -342,6 +342,44 @@ def test_build_bnn_trains(rng, posterior):
     assert np.isfinite(after) and after > before + 0.1 * abs(before), (before, after)
 
 
+def test_build_bnn_defaults_are_the_papers_initial_values(rng):
+    """``build_bnn``'s inducing-weight defaults are Ritter et al.'s App. J / reference-code values
+    (ALGORITHMS.md §2.6): Z ~ N(0, 1/M), D = lambda = sd(U~) = 1e-3, caps lambda_max = sd_max = 1,
+    whitened means N(0, 1), Ensemble-U members one shared N(0, 1) draw plus N(0, 0.1^2) each,
+    relative jitter 1e-4, and sigma = prior sd / sqrt(d_in) with the bias in d_in."""
+    M = 32
+    X, Y = rng.normal(size=(10, 99)), rng.normal(size=(10, 1))  # d_in = 100 (bias included)
+    ffg = build_bnn(X, Y, hidden=(200,), posterior="ffg_u", num_inducing=M, prior=NealPrior(sd=4.0), seed=0)
+    post = ffg.posterior
+    iw = post.inducing_weights[0]
+    assert (iw.M_out, iw.M_in, iw.d_out, iw.d_in) == (M, M, 200, 100)
+    for Z in (iw.z_rows.numpy(), iw.z_cols.numpy()):  # 6400 and 3200 entries: var 1/M within ~6 s.e.
+        assert abs(Z.mean()) < 6 / np.sqrt(M * Z.size) and abs(Z.var() * M - 1) < 6 * np.sqrt(2 / Z.size)
+    for layer_iw in post.inducing_weights:
+        np.testing.assert_allclose(layer_iw.lam.numpy(), 1e-3, rtol=1e-12)
+        np.testing.assert_allclose(layer_iw.d_rows.numpy(), 1e-3, rtol=1e-12)
+        np.testing.assert_allclose(layer_iw.d_cols.numpy(), 1e-3, rtol=1e-12)
+        assert layer_iw.jitter == 1e-4 and layer_iw.lam.transform.cap == 1.0
+    assert post.lambda_max == post.sd_max == 1.0
+    for mean, sd in zip(post.u_means, post.u_sds):
+        np.testing.assert_allclose(sd.numpy(), 1e-3, rtol=1e-12)
+        assert sd.transform.cap == 1.0
+    m = post.u_means[0].numpy()
+    assert abs(m.mean()) < 6 / np.sqrt(m.size) and abs(m.var() - 1) < 6 * np.sqrt(2 / m.size)
+    p0 = ffg.layers[0].prior.fixed_precision(ffg.layers[0].fan_in)
+    np.testing.assert_allclose(1 / np.sqrt(p0), 4.0 / np.sqrt(100), rtol=1e-12)
+
+    ens = build_bnn(X, Y, hidden=(200,), posterior="ensemble_u", num_inducing=M, seed=0).posterior
+    members = ens.u_members[0].numpy()  # [K, M, M]
+    assert members.shape == (5, M, M)
+    spread = members - members.mean(0)  # the per-member N(0, 0.1^2) draws about their mean
+    np.testing.assert_allclose(spread.var() * 5 / 4, 0.01, rtol=6 * np.sqrt(2 / spread.size))
+    shared = members.mean(0)
+    assert abs(shared.var() - 1) < 6 * np.sqrt(2 / shared.size) + 0.01
+    for layer_iw in ens.inducing_weights:
+        np.testing.assert_allclose(layer_iw.lam.numpy(), 1e-3, rtol=1e-12)
+
+
 def test_parameter_count_per_layer_sums_and_matches_shapes(rng):
     import deepgp_gi as dg
 
