@@ -4,11 +4,15 @@ The layers (kernels, mean functions, widths) follow DSVI for every posterior fam
 ARD squared-exponential kernels with variance 2 and lengthscales 2, between-layer white noise
 1e-5 on inner layers, inner width ``min(30, D)``, fixed linear mean functions on inner layers
 (identity, PCA projection, or identity with zero padding) and zero mean on the last, a Gaussian
-likelihood with variance 0.01. The posterior family only changes the variational parameters and
-how they are initialised.
+likelihood with variance 0.01. The posterior family changes the variational parameters and how
+they are initialised, and the transform of those positive hyperparameters: GPflow's softplus for
+the DSVI and Lindinger families, exp (log-parameterised, as bayesfunc's kernels) for O&A's global
+and local inducing (``Family.positive_transform``; ``positive_transform=`` overrides it).
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from typing import List, Optional
 
 import gpflow
@@ -20,7 +24,22 @@ from .layers import GPLayer
 from .models import DeepGP
 from .validation import as_data_array, check_choice, check_data_pair, check_positive_int, check_seed
 
-__all__ = ["build_deep_gp", "build_layers", "linear_mean_maps", "kmeans_inducing_inputs"]
+__all__ = ["build_deep_gp", "build_layers", "linear_mean_maps", "kmeans_inducing_inputs", "POSITIVE_TRANSFORMS"]
+
+#: Transforms of the positive hyperparameters the builders create (GPflow's ``positive_bijector``).
+POSITIVE_TRANSFORMS = ("exp", "softplus")
+
+
+def positive_transform_context(positive_transform: Optional[str]):
+    """A context in which new positive GPflow parameters use ``positive_transform`` (``None``:
+    GPflow's current setting). ``"exp"`` stores ``log(value)`` (shifted by GPflow's positive
+    minimum), so an Adam step changes the value by a relative amount; ``"softplus"`` stores
+    ``softplus^-1(value)``, which for values of a few units or more is nearly the value itself,
+    so an Adam step of size ``lr`` changes it by about ``lr`` whatever its size."""
+    if positive_transform is None:
+        return contextlib.nullcontext()
+    check_choice(positive_transform, "positive_transform", POSITIVE_TRANSFORMS)
+    return gpflow.config.as_context(dataclasses.replace(gpflow.config.config(), positive_bijector=positive_transform))
 
 
 def kmeans_inducing_inputs(X: np.ndarray, num_inducing: int, seed: Optional[int]) -> np.ndarray:
@@ -74,8 +93,13 @@ def build_layers(
     inner_width: int,
     Z: Optional[np.ndarray],
     white: float = 1e-5,
+    positive_transform: Optional[str] = None,
 ) -> List[GPLayer]:
-    """DSVI-style layers. ``Z`` (``[M, D]`` or None) is pushed through the inner mean maps."""
+    """DSVI-style layers. ``Z`` (``[M, D]`` or None) is pushed through the inner mean maps.
+
+    :param positive_transform: ``"exp"`` or ``"softplus"``: the transform of the kernels'
+        variances and lengthscales (``None``: GPflow's current ``positive_bijector``).
+    """
     widths = [inner_width] * (depth - 1)
     maps = linear_mean_maps(X, widths)
     layers = []
@@ -84,9 +108,11 @@ def build_layers(
     for l in range(depth):
         inner = l < depth - 1
         mean = _fixed_linear(maps[l]) if inner else None
+        with positive_transform_context(positive_transform):
+            kernel = _dsvi_kernel(dims[l], inner, white)
         layers.append(
             GPLayer(
-                _dsvi_kernel(dims[l], inner, white),
+                kernel,
                 output_dim=dims[l + 1],
                 input_dim=dims[l],
                 mean_function=mean,
@@ -109,6 +135,7 @@ def build_deep_gp(
     likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
     inner_width: Optional[int] = None,
     seed: Optional[int] = None,
+    positive_transform: Optional[str] = None,
     **posterior_options,
 ) -> DeepGP:
     """A deep GP with the papers' defaults and initialisation.
@@ -122,6 +149,14 @@ def build_deep_gp(
     :param likelihood: a GPflow likelihood; default Gaussian with variance 0.01.
     :param inner_width: width of the inner layers; default ``min(30, D)``.
     :param seed: seeds the k-means / inducing-point initialisation.
+    :param positive_transform: transform of the positive hyperparameters the builder creates (the
+        kernels' variances and lengthscales, the white noise and the default likelihood's
+        variance): ``"exp"`` (log-parameterised: an Adam step changes them by a relative amount)
+        or ``"softplus"`` (GPflow's default: an Adam step changes a value of a few units or more by
+        about the learning rate). Default ``None``: the family's reference code, ``"exp"`` for
+        ``"global"`` and ``"local"`` (bayesfunc's log-lengthscales and log-height), ``"softplus"``
+        for the others (GPflow). With softplus, global inducing on UCI energy needs the full
+        20,000 steps to grow lengthscales from 2 to 100+; see ``docs/global_inducing.md``.
     :param posterior_options: options of the family (e.g. ``whiten=True`` for mean-field,
         ``precision="diagonal"`` for global inducing); each family's accepted options are listed
         in its table entry, and anything else raises a ``ValueError`` naming them.
@@ -132,6 +167,9 @@ def build_deep_gp(
     depth = check_positive_int(depth, "depth")
     num_inducing = check_positive_int(num_inducing, "num_inducing")
     seed = check_seed(seed)
+    if positive_transform is None:
+        positive_transform = family.positive_transform
+    positive_transform = check_choice(positive_transform, "positive_transform", POSITIVE_TRANSFORMS)
     dtype = gpflow.default_float()
     X = as_data_array(X, "X", dtype).numpy()
     Y = as_data_array(Y, "Y", dtype).numpy()
@@ -141,7 +179,8 @@ def build_deep_gp(
         inner_width = min(30, D)
     inner_width = check_positive_int(inner_width, "inner_width")
     if likelihood is None:
-        likelihood = gpflow.likelihoods.Gaussian(variance=0.01)
+        with positive_transform_context(positive_transform):
+            likelihood = gpflow.likelihoods.Gaussian(variance=0.01)
     output_dim = getattr(likelihood, "latent_dim", None) or Y.shape[1]
     if family.layer_inducing in ("kmeans", None) and num_inducing > N:
         source = "k-means on X" if family.layer_inducing else "the training inputs (U_0)"
@@ -156,6 +195,6 @@ def build_deep_gp(
         Z = np.random.default_rng(seed).standard_normal((num_inducing, D))
     else:
         Z = None
-    layers = build_layers(X, output_dim, depth, inner_width, Z)
+    layers = build_layers(X, output_dim, depth, inner_width, Z, positive_transform=positive_transform)
     post = family.initialise(layers, X, Y, num_inducing, seed, **posterior_options)
     return DeepGP(layers, likelihood, post, num_data=N)

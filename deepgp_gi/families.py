@@ -12,7 +12,14 @@ posterior=name)``, :func:`~deepgp_gi.build_deep_gp`, :func:`~deepgp_gi.build_bnn
 * ``initialise(layers, X, Y, num_inducing, seed, **options)`` -- the papers' initialisation of the
   variational parameters;
 * ``options`` -- the keyword options a builder passes on (anything else is refused with this
-  list in the message).
+  list in the message);
+* ``positive_transform`` -- the default transform of the layers' positive hyperparameters in
+  :func:`~deepgp_gi.build_deep_gp` (kernel variances and lengthscales, the white noise, the
+  Gaussian likelihood's variance), following the family's reference code: ``"softplus"``
+  (GPflow's, used by the DSVI and Lindinger code) or ``"exp"`` (log-parameterised, as
+  bayesfunc's kernels for O&A's global and local inducing). Under Adam the exp transform moves
+  a hyperparameter by a relative step per iteration instead of an absolute one, which matters
+  when lengthscales must grow from 2 to 100 or more (``benchmarks/results/gi_convergence.md``).
 
 The global-inducing class is one for deep GPs and BNNs: on DenseLayers it takes the weight-space
 path, so ``DeepGP(dense_layers, lik, posterior="global")`` and ``build_bnn(..., posterior="global")``
@@ -51,6 +58,7 @@ class Family:
     options: Tuple[str, ...]
     layer_inducing: Optional[str]
     summary: str
+    positive_transform: str = "softplus"
 
 
 def _from_layers(cls):
@@ -124,9 +132,9 @@ DEEP_GP_FAMILIES: Dict[str, Family] = {
                "stripes-and-arrow coupled Gaussian (Lindinger et al. 2020)"),
         Family("global", GlobalInducingPosterior, _global_gp,
                _GI + ("log_precision_hidden", "log_precision_output"), None,
-               "global inducing points (Ober & Aitchison 2021)"),
+               "global inducing points (Ober & Aitchison 2021)", positive_transform="exp"),
         Family("local", LocalInducingPosterior, _local, ("precision", "kl", "residual_mean", "rho", "log_precision"),
-               "normal", "local inducing with pseudo-data (Ober & Aitchison 2021)"),
+               "normal", "local inducing with pseudo-data (Ober & Aitchison 2021)", positive_transform="exp"),
     )
 }
 

@@ -68,3 +68,60 @@ def test_global_inducing_takes_inducing_inputs_from_data(rng):
     assert all(np.min(np.abs(X - u).sum(axis=1)) < 1e-12 for u in U0)
     with pytest.raises(ValueError, match="num_inducing=81 exceeds the number of data points N=80"):
         dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=81)
+
+
+def _positive_parameters(model):
+    """``{name: Parameter}`` of the kernels' variances and lengthscales and the likelihood's variance."""
+    out = {"likelihood.variance": model.likelihood.variance}
+    for l, layer in enumerate(model.layers):
+        kernels = layer.kernel.kernels if hasattr(layer.kernel, "kernels") else [layer.kernel]
+        for k, kernel in enumerate(kernels):
+            out[f"{l}.{k}.variance"] = kernel.variance
+            if hasattr(kernel, "lengthscales"):
+                out[f"{l}.{k}.lengthscales"] = kernel.lengthscales
+    return out
+
+
+def _uses_exp(param) -> bool:
+    bijector = param.transform
+    parts = bijector.bijectors if hasattr(bijector, "bijectors") else [bijector]
+    return any(type(b).__name__ == "Exp" for b in parts)
+
+
+@pytest.mark.parametrize("posterior, exp", [("global", True), ("local", True), ("mean_field", False),
+                                            ("stripes_arrow", False)])
+def test_positive_transform_follows_the_family_reference_code(posterior, exp, rng):
+    # O&A's global and local inducing (bayesfunc) learn log-lengthscales and log-heights; the DSVI
+    # and Lindinger code use GPflow's softplus.
+    X, Y = _data(rng)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=10, seed=0)
+    params = _positive_parameters(model)
+    assert len(params) == 6  # noise; inner SE variance + lengthscales, white; last SE variance + lengthscales
+    assert all(_uses_exp(p) == exp for p in params.values()), {n: p.transform.name for n, p in params.items()}
+    # the values are the DSVI ones whatever the transform
+    np.testing.assert_allclose(model.layers[1].kernel.lengthscales.numpy(), np.full(5, 2.0))
+    np.testing.assert_allclose(model.likelihood.variance.numpy(), 0.01)
+    # explicit override, and GPflow's global setting is left alone
+    other = "softplus" if exp else "exp"
+    model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=10, seed=0, positive_transform=other)
+    assert all(_uses_exp(p) == (not exp) for p in _positive_parameters(model).values())
+    assert gpflow.config.default_positive_bijector() == "softplus"
+    with pytest.raises(ValueError, match="positive_transform"):
+        dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=10, positive_transform="log")
+
+
+def test_global_inducing_hyperparameters_take_relative_adam_steps(rng):
+    # The cause of the slow convergence of global inducing on UCI energy
+    # (benchmarks/results/gi_convergence.md): its ARD lengthscales must grow from 2 to 100+, and
+    # under GPflow's softplus an Adam step moves a lengthscale by about the learning rate (0.01), so
+    # that takes > 10,000 steps. Log-parameterised, the first Adam step (|update| = lr exactly)
+    # changes every kernel variance and lengthscale by the factor exp(+-lr).
+    X, Y = _data(rng)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=10, seed=0)
+    params = {n: p for n, p in _positive_parameters(model).items() if n != "likelihood.variance"
+              and not n.endswith(".1.variance")}  # the white noise 1e-5 sits on GPflow's positive minimum
+    before = {n: p.numpy().copy() for n, p in params.items()}
+    dg.fit(model, (X, Y), steps=1, learning_rate=0.01, seed=0, progress=False)
+    for name, p in params.items():
+        step = np.abs(np.log(p.numpy()) - np.log(before[name]))
+        np.testing.assert_allclose(step, 0.01, rtol=1e-3, err_msg=name)
