@@ -39,6 +39,8 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:  # running as a script from a checkout
     sys.path.insert(0, ROOT)
 
+from deepgp_gi.experiments import read_json_lines  # noqa: E402
+
 DEFAULT_OUT = os.path.join(HERE, "results", "gi_convergence.jsonl")
 DEFAULT_MD = os.path.join(HERE, "results", "gi_convergence.md")
 #: O&A (2021) Table 10, global inducing, depth 2: ELBO per datapoint, mean ± SE over 20 splits.
@@ -159,19 +161,7 @@ def _adam_with_schedule(schedule):
 # ------------------------------------------------------------------------------------------ run
 
 
-def read_lines(path: str) -> List[Dict]:
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-    return out
+read_lines = read_json_lines
 
 
 def _key(r: Dict):

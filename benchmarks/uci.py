@@ -40,7 +40,13 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:  # running as a script from a checkout
     sys.path.insert(0, ROOT)
 
-from deepgp_gi.experiments import CONFIG_KEYS, config_key, normalise_config, steps_to_fraction  # noqa: E402
+from deepgp_gi.experiments import (  # noqa: E402
+    CONFIG_KEYS,
+    config_key,
+    normalise_config,
+    read_json_lines,
+    steps_to_fraction,
+)
 
 DEFAULT_RESULTS = os.path.join(HERE, "results", "uci")
 REFERENCE_CSV = os.path.join(DEFAULT_RESULTS, "paper_reference.csv")
@@ -88,20 +94,7 @@ def load_sweep(path: str) -> List[Tuple[str, Dict, int]]:
     return tasks
 
 
-def read_lines(path: str) -> List[Dict]:
-    """The JSON records of a results file (a truncated last line, from a killed run, is ignored)."""
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-    return out
+read_lines = read_json_lines
 
 
 def done_set(path: str) -> set:

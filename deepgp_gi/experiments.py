@@ -16,13 +16,15 @@
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "run_split", "estimate_elbo",
+__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "run_split", "estimate_elbo",
            "smooth_trace", "steps_to_fraction"]
 
 #: The keys that identify a configuration (together with the split).
@@ -32,6 +34,23 @@ CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num
 #: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0)
+
+
+def read_json_lines(path: str) -> List[Dict]:
+    """The JSON records of a results file, one per line (a truncated last line, from a killed run,
+    is ignored; a missing file is empty)."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as fh:
+        for line in fh:
+            line = line.strip()
+            if line:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return out
 
 
 def normalise_config(cfg: Dict) -> Dict:
