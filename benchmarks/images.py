@@ -53,11 +53,6 @@ def load(dataset: str, path, split: int):
     raise ValueError(f"unknown dataset {dataset!r}")
 
 
-def standardise(data):
-    mean, std = float(data.X_train.mean()), float(data.X_train.std())
-    return (data.X_train - mean) / std, (data.X_test - mean) / std
-
-
 def evaluate(model, X, Y, num_samples: int) -> dict:
     probs = metrics.predict_class_probabilities(model, X, num_samples, chunk_size=500)
     lpd = metrics.predict_in_chunks(lambda s: model.predict_log_density((X[s], Y[s]), num_samples).numpy(), X, 500)
@@ -87,7 +82,7 @@ def cell_key(row: dict) -> tuple:
 
 
 def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
-    Xtr, Xte = standardise(data)
+    Xtr, Xte = dg.datasets.standardise_images(data.X_train, data.X_test)
     Ytr, Yte = data.Y_train, data.Y_test
     model = dg.build_conv_bnn(Xtr, Ytr, architecture=args.architecture, posterior=posterior, prior=prior,
                               num_inducing=args.num_inducing, seed=seed)

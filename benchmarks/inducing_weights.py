@@ -538,10 +538,9 @@ def digits_data(split: int):
     """Flattened digits ``[N, 64]`` standardised with the training pixels' mean and standard
     deviation (one number each); labels ``[N, 1]``."""
     data = dg.datasets.load_digits(split)
-    Xtr = data.X_train.reshape(len(data.X_train), -1)
-    Xte = data.X_test.reshape(len(data.X_test), -1)
-    mean, std = float(Xtr.mean()), float(Xtr.std())
-    return (Xtr - mean) / std, data.Y_train, (Xte - mean) / std, data.Y_test
+    Xtr, Xte = dg.datasets.standardise_images(data.X_train.reshape(len(data.X_train), -1),
+                                              data.X_test.reshape(len(data.X_test), -1))
+    return Xtr, data.Y_train, Xte, data.Y_test
 
 
 def digits_cell_key(row: dict) -> tuple:
@@ -575,7 +574,7 @@ def digits_cell(args, method: str, seed: int, data) -> dict:
         "num_members": args.num_members if method in ("ensemble_u", "ensemble_w") else None,
         "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "train_samples": args.train_samples,
         "kl_schedule": args.kl_schedule, "test_samples": S,
-        "accuracy": float(np.mean(np.argmax(probs, 1) == labels)),
+        "accuracy": dg.metrics.top1_accuracy(probs, labels),
         "test_ll": dg.metrics.test_log_likelihood(model, Xte, Yte, num_samples=S, seed=seed),
         "ece": dg.metrics.expected_calibration_error(probs, labels, num_bins=15),
         "entropy": float(np.mean(dg.metrics.categorical_entropy(probs))),

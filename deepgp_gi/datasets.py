@@ -39,6 +39,7 @@ __all__ = [
     "DIGITS_SPLITS",
     "load_digits",
     "load_digits_raw",
+    "standardise_images",
     "digits_split",
     "load_mnist",
     "load_cifar10",
@@ -385,6 +386,15 @@ def _stratified_split(labels: np.ndarray, n_test: int, seed: int) -> tuple[np.nd
     test = np.sort(test)
     train = np.setdiff1d(np.arange(len(labels)), test)
     return train, test
+
+
+def standardise_images(X_train: np.ndarray, X_test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(X - m) / s`` for both arrays with one mean ``m`` and one standard deviation ``s`` of
+    ``X_train`` (all pixels and channels together), the inputs of the image benchmarks."""
+    mean, std = float(np.mean(X_train)), float(np.std(X_train))
+    if not (np.isfinite(std) and std > 0):
+        raise ValueError(f"X_train must have a positive, finite standard deviation, got {std}")
+    return (X_train - mean) / std, (X_test - mean) / std
 
 
 def load_digits(split: int = 0) -> UCIDataset:

@@ -446,3 +446,15 @@ def test_load_cifar10_refuses_arbitrary_pickles(tmp_path, capsys):
     (tmp_path / "data_batch_2").write_bytes(b"garbage")
     with pytest.raises(ValueError, match="data_batch_2: not a CIFAR-10 python batch"):
         load_cifar10(tmp_path)
+
+
+def test_standardise_images_uses_training_statistics():
+    from deepgp_gi.datasets import standardise_images
+
+    rng = np.random.default_rng(0)
+    Xtr, Xte = 3.0 + 2.0 * rng.random((20, 4, 4, 1)), rng.random((5, 4, 4, 1))
+    Str, Ste = standardise_images(Xtr, Xte)
+    assert abs(Str.mean()) < 1e-12 and abs(Str.std() - 1.0) < 1e-12
+    np.testing.assert_allclose(Ste, (Xte - Xtr.mean()) / Xtr.std(), rtol=1e-12)
+    with pytest.raises(ValueError, match="X_train"):
+        standardise_images(np.ones((3, 2, 2, 1)), Xte)
