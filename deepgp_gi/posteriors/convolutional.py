@@ -41,7 +41,7 @@ from ..conv_layers import DeterministicLayer, ResidualBlock, is_weighted, weight
 from ..noise import NoiseLike, NoiseSource
 from ..validation import check_choice, check_finite_array, check_positive_float, per_layer_floats, per_layer_list
 from .base import DeepPosterior, Propagation
-from .factorised import FactorisedWeights, factorised_kl, local_reparameterisation_moments
+from .factorised import _factorised_weights, factorised_kl, local_reparameterisation_moments
 from .inducing import regulariser
 from .prior_scales import PriorPrecisions
 from .pseudo_data import PRECISIONS, PseudoData, analytic_kl, gram_posterior, log_ratio, sample_weights
@@ -159,16 +159,15 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
                 raise ValueError(f"weighted layer {j} ({layer.name}) has local inducing inputs, which the "
                                  f"{family!r} family does not use")
 
-        # Factorised weights.
+        # Factorised weights (the defaults of the dense factorised family).
         self.weights = [None] * J
         fac = [j for j, k in enumerate(self.kinds) if k == "factorised"]
         means = per_layer_list(means, "means", J)
         variances = per_layer_list(variances, "variances", J)
-        for j in fac:
-            D, P = weighted[j].fan_in, weighted[j].output_dim
-            mean = rng.standard_normal((D, P)) / np.sqrt(D) if means[j] is None else means[j]
-            self.weights[j] = FactorisedWeights(mean, 1e-3 / D if variances[j] is None else variances[j],
-                                                name=f"weights_{j}")
+        built = _factorised_weights([weighted[j] for j in fac], [means[j] for j in fac],
+                                    [variances[j] for j in fac], rng)
+        for j, q in zip(fac, built):
+            self.weights[j] = q
 
         # Pseudo-data of the inducing layers.
         V_init = per_layer_list(pseudo_outputs, "pseudo_outputs", J)
