@@ -47,12 +47,6 @@ def _commit() -> str:
         return "unknown"
 
 
-def _config_key(cfg: Dict) -> str:
-    keys = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
-            "learning_rate", "train_samples", "test_samples", "seed")
-    return json.dumps({k: cfg.get(k) for k in keys}, sort_keys=True)
-
-
 def run_uci_split(cfg: Dict, split: int, progress: bool = True, checkpoint_dir: Optional[str] = None) -> Dict:
     """Fit one split with the configuration ``cfg`` and return the result record
     (:func:`deepgp_gi.experiments.run_split`, shared with ``benchmarks/uci.py``)."""
@@ -83,6 +77,7 @@ def _summary(records: List[Dict]) -> str:
 
 def _cmd_uci(args) -> int:
     from . import datasets
+    from .experiments import config_key, normalise_config
 
     model = "bnn" if args.model == "bnn" else "gp"
     choices = BNN_POSTERIORS if model == "bnn" else GP_POSTERIORS
@@ -97,16 +92,18 @@ def _cmd_uci(args) -> int:
         prior=args.prior if model == "bnn" else None, hidden=list(args.hidden) if model == "bnn" else None,
         num_inducing=args.num_inducing, steps=args.steps, batch_size=args.batch_size,
         learning_rate=args.lr, train_samples=args.train_samples, test_samples=args.test_samples, seed=args.seed,
+        positive_transform=args.positive_transform if model == "gp" else None, protocol=args.protocol,
     )
+    cfg = normalise_config(cfg)
     done: Dict[int, Dict] = {}
-    key = _config_key(cfg)
+    key = config_key(cfg)
     if args.out and os.path.exists(args.out):
         with open(args.out) as fh:
             for line in fh:
                 line = line.strip()
                 if line:
                     r = json.loads(line)
-                    if _config_key(r) == key:
+                    if config_key(r) == key:
                         done[r["split"]] = r
     records = []
     command = "deepgp-gi " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -180,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     uci.add_argument("--train-samples", type=int, default=1, help="Monte Carlo samples per training step (default 1)")
     uci.add_argument("--test-samples", type=int, default=100, help="samples of the predictive mixture (default 100)")
     uci.add_argument("--seed", type=int, default=0, help="base seed; split k uses seed+k (default 0)")
+    uci.add_argument("--protocol", choices=("random", "extrapolation"), default="random",
+                     help="random: the standard 90/10 splits (default); extrapolation: Lindinger et al.'s 50/50 split "
+                          "along a random 1-D projection of the inputs")
+    uci.add_argument("--positive-transform", choices=("exp", "softplus"), default=None,
+                     help="transform of the kernels' positive hyperparameters (gp only; default: the family's)")
     uci.add_argument("--out", default=None, help="append one JSON line per split here; splits already there are skipped")
     uci.add_argument("--checkpoint-dir", default=None, help="checkpoint each split's training here (resumable)")
     uci.add_argument("--no-progress", action="store_true", help="hide the progress bar")

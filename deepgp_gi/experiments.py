@@ -11,6 +11,9 @@
   the predictive mixture (the papers use S = 100);
 * ``train_time_s``, ``ms_per_step`` (training wall time per Adam step after the first logged
   step, i.e. without tracing/compilation) and ``eval_time_s``;
+* for the extrapolation protocol, ``test_ll_points`` (each test point's log predictive density,
+  original units) and ``test_pit`` (each test target's predictive CDF value), for point-by-point
+  comparisons of methods and calibration curves;
 * ``trace``: the training ELBO per datapoint against step, averaged over blocks of steps (the raw
   one-sample minibatch estimates are noisy), for convergence plots.
 """
@@ -24,16 +27,22 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "run_split", "estimate_elbo",
+__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "run_split", "estimate_elbo",
            "smooth_trace", "steps_to_fraction"]
 
 #: The keys that identify a configuration (together with the split).
 CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
-               "learning_rate", "train_samples", "test_samples", "seed")
+               "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol")
+
+#: Values of keys added to :data:`CONFIG_KEYS` later, for result lines written before them: every
+#: earlier line used the random 90/10 splits, and every earlier deep GP the softplus transform
+#: (the library's only one then). :func:`config_key` reads a missing key as this value.
+LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus"}
 
 #: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
-                steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0)
+                steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
+                positive_transform=None, protocol="random")
 
 
 def read_json_lines(path: str) -> List[Dict]:
@@ -58,8 +67,16 @@ def normalise_config(cfg: Dict) -> Dict:
 
     ``model`` is ``"gp"`` (deep GP; ``"dgp"`` is accepted) or ``"bnn"``; for a BNN ``depth`` is the
     number of weight layers (``len(hidden) + 1``) and ``prior`` defaults to ``"neal"``; a deep GP
-    has ``prior = hidden = None``.
+    has ``prior = hidden = None``. ``positive_transform`` (deep GPs only; ``None`` for a BNN) is
+    resolved to the family's default (:attr:`deepgp_gi.families.Family.positive_transform`) when
+    not given, so a line records the transform it was trained with. ``protocol`` is the split
+    protocol of :func:`deepgp_gi.datasets.load_uci` (``"random"`` or ``"extrapolation"``).
     """
+    from .builders import POSITIVE_TRANSFORMS
+    from .datasets import PROTOCOLS
+    from .families import DEEP_GP_FAMILIES
+    from .validation import check_choice
+
     out = dict(DEFAULTS)
     out.update({k: v for k, v in cfg.items() if k in CONFIG_KEYS})
     if "dataset" not in cfg:
@@ -74,10 +91,18 @@ def normalise_config(cfg: Dict) -> Dict:
         out["prior"] = out["prior"] or "neal"
         if "posterior" not in cfg:
             out["posterior"] = "global"
+        out["positive_transform"] = None
     else:
         out["prior"] = None
         out["hidden"] = None
         out["depth"] = int(out["depth"])
+        family = DEEP_GP_FAMILIES.get(out["posterior"])
+        if out["positive_transform"] is None and family is not None:
+            out["positive_transform"] = family.positive_transform
+        if out["positive_transform"] is not None:
+            out["positive_transform"] = check_choice(out["positive_transform"], "positive_transform",
+                                                     POSITIVE_TRANSFORMS)
+    out["protocol"] = check_choice(out["protocol"], "protocol", PROTOCOLS)
     for k in ("num_inducing", "steps", "train_samples", "test_samples", "seed"):
         out[k] = int(out[k])
     out["learning_rate"] = float(out["learning_rate"])
@@ -86,10 +111,20 @@ def normalise_config(cfg: Dict) -> Dict:
     return out
 
 
-def config_key(cfg: Dict) -> str:
-    """A canonical string of the configuration (the keys of :data:`CONFIG_KEYS`), for matching lines."""
-    import json
+def with_legacy_values(record: Dict) -> Dict:
+    """A copy of a result line (or configuration) with the keys added to :data:`CONFIG_KEYS` after it
+    was written filled in from :data:`LEGACY_VALUES` (``positive_transform`` only for deep GPs)."""
+    out = dict(record)
+    for k, v in LEGACY_VALUES.items():
+        if k not in out and (k != "positive_transform" or out.get("model") == "gp"):
+            out[k] = v
+    return out
 
+
+def config_key(cfg: Dict) -> str:
+    """A canonical string of the configuration (the keys of :data:`CONFIG_KEYS`), for matching lines
+    (a key the line predates reads as in :func:`with_legacy_values`)."""
+    cfg = with_legacy_values(cfg)
     return json.dumps({k: cfg.get(k) for k in CONFIG_KEYS}, sort_keys=True)
 
 
@@ -165,14 +200,14 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     from .training import fit
 
     cfg = normalise_config(cfg)
-    data = datasets.load_uci(cfg["dataset"], split)
+    data = datasets.load_uci(cfg["dataset"], split, protocol=cfg["protocol"])
     N = data.X_train.shape[0]
     batch_size = min(cfg["batch_size"] or 10000, N)
     seed = cfg["seed"] + split
     if cfg["model"] == "gp":
         M = min(cfg["num_inducing"], N) if cfg["posterior"] != "global" else cfg["num_inducing"]
         model = build_deep_gp(data.X_train, data.Y_train, depth=cfg["depth"], posterior=cfg["posterior"],
-                              num_inducing=M, seed=seed)
+                              num_inducing=M, seed=seed, positive_transform=cfg["positive_transform"])
     else:
         from .bnn import build_bnn
 
@@ -190,7 +225,13 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     elbo, elbo_se, elbo_samples = estimate_elbo(model, (data.X_train, data.Y_train), se_target=elbo_se_target,
                                                 seed=seed)
     S = cfg["test_samples"]
-    test_ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, S)
+    pointwise = cfg["protocol"] != "random"
+    if pointwise:  # per-point results, for comparing methods point by point and calibration curves
+        lpd = metrics.pointwise_log_density(model, data.X_test, data.Y_test, data.y_std, S, seed=seed)
+        pit = metrics.predictive_cdf(model, data.X_test, data.Y_test, S, seed=seed)
+        test_ll = float(np.mean(lpd))
+    else:
+        test_ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, S)
     err = metrics.rmse(model, data.X_test, data.Y_test, data.y_std, S)
     eval_time = time.perf_counter() - t1
     trace_steps, trace_elbo = smooth_trace(history.step, history.elbo_per_datapoint, trace_points)
@@ -204,4 +245,6 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
         resumed_from=int(history.resumed_from),
         trace={"step": trace_steps, "elbo_per_datapoint": [round(v, 5) for v in trace_elbo]},
     )
+    if pointwise:
+        record.update(test_ll_points=[round(float(v), 5) for v in lpd], test_pit=[round(float(v), 5) for v in pit])
     return record

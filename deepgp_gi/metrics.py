@@ -4,6 +4,10 @@ Regression, in the papers' protocol: targets are standardised for training; the 
 reported in the original units (``y_std`` undoes the scaling): :func:`test_log_likelihood`,
 :func:`rmse`, :func:`evaluate_dataset`.
 
+Calibration of regression (Lindinger et al. 2020, Fig. 3): :func:`predictive_cdf` gives each test
+target's value of the predictive mixture's CDF (its probability integral transform), and
+:func:`calibration_curve` the fraction of targets inside each central predictive interval.
+
 Classification (a ``Softmax``, ``MultiClass`` or ``Bernoulli`` likelihood): the predictive class
 probabilities ``p(y = c | x)`` of the Monte Carlo mixture (:func:`predict_class_probabilities`),
 and on them :func:`accuracy`, :func:`ece` (expected calibration error) and
@@ -25,6 +29,9 @@ from .validation import check_finite_array, check_positive_int, check_seed
 
 __all__ = [
     "test_log_likelihood",
+    "pointwise_log_density",
+    "predictive_cdf",
+    "calibration_curve",
     "rmse",
     "predict_in_chunks",
     "chunk_seed",
@@ -74,6 +81,13 @@ def test_log_likelihood(model, X_test, Y_test, y_std: float = 1.0, num_samples: 
     ``log p(y_n | x_n)`` of the predictive mixture, i.e. minus the test NLL. ``seed``: ``None``
     (fresh draws) or an int (reproducible; see :func:`chunk_seed`).
     """
+    return float(np.mean(pointwise_log_density(model, X_test, Y_test, y_std, num_samples, chunk_size, seed)))
+
+
+def pointwise_log_density(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000,
+                          seed=None) -> np.ndarray:
+    """``[N]``: each test point's log predictive density in the original units of Y
+    (:func:`test_log_likelihood` is their mean; arguments as there)."""
     num_samples = check_positive_int(num_samples, "num_samples")
     seed = check_seed(seed, "seed")
     _check_scale(y_std)
@@ -83,7 +97,57 @@ def test_log_likelihood(model, X_test, Y_test, y_std: float = 1.0, num_samples: 
         lambda s: model.predict_log_density((X[s], Y[s]), num_samples, chunk_seed(seed, s.start, chunk_size)).numpy(),
         X, chunk_size,
     )
-    return float(np.mean(lpd) - np.log(y_std))
+    return lpd - np.log(y_std)
+
+
+def predictive_cdf(model, X_test, Y_test, num_samples: int = 100, chunk_size: int = 1000, seed=None) -> np.ndarray:
+    """``[N]``: the predictive mixture's CDF at each test target (its probability integral transform).
+
+    For a Gaussian likelihood the predictive is the equal-weight mixture over ``num_samples``
+    samples of ``N(mean_s, var_s + noise)``, so the CDF is ``mean_s Phi((y - mean_s) / sd_s)``. A
+    calibrated predictor gives uniform values. Standardising Y does not change them. Needs one
+    output column (``Y_test`` ``[N, 1]``) and a ``gpflow.likelihoods.Gaussian`` likelihood.
+    """
+    num_samples = check_positive_int(num_samples, "num_samples")
+    seed = check_seed(seed, "seed")
+    if not isinstance(model.likelihood, gpflow.likelihoods.Gaussian):
+        raise TypeError(f"predictive_cdf needs a Gaussian likelihood, the model has {type(model.likelihood).__name__}")
+    X, Y = model.check_data((X_test, Y_test), names=("X_test", "Y_test"))
+    if Y.shape[-1] != 1:
+        raise ValueError(f"Y_test must have one column for predictive_cdf, got shape {tuple(Y.shape)}")
+    X, Y = X.numpy(), Y.numpy()
+
+    def chunk(s):
+        mean, var = model.predict_f_components(X[s], num_samples, chunk_seed(seed, s.start, chunk_size))
+        noise = model.likelihood.variance_at(tf.constant(X[s]))  # [N, 1], constant or heteroscedastic
+        sd = tf.sqrt(var + noise[None])
+        z = (tf.constant(Y[s], sd.dtype)[None] - mean) / sd
+        return tf.reduce_mean(0.5 * tf.math.erfc(-z / np.sqrt(2.0)), axis=0)[:, 0].numpy()
+
+    return predict_in_chunks(chunk, X, chunk_size)
+
+
+def calibration_curve(pit, levels=None):
+    """Observed coverage of central predictive intervals, from :func:`predictive_cdf` values.
+
+    A target lies inside the central interval of probability ``p`` when ``|u - 1/2| <= p/2`` for its
+    CDF value ``u``. A calibrated predictor's observed coverage equals ``p``; an overconfident one's
+    is below it.
+
+    :param pit: ``[N]`` CDF values in [0, 1].
+    :param levels: interval probabilities in (0, 1]; default 0.05, 0.10, ..., 1.0.
+    :return: ``(levels [K], observed [K])``.
+    """
+    pit = check_finite_array(pit, "pit")
+    if pit.ndim != 1 or pit.size == 0:
+        raise ValueError(f"pit must be a non-empty 1-D array, got shape {pit.shape}")
+    if np.any(pit < 0) or np.any(pit > 1):
+        raise ValueError("pit values must lie in [0, 1]")
+    levels = np.linspace(0.05, 1.0, 20) if levels is None else check_finite_array(levels, "levels")
+    if levels.ndim != 1 or np.any(levels <= 0) or np.any(levels > 1):
+        raise ValueError("levels must be a 1-D array of probabilities in (0, 1]")
+    inside = np.abs(pit[None, :] - 0.5) <= levels[:, None] / 2 + 1e-12
+    return levels, inside.mean(axis=1)
 
 
 def rmse(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000, seed=None):

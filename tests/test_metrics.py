@@ -1,14 +1,19 @@
 """Classification metrics: ECE, accuracy and entropy on arrays against constructed cases, and on a
-Softmax / Bernoulli model against the array versions applied to its class probabilities."""
+Softmax / Bernoulli model against the array versions applied to its class probabilities.
+Regression calibration: the predictive CDF and per-point log density against the Gaussian of a
+one-layer model, and calibration curves against analytic coverages."""
 import gpflow
 import numpy as np
 import pytest
 
 import deepgp_gi as dg
 from deepgp_gi.metrics import (
+    calibration_curve,
     categorical_entropy,
     expected_calibration_error,
+    pointwise_log_density,
     predict_class_probabilities,
+    predictive_cdf,
     top1_accuracy,
 )
 
@@ -222,3 +227,69 @@ def test_classification_metrics_refuse_bad_input(rng):
         dg.metrics.predictive_entropy(model, X, per_point="yes")
     with pytest.raises(ValueError, match="X_test contains NaN at row 2"):
         dg.metrics.predictive_entropy(model, np.where(np.arange(31)[:, None] == 2, np.nan, X))
+
+
+# ------------------------------------------------------------------------------ regression calibration
+def _one_layer_gp(rng, n=40):
+    X = rng.normal(size=(n, 2))
+    Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(n, 1))
+    return dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=8, seed=0), X, Y
+
+
+def test_predictive_cdf_of_a_one_layer_model_is_the_gaussian_cdf(rng):
+    # depth 1: every sample's component is the same Gaussian, so the mixture CDF is the CDF of
+    # N(predict_y mean, predict_y var) (an exact identity, independent of the Monte Carlo draws)
+    from scipy.stats import norm
+
+    model, X, Y = _one_layer_gp(rng)
+    Xt, Yt = rng.normal(size=(25, 2)), rng.normal(size=(25, 1))
+    pit = predictive_cdf(model, Xt, Yt, 5, seed=1)
+    mean, var = model.predict_y(Xt, 5, seed=1)
+    np.testing.assert_allclose(pit, norm.cdf(Yt[:, 0], mean.numpy()[:, 0], np.sqrt(var.numpy()[:, 0])), atol=1e-12)
+    # chunking draws other samples but, here, the same components
+    np.testing.assert_allclose(predictive_cdf(model, Xt, Yt, 5, chunk_size=7, seed=1), pit, atol=1e-12)
+
+
+def test_pointwise_log_density_is_the_per_point_test_log_likelihood(rng):
+    model, X, Y = _one_layer_gp(rng)
+    lpd = pointwise_log_density(model, X, Y, y_std=2.5, num_samples=10, seed=4)
+    assert lpd.shape == (len(X),)
+    assert np.mean(lpd) == pytest.approx(dg.metrics.test_log_likelihood(model, X, Y, 2.5, 10, seed=4), abs=1e-12)
+    mean, var = model.predict_y(X, 10, seed=4)
+    from scipy.stats import norm
+
+    np.testing.assert_allclose(lpd, norm.logpdf(Y[:, 0], mean.numpy()[:, 0], np.sqrt(var.numpy()[:, 0])) - np.log(2.5),
+                               atol=1e-9)
+
+
+def test_calibration_curve_oracles():
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(0)
+    n = 200_000
+    levels, observed = calibration_curve(rng.uniform(size=n))  # calibrated: coverage = nominal
+    np.testing.assert_allclose(observed, levels, atol=4 * np.sqrt(0.25 / n))
+    # predictive N(0, 1) for targets ~ N(0, 2^2): the central p-interval +-q, q = Phi^-1((1 + p) / 2),
+    # holds a fraction 2 Phi(q / 2) - 1 of the targets
+    y = 2.0 * rng.normal(size=n)
+    levels, observed = calibration_curve(norm.cdf(y), [0.2, 0.5, 0.9])
+    expected = 2 * norm.cdf(norm.ppf((1 + levels) / 2) / 2) - 1
+    np.testing.assert_allclose(observed, expected, atol=4 * np.sqrt(0.25 / n))
+    assert np.all(observed < levels)  # overconfident
+    # hand-made: u = 0.5 is inside every interval, u = 0 and 1 only inside the 100% one
+    lv, ob = calibration_curve([0.5, 0.0, 1.0, 0.3], [0.2, 0.4, 1.0])
+    np.testing.assert_allclose(ob, [0.25, 0.5, 1.0])
+
+
+def test_calibration_inputs_are_checked(rng):
+    with pytest.raises(ValueError, match=r"pit values must lie in \[0, 1\]"):
+        calibration_curve([0.2, 1.2])
+    with pytest.raises(ValueError, match="pit must be a non-empty 1-D array"):
+        calibration_curve([])
+    with pytest.raises(ValueError, match="pit contains NaN"):
+        calibration_curve([0.2, np.nan])
+    with pytest.raises(ValueError, match=r"levels must be a 1-D array of probabilities in \(0, 1\]"):
+        calibration_curve([0.2], [0.0, 0.5])
+    model, X, Y = _softmax_bnn(rng)
+    with pytest.raises(TypeError, match="predictive_cdf needs a Gaussian likelihood"):
+        predictive_cdf(model, X, Y, 3)

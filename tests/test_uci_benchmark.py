@@ -74,12 +74,13 @@ def test_sweep_and_report_end_to_end(uci, tmp_path, capsys):
         assert (tmp_path / "rep" / png).stat().st_size > 1000
 
 
-def _line(split, lr, ll, elbo, rmse, dataset="boston", posterior="global", steps=100):
+def _line(split, lr, ll, elbo, rmse, dataset="boston", posterior="global", steps=100, **extra):
     return dict(model="gp", dataset=dataset, posterior=posterior, depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=steps, batch_size=None, learning_rate=lr, train_samples=1, test_samples=100, seed=0,
+                positive_transform="exp" if posterior in ("global", "local") else "softplus", protocol="random",
                 split=split, test_ll=ll, rmse=rmse, elbo_per_datapoint=elbo, elbo_se_per_datapoint=0.005,
                 ms_per_step=10.0, commit="abc1234",
-                trace={"step": [10, 20, 30, 40, 50], "elbo_per_datapoint": [-3.0, -1.0, -0.2, -0.15, -0.1]})
+                trace={"step": [10, 20, 30, 40, 50], "elbo_per_datapoint": [-3.0, -1.0, -0.2, -0.15, -0.1]}) | extra
 
 
 def test_report_mean_se_against_hand_computation(uci, tmp_path):
@@ -146,3 +147,63 @@ def test_sweep_file_order_and_validation(uci, tmp_path):
     bad.write_text('[[group]]\nname = "x"\ndatasets = ["yacht"]\nsplits = [0]\nstepz = 3\n')
     with pytest.raises(ValueError, match="unknown keys"):
         uci.load_sweep(str(bad))
+
+
+def test_lines_written_before_a_config_key_existed(uci, tmp_path):
+    """A line without ``positive_transform``/``protocol`` was trained with softplus on the random
+    splits: it matches a softplus configuration, not the exp default of global inducing, and the
+    report shows it as its own row, marked."""
+    old = _line(0, 0.01, -2.4, -0.4, 3.0)
+    del old["positive_transform"], old["protocol"]
+    mf = _line(0, 0.01, -2.5, -0.5, 3.1, posterior="mean_field")
+    del mf["positive_transform"], mf["protocol"]
+    new = _line(0, 0.01, -2.3, -0.3, 2.9)
+    res = tmp_path / "res"
+    res.mkdir()
+    path = res / "lines.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in (old, mf)))
+    done = uci.done_set(str(path))
+    cfg = {k: old[k] for k in uci.CONFIG_KEYS if k in old}
+    assert (uci.config_key(uci.normalise_config(cfg)), 0) not in done  # global now defaults to exp
+    assert (uci.config_key(uci.normalise_config(dict(cfg, positive_transform="softplus"))), 0) in done
+    mf_cfg = {k: mf[k] for k in uci.CONFIG_KEYS if k in mf}
+    assert (uci.config_key(uci.normalise_config(mf_cfg)), 0) in done  # mean-field's default is softplus
+    path.write_text("".join(json.dumps(x) + "\n" for x in (old, mf, new)))
+    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
+    md = (tmp_path / "rep" / "uci.md").read_text()
+    assert "| boston | global (softplus) | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
+    assert "| boston | global | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
+    assert "| boston | mean_field | 2 | 100 | 100 | 1 | -2.50 (1 split) |" in md
+    # the global-vs-mean-field comparison uses the current default (exp), not the old row
+    assert "| boston | 2 | 100 | 1 | -0.50 (1 split) | -0.30 (1 split) | yes |" in md
+
+
+def test_extrapolation_section_against_hand_computation(uci, tmp_path):
+    rng = np.random.default_rng(0)
+    lines = []
+    star_pts, mf_pts = {}, {}
+    for split in (0, 1):
+        for post in ("stripes_arrow", "mean_field"):
+            pts = rng.normal(size=50)
+            (star_pts if post == "stripes_arrow" else mf_pts)[split] = pts
+            lines.append(_line(split, 0.01, float(pts.mean()), -0.5, 3.0, dataset="kin8nm", posterior=post,
+                               protocol="extrapolation", test_ll_points=pts.tolist(),
+                               test_pit=rng.uniform(size=50).tolist()))
+    lines.append(_line(0, 0.01, -2.3, -0.3, 2.9))  # a random-protocol line stays in the main tables
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "x.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "uci.md").read_text()
+    main, extra = md.split("## Extrapolation")
+    assert "kin8nm" not in main and "| boston | global |" in main
+    freqs = [np.mean(star_pts[s] > mf_pts[s]) for s in (0, 1)]
+    m, se = np.mean(freqs), np.std(freqs, ddof=1) / np.sqrt(2)
+    assert f"| kin8nm | 2 | 100 | mean_field | 2 | {m:.2f} ± {se:.2f} | 0.36 ± 0.03 |" in extra
+    ll = [star_pts[s].mean() for s in (0, 1)]
+    assert f"| kin8nm | stripes_arrow | 2 | 100 | 2 | {np.mean(ll):.2f} ± {np.std(ll, ddof=1) / np.sqrt(2):.2f} |" in extra
+    assert (tmp_path / "rep" / "calibration.png").stat().st_size > 1000
+    # per-point lines of different lengths cannot be compared
+    bad = dict(lines[0], test_ll_points=[0.0])
+    with pytest.raises(ValueError, match="test points"):
+        uci.star_beats_frequency(bad, lines[1])
