@@ -82,6 +82,30 @@ def _exp_decay(final_fraction: float):
     return make
 
 
+def _late_decay(start_fraction: float, final_fraction: float):
+    """lr constant for the first ``start_fraction`` of the run, then decayed exponentially to
+    ``final_fraction`` of it at the end (the hyperparameters settle first, then the noise shrinks)."""
+
+    def make(steps, lr):
+        import tf_keras
+
+        start = int(start_fraction * steps)
+
+        class LateDecay(tf_keras.optimizers.schedules.LearningRateSchedule):
+            def __call__(self, step):
+                import tensorflow as tf
+
+                t = tf.maximum(tf.cast(step, tf.float32) - start, 0.0) / float(max(steps - start, 1))
+                return lr * tf.pow(final_fraction, t)
+
+            def get_config(self):
+                return dict(start=start, steps=steps, lr=lr, final_fraction=final_fraction)
+
+        return LateDecay()
+
+    return make
+
+
 def _hidden_near_mean(log_precision: float):
     """Hidden layers start at their mean function: V_l = 0 observed with precision e^log_precision
     (instead of V_l ~ N(0, 1) with e^-4, i.e. q(U_l) = prior, a GP draw of variance 2)."""
@@ -134,6 +158,17 @@ VARIANTS: "OrderedDict[str, Variant]" = OrderedDict(
                                 "global/local since",
                 build=dict(positive_transform="exp")),
         Variant("lr_0.03", "Adam 0.03 constant", fit=dict(learning_rate=0.03)),
+        # under the exp transform (the library default for global since this study): one more change each
+        Variant("exp_samples10", "exp transform and 10 training samples per step (O&A's BNN protocol; "
+                                 "GPflux's GI deep GP default)",
+                build=dict(positive_transform="exp"), fit=dict(num_samples=10)),
+        Variant("exp_late_decay", "exp transform; Adam 0.01 constant for 60% of the run, then decayed "
+                                  "exponentially to 0.001",
+                build=dict(positive_transform="exp"), schedule=_late_decay(0.6, 0.1)),
+        Variant("exp_precision_diagonal", "exp transform and per-unit diagonal Λ instead of full",
+                build=dict(positive_transform="exp", precision="diagonal")),
+        Variant("exp_no_residual_mean", "exp transform and no mean functions (bayesfunc's GI-GP)",
+                build=dict(positive_transform="exp", residual_mean=False)),
     )
 )
 
