@@ -16,8 +16,16 @@ through ``Z_r`` ``[M_out, d_out]``, ``Z_c`` ``[M_in, d_in]`` and positive diagon
 
 Weights are sampled by the extended Matheron rule (:func:`extended_matheron_sample`), which
 never forms the ``d_out d_in x d_out d_in`` covariance; it acts on a ``[S, d_out, d_in]`` weight
-matrix, so a convolutional layer can use it on its flattened ``[C_out, k k C_in]`` filters. The
-dense layers of the library use ``Phi @ W^T`` (weights ``[S, d_in, d_out]``, columns are units).
+matrix. The dense layers of the library use ``Phi @ W^T`` (weights ``[S, d_in, d_out]``, columns
+are units).
+
+Convolutional networks. The three posteriors also take a convolutional network
+(:func:`~deepgp_gi.conv_layers.check_network`; :func:`~deepgp_gi.conv_bnn.build_conv_bnn`): every
+weighted layer ``j`` (convolutions and dense layers, in forward order) gets the maths above, a
+``k x k`` convolution with its filter as the ``[C_out, k k C_in + 1]`` matrix (``d_out = C_out``,
+``d_in`` its fan-in with the bias), applied as the transposed ``[S, k k C_in + 1, C_out]`` filter
+(:func:`~deepgp_gi.conv_layers.apply_weights`). Layer indices ``l`` below are weighted-layer
+indices.
 
 Relative jitter. ``jitter`` (default 1e-4, as the reference code) is folded into the diagonals:
 ``D_eff^2 = D^2 + jitter * mean(diag(Z Z^T + D^2))``; ``D_eff`` is then used *everywhere* (``Psi``,
@@ -442,7 +450,7 @@ class FFGInducingPosterior(_InducingWeightPosterior):
     ``sum_l KL[q(U~_l) || N(0, I)] + d_in d_out (lambda_l^2/2 - log lambda_l - 1/2)`` (plus the
     random-scale prior's log-ratio). Weights are sampled per Monte Carlo sample (``var = 0``).
 
-    :param layers: DenseLayers.
+    :param layers: DenseLayers, or a convolutional network (module docs).
     :param num_inducing: ``M`` (the inducing weights are ``min(M, d_out) x min(M, d_in)``).
     :param lambda_init, lambda_max: ``lambda`` (1e-3, capped at 1).
     :param sd_init, sd_max: the whitened sd (1e-3, capped at 1, the prior's).
@@ -529,6 +537,8 @@ class EnsembleWeightPosterior(_SampledWeightPosterior):
     :func:`ensemble_members`. The KL is undefined and dropped; ``prior_regulariser=True`` adds
     ``-log p(W_k)`` (MAP ensemble members). Noise: ``"member"`` (and ``"s/{l}"``) only.
 
+    :param layers: DenseLayers, or a convolutional network (module docs; a convolution's members
+        are ``[K, k k C_in + 1, C_out]`` filters).
     :param num_members: ``K`` (5).
     :param prior_regulariser: add ``-log p(W_k)`` (False).
     :param seed: seeds the initial members.
