@@ -105,7 +105,8 @@ def test_kl_is_zero_at_the_prior_and_the_closed_form_elsewhere():
     for layer, m, s, iw in zip(post.weighted, post.u_means, post.u_sds, post.inducing_weights):
         m, s, lam = m.numpy(), s.numpy(), iw.lam.numpy()
         d_out = layer.output_dim
-        d_in = layer.kernel_size**2 * layer.input_shape[-1] + 1 if hasattr(layer, "kernel_size") else layer.input_dim + 1
+        is_conv = hasattr(layer, "kernel_size")
+        d_in = layer.kernel_size**2 * layer.input_shape[-1] + 1 if is_conv else layer.input_dim + 1
         assert (iw.d_out, iw.d_in) == (d_out, d_in)
         ref += 0.5 * np.sum(s**2 + m**2 - 1 - np.log(s**2)) + d_out * d_in * (lam**2 / 2 - np.log(lam) - 0.5)
     np.testing.assert_allclose(post.propagate(X, 3, seed=SeededNoise(2)).kl.numpy(), ref, rtol=1e-12)
@@ -257,7 +258,6 @@ def test_conv_training_step_compiles_and_equals_plain_step(posterior):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-7, atol=1e-8)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("posterior", ["ffg_u", "ensemble_u", "ensemble_w"])
 def test_conv_inducing_weights_train(posterior):
     """A short run raises the ELBO (the KL-free objective for the ensembles)."""
