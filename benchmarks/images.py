@@ -18,6 +18,14 @@ MNIST / CIFAR-10 with the paper's settings (O&A 2021 App. O: ResNet, M = 500, ba
     python benchmarks/images.py sweep --dataset cifar10 --path ~/data/cifar-10-batches-py --paper \
         --out results/cifar10.jsonl
 
+Inducing weights (Ritter et al. 2021; every conv and dense layer, ``--num-inducing`` is M) on
+the digits, written to their own file with the FFG-W (factorised) reference:
+
+    nice -n 19 python benchmarks/images.py sweep --posteriors ffg_u,ensemble_u,factorised,ensemble_w \
+        --priors neal --seeds 0 --num-inducing 16 --out benchmarks/results/images/digits_inducing_weights.jsonl
+
+Every row records the number of variational parameters (``dg.parameter_count``).
+
 Inputs are standardised with the training images' mean and standard deviation (one number each).
 """
 from __future__ import annotations
@@ -40,6 +48,8 @@ import deepgp_gi as dg  # noqa: E402
 from deepgp_gi import metrics  # noqa: E402
 
 POSTERIORS = ("factorised", "global", "factorised_global")
+#: Ritter et al.'s inducing-weight families on the same conv nets (``--num-inducing`` is M).
+INDUCING_WEIGHTS = ("ffg_u", "ensemble_u", "ensemble_w")
 PRIORS = ("neal", "spatial_iw")
 
 
@@ -77,8 +87,14 @@ def elbo_per_image(model, X, Y, num_samples: int, chunk: int = 500) -> float:
     return (ell - float(np.mean(kls))) / N
 
 
+def _m(posterior: str, num_inducing: int):
+    """M where it changes the model (global inducing images, inducing-weight size), else None."""
+    return None if posterior in ("factorised", "ensemble_w", "local") else num_inducing
+
+
 def cell_key(row: dict) -> tuple:
-    return (row["dataset"], row["architecture"], row["posterior"], row["prior"], row["seed"], row["steps"])
+    return (row["dataset"], row["architecture"], row["posterior"], row["prior"], row["seed"], row["steps"],
+            _m(row["posterior"], row["num_inducing"]))
 
 
 def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
@@ -107,6 +123,7 @@ def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
                         if len(history.step) > 1 else 1000.0 * train_seconds / max(1, steps_run)),
         "train_seconds": train_seconds,
         "elbo_per_image": elbo_per_image(model, Xtr, Ytr, args.test_samples),
+        "parameters": dg.parameter_count(model),
     }
     row.update(evaluate(model, Xte, Yte, args.test_samples))
     row["command"] = " ".join([os.path.basename(sys.executable)] + sys.argv)
@@ -126,7 +143,8 @@ def sweep(args):
     for seed in map(int, args.seeds.split(",")):
         for prior in args.priors.split(","):
             for posterior in args.posteriors.split(","):
-                key = (args.dataset, args.architecture, posterior, prior, seed, args.steps)
+                key = (args.dataset, args.architecture, posterior, prior, seed, args.steps,
+                       _m(posterior, args.num_inducing))
                 if key in done:
                     continue
                 print(f"== {args.dataset} {args.architecture} {posterior} {prior} seed {seed}", flush=True)
@@ -146,17 +164,25 @@ def report(args):
     rows = [json.loads(line) for line in Path(args.results).read_text().splitlines() if line.strip()]
     groups = {}
     for r in rows:
-        groups.setdefault((r["dataset"], r["architecture"], r["steps"], r["prior"], r["posterior"]), []).append(r)
+        label = r["posterior"]
+        if r["posterior"] in INDUCING_WEIGHTS and _m(r["posterior"], r["num_inducing"]) is not None:
+            label += f" M={r['num_inducing']}"
+        groups.setdefault((r["dataset"], r["architecture"], r["steps"], r["prior"], label), []).append(r)
     lines = ["# Convolutional BNNs on images", "",
              "Mean ± standard error over seeds (n = number of seeds). Accuracy and ECE in %, test "
              "log-likelihood and ELBO per image in nats; ms/step on the machine that ran the cell "
              "(compare only within one file).", "",
              f"Produced by `python benchmarks/images.py report --results {args.results} --out {args.out}`; "
-             "each row's sweep command is in the JSON lines.", "",
-             "| dataset | net | steps | prior | posterior | n | accuracy | test LL | ECE | entropy | ELBO/N | ms/step |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = {p: i for i, p in enumerate(POSTERIORS)}
-    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], k[3], order.get(k[4], 9))):
+             "each row's sweep command is in the JSON lines.", ""]
+    commands = sorted({r["command"] for r in rows if "command" in r})
+    if len(commands) <= 3:
+        lines += ["Sweep command(s):", ""] + [f"    {c}" for c in commands] + [""]
+    lines += [
+             "| dataset | net | steps | prior | posterior | n | accuracy | test LL | ECE | entropy | ELBO/N | ms/step "
+             "| params |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {p: i for i, p in enumerate(POSTERIORS + INDUCING_WEIGHTS)}
+    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], k[3], order.get(k[4].split()[0], 9), k[4])):
         g = groups[key]
 
         def cell(name, scale=1.0, digits=3):
@@ -165,7 +191,8 @@ def report(args):
 
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {len(g)} | "
                      f"{cell('accuracy', 100, 1)} | {cell('test_ll')} | {cell('ece', 100, 1)} | "
-                     f"{cell('entropy')} | {cell('elbo_per_image')} | {cell('ms_per_step', 1, 0)} |")
+                     f"{cell('entropy')} | {cell('elbo_per_image')} | {cell('ms_per_step', 1, 0)} | "
+                     + (f"{g[0]['parameters']:,}" if "parameters" in g[0] else "") + " |")
     text = "\n".join(lines) + "\n"
     if args.out:
         Path(args.out).write_text(text)

@@ -30,16 +30,20 @@ from .conv_layers import (
     ResidualBlock,
     weighted_layers,
 )
+from .families import BNN_FAMILIES, check_options
 from .layers import DenseLayer
 from .models import DeepGP
 from .posteriors.convolutional import CONV_FAMILIES, ConvNetPosterior
 from .priors import PRIORS, WeightPrior
 from .validation import as_data_array, check_bool, check_choice, check_data_pair, check_positive_int, check_seed
 
-__all__ = ["build_conv_bnn", "ARCHITECTURES", "CONV_POSTERIORS"]
+__all__ = ["build_conv_bnn", "ARCHITECTURES", "CONV_POSTERIORS", "WEIGHT_FAMILIES"]
 
 ARCHITECTURES = ("lenet", "resnet")
-CONV_POSTERIORS = tuple(CONV_FAMILIES)
+#: The weight-space families of :mod:`deepgp_gi.posteriors.inducing_weights` on a conv network
+#: (their classes and options are the BNN family table's).
+WEIGHT_FAMILIES = ("ffg_u", "ensemble_u", "ensemble_w")
+CONV_POSTERIORS = tuple(CONV_FAMILIES) + WEIGHT_FAMILIES
 _OPTIONS = ("log_precision_init", "dense_precision", "kl", "rho")
 
 
@@ -148,12 +152,16 @@ def build_conv_bnn(
     :param Y: class labels ``[N, 1]`` (integers 0..C-1, as floats or ints).
     :param architecture: ``"lenet"`` or ``"resnet"`` (module docs).
     :param posterior: ``"factorised"``, ``"local"``, ``"global"`` or ``"factorised_global"``
-        (:data:`~deepgp_gi.posteriors.convolutional.CONV_FAMILIES`).
+        (:data:`~deepgp_gi.posteriors.convolutional.CONV_FAMILIES`), or the inducing-weight
+        families ``"ffg_u"``, ``"ensemble_u"`` and ``"ensemble_w"`` (Ritter et al. 2021,
+        :mod:`deepgp_gi.posteriors.inducing_weights`: every convolution and dense layer gets
+        matrix-normal inducing weights; a filter is the ``[C_out, k k C_in + 1]`` matrix).
     :param prior: ``"standard"``, ``"neal"``, ``"scale"``, ``"spatial_iw"`` or a
         :class:`~deepgp_gi.priors.WeightPrior` template (each layer gets a deep copy).
     :param num_inducing: M, the number of global inducing images (global, factorised_global):
         the first M images of a seeded shuffle of X; the last layer's pseudo-outputs are their
-        one-hot labels (O&A App. O). Must be at most N.
+        one-hot labels (O&A App. O). Must be at most N. For ffg_u and ensemble_u, the size of
+        every layer's inducing weights (``min(M, C_out) x min(M, d_in)``).
     :param likelihood: default ``gpflow.likelihoods.Softmax(C)`` with ``C = max(Y) + 1``.
     :param channels: lenet: the two conv widths (``(6, 16)``); resnet: the width (32).
     :param hidden: lenet's dense hidden widths (``(120, 84)``).
@@ -162,13 +170,20 @@ def build_conv_bnn(
         convolution (global and factorised_global only).
     :param seed: seeds the shuffle choosing ``U_0`` and every random initial value.
     :param posterior_options: ``log_precision_init``, ``dense_precision``, ``kl``, ``rho`` of
-        :class:`~deepgp_gi.posteriors.convolutional.ConvNetPosterior`.
+        :class:`~deepgp_gi.posteriors.convolutional.ConvNetPosterior`; for the inducing-weight
+        families the options of ``build_bnn``'s (``lambda_init``, ``lambda_max``, ``sd_init``,
+        ``sd_max``, ``d_init``, ``jitter``, ``num_members``, ``member_spread``,
+        ``prior_regulariser``, as each family accepts).
     """
     check_choice(architecture, "architecture", ARCHITECTURES)
     check_choice(posterior, "posterior", CONV_POSTERIORS)
-    unknown = sorted(set(posterior_options) - set(_OPTIONS))
-    if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for build_conv_bnn; accepted: {', '.join(_OPTIONS)}")
+    if posterior in WEIGHT_FAMILIES:
+        check_options(BNN_FAMILIES[posterior], posterior_options)
+    else:
+        unknown = sorted(set(posterior_options) - set(_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown option(s) {', '.join(unknown)} for build_conv_bnn; accepted: "
+                             f"{', '.join(_OPTIONS)}")
     prior_factory = _prior_factory(prior)
     num_inducing = check_positive_int(num_inducing, "num_inducing")
     seed = check_seed(seed)
@@ -217,6 +232,11 @@ def build_conv_bnn(
         pseudo = [None] * (J - 1) + [last]
     elif posterior == "local":
         _local_inducing(layers, rng)
+    if posterior in WEIGHT_FAMILIES:
+        # The BNN family's own initialiser (it reads only the layers, M and the seed).
+        post = BNN_FAMILIES[posterior].initialise(layers, Xn, labels[:, None], num_inducing,
+                                                  int(rng.integers(2**31 - 1)), **options)
+        return DeepGP(layers, likelihood, posterior=post, num_data=N)
     post = ConvNetPosterior(layers, posterior, U0, pseudo_outputs=pseudo, seed=int(rng.integers(2**31 - 1)),
                             **options)
     return DeepGP(layers, likelihood, posterior=post, num_data=N)

@@ -37,7 +37,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from ..conv_layers import DeterministicLayer, ResidualBlock, is_weighted, weighted_layers
+from ..conv_layers import apply_weights, check_network, is_convolution, run_layers
 from ..noise import NoiseLike, NoiseSource
 from ..validation import check_choice, check_finite_array, check_positive_float, per_layer_floats, per_layer_list
 from .base import DeepPosterior, Propagation
@@ -58,10 +58,6 @@ CONV_FAMILIES = {
     "global": "global",
     "factorised_global": None,
 }
-
-
-def _is_conv(layer) -> bool:
-    return hasattr(layer, "kernel_size") and hasattr(layer, "gram")
 
 
 class _RunState:
@@ -122,16 +118,12 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         self.kl_mode = check_choice(kl, "kl", ("sampled", "analytic"))
         self.rho = check_positive_float(rho, "rho")
         check_choice(dense_precision, "dense_precision", PRECISIONS)
-        weighted = weighted_layers(self.layers)
-        if not weighted:
-            raise ValueError("the network has no weighted layer")
-        if _is_conv(self.layers[-1]) or not is_weighted(self.layers[-1]):
-            raise ValueError("the last layer of a convolutional network must be a DenseLayer")
+        self.propagates_inducing = family in ("global", "factorised_global")
+        weighted = check_network(self.layers, family, inducing_rows=self.propagates_inducing)
         self.__dict__["_weighted"] = tuple(weighted)
         J = len(weighted)
         kind = CONV_FAMILIES[family]
         self.kinds = [kind] * J if kind else ["factorised"] * (J - 1) + ["global"]
-        self.propagates_inducing = family in ("global", "factorised_global")
         rng = np.random.default_rng(seed)
 
         if self.propagates_inducing:
@@ -147,8 +139,6 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
             if inducing_inputs is not None:
                 raise ValueError(f"family {family!r} has no global inducing inputs; leave inducing_inputs None")
             self.inducing_inputs = None
-        for layer in self.layers:
-            self._check_deterministic(layer)
         for j, (layer, k) in enumerate(zip(weighted, self.kinds)):
             has_local = getattr(layer, "inducing_images", None) is not None or \
                 getattr(layer, "inducing_features", None) is not None
@@ -180,7 +170,7 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
             out_shape = tuple(getattr(layer, "output_shape", (layer.output_dim,)))
             V = rng.standard_normal((M,) + out_shape) if V_init[j] is None else V_init[j]
             V = check_finite_array(V, f"pseudo_outputs[{j}]", shape=(M,) + out_shape)
-            precision = "shared_diagonal" if _is_conv(layer) else dense_precision
+            precision = "shared_diagonal" if is_convolution(layer) else dense_precision
             self.pseudo_data[j] = PseudoData(V.reshape(M, -1), precision, log_prec[j], self.rho,
                                              name=f"pseudo_data_{j}")
         self._init_prior_precisions(weighted, seed=None if seed is None else int(rng.integers(2**31 - 1)))
@@ -205,16 +195,6 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         """``parameter_count(per_layer=True)``'s ``layer_j`` is weighted layer ``j``."""
         return self._weighted
 
-    def _check_deterministic(self, layer) -> None:
-        if isinstance(layer, ResidualBlock):
-            for inner in layer.body:
-                self._check_deterministic(inner)
-        elif not is_weighted(layer) and not isinstance(layer, DeterministicLayer):
-            raise TypeError(f"{type(layer).__name__} is not a layer of a convolutional network")
-        elif type(layer).__name__ == "InducingBatchNorm" and not self.propagates_inducing:
-            raise ValueError(f"InducingBatchNorm needs propagated inducing rows; the {self.family!r} family "
-                             "has none (use global or factorised_global, or drop the batch norm)")
-
     # -------------------------------------------------------------- forward pass
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
         S = int(num_samples)
@@ -235,17 +215,15 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
 
     def _run(self, layers, H, S: int, source: NoiseSource, state: _RunState):
         M = self.num_inducing
-        for layer in layers:
-            if isinstance(layer, ResidualBlock):
-                H = H + self._run(layer.body, H, S, source, state)
-            elif is_weighted(layer):
-                H = self._weighted_step(state.index, layer, H, S, source, state)
-                state.index += 1
-                if state.var is None:
-                    state.samples.append(H[:, M:])
-            else:
-                H = layer.apply(H, M)
-        return H
+
+        def step(layer, H):
+            H = self._weighted_step(state.index, layer, H, S, source, state)
+            state.index += 1
+            if state.var is None:
+                state.samples.append(H[:, M:])
+            return H
+
+        return run_layers(layers, H, step, M)
 
     def _weighted_step(self, j: int, layer, H, S: int, source: NoiseSource, state: _RunState):
         dtype = H.dtype
@@ -259,22 +237,22 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
             q = self.weights[j]
             mean, var = q.moments()
             state.kl = state.kl + factorised_kl(mean, var, p)
-            if not _is_conv(layer) and not self.propagates_inducing:
+            if not is_convolution(layer) and not self.propagates_inducing:
                 fmean, fvar = local_reparameterisation_moments(Phi, mean, var)
                 if last:
                     state.mean, state.var = fmean, fvar
                     return fmean
                 return fmean + tf.sqrt(fvar) * source.normal(f"f/{j}", tf.shape(fmean), dtype)
             W = q.sample(source.normal(f"w/{j}", [S, layer.fan_in, layer.output_dim], dtype))
-            return self._apply(layer, Phi, W)
+            return apply_weights(layer, Phi, W)
         # Inducing layers: the regression on the inducing rows (propagated or the layer's own).
         if kind == "global":
             U = Phi[:, :M]
         else:
-            own = layer.inducing_images if _is_conv(layer) else layer.inducing_features
+            own = layer.inducing_images if is_convolution(layer) else layer.inducing_features
             U = tf.broadcast_to(tf.convert_to_tensor(own)[None], tf.concat([[S], tf.shape(own)], 0))
         pseudo = self.pseudo_data[j]
-        if _is_conv(layer):
+        if is_convolution(layer):
             lam = pseudo.diagonal()[0]  # [M]
             V = tf.reshape(tf.convert_to_tensor(pseudo.pseudo_outputs), (-1,) + tuple(layer.output_shape))
             L, w_mean = gram_posterior(layer.gram(U, lam), layer.cross(U, V, lam), p)
@@ -286,10 +264,4 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         W = sample_weights(L, w_mean, z)
         kl = analytic_kl(L, w_mean, p) if self.kl_mode == "analytic" else None
         state.kl = state.kl + regulariser(log_ratio(L, W, z, p), kl)
-        return self._apply(layer, Phi, W)
-
-    @staticmethod
-    def _apply(layer, Phi, W):
-        if _is_conv(layer):
-            return layer.apply(Phi, W)
-        return tf.linalg.matmul(Phi, W)
+        return apply_weights(layer, Phi, W)

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..conv_layers import check_network, is_convolution
 from ..linalg import safe_cholesky
 from ..validation import check_bool, check_choice, check_finite_array, check_float, per_layer_list
 from .base import DeepPosterior, Propagation
@@ -127,17 +128,49 @@ def _factorised_weights(layers, means, variances, rng: np.random.Generator) -> L
 
 
 class _WeightPosterior(DeepPosterior, PriorPrecisions):
-    """Checks that every layer is a DenseLayer and sets up the prior precisions."""
+    """Checks that every layer is a DenseLayer and sets up the prior precisions.
+
+    A subclass with ``_CONV_NETWORKS = True`` also accepts a convolutional network
+    (:func:`~deepgp_gi.conv_layers.check_network`: convolutions, deterministic layers, residual
+    blocks, a DenseLayer last); its per-layer lists, the prior precisions and
+    ``parameter_count``'s ``layer_j`` then index the weighted layers (:attr:`weighted`), which are
+    the layers themselves for a fully-connected network.
+    """
+
+    _CONV_NETWORKS = False
+    #: The family's name in error messages.
+    family_name = "weight-space"
+    # The weighted layers belong to the model (like ``_layers``): not tracked twice.
+    _TF_MODULE_IGNORED_PROPERTIES = DeepPosterior._TF_MODULE_IGNORED_PROPERTIES | frozenset({"_weighted"})
 
     def __init__(self, layers, name=None, seed=None):
         super().__init__(layers, name=name)
-        for i, layer in enumerate(self.layers):
-            if not has_feature_map(layer):
-                raise TypeError(
-                    f"layers[{i}] is a {type(layer).__name__}; weight-space posteriors need DenseLayer "
-                    "layers (a feature map and a weight prior)"
-                )
-        self._init_prior_precisions(self.layers, seed)
+        dense = all(has_feature_map(layer) and not is_convolution(layer) for layer in self.layers)
+        if dense or not self._CONV_NETWORKS:
+            for i, layer in enumerate(self.layers):
+                if not has_feature_map(layer) or is_convolution(layer):
+                    raise TypeError(
+                        f"layers[{i}] is a {type(layer).__name__}; weight-space posteriors need DenseLayer "
+                        "layers (a feature map and a weight prior)"
+                    )
+            weighted = self.layers
+        else:
+            weighted = check_network(self.layers, self.family_name)
+        self.__dict__["_weighted"] = tuple(weighted)
+        self._init_prior_precisions(self._weighted, seed)
+
+    @property
+    def weighted(self) -> Sequence:
+        """The weighted layers in forward order (every layer of a fully-connected network)."""
+        return self._weighted
+
+    @property
+    def _prior_layers(self) -> Sequence:
+        return self._weighted
+
+    @property
+    def _parameter_layers(self) -> Sequence:
+        return self._weighted
 
     def _weight_noise(self, l: int, S: int, source, dtype):
         layer = self.layers[l]

@@ -16,8 +16,16 @@ through ``Z_r`` ``[M_out, d_out]``, ``Z_c`` ``[M_in, d_in]`` and positive diagon
 
 Weights are sampled by the extended Matheron rule (:func:`extended_matheron_sample`), which
 never forms the ``d_out d_in x d_out d_in`` covariance; it acts on a ``[S, d_out, d_in]`` weight
-matrix, so a convolutional layer can use it on its flattened ``[C_out, k k C_in]`` filters. The
-dense layers of the library use ``Phi @ W^T`` (weights ``[S, d_in, d_out]``, columns are units).
+matrix. The dense layers of the library use ``Phi @ W^T`` (weights ``[S, d_in, d_out]``, columns
+are units).
+
+Convolutional networks. The three posteriors also take a convolutional network
+(:func:`~deepgp_gi.conv_layers.check_network`; :func:`~deepgp_gi.conv_bnn.build_conv_bnn`): every
+weighted layer ``j`` (convolutions and dense layers, in forward order) gets the maths above, a
+``k x k`` convolution with its filter as the ``[C_out, k k C_in + 1]`` matrix (``d_out = C_out``,
+``d_in`` its fan-in with the bias), applied as the transposed ``[S, k k C_in + 1, C_out]`` filter
+(:func:`~deepgp_gi.conv_layers.apply_weights`). Layer indices ``l`` below are weighted-layer
+indices.
 
 Relative jitter. ``jitter`` (default 1e-4, as the reference code) is folded into the diagonals:
 ``D_eff^2 = D^2 + jitter * mean(diag(Z Z^T + D^2))``; ``D_eff`` is then used *everywhere* (``Psi``,
@@ -57,6 +65,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from check_shapes import check_shapes
 
+from ..conv_layers import apply_weights, is_convolution, run_layers
 from ..linalg import safe_cholesky
 from ..noise import NoiseSource
 from ..validation import check_bool, check_nonnegative_float, check_positive_float, check_positive_int
@@ -353,8 +362,61 @@ def _check_options(num_inducing, lambda_init, lambda_max, d_init, jitter):
     return num_inducing, lambda_init, lambda_max, check_positive_float(d_init, "d_init"), check_nonnegative_float(jitter, "jitter")
 
 
-class _InducingWeightPosterior(_WeightPosterior):
-    """Shared set-up and forward pass of FFG-U and Ensemble-U (subclasses give ``q(U~)``)."""
+class _SampledWeightPosterior(_WeightPosterior):
+    """The forward pass shared by the inducing-weight families and Ensemble-W, on a
+    fully-connected or a convolutional network (:func:`~deepgp_gi.conv_layers.run_layers`).
+
+    Weighted layer ``j`` (a DenseLayer or a Conv2DLayer) gets one weight sample per Monte Carlo
+    sample from :meth:`_layer_weights`; a convolution's filter is the ``[C_out, k k C_in + 1]``
+    matrix (``d_out = C_out``, ``d_in`` = its fan-in with the bias), so the maths is the dense
+    layers'. Weights are point masses per sample: ``var = 0``.
+    """
+
+    _CONV_NETWORKS = True
+
+    def __init__(self, layers, name=None, seed=None):
+        super().__init__(layers, name=name, seed=seed)
+        for j, layer in enumerate(self.weighted):
+            if is_convolution(layer) and getattr(layer.prior, "is_spatial", False):
+                raise ValueError(
+                    f"prior {type(layer.prior).__name__} of weighted layer {j} ({layer.name}) gives a convolution "
+                    f"correlated weights; the {self.family_name!r} family needs an isotropic prior N(0, sigma^2 I) "
+                    "(prior 'standard', 'neal' or 'scale')"
+                )
+
+    def _members(self, S, source, dtype):
+        """The ensemble member of each sample ``[S]`` (None for FFG-U)."""
+        return None
+
+    def _layer_weights(self, j, S, source, dtype, members, precision):
+        """Weighted layer ``j``'s weights and regulariser ``[S]``: ``(W, transpose, reg)``, ``W``
+        ``[S, d_out, d_in]`` if ``transpose`` (paper layout) else ``[S, d_in, d_out]``."""
+        raise NotImplementedError
+
+    def propagate(self, X, num_samples: int = 1, seed=None) -> Propagation:
+        S = int(num_samples)
+        source, F = self._start(X, S, seed)
+        dtype = F.dtype
+        members = self._members(S, source, dtype)
+        kl = [tf.zeros([S], dtype)]
+        samples = []
+
+        def step(layer, H):
+            j = len(samples)
+            Phi = layer.features(H)
+            p, scale_log_ratio = self.prior_precision(j, S, source, dtype)
+            W, transpose, reg = self._layer_weights(j, S, source, dtype, members, p)
+            H = apply_weights(layer, Phi, W, transpose=transpose)
+            kl[0] = kl[0] + reg - scale_log_ratio
+            samples.append(H)
+            return H
+
+        F = run_layers(self.layers, F, step)
+        return Propagation(samples=samples, mean=F, var=tf.zeros_like(F), kl=kl[0])
+
+
+class _InducingWeightPosterior(_SampledWeightPosterior):
+    """Shared set-up and weights of FFG-U and Ensemble-U (subclasses give ``q(U~)``)."""
 
     def __init__(self, layers, num_inducing, lambda_init, lambda_max, d_init, jitter, seed, name):
         super().__init__(layers, name=name, seed=seed)
@@ -366,33 +428,19 @@ class _InducingWeightPosterior(_WeightPosterior):
         self.inducing_weights = [
             InducingWeights(layer.output_dim, layer.fan_in, M, self._rng, lambda_init, lambda_max, d_init, jitter,
                             name=f"inducing_weights_{l}")
-            for l, layer in enumerate(self.layers)
+            for l, layer in enumerate(self.weighted)
         ]
 
     def _whitened_u(self, l, S, source, dtype, members, factors):
         """``U~`` ``[S, M_out, M_in]`` and the U-term of the regulariser ``[S]``."""
         raise NotImplementedError
 
-    def _members(self, S, source, dtype):
-        return None
-
-    def propagate(self, X, num_samples: int = 1, seed=None) -> Propagation:
-        S = num_samples
-        source, F = self._start(X, S, seed)
-        dtype = F.dtype
-        members = self._members(S, source, dtype)
-        kl = tf.zeros([S], dtype)
-        samples = []
-        for l, (layer, iw) in enumerate(zip(self.layers, self.inducing_weights)):
-            Phi = layer.features(F)
-            p, scale_log_ratio = self.prior_precision(l, S, source, dtype)
-            factors = iw.factors()
-            U_w, u_term = self._whitened_u(l, S, source, dtype, members, factors)
-            W = extended_matheron_sample(U_w, factors, iw.lam, tf.math.rsqrt(p), *iw.noise(l, S, source, dtype))
-            F = tf.linalg.matmul(Phi, W, transpose_b=True)  # [S, N, d_out]
-            kl = kl + iw.conditional_kl() + u_term - scale_log_ratio
-            samples.append(F)
-        return Propagation(samples=samples, mean=F, var=tf.zeros_like(F), kl=kl)
+    def _layer_weights(self, j, S, source, dtype, members, precision):
+        iw = self.inducing_weights[j]
+        factors = iw.factors()
+        U_w, u_term = self._whitened_u(j, S, source, dtype, members, factors)
+        W = extended_matheron_sample(U_w, factors, iw.lam, tf.math.rsqrt(precision), *iw.noise(j, S, source, dtype))
+        return W, True, iw.conditional_kl() + u_term
 
 
 class FFGInducingPosterior(_InducingWeightPosterior):
@@ -402,7 +450,7 @@ class FFGInducingPosterior(_InducingWeightPosterior):
     ``sum_l KL[q(U~_l) || N(0, I)] + d_in d_out (lambda_l^2/2 - log lambda_l - 1/2)`` (plus the
     random-scale prior's log-ratio). Weights are sampled per Monte Carlo sample (``var = 0``).
 
-    :param layers: DenseLayers.
+    :param layers: DenseLayers, or a convolutional network (module docs).
     :param num_inducing: ``M`` (the inducing weights are ``min(M, d_out) x min(M, d_in)``).
     :param lambda_init, lambda_max: ``lambda`` (1e-3, capped at 1).
     :param sd_init, sd_max: the whitened sd (1e-3, capped at 1, the prior's).
@@ -411,6 +459,8 @@ class FFGInducingPosterior(_InducingWeightPosterior):
     :param means: per-layer initial whitened means ``[M_out, M_in]``; default ``N(0, 1)``.
     :param seed: seeds ``Z`` and the default means.
     """
+
+    family_name = "ffg_u"
 
     def __init__(self, layers, num_inducing: int = 64, lambda_init: float = 1e-3, lambda_max: float = 1.0,
                  sd_init: float = 1e-3, sd_max: float = 1.0, d_init: float = 1e-3, jitter: float = 1e-4,
@@ -454,6 +504,8 @@ class EnsembleInducingPosterior(_InducingWeightPosterior):
     Other parameters as :class:`FFGInducingPosterior`.
     """
 
+    family_name = "ensemble_u"
+
     def __init__(self, layers, num_inducing: int = 64, num_members: int = 5, lambda_init: float = 1e-3,
                  lambda_max: float = 1.0, d_init: float = 1e-3, jitter: float = 1e-4, member_spread: float = 0.1,
                  prior_regulariser: bool = False, seed: Optional[int] = None, name: Optional[str] = None):
@@ -477,7 +529,7 @@ class EnsembleInducingPosterior(_InducingWeightPosterior):
         return U_w, tf.zeros([S], dtype)
 
 
-class EnsembleWeightPosterior(_WeightPosterior):
+class EnsembleWeightPosterior(_SampledWeightPosterior):
     """Ensemble-W: ``K`` point masses over the weights of every layer (a deep ensemble).
 
     Weights ``[K, d_in, d_out]`` (library layout) are stored times ``sqrt(d_in)`` (O&A App. H
@@ -485,10 +537,14 @@ class EnsembleWeightPosterior(_WeightPosterior):
     :func:`ensemble_members`. The KL is undefined and dropped; ``prior_regulariser=True`` adds
     ``-log p(W_k)`` (MAP ensemble members). Noise: ``"member"`` (and ``"s/{l}"``) only.
 
+    :param layers: DenseLayers, or a convolutional network (module docs; a convolution's members
+        are ``[K, k k C_in + 1, C_out]`` filters).
     :param num_members: ``K`` (5).
     :param prior_regulariser: add ``-log p(W_k)`` (False).
     :param seed: seeds the initial members.
     """
+
+    family_name = "ensemble_w"
 
     def __init__(self, layers, num_members: int = 5, prior_regulariser: bool = False, seed: Optional[int] = None,
                  name: Optional[str] = None):
@@ -497,30 +553,22 @@ class EnsembleWeightPosterior(_WeightPosterior):
         self.prior_regulariser = check_bool(prior_regulariser, "prior_regulariser")
         rng = np.random.default_rng(seed)
         self.weight_members = []
-        for l, layer in enumerate(self.layers):
+        for l, layer in enumerate(self.weighted):
             D, P = layer.fan_in, layer.output_dim
             sd = np.sqrt(layer.prior.weight_variance(D))
             W = sd * rng.standard_normal((self.num_members, D, P))
             self.weight_members.append(gpflow.Parameter(W * np.sqrt(D), name=f"weight_members_{l}"))
 
-    def propagate(self, X, num_samples: int = 1, seed=None) -> Propagation:
-        S = num_samples
-        source, F = self._start(X, S, seed)
-        dtype = F.dtype
-        members = ensemble_members(self.num_members, S, source, dtype)
-        kl = tf.zeros([S], dtype)
-        samples = []
-        for l, layer in enumerate(self.layers):
-            Phi = layer.features(F)
-            p, scale_log_ratio = self.prior_precision(l, S, source, dtype)
-            D = tf.constant(float(layer.fan_in), dtype)
-            W = _select(self.weight_members[l], members, self.num_members) / tf.sqrt(D)  # [S, D, P]
-            if self.prior_regulariser:
-                n = tf.cast(tf.size(W[0]), dtype)
-                log_p = (0.5 * n * tf.math.log(p / (2 * math.pi))
-                         - 0.5 * p * tf.reduce_sum(tf.square(W), axis=[-2, -1]))
-                kl = kl - log_p
-            kl = kl - scale_log_ratio
-            F = tf.linalg.matmul(Phi, W)
-            samples.append(F)
-        return Propagation(samples=samples, mean=F, var=tf.zeros_like(F), kl=kl)
+    def _members(self, S, source, dtype):
+        return ensemble_members(self.num_members, S, source, dtype)
+
+    def _layer_weights(self, j, S, source, dtype, members, precision):
+        layer = self.weighted[j]
+        D = tf.constant(float(layer.fan_in), dtype)
+        W = _select(self.weight_members[j], members, self.num_members) / tf.sqrt(D)  # [S, D, P]
+        if not self.prior_regulariser:
+            return W, False, tf.zeros([S], dtype)
+        p = precision
+        n = tf.cast(tf.size(W[0]), dtype)
+        log_p = 0.5 * n * tf.math.log(p / (2 * math.pi)) - 0.5 * p * tf.reduce_sum(tf.square(W), axis=[-2, -1])
+        return W, False, -log_p

@@ -259,7 +259,7 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="architecture"):
         build_conv_bnn(X, Y, architecture="vgg")
     with pytest.raises(ValueError, match="posterior"):
-        build_conv_bnn(X, Y, posterior="ffg_u")
+        build_conv_bnn(X, Y, posterior="ffg_w")
     with pytest.raises(ValueError, match="num_inducing"):
         build_conv_bnn(X, Y, num_inducing=1000)
     with pytest.raises(ValueError, match="4-D"):
