@@ -92,19 +92,26 @@ def _m(posterior: str, num_inducing: int):
     return None if posterior in ("factorised", "ensemble_w", "local") else num_inducing
 
 
+def _options_text(options) -> str:
+    """Canonical text of a cell's posterior options ("" for the builder's defaults)."""
+    return json.dumps(options, sort_keys=True) if options else ""
+
+
 def cell_key(row: dict) -> tuple:
     return (row["dataset"], row["architecture"], row["posterior"], row["prior"], row["seed"], row["steps"],
-            _m(row["posterior"], row["num_inducing"]))
+            _m(row["posterior"], row["num_inducing"]), _options_text(row.get("posterior_options")))
 
 
 def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
     Xtr, Xte = dg.datasets.standardise_images(data.X_train, data.X_test)
     Ytr, Yte = data.Y_train, data.Y_test
     model = dg.build_conv_bnn(Xtr, Ytr, architecture=args.architecture, posterior=posterior, prior=prior,
-                              num_inducing=args.num_inducing, seed=seed)
+                              num_inducing=args.num_inducing, seed=seed, **args.options)
     ckpt = None
     if args.checkpoint_dir:
-        ckpt = Path(args.checkpoint_dir) / f"{args.dataset}-{args.architecture}-{posterior}-{prior}-{seed}-{args.steps}"
+        tag = "-".join(f"{k}{v}" for k, v in sorted(args.options.items()))
+        ckpt = Path(args.checkpoint_dir) / (f"{args.dataset}-{args.architecture}-{posterior}-{prior}-{seed}-{args.steps}"
+                                            + (f"-{tag}" if tag else ""))
     kwargs = {}
     if args.kl_schedule != "none":
         kwargs["kl_schedule"] = args.kl_schedule
@@ -118,6 +125,7 @@ def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
         "dataset": args.dataset, "architecture": args.architecture, "posterior": posterior, "prior": prior,
         "seed": seed, "steps": args.steps, "batch_size": args.batch_size, "num_inducing": args.num_inducing,
         "lr": args.lr, "kl_schedule": args.kl_schedule, "test_samples": args.test_samples,
+        "posterior_options": args.options,
         # steady state: between the first and last logged steps (tracing and start-up excluded)
         "ms_per_step": (1000.0 * (history.wall_time[-1] - history.wall_time[0]) / (history.step[-1] - history.step[0])
                         if len(history.step) > 1 else 1000.0 * train_seconds / max(1, steps_run)),
@@ -134,6 +142,12 @@ def sweep(args):
     if args.paper:
         args.architecture, args.num_inducing, args.batch_size, args.lr = "resnet", 500, 500, 1e-2
         args.train_samples, args.test_samples, args.kl_schedule = 1, 10, "paper"
+    try:
+        args.options = json.loads(args.posterior_options) if args.posterior_options else {}
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"--posterior-options is not a JSON object: {err}") from None
+    if not isinstance(args.options, dict):
+        raise SystemExit("--posterior-options must be a JSON object, e.g. '{\"lambda_max\": 0.03}'")
     data = load(args.dataset, args.path, args.split)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +158,7 @@ def sweep(args):
         for prior in args.priors.split(","):
             for posterior in args.posteriors.split(","):
                 key = (args.dataset, args.architecture, posterior, prior, seed, args.steps,
-                       _m(posterior, args.num_inducing))
+                       _m(posterior, args.num_inducing), _options_text(args.options))
                 if key in done:
                     continue
                 print(f"== {args.dataset} {args.architecture} {posterior} {prior} seed {seed}", flush=True)
@@ -167,6 +181,8 @@ def report(args):
         label = r["posterior"]
         if r["posterior"] in INDUCING_WEIGHTS and _m(r["posterior"], r["num_inducing"]) is not None:
             label += f" M={r['num_inducing']}"
+        if r.get("posterior_options"):
+            label += " " + ", ".join(f"{k}={v}" for k, v in sorted(r["posterior_options"].items()))
         groups.setdefault((r["dataset"], r["architecture"], r["steps"], r["prior"], label), []).append(r)
     lines = ["# Convolutional BNNs on images", "",
              "Mean ± standard error over seeds (n = number of seeds). Accuracy and ECE in %, test "
@@ -217,6 +233,9 @@ def main(argv=None):
     s.add_argument("--train-samples", type=int, default=1)
     s.add_argument("--test-samples", type=int, default=10)
     s.add_argument("--kl-schedule", default="paper", help="'paper', 'linear' or 'none'")
+    s.add_argument("--posterior-options", default=None,
+                   help="JSON object of build_conv_bnn posterior options, e.g. '{\"lambda_max\": 0.03, \"sd_max\": 0.1}' "
+                        "(part of the cell's key)")
     s.add_argument("--paper", action="store_true", help="O&A App. O settings (resnet, M=500, batch 500, ...)")
     s.add_argument("--checkpoint-dir", default=None)
     s.add_argument("--out", required=True)

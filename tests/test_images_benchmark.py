@@ -58,3 +58,33 @@ def test_mnist_mode_reads_local_files(images, tmp_path):
     assert data.X_train.shape == (12, 28, 28, 1) and data.X_test.shape == (4, 28, 28, 1)
     with pytest.raises(SystemExit):
         images.main(["sweep", "--dataset", "mnist", "--out", str(tmp_path / "x.jsonl")])  # --path required
+
+
+def test_posterior_options_reach_the_model_and_the_cell_key(images, tmp_path, monkeypatch):
+    import deepgp_gi as dg
+
+    seen = []
+    real = dg.build_conv_bnn
+
+    def spy(*a, **kw):
+        model = real(*a, **kw)
+        seen.append((kw, model))
+        return model
+
+    monkeypatch.setattr(dg, "build_conv_bnn", spy)
+    out = tmp_path / "iw.jsonl"
+    base = ["sweep", "--steps", "2", "--seeds", "0", "--posteriors", "ffg_u", "--priors", "neal",
+            "--num-inducing", "4", "--test-samples", "2", "--out", str(out)]
+    images.main(base)
+    images.main(base + ["--posterior-options", '{"lambda_max": 0.03, "sd_max": 0.1}'])
+    images.main(base + ["--posterior-options", '{"sd_max": 0.1, "lambda_max": 0.03}'])  # same cell: skipped
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["posterior_options"] for r in rows] == [{}, {"lambda_max": 0.03, "sd_max": 0.1}]
+    kw, model = seen[1]
+    assert kw["lambda_max"] == 0.03 and kw["sd_max"] == 0.1
+    lam = model.posterior.inducing_weights[0].lam.numpy()
+    assert np.all(lam <= 0.03 + 1e-12)
+    images.main(["report", "--results", str(out), "--out", str(tmp_path / "iw.md")])
+    assert "| ffg_u M=4 lambda_max=0.03, sd_max=0.1 | 1 |" in (tmp_path / "iw.md").read_text()
+    with pytest.raises(SystemExit, match="JSON object"):
+        images.main(base + ["--posterior-options", "[1, 2]"])
