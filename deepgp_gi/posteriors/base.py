@@ -50,7 +50,8 @@ class DeepPosterior(gpflow.Module):
     """
 
     # Layers belong to the model; do not track them twice.
-    _TF_MODULE_IGNORED_PROPERTIES = gpflow.Module._TF_MODULE_IGNORED_PROPERTIES | frozenset({"_layers"})
+    # the model's layers (and a weight-space posterior's weighted subset of them): tracked by the model
+    _TF_MODULE_IGNORED_PROPERTIES = gpflow.Module._TF_MODULE_IGNORED_PROPERTIES | frozenset({"_layers", "_weighted"})
 
     def __init__(self, layers: Sequence, name: Optional[str] = None):
         super().__init__(name=name)

@@ -93,9 +93,6 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
     :param seed: seed of the default random initial values.
     """
 
-    # The weighted layers belong to the model (like ``_layers``): not tracked twice.
-    _TF_MODULE_IGNORED_PROPERTIES = DeepPosterior._TF_MODULE_IGNORED_PROPERTIES | frozenset({"_weighted"})
-
     def __init__(
         self,
         layers: Sequence,
@@ -120,7 +117,6 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         check_choice(dense_precision, "dense_precision", PRECISIONS)
         self.propagates_inducing = family in ("global", "factorised_global")
         weighted = check_network(self.layers, family, inducing_rows=self.propagates_inducing)
-        self.__dict__["_weighted"] = tuple(weighted)
         J = len(weighted)
         kind = CONV_FAMILIES[family]
         self.kinds = [kind] * J if kind else ["factorised"] * (J - 1) + ["global"]
@@ -177,23 +173,9 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
 
     # -------------------------------------------------------------- structure
     @property
-    def weighted(self) -> Sequence:
-        """The weighted layers in forward order (``j`` indexes them)."""
-        return self._weighted
-
-    @property
     def num_inducing(self) -> int:
         """M, the number of global inducing images (0 if none are propagated)."""
         return 0 if self.inducing_inputs is None else int(self.inducing_inputs.shape[0])
-
-    @property
-    def _prior_layers(self) -> Sequence:
-        return self._weighted
-
-    @property
-    def _parameter_layers(self) -> Sequence:
-        """``parameter_count(per_layer=True)``'s ``layer_j`` is weighted layer ``j``."""
-        return self._weighted
 
     # -------------------------------------------------------------- forward pass
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:

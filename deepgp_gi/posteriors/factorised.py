@@ -140,8 +140,6 @@ class _WeightPosterior(DeepPosterior, PriorPrecisions):
     _CONV_NETWORKS = False
     #: The family's name in error messages.
     family_name = "weight-space"
-    # The weighted layers belong to the model (like ``_layers``): not tracked twice.
-    _TF_MODULE_IGNORED_PROPERTIES = DeepPosterior._TF_MODULE_IGNORED_PROPERTIES | frozenset({"_weighted"})
 
     def __init__(self, layers, name=None, seed=None):
         super().__init__(layers, name=name)
@@ -156,21 +154,7 @@ class _WeightPosterior(DeepPosterior, PriorPrecisions):
             weighted = self.layers
         else:
             weighted = check_network(self.layers, self.family_name)
-        self.__dict__["_weighted"] = tuple(weighted)
-        self._init_prior_precisions(self._weighted, seed)
-
-    @property
-    def weighted(self) -> Sequence:
-        """The weighted layers in forward order (every layer of a fully-connected network)."""
-        return self._weighted
-
-    @property
-    def _prior_layers(self) -> Sequence:
-        return self._weighted
-
-    @property
-    def _parameter_layers(self) -> Sequence:
-        return self._weighted
+        self._init_prior_precisions(weighted, seed)
 
     def _weight_noise(self, l: int, S: int, source, dtype):
         layer = self.layers[l]

@@ -190,8 +190,13 @@ class PriorPrecisions:
     :meth:`prior_precision`."""
 
     def _init_prior_precisions(self, layers: Sequence, seed: Optional[int] = None) -> None:
-        """:param seed: seeds the default pseudo-observations of :class:`SpatialIWPosterior`
+        """Set up the priors of the weighted ``layers`` (in forward order; every layer of a
+        fully-connected network, only the convolutions and dense layers of a convolutional one),
+        which ``l`` then indexes here, in :attr:`weighted` and in ``parameter_count``'s ``layer_l``.
+
+        :param seed: seeds the default pseudo-observations of :class:`SpatialIWPosterior`
         (a stream of its own: other initial values do not change)."""
+        self.__dict__["_weighted"] = tuple(layers)  # the model's layers: not tracked twice (DeepPosterior)
         rng = np.random.default_rng(None if seed is None else [int(seed) & 0x7FFFFFFF, 0x51A7])
         posteriors: List[Optional[gpflow.Module]] = []
         for l, layer in enumerate(layers):
@@ -207,9 +212,18 @@ class PriorPrecisions:
         self.scale_posteriors = posteriors
 
     @property
+    def weighted(self) -> Sequence:
+        """The weighted layers in forward order (``l`` / ``j`` indexes them)."""
+        return self._weighted
+
+    @property
     def _prior_layers(self) -> Sequence:
-        """The layers ``l`` indexes: every layer (a network with weightless layers overrides it)."""
-        return self.layers
+        return self._weighted
+
+    @property
+    def _parameter_layers(self) -> Sequence:
+        """``parameter_count(per_layer=True)``'s ``layer_j`` is weighted layer ``j``."""
+        return self._weighted
 
     def prior_precision(self, l: int, num_samples: int, noise_source: NoiseSource, dtype: tf.DType
                         ) -> Tuple[tf.Tensor, tf.Tensor]:

@@ -31,18 +31,12 @@ from deepgp_gi.posteriors.inducing_weights import (  # noqa: E402
     FFGInducingPosterior,
 )
 from deepgp_gi.priors import NealPrior  # noqa: E402
+from test_convolutional import _images  # noqa: E402  (tests/posteriors is on sys.path under pytest)
 
 CLASSES = {"ffg_u": FFGInducingPosterior, "ensemble_u": EnsembleInducingPosterior,
            "ensemble_w": EnsembleWeightPosterior}
 
 
-def _images(N=24, seed=0):
-    """Three classes of 8x8 images: a class-specific pattern plus noise."""
-    rng = np.random.default_rng(seed)
-    patterns = np.random.default_rng(100).random((3, 8, 8, 1))
-    Y = rng.integers(0, 3, (N, 1)).astype(float)
-    X = patterns[Y[:, 0].astype(int)] + 0.3 * rng.standard_normal((N, 8, 8, 1))
-    return X, Y
 
 
 def _options(name):
