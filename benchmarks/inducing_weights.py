@@ -333,6 +333,9 @@ TOY_SETTINGS = {
     "defaults": dict(
         desc="the toy's defaults: M = 16, lambda_max = sigma_max = 1, Adam 1e-2, 8 samples/step, ELBO from step 0",
         methods=("ffg_u", "ensemble_u", "factorised"), checkpoints=(4000, 8000, 16000, 24000)),
+    "long": dict(
+        desc="the defaults trained longer: FFG-U's ratio is still rising at 24,000 steps",
+        methods=("ffg_u",), checkpoints=(48000, 96000)),
     "cifar_caps": dict(
         desc="Ritter's CIFAR-10 caps: lambda_max = 0.03 and sigma_max = 0.1 (FFG-U), lambda_max = 0.1 (Ensemble-U)",
         methods=("ffg_u", "ensemble_u"), checkpoints=(4000, 24000),
