@@ -93,6 +93,7 @@ def _cmd_uci(args) -> int:
         num_inducing=args.num_inducing, steps=args.steps, batch_size=args.batch_size,
         learning_rate=args.lr, train_samples=args.train_samples, test_samples=args.test_samples, seed=args.seed,
         positive_transform=args.positive_transform if model == "gp" else None, protocol=args.protocol,
+        offdiagonal=args.offdiagonal if model == "gp" and posterior == "stripes_arrow" else None,
     )
     cfg = normalise_config(cfg)
     done: Dict[int, Dict] = {}
@@ -182,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "along a random 1-D projection of the inputs")
     uci.add_argument("--positive-transform", choices=("exp", "softplus"), default=None,
                      help="transform of the kernels' positive hyperparameters (gp only; default: the family's)")
+    uci.add_argument("--offdiagonal", choices=("preconditioned", "plain"), default=None,
+                     help="stripes_arrow only: store the stripe and arrow blocks preconditioned (whitened and "
+                          "scaled; the default) or plain (Lindinger et al.'s parameterisation)")
     uci.add_argument("--out", default=None, help="append one JSON line per split here; splits already there are skipped")
     uci.add_argument("--checkpoint-dir", default=None, help="checkpoint each split's training here (resumable)")
     uci.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -27,22 +27,28 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "run_split", "estimate_elbo",
+__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "run_split", "estimate_elbo",
            "smooth_trace", "steps_to_fraction"]
 
 #: The keys that identify a configuration (together with the split).
 CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
-               "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol")
+               "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol",
+               "offdiagonal")
 
 #: Values of keys added to :data:`CONFIG_KEYS` later, for result lines written before them: every
-#: earlier line used the random 90/10 splits, and every earlier deep GP the softplus transform
-#: (the library's only one then). :func:`config_key` reads a missing key as this value.
-LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus"}
+#: earlier line used the random 90/10 splits, every earlier deep GP the softplus transform (the
+#: library's only one then), and every earlier STAR posterior the plain off-diagonal blocks.
+#: :func:`config_key` reads a missing key as this value.
+LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus", "offdiagonal": "plain"}
+
+#: ``offdiagonal``: how a STAR posterior stores its stripe and arrow blocks
+#: (:class:`~deepgp_gi.posteriors.StripesArrowPosterior` ``precondition_offdiagonal``).
+OFFDIAGONAL_CHOICES = ("preconditioned", "plain")
 
 #: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
-                positive_transform=None, protocol="random")
+                positive_transform=None, protocol="random", offdiagonal=None)
 
 
 def read_json_lines(path: str) -> List[Dict]:
@@ -71,6 +77,8 @@ def normalise_config(cfg: Dict) -> Dict:
     resolved to the family's default (:attr:`deepgp_gi.families.Family.positive_transform`) when
     not given, so a line records the transform it was trained with. ``protocol`` is the split
     protocol of :func:`deepgp_gi.datasets.load_uci` (``"random"`` or ``"extrapolation"``).
+    ``offdiagonal`` (STAR only, else ``None``) is ``"preconditioned"`` (the default) or ``"plain"``:
+    the ``precondition_offdiagonal`` option of the STAR posterior.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -103,6 +111,11 @@ def normalise_config(cfg: Dict) -> Dict:
             out["positive_transform"] = check_choice(out["positive_transform"], "positive_transform",
                                                      POSITIVE_TRANSFORMS)
     out["protocol"] = check_choice(out["protocol"], "protocol", PROTOCOLS)
+    if model == "gp" and out["posterior"] == "stripes_arrow":
+        out["offdiagonal"] = check_choice(out["offdiagonal"] or "preconditioned", "offdiagonal", OFFDIAGONAL_CHOICES)
+    elif out["offdiagonal"] is not None:
+        raise ValueError(f"offdiagonal applies to the stripes_arrow posterior only, got {out['offdiagonal']!r} "
+                         f"for posterior {out['posterior']!r}")
     for k in ("num_inducing", "steps", "train_samples", "test_samples", "seed"):
         out[k] = int(out[k])
     out["learning_rate"] = float(out["learning_rate"])
@@ -116,7 +129,9 @@ def with_legacy_values(record: Dict) -> Dict:
     was written filled in from :data:`LEGACY_VALUES` (``positive_transform`` only for deep GPs)."""
     out = dict(record)
     for k, v in LEGACY_VALUES.items():
-        if k not in out and (k != "positive_transform" or out.get("model") == "gp"):
+        applies = {"positive_transform": out.get("model") == "gp",
+                   "offdiagonal": out.get("model") == "gp" and out.get("posterior") == "stripes_arrow"}.get(k, True)
+        if k not in out and applies:
             out[k] = v
     return out
 
@@ -206,8 +221,11 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     seed = cfg["seed"] + split
     if cfg["model"] == "gp":
         M = min(cfg["num_inducing"], N) if cfg["posterior"] != "global" else cfg["num_inducing"]
+        options = {}
+        if cfg["posterior"] == "stripes_arrow":
+            options["precondition_offdiagonal"] = cfg["offdiagonal"] == "preconditioned"
         model = build_deep_gp(data.X_train, data.Y_train, depth=cfg["depth"], posterior=cfg["posterior"],
-                              num_inducing=M, seed=seed, positive_transform=cfg["positive_transform"])
+                              num_inducing=M, seed=seed, positive_transform=cfg["positive_transform"], **options)
     else:
         from .bnn import build_bnn
 

@@ -128,7 +128,7 @@ DEEP_GP_FAMILIES: Dict[str, Family] = {
         Family("fully_coupled", FullyCoupledPosterior, _from_layers(FullyCoupledPosterior),
                ("whiten", "inner_scale"), "kmeans", "fully-coupled Gaussian over all layers (Lindinger et al. 2020)"),
         Family("stripes_arrow", StripesArrowPosterior, _from_layers(StripesArrowPosterior),
-               ("whiten", "inner_scale", "stripes", "arrow"), "kmeans",
+               ("whiten", "inner_scale", "stripes", "arrow", "precondition_offdiagonal"), "kmeans",
                "stripes-and-arrow coupled Gaussian (Lindinger et al. 2020)"),
         Family("global", GlobalInducingPosterior, _global_gp,
                _GI + ("log_precision_hidden", "log_precision_output"), None,

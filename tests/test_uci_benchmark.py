@@ -178,6 +178,24 @@ def test_lines_written_before_a_config_key_existed(uci, tmp_path):
     assert "| boston | 2 | 100 | 1 | -0.50 (1 split) | -0.30 (1 split) | yes |" in md
 
 
+def test_star_lines_before_the_offdiagonal_key_count_as_plain(uci, tmp_path):
+    """A STAR line without ``offdiagonal`` was trained with plain off-diagonal blocks: the sweep
+    reruns it with the preconditioned default; other families never carry the key."""
+    star = _line(0, 0.01, -2.4, -0.4, 3.0, posterior="stripes_arrow")
+    path = tmp_path / "lines.jsonl"
+    path.write_text(json.dumps(star) + "\n")
+    done = uci.done_set(str(path))
+    cfg = uci.normalise_config({k: star[k] for k in uci.CONFIG_KEYS if k in star})
+    assert cfg["offdiagonal"] == "preconditioned"
+    assert (uci.config_key(cfg), 0) not in done
+    assert (uci.config_key(uci.normalise_config(dict(cfg, offdiagonal="plain"))), 0) in done
+    assert uci.normalise_config({"dataset": "boston", "posterior": "mean_field"})["offdiagonal"] is None
+    with pytest.raises(ValueError, match="offdiagonal"):
+        uci.normalise_config({"dataset": "boston", "posterior": "mean_field", "offdiagonal": "plain"})
+    with pytest.raises(ValueError, match="offdiagonal"):
+        uci.normalise_config({"dataset": "boston", "posterior": "stripes_arrow", "offdiagonal": "sideways"})
+
+
 def test_extrapolation_section_against_hand_computation(uci, tmp_path):
     rng = np.random.default_rng(0)
     lines = []
@@ -186,9 +204,15 @@ def test_extrapolation_section_against_hand_computation(uci, tmp_path):
         for post in ("stripes_arrow", "mean_field"):
             pts = rng.normal(size=50)
             (star_pts if post == "stripes_arrow" else mf_pts)[split] = pts
+            extra = {"offdiagonal": "preconditioned"} if post == "stripes_arrow" else {}
             lines.append(_line(split, 0.01, float(pts.mean()), -0.5, 3.0, dataset="kin8nm", posterior=post,
                                protocol="extrapolation", test_ll_points=pts.tolist(),
-                               test_pit=rng.uniform(size=50).tolist()))
+                               test_pit=rng.uniform(size=50).tolist(), **extra))
+    # a STAR line written before the offdiagonal key: plain blocks, its own row
+    plain_pts = rng.normal(size=50)
+    lines.append(_line(0, 0.01, float(plain_pts.mean()), -0.5, 3.0, dataset="kin8nm", posterior="stripes_arrow",
+                       protocol="extrapolation", test_ll_points=plain_pts.tolist(),
+                       test_pit=rng.uniform(size=50).tolist()))
     lines.append(_line(0, 0.01, -2.3, -0.3, 2.9))  # a random-protocol line stays in the main tables
     res = tmp_path / "res"
     res.mkdir()
@@ -199,7 +223,10 @@ def test_extrapolation_section_against_hand_computation(uci, tmp_path):
     assert "kin8nm" not in main and "| boston | global |" in main
     freqs = [np.mean(star_pts[s] > mf_pts[s]) for s in (0, 1)]
     m, se = np.mean(freqs), np.std(freqs, ddof=1) / np.sqrt(2)
-    assert f"| kin8nm | 2 | 100 | mean_field | 2 | {m:.2f} ± {se:.2f} | 0.36 ± 0.03 |" in extra
+    assert f"| kin8nm | 2 | 100 | stripes_arrow | mean_field | 2 | {m:.2f} ± {se:.2f} | 0.36 ± 0.03 |" in extra
+    f_plain = np.mean(plain_pts > mf_pts[0])
+    assert f"| kin8nm | 2 | 100 | stripes_arrow (plain) | mean_field | 1 | {f_plain:.2f} (1 split) | 0.36 ± 0.03 |" in extra
+    assert f"| kin8nm | stripes_arrow (plain) | 2 | 100 | 1 | {plain_pts.mean():.2f} (1 split) |" in extra
     ll = [star_pts[s].mean() for s in (0, 1)]
     assert f"| kin8nm | stripes_arrow | 2 | 100 | 2 | {np.mean(ll):.2f} ± {np.std(ll, ddof=1) / np.sqrt(2):.2f} |" in extra
     assert (tmp_path / "rep" / "calibration.png").stat().st_size > 1000

@@ -429,6 +429,19 @@ class StripesArrowPosterior(_StructuredPosterior):
     :param inner_scale: multiplier of the initial diagonal blocks of the hidden units.
     :param stripes: include the stripe blocks (same position, earlier hidden layer).
     :param arrow: include the arrow blocks (output row against every hidden unit).
+    :param precondition_offdiagonal: store each stripe and arrow block ``R_{i,j}`` of row unit
+        ``i`` as ``B_{i,j} = sqrt(n_i) L_K^{(i)-1} R_{i,j}`` (``L_K^{(i)} = I`` when whitened),
+        where ``n_i`` is the number of off-diagonal blocks in that row (``l`` stripes for hidden
+        layer ``l``, ``tau (L-1)`` arrow blocks for the output). Default True; False stores
+        ``R_{i,j}`` itself (Lindinger et al.'s parameterisation). The family is the same; only
+        Adam's steps change. The off-diagonal blocks start at zero, where their gradient is
+        Monte Carlo noise, and Adam moves every entry by about the learning rate whatever the
+        gradient's size, so each entry keeps a jitter of that order. Stored plainly, a jittering
+        ``R_{i,j}`` adds ``|k^T K^{-1} R_{i,j}|^2`` to the unit's predictive variance and
+        ``|L_K^{-1} R_{i,j}|_F^2 / 2`` to the KL, unbounded as ``K_uu`` becomes ill-conditioned,
+        and the output row has ``tau (L-1)`` such blocks against one diagonal block. Whitened
+        and divided by ``sqrt(n_i)``, the jitter of a whole row costs what that of one diagonal
+        block costs. See ``docs/structured.md`` ("Training STAR with Adam").
     """
 
     def __init__(
@@ -438,9 +451,11 @@ class StripesArrowPosterior(_StructuredPosterior):
         inner_scale: float = 1e-5,
         stripes: bool = True,
         arrow: bool = True,
+        precondition_offdiagonal: bool = True,
         name: Optional[str] = None,
     ):
         super().__init__(layers, whiten, inner_scale, name)
+        self.precondition_offdiagonal = bool(precondition_offdiagonal)
         widths = self.widths
         if widths[-1] != 1:
             raise ValueError(
@@ -495,6 +510,19 @@ class StripesArrowPosterior(_StructuredPosterior):
         zero = tf.zeros([M, M], dtype=diag.dtype)
         stripes = None if self.stripes is None else tf.convert_to_tensor(self.stripes)
         arrow = None if self.arrow is None else tf.convert_to_tensor(self.arrow)
+        if self.precondition_offdiagonal:  # R_{i,j} = L_K^{(i)} B_{i,j} / sqrt(n_i)
+            if self.whiten:
+                chols = [tf.eye(M, dtype=diag.dtype)] * L
+            else:
+                chols = [inducing_cholesky(layer, layer.Z) for layer in self.layers]
+            if stripes is not None:
+                row_layer = [l for l in range(L - 1) for _ in range(l) for _ in range(tau)]
+                stripes = tf.stack([
+                    chols[l] @ stripes[i] / self._offdiagonal_count(l) ** 0.5
+                    for i, l in enumerate(row_layer)
+                ])
+            if arrow is not None:
+                arrow = tf.einsum("mk,bkj->bmj", chols[L - 1], arrow) / self._offdiagonal_count(L - 1) ** 0.5
         blocks = [[zero] * T for _ in range(T)]
         for i in range(T):
             blocks[i][i] = diag[i]
@@ -509,34 +537,65 @@ class StripesArrowPosterior(_StructuredPosterior):
         return tf.concat([tf.concat(row, axis=-1) for row in blocks], axis=-2)
 
     # ---------------------------------------------------------------- blocks
-    def _first_block_layer(self, l: int) -> int:
-        """The first hidden layer ``k`` with a non-zero block ``R_{(l,t),(k,t)}``."""
-        return 0 if self.use_stripes else l
+    def _offdiagonal_count(self, l: int) -> int:
+        """``n``: the number of stored off-diagonal blocks in a row of layer ``l`` (0-based)."""
+        if l == self.depth - 1:
+            return self.tau * (self.depth - 1) if self.use_arrow else 0
+        return l if self.use_stripes else 0
 
-    def _hidden_row_blocks(self, diag: tf.Tensor, l: int) -> tf.Tensor:
-        """Row blocks of hidden layer ``l``: ``[K, tau, M, M]`` over ``k = first .. l``."""
+    def _white_offdiagonal(self, Lk: tf.Tensor, blocks: tf.Tensor, l: int) -> tf.Tensor:
+        """``L_K^{-1} R_{i,j}`` for the stored stripe or arrow blocks ``[..., M, M]`` of rows in
+        layer ``l`` (``Lk`` that layer's prior Cholesky factor)."""
+        if self.precondition_offdiagonal:
+            return blocks / tf.cast(self._offdiagonal_count(l), blocks.dtype) ** 0.5
+        return self._white(Lk, blocks)
+
+    def _white_hidden_rows(self, Lk: tf.Tensor, diag: tf.Tensor, l: int) -> tf.Tensor:
+        """``L_K^{-1}`` times the row blocks of hidden layer ``l``: ``[K, tau, M, M]`` over
+        ``k = first .. l`` (the stripes, then the unit's own diagonal block)."""
         tau, M = self.tau, self.num_inducing
-        own = diag[tau * l : tau * (l + 1)][None]
+        own = self._white(Lk, diag[tau * l : tau * (l + 1)])[None]
         if not self.use_stripes or l == 0:
             return own
         start = star_stripe_index(l, 0, 0, tau)
         stripes = tf.convert_to_tensor(self.stripes)[start : start + tau * l]
-        stripes = tf.reshape(stripes, [l, tau, M, M])
+        stripes = self._white_offdiagonal(Lk, tf.reshape(stripes, [l, tau, M, M]), l)
         return tf.concat([stripes, own], axis=0)
 
+    def _first_block_layer(self, l: int) -> int:
+        """The first hidden layer ``k`` with a non-zero block ``R_{(l,t),(k,t)}``."""
+        return 0 if self.use_stripes else l
+
+    def _white_arrow(self, Lk: tf.Tensor) -> tf.Tensor:
+        """``L_K^{-1}`` times the arrow blocks, ``[L-1, tau, M, M]`` (``Lk`` of the output layer)."""
+        M, tau, L = self.num_inducing, self.tau, self.depth
+        arrow = tf.reshape(tf.convert_to_tensor(self.arrow), [L - 1, tau, M, M])
+        return self._white_offdiagonal(Lk, arrow, L - 1)
+
     def _kl(self, chols) -> tf.Tensor:
+        """Blockwise KL: per layer ``U log|L_K| + |L_K^{-1} rows|_F^2 / 2 + |L_K^{-1} mu|^2 / 2``
+        (:func:`blockwise_kl_terms` on the whitened rows), plus ``-TM/2 - log|diag R|``."""
         tau, T, M, L = self.tau, self.num_units, self.num_inducing, self.depth
         diag = tf.convert_to_tensor(self.diag)
         mu = tf.convert_to_tensor(self.q_mu)
         log_det_q = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(diag))))
         kl = -0.5 * tf.cast(T * M, diag.dtype) - log_det_q
+
+        def layer_terms(Lk, unit_mu, white_rows):
+            terms = blockwise_kl_terms(None, self._white_mean(Lk, unit_mu), white_rows)
+            if Lk is None:
+                return terms
+            log_det_p = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
+            return terms + tf.cast(tf.shape(unit_mu)[0], diag.dtype) * log_det_p
+
         for l in range(L - 1):
-            rows = tf.reshape(self._hidden_row_blocks(diag, l), [-1, M, M])
-            kl += blockwise_kl_terms(chols[l], mu[tau * l : tau * (l + 1)], rows)
-        out_rows = diag[T - 1 :]
+            rows = tf.reshape(self._white_hidden_rows(chols[l], diag, l), [-1, M, M])
+            kl += layer_terms(chols[l], mu[tau * l : tau * (l + 1)], rows)
+        out_rows = self._white(chols[L - 1], diag[T - 1 :])
         if self.use_arrow:
-            out_rows = tf.concat([tf.convert_to_tensor(self.arrow), out_rows], axis=0)
-        kl += blockwise_kl_terms(chols[L - 1], mu[T - 1 :], out_rows)
+            arrow = tf.reshape(self._white_arrow(chols[L - 1]), [-1, M, M])
+            out_rows = tf.concat([arrow, out_rows], axis=0)
+        kl += layer_terms(chols[L - 1], mu[T - 1 :], out_rows)
         return kl
 
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
@@ -564,7 +623,7 @@ class StripesArrowPosterior(_StructuredPosterior):
             terms = _layer_terms(self.layers[l], F)
             Lk = terms.prior_chol
             prior_chols.append(Lk)
-            rows = self._white(Lk, self._hidden_row_blocks(diag, l))  # [K, tau, M, M]
+            rows = self._white_hidden_rows(Lk, diag, l)  # [K, tau, M, M]
             b = tf.einsum("smn,ktmj->snktj", terms.A, rows)
             mu_l = self._white_mean(Lk, mu[tau * l : tau * (l + 1)])
             mean = terms.mean + tf.einsum("smn,tm->snt", terms.A, mu_l)
@@ -602,9 +661,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         b_own = tf.einsum("smn,mj->snj", terms.A, self._white(Lk, diag[T - 1]))
         var = tf.reduce_sum(tf.square(b_own), axis=-1) + terms.prior_var  # [S, N]
         if self.use_arrow:
-            M = self.num_inducing
-            arrow = tf.reshape(tf.convert_to_tensor(self.arrow), [L - 1, tau, M, M])
-            arrow = self._white(Lk, arrow)
+            arrow = self._white_arrow(Lk)
             b_out = tf.einsum("smn,ktmj->snktj", terms.A, arrow)  # [S, N, L-1, tau, M]
             var = var + tf.reduce_sum(tf.square(b_out), axis=[2, 3, 4])
             blocks = [

@@ -169,6 +169,12 @@ def load_star_from_dense(star, R, mu, L, tau, M):
     """Fill the STAR blocks from a dense R using the storage indices of ALGORITHMS.md (1-based)."""
     unit = lambda l, t: tau * (l - 1) + (t - 1)  # noqa: E731
     blk = lambda i, j: R[i * M : (i + 1) * M, j * M : (j + 1) * M]  # noqa: E731
+    if star.precondition_offdiagonal:  # stored B = sqrt(n) L_K^{-1} R_{i,j}, row unit's layer
+        chols = [np.eye(M) if star.whiten else inducing_cholesky(layer, layer.Z).numpy() for layer in star.layers]
+        count = lambda l: tau * (L - 1) if l == L - 1 else l  # noqa: E731  (blocks in the row)
+        white = lambda l, b: np.sqrt(count(l)) * scipy.linalg.solve_triangular(chols[l], b, lower=True)  # noqa: E731
+    else:
+        white = lambda l, b: b  # noqa: E731
     T = tau * (L - 1) + 1
     star.q_mu.assign(mu.reshape(T, M))
     star.diag.assign(np.stack([blk(i, i) for i in range(T)]))
@@ -177,19 +183,19 @@ def load_star_from_dense(star, R, mu, L, tau, M):
         for l in range(2, L):
             for lp in range(1, l):
                 for t in range(1, tau + 1):
-                    stripes[tau * ((l - 1) * (l - 2) // 2 + (lp - 1)) + (t - 1)] = blk(unit(l, t), unit(lp, t))
+                    stripes[tau * ((l - 1) * (l - 2) // 2 + (lp - 1)) + (t - 1)] = white(l - 1, blk(unit(l, t), unit(lp, t)))
         star.stripes.assign(stripes)
     if star.arrow is not None:
         arrow = np.zeros(star.arrow.shape)
         for lp in range(1, L):
             for t in range(1, tau + 1):
-                arrow[tau * (lp - 1) + (t - 1)] = blk(T - 1, unit(lp, t))
+                arrow[tau * (lp - 1) + (t - 1)] = white(L - 1, blk(T - 1, unit(lp, t)))
         star.arrow.assign(arrow)
 
 
 @pytest.mark.parametrize("stripes,arrow", [(True, True), (True, False), (False, True), (False, False)])
-@pytest.mark.parametrize("L,tau,whiten", [(4, 2, False), (3, 3, True)])
-def test_o5_star_recursion_equals_dense_fully_coupled(L, tau, whiten, stripes, arrow):
+@pytest.mark.parametrize("L,tau,whiten,precondition_offdiagonal", [(4, 2, False, True), (4, 2, False, False), (3, 3, True, True), (3, 3, True, False)])
+def test_o5_star_recursion_equals_dense_fully_coupled(L, tau, whiten, precondition_offdiagonal, stripes, arrow):
     M, S = 3, 2
     widths = (tau,) * (L - 1) + (1,)
     layers = make_layers(widths, M=M, seed=L)
@@ -200,9 +206,10 @@ def test_o5_star_recursion_equals_dense_fully_coupled(L, tau, whiten, stripes, a
     R = mask * np.tril(0.4 * rng.normal(size=(TM, TM)))
     R[np.diag_indices(TM)] = 0.2 + 0.3 * rng.uniform(size=TM)
     mu = 0.5 * rng.normal(size=TM)
-    star = StripesArrowPosterior(layers, whiten=whiten, stripes=stripes, arrow=arrow)
+    star = StripesArrowPosterior(layers, whiten=whiten, stripes=stripes, arrow=arrow,
+                                 precondition_offdiagonal=precondition_offdiagonal)
     load_star_from_dense(star, R, mu, L, tau, M)
-    np.testing.assert_array_equal(star.dense_sqrt().numpy(), R)
+    np.testing.assert_allclose(star.dense_sqrt().numpy(), R, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(star.dense_mean().numpy(), mu)
     fc = FullyCoupledPosterior(layers, whiten=whiten)
     fc.q_mu.assign(mu)
@@ -298,8 +305,8 @@ def test_o6_theorem1_equals_kalman_brute_force(whiten):
 
 
 # --------------------------------------------------------------------------- O8
-@pytest.mark.parametrize("whiten", [False, True])
-def test_o8_blockwise_kl_equals_gauss_kl(whiten):
+@pytest.mark.parametrize("whiten,precondition_offdiagonal", [(False, True), (False, False), (True, True), (True, False)])
+def test_o8_blockwise_kl_equals_gauss_kl(whiten, precondition_offdiagonal):
     rng = np.random.default_rng(8)
     layers = make_layers((2, 3, 1), M=(3, 4, 3), seed=9)
     fc = FullyCoupledPosterior(layers, whiten=whiten)
@@ -311,7 +318,7 @@ def test_o8_blockwise_kl_equals_gauss_kl(whiten):
 
     L, tau, M = 4, 2, 3
     star_layers = make_layers((tau,) * (L - 1) + (1,), M=M, seed=10)
-    star = StripesArrowPosterior(star_layers, whiten=whiten)
+    star = StripesArrowPosterior(star_layers, whiten=whiten, precondition_offdiagonal=precondition_offdiagonal)
     mask, _ = star_mask(L, tau, M, True, True)
     R = mask * random_tril(rng, mask.shape[0])
     load_star_from_dense(star, R, 0.5 * rng.normal(size=mask.shape[0]), L, tau, M)
