@@ -31,6 +31,7 @@ from check_shapes import check_shapes
 
 from ..layers import GPLayer
 from ..linalg import add_jitter, safe_cholesky
+from ..validation import check_bool
 from .base import DeepPosterior, Propagation
 from .conditionals import inducing_cholesky, residual_variance, whitened_projection
 from .mean_field import require_local_inducing
@@ -455,7 +456,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         name: Optional[str] = None,
     ):
         super().__init__(layers, whiten, inner_scale, name)
-        self.precondition_offdiagonal = bool(precondition_offdiagonal)
+        self.precondition_offdiagonal = check_bool(precondition_offdiagonal, "precondition_offdiagonal")
         widths = self.widths
         if widths[-1] != 1:
             raise ValueError(

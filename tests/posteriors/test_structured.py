@@ -507,6 +507,8 @@ def test_bad_shapes_raise():
             cls(no_inducing)
         with pytest.raises(ValueError, match="inner_scale"):
             cls(make_layers((2, 1)), inner_scale=0.0)
+    with pytest.raises(TypeError, match="precondition_offdiagonal must be a bool"):
+        StripesArrowPosterior(make_layers((2, 2, 1)), precondition_offdiagonal="no")
 
 
 def test_star_switches_and_small_depths():
