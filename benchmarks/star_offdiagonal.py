@@ -136,8 +136,11 @@ def main(argv=None):
         p.error("--every must be positive and at most --steps")
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    except RuntimeError as err:  # TensorFlow already initialised in this process (e.g. under pytest)
+        print(f"warning: --threads {args.threads} not applied: {err}", file=sys.stderr)
     done = {_key(r) for r in read_json_lines(args.out)}
     for v in variants:
         run_variant(args, v, done, args.out)
