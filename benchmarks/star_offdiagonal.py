@@ -36,7 +36,7 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:  # running as a script from a checkout
     sys.path.insert(0, ROOT)
 
-from deepgp_gi.experiments import read_json_lines  # noqa: E402
+from deepgp_gi.experiments import read_json_lines, set_threads  # noqa: E402
 
 DEFAULT_OUT = os.path.join(HERE, "results", "star_offdiagonal.jsonl")
 DEFAULT_MD = os.path.join(HERE, "results", "star_offdiagonal.md")
@@ -134,13 +134,7 @@ def main(argv=None):
         p.error(f"--elbo-se must be positive, got {args.elbo_se}")
     if args.steps < args.every or args.every <= 0:
         p.error("--every must be positive and at most --steps")
-    import tensorflow as tf
-
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    except RuntimeError as err:  # TensorFlow already initialised in this process (e.g. under pytest)
-        print(f"warning: --threads {args.threads} not applied: {err}", file=sys.stderr)
+    set_threads(args.threads)
     done = {_key(r) for r in read_json_lines(args.out)}
     for v in variants:
         run_variant(args, v, done, args.out)

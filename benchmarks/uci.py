@@ -45,6 +45,7 @@ from deepgp_gi.experiments import (  # noqa: E402
     config_key,
     normalise_config,  # noqa: F401 (used by callers of this module)
     read_json_lines,
+    set_threads,
     steps_to_fraction,
     with_legacy_values,
 )
@@ -122,18 +123,6 @@ def code_commit() -> str:
         return rev + ("-dirty" if dirty else "")
     except Exception:  # pragma: no cover - git missing
         return os.environ.get("DEEPGP_GI_COMMIT", "unknown")
-
-
-def set_threads(threads: Optional[int]) -> None:
-    import tensorflow as tf
-
-    if threads:
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(threads)
-        except RuntimeError as err:  # TF already initialised in this process (e.g. under pytest)
-            if tf.config.threading.get_intra_op_parallelism_threads() != threads:
-                print(f"warning: --threads {threads} not applied: {err}", file=sys.stderr)
 
 
 def _task_dir(checkpoint_dir: Optional[str], cfg: Dict, split: int) -> Optional[str]:

@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 __all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "run_split", "estimate_elbo",
-           "smooth_trace", "steps_to_fraction"]
+           "smooth_trace", "steps_to_fraction", "set_threads"]
 
 #: The keys that identify a configuration (together with the split).
 CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
@@ -49,6 +49,22 @@ OFFDIAGONAL_CHOICES = ("preconditioned", "plain")
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
                 positive_transform=None, protocol="random", offdiagonal=None)
+
+
+def set_threads(threads: Optional[int]) -> None:
+    """Limit TensorFlow to ``threads`` intra- and inter-op threads (``None`` or 0: leave it). When
+    TensorFlow is already initialised in this process (e.g. under pytest), warn instead of failing."""
+    import sys
+
+    import tensorflow as tf
+
+    if threads:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except RuntimeError as err:
+            if tf.config.threading.get_intra_op_parallelism_threads() != threads:
+                print(f"warning: --threads {threads} not applied: {err}", file=sys.stderr)
 
 
 def read_json_lines(path: str) -> List[Dict]:
