@@ -221,7 +221,8 @@ def cmd_sweep(args) -> int:
 
 METRICS = (("test_ll", "test LL"), ("rmse", "RMSE"), ("elbo_per_datapoint", "ELBO/N"))
 _ROW_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
-             "train_samples", "test_samples", "positive_transform", "protocol", "offdiagonal")
+             "train_samples", "test_samples", "positive_transform", "protocol", "offdiagonal",
+             "last_layer")
 
 
 def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:
@@ -332,7 +333,8 @@ def steps_to_within(steps, values, tol: float) -> Optional[int]:
 def _method(s: Dict) -> str:
     """The row's method; a deep GP trained with another positive transform than its family's
     current default is marked, e.g. ``global (softplus)``, and a STAR posterior with plain
-    off-diagonal blocks ``stripes_arrow (plain)``."""
+    off-diagonal blocks ``stripes_arrow (plain)``, and a global-inducing deep GP with a sampled
+    last layer ``global (U_L sampled)``."""
     if s["model"] == "gp":
         from deepgp_gi.families import DEEP_GP_FAMILIES
 
@@ -343,6 +345,8 @@ def _method(s: Dict) -> str:
             marks.append(pt)
         if s["posterior"] == "stripes_arrow" and s.get("offdiagonal") == "plain":
             marks.append("plain")
+        if s["posterior"] == "global" and s.get("last_layer") == "sampled":
+            marks.append("U_L sampled")
         return f"{s['posterior']} ({', '.join(marks)})" if marks else s["posterior"]
     return f"{s['posterior']} ({s['prior']})"
 

@@ -27,28 +27,34 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "run_split", "estimate_elbo",
+__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "LAST_LAYER_CHOICES", "run_split", "estimate_elbo",
            "smooth_trace", "steps_to_fraction", "set_threads"]
 
 #: The keys that identify a configuration (together with the split).
 CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
                "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol",
-               "offdiagonal")
+               "offdiagonal", "last_layer")
 
 #: Values of keys added to :data:`CONFIG_KEYS` later, for result lines written before them: every
 #: earlier line used the random 90/10 splits, every earlier deep GP the softplus transform (the
-#: library's only one then), and every earlier STAR posterior the plain off-diagonal blocks.
+#: library's only one then), every earlier STAR posterior the plain off-diagonal blocks, and every
+#: earlier global-inducing deep GP a sampled last layer.
 #: :func:`config_key` reads a missing key as this value.
-LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus", "offdiagonal": "plain"}
+LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus", "offdiagonal": "plain",
+                 "last_layer": "sampled"}
 
 #: ``offdiagonal``: how a STAR posterior stores its stripe and arrow blocks
 #: (:class:`~deepgp_gi.posteriors.StripesArrowPosterior` ``precondition_offdiagonal``).
 OFFDIAGONAL_CHOICES = ("preconditioned", "plain")
 
+#: ``last_layer``: whether a global-inducing deep GP integrates its last layer's inducing outputs
+#: out of the ELBO (:class:`~deepgp_gi.posteriors.GlobalInducingPosterior` ``last_layer``).
+LAST_LAYER_CHOICES = ("marginal", "sampled")
+
 #: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
-                positive_transform=None, protocol="random", offdiagonal=None)
+                positive_transform=None, protocol="random", offdiagonal=None, last_layer=None)
 
 
 def set_threads(threads: Optional[int]) -> None:
@@ -94,7 +100,9 @@ def normalise_config(cfg: Dict) -> Dict:
     not given, so a line records the transform it was trained with. ``protocol`` is the split
     protocol of :func:`deepgp_gi.datasets.load_uci` (``"random"`` or ``"extrapolation"``).
     ``offdiagonal`` (STAR only, else ``None``) is ``"preconditioned"`` (the default) or ``"plain"``:
-    the ``precondition_offdiagonal`` option of the STAR posterior.
+    the ``precondition_offdiagonal`` option of the STAR posterior. ``last_layer`` (global-inducing
+    deep GPs only, else ``None``) is ``"marginal"`` (the default) or ``"sampled"``: the
+    ``last_layer`` option of the global-inducing posterior.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -132,6 +140,11 @@ def normalise_config(cfg: Dict) -> Dict:
     elif out["offdiagonal"] is not None:
         raise ValueError(f"offdiagonal applies to the stripes_arrow posterior only, got {out['offdiagonal']!r} "
                          f"for posterior {out['posterior']!r}")
+    if model == "gp" and out["posterior"] == "global":
+        out["last_layer"] = check_choice(out["last_layer"] or "marginal", "last_layer", LAST_LAYER_CHOICES)
+    elif out["last_layer"] is not None:
+        raise ValueError(f"last_layer applies to the global-inducing deep GP only, got {out['last_layer']!r} "
+                         f"for model {model!r}, posterior {out['posterior']!r}")
     for k in ("num_inducing", "steps", "train_samples", "test_samples", "seed"):
         out[k] = int(out[k])
     out["learning_rate"] = float(out["learning_rate"])
@@ -146,7 +159,8 @@ def with_legacy_values(record: Dict) -> Dict:
     out = dict(record)
     for k, v in LEGACY_VALUES.items():
         applies = {"positive_transform": out.get("model") == "gp",
-                   "offdiagonal": out.get("model") == "gp" and out.get("posterior") == "stripes_arrow"}.get(k, True)
+                   "offdiagonal": out.get("model") == "gp" and out.get("posterior") == "stripes_arrow",
+                   "last_layer": out.get("model") == "gp" and out.get("posterior") == "global"}.get(k, True)
         if k not in out and applies:
             out[k] = v
     return out
@@ -240,6 +254,8 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
         options = {}
         if cfg["posterior"] == "stripes_arrow":
             options["precondition_offdiagonal"] = cfg["offdiagonal"] == "preconditioned"
+        if cfg["posterior"] == "global":
+            options["last_layer"] = cfg["last_layer"]
         model = build_deep_gp(data.X_train, data.Y_train, depth=cfg["depth"], posterior=cfg["posterior"],
                               num_inducing=M, seed=seed, positive_transform=cfg["positive_transform"], **options)
     else:

@@ -117,7 +117,7 @@ def _hybrid_bnn(cls):
     return initialise
 
 
-_GI = ("precision", "kl", "residual_mean", "rho", "space")
+_GI = ("precision", "kl", "last_layer", "residual_mean", "rho", "space")
 
 #: Deep-GP families (``build_deep_gp(posterior=...)``, ``DeepGP(gp_layers, ..., posterior=...)``).
 DEEP_GP_FAMILIES: Dict[str, Family] = {

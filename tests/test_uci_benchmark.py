@@ -78,7 +78,7 @@ def _line(split, lr, ll, elbo, rmse, dataset="boston", posterior="global", steps
     return dict(model="gp", dataset=dataset, posterior=posterior, depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=steps, batch_size=None, learning_rate=lr, train_samples=1, test_samples=100, seed=0,
                 positive_transform="exp" if posterior in ("global", "local") else "softplus", protocol="random",
-                split=split, test_ll=ll, rmse=rmse, elbo_per_datapoint=elbo, elbo_se_per_datapoint=0.005,
+                last_layer="marginal" if posterior == "global" else None, split=split, test_ll=ll, rmse=rmse, elbo_per_datapoint=elbo, elbo_se_per_datapoint=0.005,
                 ms_per_step=10.0, commit="abc1234",
                 trace={"step": [10, 20, 30, 40, 50], "elbo_per_datapoint": [-3.0, -1.0, -0.2, -0.15, -0.1]}) | extra
 
@@ -194,6 +194,35 @@ def test_star_lines_before_the_offdiagonal_key_count_as_plain(uci, tmp_path):
         uci.normalise_config({"dataset": "boston", "posterior": "mean_field", "offdiagonal": "plain"})
     with pytest.raises(ValueError, match="offdiagonal"):
         uci.normalise_config({"dataset": "boston", "posterior": "stripes_arrow", "offdiagonal": "sideways"})
+
+
+def test_global_lines_before_the_last_layer_key_count_as_sampled(uci, tmp_path):
+    """A global-inducing deep-GP line without ``last_layer`` was trained with the last layer's
+    inducing outputs sampled: the sweep reruns it with the marginal default, the report shows it
+    as its own row, and only global deep GPs carry the key."""
+    old = _line(0, 0.01, -2.4, -0.4, 3.0)
+    del old["last_layer"]
+    new = _line(0, 0.01, -2.3, -0.3, 2.9)
+    res = tmp_path / "res"
+    res.mkdir()
+    path = res / "lines.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    done = uci.done_set(str(path))
+    cfg = uci.normalise_config({k: old[k] for k in uci.CONFIG_KEYS if k in old})
+    assert cfg["last_layer"] == "marginal"
+    assert (uci.config_key(cfg), 0) not in done
+    assert (uci.config_key(uci.normalise_config(dict(cfg, last_layer="sampled"))), 0) in done
+    assert uci.normalise_config({"dataset": "boston", "posterior": "mean_field"})["last_layer"] is None
+    assert uci.normalise_config({"dataset": "boston", "model": "bnn", "posterior": "global"})["last_layer"] is None
+    with pytest.raises(ValueError, match="last_layer"):
+        uci.normalise_config({"dataset": "boston", "posterior": "local", "last_layer": "marginal"})
+    with pytest.raises(ValueError, match="last_layer"):
+        uci.normalise_config({"dataset": "boston", "posterior": "global", "last_layer": "exact"})
+    path.write_text("".join(json.dumps(x) + "\n" for x in (old, new)))
+    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
+    md = (tmp_path / "rep" / "uci.md").read_text()
+    assert "| boston | global (U_L sampled) | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
+    assert "| boston | global | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
 
 
 def test_extrapolation_section_against_hand_computation(uci, tmp_path):

@@ -77,11 +77,13 @@ __all__ = [
     "weight_space_layer",
     "regulariser",
     "KL_MODES",
+    "LAST_LAYER_MODES",
     "SPACES",
     "DEFAULT_NUM_INDUCING",
 ]
 
 KL_MODES = ("sampled", "analytic")
+LAST_LAYER_MODES = ("marginal", "sampled")
 SPACES = ("auto", "function", "weight")
 DEFAULT_NUM_INDUCING = 100  # O&A App. O, UCI deep GPs
 
@@ -104,6 +106,18 @@ def weight_space_layer(pseudo: PseudoData, Phi: tf.Tensor, num_inducing: int, pr
     W = sample_weights(L, mean, z)
     kl = analytic_kl(L, mean, prior_precision) if kl_mode == "analytic" else None
     return tf.linalg.matmul(Phi, W), log_ratio(L, W, z, prior_precision), kl
+
+
+def _resolve_last_layer(last_layer: Optional[str], weight_space: bool) -> str:
+    """``last_layer`` of the global-inducing posterior, resolved and checked against the last
+    layer's space (a weight-space layer is sampled only)."""
+    if last_layer is None:
+        return "sampled" if weight_space else "marginal"
+    check_choice(last_layer, "last_layer", LAST_LAYER_MODES)
+    if last_layer == "marginal" and weight_space:
+        raise ValueError("last_layer='marginal' is implemented for a GP (function-space) last layer only; "
+                         "the last layer here is in weight space: use last_layer='sampled' or None")
+    return last_layer
 
 
 def regulariser(log_ratio_term: tf.Tensor, kl: Optional[tf.Tensor]) -> tf.Tensor:
@@ -166,10 +180,13 @@ class GlobalInducingPropagation(NamedTuple):
     """A :class:`Propagation` plus the global-inducing internals (for tests and diagnostics).
 
     :ivar samples: ``[S, N, N_l]`` data-row samples per layer (last: sampled from mean/var).
-    :ivar mean: ``[S, N, P]`` last-layer conditional mean of the data rows.
-    :ivar var: ``[S, N, P]`` last-layer conditional variance (clamped at 0; 0 in weight space).
-    :ivar kl: ``[S]`` ``log q - log p`` summed over layers (sampled), or the sum of the analytic
-        conditional KLs.
+    :ivar mean: ``[S, N, P]`` last-layer mean of the data rows: given the sampled ``U_L``
+        (``last_layer="sampled"``), or with ``U_L`` integrated out given ``U_{L-1}``
+        (``last_layer="marginal"``).
+    :ivar var: ``[S, N, P]`` the matching variance (clamped at 0; 0 in weight space).
+    :ivar kl: ``[S]`` the regulariser: ``log q - log p`` summed over layers (sampled), or the sum
+        of the analytic conditional KLs; with ``last_layer="marginal"`` the last layer always
+        contributes its analytic conditional KL.
     :ivar inducing: ``[S, M, N_l]`` sampled inducing rows ``U_1 .. U_L`` (``inducing[l]`` is
         the output of layer ``l``).
     :ivar log_ratio: ``[L, S]`` per-layer ``log P(U_l|U_{l-1}) - log Q(U_l|U_{l-1})``.
@@ -209,6 +226,17 @@ class GlobalInducingPosterior(_InducingPosterior):
         full in function space, diagonal (per unit) in weight space.
     :param kl: ``"sampled"`` (default: the per-sample log-ratio, as in the paper) or
         ``"analytic"`` (the conditional KL given ``U_{l-1}``, per sample).
+    :param last_layer: ``"marginal"`` or ``"sampled"``. ``"sampled"`` is O&A's Alg. 1. Each Monte Carlo
+        sample draws the last layer's inducing outputs ``U_L``, conditions the data rows on them
+        and adds their log-ratio. ``"marginal"`` integrates ``U_L`` out of both ELBO terms given
+        the sample of the layers below. The data rows get the Gaussian marginal (mean
+        ``m(F) + A^T a_mean``, variance ``k_ff - |A|^2 + |L_B^{-1} A|^2``) and the last layer's
+        regulariser is its analytic conditional KL. The estimator is then the expectation of the
+        sampled one over ``U_L`` (Rao-Blackwellised): the same ELBO, with less noise in the
+        training gradient. ``samples[-1]`` is still drawn through a sampled ``U_L``, so that
+        sampled functions stay coherent across inputs. Default ``None``: ``"marginal"`` when the
+        last layer is in function space (a GP layer); ``"sampled"`` when it is in weight space,
+        the only choice there. See ``docs/global_inducing.md``.
     :param residual_mean: if True (default) the layer's mean function is applied to inducing and
         data rows alike (prior ``N(m_l(U_{l-1}), K)``); if False the mean functions are ignored.
     :param rho: the Adam re-scaling of the log-precisions (default 3).
@@ -226,6 +254,7 @@ class GlobalInducingPosterior(_InducingPosterior):
         log_precision_init: Union[None, float, Sequence] = None,
         precision: Optional[str] = None,
         kl: str = "sampled",
+        last_layer: Optional[str] = None,
         residual_mean: bool = True,
         rho: float = 3.0,
         space: str = "auto",
@@ -241,6 +270,7 @@ class GlobalInducingPosterior(_InducingPosterior):
                     "(use LocalInducingPosterior for per-layer inducing inputs)"
                 )
         self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), space, seed)
+        self.last_layer = _resolve_last_layer(last_layer, self.weight_space[-1])
         L = self.depth
         D = self.layers[0].input_dim
         rng = np.random.default_rng(seed)
@@ -288,12 +318,20 @@ class GlobalInducingPosterior(_InducingPosterior):
                 a = sample_weights(L_B, a_mean, eps)
                 lr, kl = self._function_space_terms(L_B, a_mean, a, eps)
                 A = whitened_projection(L_K, layer.K(U, F))
-                mean = conditional_mean(A, a, layer_mean(layer, F, self.residual_mean))
+                prior_mean = layer_mean(layer, F, self.residual_mean)
+                mean = conditional_mean(A, a, prior_mean)
                 var = residual_variance(layer, F, A)[..., None]
                 U = layer_mean(layer, U, self.residual_mean) + tf.linalg.matmul(L_K, a)
                 if not last:
                     F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), dtype), jitter)
                     H = tf.concat([U, F], axis=1)
+                elif self.last_layer == "marginal":
+                    # a coherent draw through the sampled U_L; the ELBO sees U_L integrated out
+                    sample = self.sample_last_layer(mean, tf.maximum(var, 0.0), source)
+                    mean = conditional_mean(A, a_mean, prior_mean)
+                    var = var + marginal_variance(L_B, A, layer.output_dim)
+                    if kl is None:
+                        kl = analytic_kl(L_B, a_mean)
             inducing.append(U)
             log_ratios.append(lr)
             kls.append(kl)
@@ -303,13 +341,14 @@ class GlobalInducingPosterior(_InducingPosterior):
             samples.append(mean)
         else:
             var = tf.broadcast_to(tf.maximum(var, 0.0), tf.shape(mean))
-            samples.append(self.sample_last_layer(mean, var, source))
+            samples.append(sample if self.last_layer == "marginal" else self.sample_last_layer(mean, var, source))
         log_ratio_all = tf.stack(log_ratios)  # [L, S]
         if self.kl_mode == "analytic":
             conditional_kl = tf.stack(kls)
             total = tf.reduce_sum(conditional_kl, axis=0)
         else:
-            conditional_kl, total = None, -tf.reduce_sum(log_ratio_all, axis=0)
+            conditional_kl = None
+            total = tf.add_n([regulariser(lr, kl) for lr, kl in zip(log_ratios, kls)])
         return GlobalInducingPropagation(samples, mean, var, total, inducing, log_ratio_all, conditional_kl)
 
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:

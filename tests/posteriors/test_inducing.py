@@ -140,10 +140,13 @@ def test_o1_predict_f_equals_gpr(precision):
 
 
 @pytest.mark.parametrize("precision", ["full", "diagonal"])
-def test_o2_two_layers_top_layer_is_exact(precision):
+@pytest.mark.parametrize("last_layer", ["sampled", "marginal"])
+def test_o2_two_layers_top_layer_is_exact(precision, last_layer):
     """O2: U_0 = X, V_2 = Y, Lambda_2 = 1/sigma^2 -> per-sample ELBO = log N(Y; 0, K_2(U_1) + sigma^2 I)
     + logpq_1 for the same sampled U_1 (any V_1, Lambda_1). At jitter 0 with the data-row noise
-    xi = 0 the data rows of layer 1 equal U_1 (see the O1 note on jitter)."""
+    xi = 0 the data rows of layer 1 equal U_1 (see the O1 note on jitter). It holds with U_2
+    sampled (the sampled estimator has zero variance at the optimal Q(U_2 | U_1)) and with U_2
+    integrated out (then the last layer's regulariser is its analytic conditional KL)."""
     rng = np.random.default_rng(1)
     N, D, H = 10, 2, 2
     X, Y = regression_data(N=N, D=D)
@@ -160,6 +163,7 @@ def test_o2_two_layers_top_layer_is_exact(precision):
             pseudo_outputs=[rng.normal(size=(N, H)), Y],
             log_precision_init=[-1.0, np.log(1 / sig2)],
             precision=precision,
+            last_layer=last_layer,
         )
         if precision == "full":
             post.pseudo_data[0].precision_shape.assign(np.eye(N) + 0.3 * rng.normal(size=(N, N)))
@@ -172,7 +176,12 @@ def test_o2_two_layers_top_layer_is_exact(precision):
         full = post.propagate_full(X, S, seed=noise)
     U1 = full.inducing[0].numpy()
     logpq1 = full.log_ratio[0].numpy()
-    np.testing.assert_allclose(full.kl.numpy(), -full.log_ratio.numpy().sum(0), rtol=1e-12)
+    if last_layer == "sampled":
+        np.testing.assert_allclose(full.kl.numpy(), -full.log_ratio.numpy().sum(0), rtol=1e-12)
+    else:
+        L_K = tf.linalg.cholesky(k2(full.inducing[0]))
+        kl_2 = analytic_kl(*post.pseudo_data[1].posterior(L_K)).numpy()
+        np.testing.assert_allclose(full.kl.numpy(), kl_2 - logpq1, rtol=1e-10)
     for s in range(S):
         C = k2(U1[s]).numpy() + sig2 * np.eye(N)
         expected = multivariate_normal(np.zeros(N), C).logpdf(Y[:, 0]) + logpq1[s]
@@ -341,7 +350,60 @@ def test_gi_analytic_kl_is_mc_mean_of_log_ratio_for_fixed_inputs(precision):
     post.kl_mode = "sampled"
     sampled = post.propagate_full(X, S, seed=noise)
     np.testing.assert_array_equal(sampled.inducing[1].numpy(), full.inducing[1].numpy())
+    # the marginal last layer (the default) contributes its analytic conditional KL in either mode
+    np.testing.assert_allclose(sampled.kl.numpy(), -full.log_ratio[0].numpy() + ckl[1], rtol=1e-12)
+    post.last_layer = "sampled"
+    sampled = post.propagate_full(X, S, seed=noise)
     np.testing.assert_allclose(sampled.kl.numpy(), -full.log_ratio.numpy().sum(0), rtol=1e-12)
+
+
+# ====================================================================== marginal last layer
+
+
+@pytest.mark.parametrize("precision", ["full", "diagonal"])
+@pytest.mark.parametrize("kl", ["sampled", "analytic"])
+def test_marginal_last_layer_is_the_expectation_of_the_sampled_estimator(precision, kl):
+    """last_layer="marginal" = E over U_L of the sampled estimator, for a fixed sample of the
+    layers below. Both the expected log-likelihood (Gaussian) and the log-ratio are quadratic in
+    the inducing noise eps, so the 2M-point design {+-sqrt(M) e_k} (mean 0, second moment I, odd
+    moments 0) gives the expectation exactly: the per-sample ELBO, and the mixture's mean and
+    variance of the data rows."""
+    model, post, X, Y = _two_layer_gi(precision, kl=kl)
+    M, N, H = post.num_inducing, X.shape[0], 2
+    S = 2 * M
+    rng = np.random.default_rng(4)
+    design = np.sqrt(M) * np.concatenate([np.eye(M), -np.eye(M)])[:, :, None]  # [2M, M, 1]
+    upstream = {"u/0": np.tile(rng.normal(size=(1, M, H)), (S, 1, 1)),
+                "f/0": np.tile(rng.normal(size=(1, N, H)), (S, 1, 1)), "u/1": design}
+    noise = FixedNoise(upstream, fallback=SeededNoise(3))
+    post.last_layer = "sampled"
+    sampled_elbo = model.elbo_per_sample((X, Y), S, seed=noise).numpy()
+    sampled = post.propagate_full(X, S, seed=noise)
+    post.last_layer = "marginal"
+    marginal_elbo = model.elbo_per_sample((X, Y), S, seed=noise).numpy()
+    marginal = post.propagate_full(X, S, seed=noise)
+    np.testing.assert_allclose(marginal_elbo, marginal_elbo[0], rtol=1e-12)  # U_L no longer enters
+    np.testing.assert_allclose(marginal_elbo[0], sampled_elbo.mean(), rtol=1e-10)
+    assert sampled_elbo.std() > 1e-3  # the design does vary the sampled estimator
+    m_s, v_s = sampled.mean.numpy(), sampled.var.numpy()
+    np.testing.assert_allclose(marginal.mean.numpy()[0], m_s.mean(0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(marginal.var.numpy()[0], v_s.mean(0) + m_s.var(0), rtol=1e-9, atol=1e-12)
+    # the coherent draw and the inducing rows still go through the sampled U_L
+    np.testing.assert_array_equal(marginal.inducing[1].numpy(), sampled.inducing[1].numpy())
+    np.testing.assert_allclose(marginal.samples[-1].numpy(), sampled.samples[-1].numpy(), rtol=1e-12)
+
+
+def test_last_layer_resolves_by_space_and_rejects_bad_values():
+    model, post, X, Y = _two_layer_gi("full")
+    assert post.last_layer == "marginal"  # GP last layer: the default integrates U_L out
+    layers = [dg.GPLayer(se(), 1, 2)]
+    with pytest.raises(ValueError, match="last_layer"):
+        GlobalInducingPosterior(layers, num_inducing=3, last_layer="exact")
+    X, Y = regression_data(N=10, D=3)
+    bnn = dg.build_bnn(X, Y, hidden=(4,), posterior="global", num_inducing=5, seed=0)
+    assert bnn.posterior.last_layer == "sampled"  # weight space: sampled only
+    with pytest.raises(ValueError, match="last_layer='marginal' is implemented for a GP"):
+        GlobalInducingPosterior(bnn.layers, num_inducing=5, last_layer="marginal")
 
 
 # ===================================================================================== local
