@@ -164,12 +164,12 @@ print(f"boston: test LL {float(test_ll):.3f}, RMSE {float(test_rmse):.3f}; resto
 
 # %% [markdown]
 # **What the run shows** (full setting, 3000 steps; numbers printed above). On the toy set the
-# global-inducing posterior reaches a final training ELBO of 0.540 per point against -0.643 for
+# global-inducing posterior reaches a final training ELBO of 0.543 per point against -0.462 for
 # mean-field, whose training curve is also much noisier (the drops in the right-hand plot) and
-# whose predictive bands are wider on the data (mean predictive sd 0.346 against 0.113 for
+# whose predictive bands are wider on the data (mean predictive sd 0.292 against 0.111 for
 # global inducing, noise sd 0.1). Both widen their bands outside the data range [-3, 3]
-# (mean-field 0.346 → 0.901, global 0.113 → 0.510). The depth-2 mean-field deep GP on boston
-# split 0 reaches a test log-likelihood of -2.244 and an RMSE of 2.216 (DSVI's Table 7 reports
+# (mean-field 0.292 → 0.976, global 0.111 → 0.504). The depth-2 mean-field deep GP on boston
+# split 0 reaches a test log-likelihood of -2.242 and an RMSE of 2.204 (DSVI's Table 7 reports
 # -2.47 ± 0.05 averaged over 20 splits with 20,000 steps; one split is not a comparison). The
 # model restored from the checkpoint into a freshly built model predicts exactly as the
 # original (max |Δ mean| = 0, equal variances).

@@ -146,13 +146,13 @@ print(f"hidden-layer sd at the data, global / local: {ratio:.2f}; "
 # %% [markdown]
 # ## Conclusion (full run, numbers from the cells above)
 #
-# Both posteriors fit the data equally well on the output layer (sd of `f_2` at the data 0.059
-# for local and 0.055 for global inducing), but they differ in the hidden layer, as in App. J
+# Both posteriors fit the data equally well on the output layer (sd of `f_2` at the data 0.057
+# for local and 0.052 for global inducing), but they differ in the hidden layer, as in App. J
 # Fig. A3. Local inducing collapses `f_1` to almost one function: its sd across samples at the
-# training inputs is 0.083, about 1% of the range of its mean `f_1` (7.9). Global inducing keeps
+# training inputs is 0.072, about 1% of the range of its mean `f_1` (7.9). Global inducing keeps
 # a family of hidden functions, each paired with a matching output function (right-hand
-# panels): sd 0.653 at the training inputs, 7.9 times local inducing's and 7% of its range
-# (8.9). This compositional uncertainty is not bought with a worse fit: the global-inducing
-# ELBO is higher, 21.07 ± 0.17 against 11.85 ± 0.35 (total over the 100 points; 0.211 against
-# 0.119 per point). Neither fitted `f_1` equals the true one, which is expected since the
+# panels): sd 0.522 at the training inputs, 7.3 times local inducing's and 6% of its range
+# (8.7). This compositional uncertainty is not bought with a worse fit: the global-inducing
+# ELBO is higher, 22.25 ± 0.06 against 13.49 ± 0.35 (total over the 100 points; 0.222 against
+# 0.135 per point). Neither fitted `f_1` equals the true one, which is expected since the
 # hidden layer is identifiable only up to reparameterisation.
