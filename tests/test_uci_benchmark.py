@@ -178,51 +178,39 @@ def test_lines_written_before_a_config_key_existed(uci, tmp_path):
     assert "| boston | 2 | 100 | 1 | -0.50 (1 split) | -0.30 (1 split) | yes |" in md
 
 
-def test_star_lines_before_the_offdiagonal_key_count_as_plain(uci, tmp_path):
-    """A STAR line without ``offdiagonal`` was trained with plain off-diagonal blocks: the sweep
-    reruns it with the preconditioned default; other families never carry the key."""
-    star = _line(0, 0.01, -2.4, -0.4, 3.0, posterior="stripes_arrow")
-    path = tmp_path / "lines.jsonl"
-    path.write_text(json.dumps(star) + "\n")
-    done = uci.done_set(str(path))
-    cfg = uci.normalise_config({k: star[k] for k in uci.CONFIG_KEYS if k in star})
-    assert cfg["offdiagonal"] == "preconditioned"
-    assert (uci.config_key(cfg), 0) not in done
-    assert (uci.config_key(uci.normalise_config(dict(cfg, offdiagonal="plain"))), 0) in done
-    assert uci.normalise_config({"dataset": "boston", "posterior": "mean_field"})["offdiagonal"] is None
-    with pytest.raises(ValueError, match="offdiagonal"):
-        uci.normalise_config({"dataset": "boston", "posterior": "mean_field", "offdiagonal": "plain"})
-    with pytest.raises(ValueError, match="offdiagonal"):
-        uci.normalise_config({"dataset": "boston", "posterior": "stripes_arrow", "offdiagonal": "sideways"})
-
-
-def test_global_lines_before_the_last_layer_key_count_as_sampled(uci, tmp_path):
-    """A global-inducing deep-GP line without ``last_layer`` was trained with the last layer's
-    inducing outputs sampled: the sweep reruns it with the marginal default, the report shows it
-    as its own row, and only global deep GPs carry the key."""
-    old = _line(0, 0.01, -2.4, -0.4, 3.0)
-    del old["last_layer"]
-    new = _line(0, 0.01, -2.3, -0.3, 2.9)
+@pytest.mark.parametrize("posterior, key, default, legacy, other", [
+    ("stripes_arrow", "offdiagonal", "preconditioned", "plain", "mean_field"),
+    ("global", "last_layer", "marginal", "sampled", "local"),
+])
+def test_lines_before_a_family_key_count_as_its_legacy_value(uci, tmp_path, posterior, key, default, legacy, other):
+    """A STAR line without ``offdiagonal`` was trained with plain off-diagonal blocks, a global
+    deep-GP line without ``last_layer`` with its last layer sampled: the sweep reruns them with the
+    current default, the report shows them as their own rows, and other families never carry
+    the key."""
+    old = _line(0, 0.01, -2.4, -0.4, 3.0, posterior=posterior)
+    old.pop(key, None)
     res = tmp_path / "res"
     res.mkdir()
     path = res / "lines.jsonl"
     path.write_text(json.dumps(old) + "\n")
     done = uci.done_set(str(path))
     cfg = uci.normalise_config({k: old[k] for k in uci.CONFIG_KEYS if k in old})
-    assert cfg["last_layer"] == "marginal"
+    assert cfg[key] == default
     assert (uci.config_key(cfg), 0) not in done
-    assert (uci.config_key(uci.normalise_config(dict(cfg, last_layer="sampled"))), 0) in done
-    assert uci.normalise_config({"dataset": "boston", "posterior": "mean_field"})["last_layer"] is None
-    assert uci.normalise_config({"dataset": "boston", "model": "bnn", "posterior": "global"})["last_layer"] is None
-    with pytest.raises(ValueError, match="last_layer"):
-        uci.normalise_config({"dataset": "boston", "posterior": "local", "last_layer": "marginal"})
-    with pytest.raises(ValueError, match="last_layer"):
-        uci.normalise_config({"dataset": "boston", "posterior": "global", "last_layer": "exact"})
+    assert (uci.config_key(uci.normalise_config(dict(cfg, **{key: legacy}))), 0) in done
+    assert uci.normalise_config({"dataset": "boston", "posterior": other})[key] is None
+    assert uci.normalise_config({"dataset": "boston", "model": "bnn", "posterior": "global"})[key] is None
+    with pytest.raises(ValueError, match=key):
+        uci.normalise_config({"dataset": "boston", "posterior": other, key: legacy})
+    with pytest.raises(ValueError, match=key):
+        uci.normalise_config({"dataset": "boston", "posterior": posterior, key: "sideways"})
+    new = _line(0, 0.01, -2.3, -0.3, 2.9, posterior=posterior, **{key: default})
     path.write_text("".join(json.dumps(x) + "\n" for x in (old, new)))
     assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
     md = (tmp_path / "rep" / "uci.md").read_text()
-    assert "| boston | global (U_L sampled) | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
-    assert "| boston | global | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
+    mark = {"offdiagonal": "plain", "last_layer": "U_L sampled"}[key]
+    assert f"| boston | {posterior} ({mark}) | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
+    assert f"| boston | {posterior} | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
 
 
 def test_extrapolation_section_against_hand_computation(uci, tmp_path):
