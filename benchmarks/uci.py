@@ -462,7 +462,8 @@ def plot_metric(rows: List[Dict], metric: str, label: str, path: str) -> None:
 
 def plot_convergence(records: List[Dict], path: str, datasets=("boston", "energy"),
                      posteriors=("mean_field", "global")) -> bool:
-    """ELBO per datapoint against step (split 0, depth 2, the longest run of each family)."""
+    """ELBO per datapoint against step (split 0, depth 2, the longest run of each family with its
+    current defaults: older rows such as ``global (softplus)`` are left out)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -473,7 +474,7 @@ def plot_convergence(records: List[Dict], path: str, datasets=("boston", "energy
     drawn = False
     for ax, d in zip(axes[0], datasets):
         for c, post in enumerate(posteriors):
-            cands = [r for r in records if r["model"] == "gp" and r["dataset"] == d and r["posterior"] == post
+            cands = [r for r in records if r["model"] == "gp" and r["dataset"] == d and _method(r) == post
                      and r["depth"] == 2 and r["split"] == 0 and r.get("trace")]
             if not cands:
                 continue
