@@ -333,8 +333,8 @@ def steps_to_within(steps, values, tol: float) -> Optional[int]:
 def _method(s: Dict) -> str:
     """The row's method; a deep GP trained with another positive transform than its family's
     current default is marked, e.g. ``global (softplus)``, and a STAR posterior with plain
-    off-diagonal blocks ``stripes_arrow (plain)``, and a global-inducing deep GP with a sampled
-    last layer ``global (U_L sampled)``."""
+    off-diagonal blocks ``stripes_arrow (plain)``, and a global-inducing last layer that was
+    sampled ``global (U_L sampled)`` (deep GP) or ``global (neal, W_L sampled)`` (BNN)."""
     if s["model"] == "gp":
         from deepgp_gi.families import DEEP_GP_FAMILIES
 
@@ -345,10 +345,11 @@ def _method(s: Dict) -> str:
             marks.append(pt)
         if s["posterior"] == "stripes_arrow" and s.get("offdiagonal") == "plain":
             marks.append("plain")
-        if s["posterior"] == "global" and s.get("last_layer") == "sampled":
+        if s.get("last_layer") == "sampled":
             marks.append("U_L sampled")
         return f"{s['posterior']} ({', '.join(marks)})" if marks else s["posterior"]
-    return f"{s['posterior']} ({s['prior']})"
+    marks = [s["prior"]] + (["W_L sampled"] if s.get("last_layer") == "sampled" else [])
+    return f"{s['posterior']} ({', '.join(marks)})"
 
 
 def _verdict(ok, n_splits: int = 2) -> str:

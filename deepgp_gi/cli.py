@@ -77,7 +77,7 @@ def _summary(records: List[Dict]) -> str:
 
 def _cmd_uci(args) -> int:
     from . import datasets
-    from .experiments import config_key, normalise_config
+    from .experiments import GLOBAL_LAST_LAYER, config_key, normalise_config
 
     model = "bnn" if args.model == "bnn" else "gp"
     choices = BNN_POSTERIORS if model == "bnn" else GP_POSTERIORS
@@ -94,7 +94,7 @@ def _cmd_uci(args) -> int:
         learning_rate=args.lr, train_samples=args.train_samples, test_samples=args.test_samples, seed=args.seed,
         positive_transform=args.positive_transform if model == "gp" else None, protocol=args.protocol,
         offdiagonal=args.offdiagonal if model == "gp" and posterior == "stripes_arrow" else None,
-        last_layer=args.last_layer if model == "gp" and posterior == "global" else None,
+        last_layer=args.last_layer if (model, posterior) in GLOBAL_LAST_LAYER else None,
     )
     cfg = normalise_config(cfg)
     done: Dict[int, Dict] = {}
@@ -188,8 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stripes_arrow only: store the stripe and arrow blocks preconditioned (whitened and "
                           "scaled; the default) or plain (Lindinger et al.'s parameterisation)")
     uci.add_argument("--last-layer", choices=("marginal", "sampled"), default=None,
-                     help="global (gp) only: integrate the last layer's inducing outputs out of the ELBO (marginal; "
-                          "the default) or sample them (sampled; O&A's Alg. 1)")
+                     help="a global-inducing last layer (gp global; bnn global, factorised_global, random_global): "
+                          "integrate its inducing outputs or weights out of the ELBO (marginal; the default) or "
+                          "sample them (sampled; O&A's algorithm)")
     uci.add_argument("--out", default=None, help="append one JSON line per split here; splits already there are skipped")
     uci.add_argument("--checkpoint-dir", default=None, help="checkpoint each split's training here (resumable)")
     uci.add_argument("--no-progress", action="store_true", help="hide the progress bar")

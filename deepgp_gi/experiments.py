@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "LAST_LAYER_CHOICES", "run_split", "estimate_elbo",
+__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "LAST_LAYER_CHOICES", "GLOBAL_LAST_LAYER", "run_split", "estimate_elbo",
            "smooth_trace", "steps_to_fraction", "set_threads"]
 
 #: The keys that identify a configuration (together with the split).
@@ -38,7 +38,7 @@ CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num
 #: Values of keys added to :data:`CONFIG_KEYS` later, for result lines written before them: every
 #: earlier line used the random 90/10 splits, every earlier deep GP the softplus transform (the
 #: library's only one then), every earlier STAR posterior the plain off-diagonal blocks, and every
-#: earlier global-inducing deep GP a sampled last layer.
+#: earlier global-inducing last layer (deep GP or BNN) was sampled.
 #: :func:`config_key` reads a missing key as this value.
 LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus", "offdiagonal": "plain",
                  "last_layer": "sampled"}
@@ -47,9 +47,13 @@ LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus", "offdia
 #: (:class:`~deepgp_gi.posteriors.StripesArrowPosterior` ``precondition_offdiagonal``).
 OFFDIAGONAL_CHOICES = ("preconditioned", "plain")
 
-#: ``last_layer``: whether a global-inducing deep GP integrates its last layer's inducing outputs
-#: out of the ELBO (:class:`~deepgp_gi.posteriors.GlobalInducingPosterior` ``last_layer``).
+#: ``last_layer``: whether a global-inducing last layer integrates its inducing outputs (deep GP)
+#: or weights (BNN) out of the ELBO (:class:`~deepgp_gi.posteriors.GlobalInducingPosterior`
+#: ``last_layer``).
 LAST_LAYER_CHOICES = ("marginal", "sampled")
+
+#: The (model, posterior) pairs with a global-inducing last layer, which carry ``last_layer``.
+GLOBAL_LAST_LAYER = {("gp", "global"), ("bnn", "global"), ("bnn", "factorised_global"), ("bnn", "random_global")}
 
 #: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
@@ -100,9 +104,9 @@ def normalise_config(cfg: Dict) -> Dict:
     not given, so a line records the transform it was trained with. ``protocol`` is the split
     protocol of :func:`deepgp_gi.datasets.load_uci` (``"random"`` or ``"extrapolation"``).
     ``offdiagonal`` (STAR only, else ``None``) is ``"preconditioned"`` (the default) or ``"plain"``:
-    the ``precondition_offdiagonal`` option of the STAR posterior. ``last_layer`` (global-inducing
-    deep GPs only, else ``None``) is ``"marginal"`` (the default) or ``"sampled"``: the
-    ``last_layer`` option of the global-inducing posterior.
+    the ``precondition_offdiagonal`` option of the STAR posterior. ``last_layer`` (posteriors with
+    a global-inducing last layer, :data:`GLOBAL_LAST_LAYER`, else ``None``) is ``"marginal"``
+    (the default) or ``"sampled"``: their ``last_layer`` option.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -140,10 +144,10 @@ def normalise_config(cfg: Dict) -> Dict:
     elif out["offdiagonal"] is not None:
         raise ValueError(f"offdiagonal applies to the stripes_arrow posterior only, got {out['offdiagonal']!r} "
                          f"for posterior {out['posterior']!r}")
-    if model == "gp" and out["posterior"] == "global":
+    if (model, out["posterior"]) in GLOBAL_LAST_LAYER:
         out["last_layer"] = check_choice(out["last_layer"] or "marginal", "last_layer", LAST_LAYER_CHOICES)
     elif out["last_layer"] is not None:
-        raise ValueError(f"last_layer applies to the global-inducing deep GP only, got {out['last_layer']!r} "
+        raise ValueError(f"last_layer applies to a global-inducing last layer only, got {out['last_layer']!r} "
                          f"for model {model!r}, posterior {out['posterior']!r}")
     for k in ("num_inducing", "steps", "train_samples", "test_samples", "seed"):
         out[k] = int(out[k])
@@ -160,7 +164,7 @@ def with_legacy_values(record: Dict) -> Dict:
     for k, v in LEGACY_VALUES.items():
         applies = {"positive_transform": out.get("model") == "gp",
                    "offdiagonal": out.get("model") == "gp" and out.get("posterior") == "stripes_arrow",
-                   "last_layer": out.get("model") == "gp" and out.get("posterior") == "global"}.get(k, True)
+                   "last_layer": (out.get("model"), out.get("posterior")) in GLOBAL_LAST_LAYER}.get(k, True)
         if k not in out and applies:
             out[k] = v
     return out
@@ -261,8 +265,9 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     else:
         from .bnn import build_bnn
 
+        options = {"last_layer": cfg["last_layer"]} if cfg["last_layer"] is not None else {}
         model = build_bnn(data.X_train, data.Y_train, hidden=tuple(cfg["hidden"]), posterior=cfg["posterior"],
-                          prior=cfg["prior"], num_inducing=cfg["num_inducing"], seed=seed)
+                          prior=cfg["prior"], num_inducing=cfg["num_inducing"], seed=seed, **options)
     t0 = time.perf_counter()
     history = fit(model, (data.X_train, data.Y_train), steps=cfg["steps"], batch_size=batch_size,
                   learning_rate=cfg["learning_rate"], num_samples=cfg["train_samples"], seed=seed,

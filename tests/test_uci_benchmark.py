@@ -199,7 +199,9 @@ def test_lines_before_a_family_key_count_as_its_legacy_value(uci, tmp_path, post
     assert (uci.config_key(cfg), 0) not in done
     assert (uci.config_key(uci.normalise_config(dict(cfg, **{key: legacy}))), 0) in done
     assert uci.normalise_config({"dataset": "boston", "posterior": other})[key] is None
-    assert uci.normalise_config({"dataset": "boston", "model": "bnn", "posterior": "global"})[key] is None
+    bnn = {"dataset": "boston", "model": "bnn", "posterior": "global"}
+    assert uci.normalise_config(bnn)[key] == ("marginal" if key == "last_layer" else None)
+    assert uci.normalise_config(dict(bnn, posterior="factorised"))[key] is None
     with pytest.raises(ValueError, match=key):
         uci.normalise_config({"dataset": "boston", "posterior": other, key: legacy})
     with pytest.raises(ValueError, match=key):

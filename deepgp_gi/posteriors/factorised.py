@@ -35,7 +35,7 @@ from ..conv_layers import check_network, is_convolution
 from ..linalg import safe_cholesky
 from ..validation import check_bool, check_choice, check_finite_array, check_float, per_layer_list
 from .base import DeepPosterior, Propagation
-from .inducing import has_feature_map, regulariser, weight_space_layer
+from .inducing import LAST_LAYER_MODES, has_feature_map, regulariser, weight_space_layer
 from .prior_scales import PriorPrecisions
 from .pseudo_data import PRECISIONS, PseudoData
 
@@ -233,6 +233,9 @@ class FactorisedGlobalPosterior(_WeightPosterior):
         :class:`FactorisedWeightPosterior`).
     :param precision: the last layer's ``Lambda`` kind (default ``"diagonal"``, per unit).
     :param kl: ``"sampled"`` (default) or ``"analytic"`` for the last layer's weights.
+    :param last_layer: ``"marginal"`` (default): the last layer's weights are integrated out of
+        the ELBO (its rows get their Gaussian marginal and its KL is analytic), or
+        ``"sampled"`` (O&A's algorithm); see :class:`~deepgp_gi.posteriors.GlobalInducingPosterior`.
     :param rho: Adam re-scaling of the log-precisions (3).
     """
 
@@ -251,6 +254,7 @@ class FactorisedGlobalPosterior(_WeightPosterior):
         variances: Optional[Sequence] = None,
         precision: str = "diagonal",
         kl: str = "sampled",
+        last_layer: str = "marginal",
         rho: float = 3.0,
         seed: Optional[int] = None,
         name: Optional[str] = None,
@@ -258,6 +262,7 @@ class FactorisedGlobalPosterior(_WeightPosterior):
         super().__init__(layers, name=name, seed=seed)
         self.lower = check_choice(lower, "lower", self.LOWER)
         self.kl_mode = check_choice(kl, "kl", ("sampled", "analytic"))
+        self.last_layer = check_choice(last_layer, "last_layer", LAST_LAYER_MODES)
         U0 = check_finite_array(inducing_inputs, "inducing_inputs", ndim=2)
         if U0.shape[1] != self.layers[0].input_dim:
             raise ValueError(f"inducing_inputs must have shape [M, {self.layers[0].input_dim}], got {U0.shape}")
@@ -294,8 +299,10 @@ class FactorisedGlobalPosterior(_WeightPosterior):
             kl = kl - scale_log_ratio
             z = self._weight_noise(l, S, source, dtype)
             if l == self.depth - 1:
-                H, lr, kl_w = weight_space_layer(self.pseudo_data, Phi, M, p, z, self.kl_mode)
-                kl = kl + regulariser(lr, kl_w)
+                step = weight_space_layer(self.pseudo_data, Phi, M, p, z, self.kl_mode,
+                                          marginal=self.last_layer == "marginal")
+                H = step.H
+                kl = kl + regulariser(step.log_ratio, step.kl)
             else:
                 if self.lower == "factorised":
                     mean, var = self.weights[l].moments()
@@ -305,6 +312,8 @@ class FactorisedGlobalPosterior(_WeightPosterior):
                     W = z / tf.sqrt(p)[:, None, None]
                 H = tf.linalg.matmul(Phi, W)
             samples.append(H[:, M:])
+        if self.last_layer == "marginal":
+            return Propagation(samples=samples, mean=step.mean, var=step.var, kl=kl)
         last = samples[-1]
         return Propagation(samples=samples, mean=last, var=tf.zeros_like(last), kl=kl)
 

@@ -75,6 +75,7 @@ __all__ = [
     "local_inducing_from_data",
     "has_feature_map",
     "weight_space_layer",
+    "WeightSpaceStep",
     "regulariser",
     "KL_MODES",
     "LAST_LAYER_MODES",
@@ -93,31 +94,43 @@ def has_feature_map(layer) -> bool:
     return hasattr(layer, "features") and hasattr(layer, "fan_in") and hasattr(layer, "prior")
 
 
+class WeightSpaceStep(NamedTuple):
+    """What :func:`weight_space_layer` returns.
+
+    :ivar H: ``Phi W`` ``[S, M + N, P]`` for the sampled weights.
+    :ivar log_ratio: ``log p(W) - log q(W)`` ``[S]``.
+    :ivar kl: the analytic KL given ``P_l`` ``[S]`` (``kl_mode="analytic"`` or ``marginal``;
+        else None).
+    :ivar mean: with ``marginal``: ``Phi E[W]`` ``[S, N, P]`` for the data rows (the rows after
+        the first ``num_inducing``) with the weights integrated out (else None).
+    :ivar var: with ``marginal``: their variance ``diag(Phi Prec^{-1} Phi^T)`` per unit
+        ``[S, N, P]`` (else None).
+    """
+
+    H: tf.Tensor
+    log_ratio: tf.Tensor
+    kl: Optional[tf.Tensor]
+    mean: Optional[tf.Tensor]
+    var: Optional[tf.Tensor]
+
+
 def weight_space_layer(pseudo: PseudoData, Phi: tf.Tensor, num_inducing: int, prior_precision: tf.Tensor,
-                       z: tf.Tensor, kl_mode: str):
+                       z: tf.Tensor, kl_mode: str, marginal: bool = False) -> WeightSpaceStep:
     """One weight-space inducing layer: the pseudo-data posterior of the weights on the first
     ``num_inducing`` rows of ``Phi`` ``[S, M + N, D]``, a weight sample from ``z`` ``[S, D, P]``,
-    and the rows pushed through it.
-
-    :return: ``(H, log_ratio, kl)``: ``Phi W`` ``[S, M + N, P]``, ``log p(W) - log q(W)`` ``[S]``
-        and, with ``kl_mode="analytic"``, the analytic KL given ``P_l`` ``[S]`` (else None).
+    and the rows pushed through it. With ``marginal``, also the rows' Gaussian marginal with the
+    weights integrated out, and the analytic KL whatever ``kl_mode`` is (see
+    :class:`WeightSpaceStep`).
     """
     L, mean = pseudo.posterior(Phi[:, :num_inducing], prior_precision)
     W = sample_weights(L, mean, z)
-    kl = analytic_kl(L, mean, prior_precision) if kl_mode == "analytic" else None
-    return tf.linalg.matmul(Phi, W), log_ratio(L, W, z, prior_precision), kl
-
-
-def _resolve_last_layer(last_layer: Optional[str], weight_space: bool) -> str:
-    """``last_layer`` of the global-inducing posterior, resolved and checked against the last
-    layer's space (a weight-space layer is sampled only)."""
-    if last_layer is None:
-        return "sampled" if weight_space else "marginal"
-    check_choice(last_layer, "last_layer", LAST_LAYER_MODES)
-    if last_layer == "marginal" and weight_space:
-        raise ValueError("last_layer='marginal' is implemented for a GP (function-space) last layer only; "
-                         "the last layer here is in weight space: use last_layer='sampled' or None")
-    return last_layer
+    kl = analytic_kl(L, mean, prior_precision) if kl_mode == "analytic" or marginal else None
+    rows_mean = rows_var = None
+    if marginal:
+        Phi_rows = Phi[:, num_inducing:]
+        rows_mean = tf.linalg.matmul(Phi_rows, mean)
+        rows_var = marginal_variance(L, tf.linalg.matrix_transpose(Phi_rows), tf.shape(mean)[-1])
+    return WeightSpaceStep(tf.linalg.matmul(Phi, W), log_ratio(L, W, z, prior_precision), kl, rows_mean, rows_var)
 
 
 def regulariser(log_ratio_term: tf.Tensor, kl: Optional[tf.Tensor]) -> tf.Tensor:
@@ -162,15 +175,17 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
         kl = analytic_kl(L, a_mean) if self.kl_mode == "analytic" else None
         return log_ratio(L, a, eps), kl
 
-    def _weight_step(self, l: int, Phi, num_inducing: int, S: int, source: NoiseSource):
-        """Weight-space layer ``l`` with the layer's prior precision: ``(H, log_ratio, kl)``, the
-        random scale's ``log p(s) - log q(s)`` included in both terms."""
+    def _weight_step(self, l: int, Phi, num_inducing: int, S: int, source: NoiseSource,
+                     marginal: bool = False) -> WeightSpaceStep:
+        """Weight-space layer ``l`` with the layer's prior precision (:func:`weight_space_layer`),
+        the random scale's ``log p(s) - log q(s)`` included in the log-ratio and the KL."""
         layer = self.layers[l]
         dtype = Phi.dtype
         p, scale_log_ratio = self.prior_precision(l, S, source, dtype)
         z = source.normal(f"w/{l}", [S, layer.fan_in, layer.output_dim], dtype)
-        H, lr, kl = weight_space_layer(self.pseudo_data[l], Phi, num_inducing, p, z, self.kl_mode)
-        return H, lr + scale_log_ratio, (None if kl is None else kl - scale_log_ratio)
+        step = weight_space_layer(self.pseudo_data[l], Phi, num_inducing, p, z, self.kl_mode, marginal)
+        return step._replace(log_ratio=step.log_ratio + scale_log_ratio,
+                             kl=None if step.kl is None else step.kl - scale_log_ratio)
 
 
 # ============================================================================ global inducing
@@ -234,9 +249,11 @@ class GlobalInducingPosterior(_InducingPosterior):
         regulariser is its analytic conditional KL. The estimator is then the expectation of the
         sampled one over ``U_L`` (Rao-Blackwellised): the same ELBO, with less noise in the
         training gradient. ``samples[-1]`` is still drawn through a sampled ``U_L``, so that
-        sampled functions stay coherent across inputs. Default ``None``: ``"marginal"`` when the
-        last layer is in function space (a GP layer); ``"sampled"`` when it is in weight space,
-        the only choice there. See ``docs/global_inducing.md``.
+        sampled functions stay coherent across inputs. In weight space (a BNN's last
+        DenseLayer) ``"marginal"`` integrates the last layer's weights out the same way (mean
+        ``Phi E[W]``, variance ``diag(Phi Prec^{-1} Phi^T)``, analytic KL: the local
+        reparameterisation of the output layer). Default ``"marginal"``; see
+        ``docs/global_inducing.md``.
     :param residual_mean: if True (default) the layer's mean function is applied to inducing and
         data rows alike (prior ``N(m_l(U_{l-1}), K)``); if False the mean functions are ignored.
     :param rho: the Adam re-scaling of the log-precisions (default 3).
@@ -254,7 +271,7 @@ class GlobalInducingPosterior(_InducingPosterior):
         log_precision_init: Union[None, float, Sequence] = None,
         precision: Optional[str] = None,
         kl: str = "sampled",
-        last_layer: Optional[str] = None,
+        last_layer: str = "marginal",
         residual_mean: bool = True,
         rho: float = 3.0,
         space: str = "auto",
@@ -270,7 +287,7 @@ class GlobalInducingPosterior(_InducingPosterior):
                     "(use LocalInducingPosterior for per-layer inducing inputs)"
                 )
         self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), space, seed)
-        self.last_layer = _resolve_last_layer(last_layer, self.weight_space[-1])
+        self.last_layer = check_choice(last_layer, "last_layer", LAST_LAYER_MODES)
         L = self.depth
         D = self.layers[0].input_dim
         rng = np.random.default_rng(seed)
@@ -307,9 +324,11 @@ class GlobalInducingPosterior(_InducingPosterior):
         for l, layer in enumerate(self.layers):
             last = l == self.depth - 1
             if self.weight_space[l]:
-                H, lr, kl = self._weight_step(l, layer.features(H), M, S, source)
+                marginal = last and self.last_layer == "marginal"
+                H, lr, kl, rows_mean, rows_var = self._weight_step(l, layer.features(H), M, S, source, marginal)
                 U, F = H[:, :M], H[:, M:]
-                mean, var = F, tf.zeros_like(F)
+                sample = F
+                mean, var = (rows_mean, rows_var) if marginal else (F, tf.zeros_like(F))
             else:
                 U, F = H[:, :M], H[:, M:]
                 L_K = inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
@@ -338,7 +357,7 @@ class GlobalInducingPosterior(_InducingPosterior):
             if not last:
                 samples.append(F)
         if self.weight_space[-1]:
-            samples.append(mean)
+            samples.append(sample)
         else:
             var = tf.broadcast_to(tf.maximum(var, 0.0), tf.shape(mean))
             samples.append(sample if self.last_layer == "marginal" else self.sample_last_layer(mean, var, source))
@@ -455,8 +474,8 @@ class LocalInducingPosterior(_InducingPosterior):
         Z = tf.cast(tf.convert_to_tensor(layer.inducing_features), dtype)
         M = layer.num_inducing
         Phi = tf.concat([tf.broadcast_to(Z[None], tf.concat([[S], tf.shape(Z)], 0)), layer.features(F)], axis=1)
-        H, lr, kl = self._weight_step(l, Phi, M, S, source)
-        return H[:, M:], regulariser(lr, kl)
+        step = self._weight_step(l, Phi, M, S, source)
+        return step.H[:, M:], regulariser(step.log_ratio, step.kl)
 
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
         """Push ``X`` ``[N, D]`` through the layers; ``kl`` is ``[S]``.

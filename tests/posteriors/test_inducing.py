@@ -401,9 +401,51 @@ def test_last_layer_resolves_by_space_and_rejects_bad_values():
         GlobalInducingPosterior(layers, num_inducing=3, last_layer="exact")
     X, Y = regression_data(N=10, D=3)
     bnn = dg.build_bnn(X, Y, hidden=(4,), posterior="global", num_inducing=5, seed=0)
-    assert bnn.posterior.last_layer == "sampled"  # weight space: sampled only
-    with pytest.raises(ValueError, match="last_layer='marginal' is implemented for a GP"):
-        GlobalInducingPosterior(bnn.layers, num_inducing=5, last_layer="marginal")
+    assert bnn.posterior.last_layer == "marginal"
+    with pytest.raises(ValueError, match="last_layer"):
+        GlobalInducingPosterior(bnn.layers, num_inducing=5, last_layer=True)
+    with pytest.raises(ValueError, match="last_layer"):
+        dg.build_bnn(X, Y, hidden=(4,), posterior="factorised_global", num_inducing=5, last_layer="exact")
+
+
+@pytest.mark.parametrize("precision", ["diagonal", "full"])
+@pytest.mark.parametrize("family", ["global", "factorised_global"])
+def test_weight_space_marginal_last_layer_is_the_expectation_of_the_sampled_estimator(rng, precision, family):
+    """BNN (weight-space) last layer, gi and fac->gi: last_layer="marginal" = E over W_L of the
+    sampled estimator for fixed lower-layer weights, exactly (the 2D-point design of the
+    function-space test, over the fan-in D of the last layer); the ELBO and the data rows' mean
+    and variance."""
+    from deepgp_gi.posteriors.factorised import FactorisedGlobalPosterior
+
+    N, D0, H, M = 9, 2, 3, 4
+    X, Y = rng.normal(size=(N, D0)), rng.normal(size=(N, 1))
+    layers = [DenseLayer(D0, H, "identity"), DenseLayer(H, 1, "relu")]
+    U0 = rng.normal(size=(M, D0))
+    if family == "global":
+        post = GlobalInducingPosterior(layers, inducing_inputs=U0,
+                                       pseudo_outputs=[rng.normal(size=(M, H)), rng.normal(size=(M, 1))],
+                                       log_precision_init=[-0.5, 1.0], precision=precision, last_layer="sampled")
+    else:
+        post = FactorisedGlobalPosterior(layers, U0, rng.normal(size=(M, 1)), log_precision_init=1.0,
+                                         precision=precision, last_layer="sampled")
+    model = DeepGP(layers, gpflow.likelihoods.Gaussian(0.2), post, num_data=N)
+    D = layers[1].fan_in
+    S = 2 * D
+    design = np.sqrt(D) * np.concatenate([np.eye(D), -np.eye(D)])[:, :, None]  # [2D, D, 1]
+    w0 = np.tile(rng.normal(size=(1, layers[0].fan_in, H)), (S, 1, 1))
+    noise = FixedNoise({"w/0": w0, "w/1": design}, fallback=SeededNoise(2))
+    sampled_elbo = model.elbo_per_sample((X, Y), S, seed=noise).numpy()
+    sampled = post.propagate(X, S, seed=noise)
+    post.last_layer = "marginal"
+    marginal_elbo = model.elbo_per_sample((X, Y), S, seed=noise).numpy()
+    marginal = post.propagate(X, S, seed=noise)
+    np.testing.assert_allclose(marginal_elbo, marginal_elbo[0], rtol=1e-12)
+    np.testing.assert_allclose(marginal_elbo[0], sampled_elbo.mean(), rtol=1e-10)
+    assert sampled_elbo.std() > 1e-3
+    m_s = sampled.mean.numpy()  # sampled weights: the rows themselves, variance 0
+    np.testing.assert_allclose(marginal.mean.numpy()[0], m_s.mean(0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(marginal.var.numpy()[0], m_s.var(0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(marginal.samples[-1].numpy(), sampled.samples[-1].numpy())
 
 
 # ===================================================================================== local
