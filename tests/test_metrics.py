@@ -193,11 +193,15 @@ def test_bernoulli_model_has_two_class_probabilities(rng):
     X = rng.normal(size=(25, 2))
     Y = (X[:, :1] > 0).astype(float)
     model = dg.build_bnn(X, Y, hidden=(8,), likelihood=gpflow.likelihoods.Bernoulli(), num_inducing=10, seed=0)
+    # A short fit so that the probabilities straddle 0.5 (at initialisation the marginal last layer's
+    # mean has the sign of the pseudo-outputs everywhere) and accuracy is not trivially one class.
+    dg.fit(model, (X, Y), steps=100, learning_rate=0.05, progress=False, seed=0)
     probs = predict_class_probabilities(model, X, 10, seed=1)
     p1 = model.predict_y(X, 10, seed=1)[0].numpy()[:, 0]
     np.testing.assert_array_equal(probs[:, 1], p1)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-15)
     assert 0 < p1.min() < 0.5 < p1.max() < 1
+    assert np.mean((p1 > 0.5) == Y[:, 0]) > 0.8  # it learned the sign of X[:, 0]
     assert dg.metrics.accuracy(model, X, Y, 10, seed=1) == np.mean(np.where(p1 > 0.5, 1, 0) == Y[:, 0])
     assert dg.metrics.ece(model, X, Y, 10, seed=1) == expected_calibration_error(probs, Y)
 

@@ -62,11 +62,17 @@ def test_shape_contracts_reject_wrong_rank(rng):
 
 
 def test_weight_families_document_zero_variance(rng):
-    """Propagation.var is exactly 0 for BNN families that sample the last layer's weights."""
+    """Propagation.var is exactly 0 for BNN families that sample the last layer's weights (local, and
+    the global families with last_layer="sampled"), and positive where the last layer's weights are
+    marginalised (the global families' default, last_layer="marginal")."""
     X, Y = rng.normal(size=(15, 2)), rng.normal(size=(15, 1))
-    for posterior in ("local", "global", "factorised_global", "random_global"):
-        model = dg.build_bnn(X, Y, hidden=(3,), posterior=posterior, num_inducing=5, seed=0)
+    model = dg.build_bnn(X, Y, hidden=(3,), posterior="local", num_inducing=5, seed=0)
+    assert np.all(model.predict_f_components(X, 2, seed=0)[1].numpy() == 0.0)
+    for posterior in ("global", "factorised_global", "random_global"):
+        model = dg.build_bnn(X, Y, hidden=(3,), posterior=posterior, num_inducing=5, seed=0, last_layer="sampled")
         assert np.all(model.predict_f_components(X, 2, seed=0)[1].numpy() == 0.0)
+        model = dg.build_bnn(X, Y, hidden=(3,), posterior=posterior, num_inducing=5, seed=0)
+        assert np.all(model.predict_f_components(X, 2, seed=0)[1].numpy() > 0.0)
     model = dg.build_bnn(X, Y, hidden=(3,), posterior="factorised", seed=0)
     assert np.all(model.predict_f_components(X, 2, seed=0)[1].numpy() > 0.0)
 

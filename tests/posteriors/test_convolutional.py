@@ -104,7 +104,8 @@ def _dense_twin_pair(M=6, N=4, P=3, out=2, seed=0):
                                  log_precision_init=[-1.0, 0.5])
     dense_net = [DenseLayer(H * W * C, P), DenseLayer(P, out, activation="relu")]
     dense_post = GlobalInducingPosterior(dense_net, inducing_inputs=U0.reshape(M, -1), pseudo_outputs=[V1, V2],
-                                         log_precision_init=[-1.0, 0.5], precision="shared_diagonal")
+                                         log_precision_init=[-1.0, 0.5], precision="shared_diagonal",
+                                         last_layer="sampled")  # the convolutional GI samples its last layer
     lam = rng.uniform(0.5, 2.0, size=(2, M))
     for post in (conv_post, dense_post):
         for j in range(2):
