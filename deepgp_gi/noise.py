@@ -90,12 +90,20 @@ def derive_key(seed: tf.Tensor, data: int = 0) -> tf.Tensor:
     return tf.stack([k0, k1])
 
 
-def _counter_words(key: tf.Tensor, count) -> tf.Tensor:
-    """``[count]`` pseudo-random uint32 words under ``key``: Philox's full-range integer output,
-    which TensorFlow's kernels and XLA produce identically (its float outputs differ)."""
-    seed = tf.cast(tf.bitcast(key, tf.int32), tf.int64)
-    return tf.random.stateless_uniform(
-        tf.reshape(count, [1]), seed=seed, minval=None, maxval=None, dtype=tf.uint32, alg="philox"
+_PHILOX = 1  # TensorFlow's enum value of the Philox-4x32 algorithm
+
+
+def _counter_words(key: tf.Tensor, count, stream: int = 0) -> tf.Tensor:
+    """``[count]`` pseudo-random uint32 words: Philox-4x32 under the 64-bit ``key`` (``[2]``
+    uint32) with its 128-bit counter starting at ``stream * 2^64``, so streams of one key never
+    overlap (a draw would need 2^64 blocks). Philox's full-range integer output is what
+    TensorFlow's kernels and XLA produce identically (its float outputs differ). One op per draw:
+    the key is used as Philox's key directly, with no per-draw seed scrambling."""
+    key64 = tf.reshape(tf.bitcast(key, tf.uint64), [1])
+    counter = tf.constant([0, stream & 0xFFFFFFFFFFFFFFFF], tf.uint64)
+    return tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=tf.reshape(count, [1]), key=key64, counter=counter, alg=tf.constant(_PHILOX, tf.int32),
+        dtype=tf.uint32,
     )
 
 
@@ -108,7 +116,7 @@ def _unit_interval(words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     return tf.cast((tf.cast(top, tf.float32) + 0.5) / 16777216.0, dtype)
 
 
-def counter_uniform(shape, key: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+def counter_uniform(shape, key: tf.Tensor, dtype: tf.DType, stream: int = 0) -> tf.Tensor:
     """Uniform draws in (0, 1) from Philox integer words (32 random bits each, 24 in float32).
 
     The words are Philox integers and the conversion is ours, so the same key gives the same
@@ -116,15 +124,15 @@ def counter_uniform(shape, key: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     between XLA and plain execution).
     """
     n = tf.reduce_prod(tf.cast(shape, tf.int32))
-    return tf.reshape(_unit_interval(_counter_words(key, n), dtype), shape)
+    return tf.reshape(_unit_interval(_counter_words(key, n, stream), dtype), shape)
 
 
-def counter_normal(shape, key: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+def counter_normal(shape, key: tf.Tensor, dtype: tf.DType, stream: int = 0) -> tf.Tensor:
     """Standard normal draws: Box-Muller on pairs of :func:`counter_uniform` words, both the
     cosine and the sine branch used (the smallest uniform, 2^-33, caps |z| at 6.8)."""
     n = tf.reduce_prod(tf.cast(shape, tf.int32))
     half = (n + 1) // 2
-    u = _unit_interval(_counter_words(key, 2 * half), dtype)
+    u = _unit_interval(_counter_words(key, 2 * half, stream), dtype)
     u1, u2 = u[:half], u[half:]
     radius = tf.sqrt(-2.0 * tf.math.log(u1))
     angle = tf.constant(2.0 * 3.141592653589793, dtype) * u2
@@ -143,13 +151,14 @@ def _implicit_gamma(alpha: tf.Tensor, sample: tf.Tensor):
     return tf.identity(sample), grad
 
 
-def stateless_gamma(shape, key: tf.Tensor, alpha: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+def stateless_gamma(shape, key: tf.Tensor, alpha: tf.Tensor, dtype: tf.DType, stream: int = 0) -> tf.Tensor:
     """Gamma(alpha, 1) draws that compile with XLA and agree between plain and compiled code.
 
     Marsaglia & Tsang's method on :func:`counter_normal` / :func:`counter_uniform` with a fixed number of
     proposals (no loop), boosted by ``U^(1/alpha)`` for ``alpha < 1``; gradients with respect to
     ``alpha`` are the implicit reparameterisation gradients (as ``tf.random.gamma``'s).
-    ``alpha`` broadcasts against ``shape``.
+    ``alpha`` broadcasts against ``shape``. Its three sub-draws use the Philox streams
+    ``stream + 1 .. stream + 3`` of ``key`` (:class:`SeededNoise` spaces names' streams by 4).
     """
     alpha = tf.broadcast_to(tf.convert_to_tensor(alpha, dtype), shape)
     a = tf.stop_gradient(alpha)
@@ -158,8 +167,8 @@ def stateless_gamma(shape, key: tf.Tensor, alpha: tf.Tensor, dtype: tf.DType) ->
     d = a1 - 1.0 / 3.0
     c = 1.0 / tf.sqrt(9.0 * d)
     full = tf.concat([[GAMMA_PROPOSALS], tf.shape(a)], 0)
-    z = counter_normal(full, derive_key(key, 1), dtype)
-    u = counter_uniform(full, derive_key(key, 2), dtype)
+    z = counter_normal(full, key, dtype, stream + 1)
+    u = counter_uniform(full, key, dtype, stream + 2)
     v = tf.maximum(1.0 + c * z, 0.0) ** 3
     log_v = tf.math.log(tf.maximum(v, tf.experimental.numpy.finfo(dtype.as_numpy_dtype).tiny))
     accept = (v > 0.0) & (tf.math.log(u) < 0.5 * tf.square(z) + d - d * v + d * log_v)
@@ -167,7 +176,7 @@ def stateless_gamma(shape, key: tf.Tensor, alpha: tf.Tensor, dtype: tf.DType) ->
     v_by_draw = tf.transpose(tf.reshape(v, [GAMMA_PROPOSALS, -1]))  # [n, K]
     chosen = tf.gather(v_by_draw, tf.reshape(first, [-1, 1]), batch_dims=1)[:, 0]
     g = d * tf.reshape(chosen, tf.shape(a))
-    boost = counter_uniform(tf.shape(a), derive_key(key, 3), dtype)
+    boost = counter_uniform(tf.shape(a), key, dtype, stream + 3)
     g = tf.where(boosted, g * boost ** (1.0 / a), g)
     return _implicit_gamma(alpha, tf.stop_gradient(g))
 
@@ -184,15 +193,26 @@ class SeededNoise(NoiseSource):
         if isinstance(seed, int):
             seed = [seed, 0]
         self.seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+        self._keys: Dict[int, tuple] = {}  # id(graph) -> (graph, key)
 
-    def _key_for(self, name: str) -> tf.Tensor:
-        return derive_key(self.seed, _name_key(name))
+    def _key(self) -> tf.Tensor:
+        """The Philox key of ``seed``, scrambled once per graph (a step's draws share it and
+        differ by their streams, so a draw costs one generator op, not a key derivation)."""
+        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+        cached = self._keys.get(id(graph))
+        if cached is None or cached[0] is not graph:
+            cached = self._keys[id(graph)] = (graph, derive_key(self.seed))
+        return cached[1]
+
+    @staticmethod
+    def _stream(name: str) -> int:
+        return _name_key(name) << 2  # room for stateless_gamma's three sub-streams
 
     def normal(self, name, shape, dtype):
-        return counter_normal(shape, self._key_for(name), dtype)
+        return counter_normal(shape, self._key(), dtype, self._stream(name))
 
     def gamma(self, name, shape, alpha, dtype):
-        return stateless_gamma(shape, self._key_for(name), alpha, dtype)
+        return stateless_gamma(shape, self._key(), alpha, dtype, self._stream(name))
 
 
 class FixedNoise(NoiseSource):

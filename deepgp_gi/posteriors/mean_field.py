@@ -95,46 +95,60 @@ class MeanFieldPosterior(DeepPosterior):
         return tf.linalg.triangular_solve(Lk, q_mu), tf.linalg.triangular_solve(Lk_b, q_sqrt)
 
     @check_shapes("F: [S, N, D]", "return[0]: [S, N, P]", "return[1]: [S, N, P]")
-    def layer_marginals(self, l: int, F: tf.Tensor, Lk: Optional[tf.Tensor] = None):
+    def layer_marginals(self, l: int, F: tf.Tensor, Lk: Optional[tf.Tensor] = None, white=None):
         """Mean and variance ``[S, N, N_l]`` of layer ``l``'s outputs given its inputs F ``[S,N,D]``.
 
         Both parameterisations use one data-sized solve, ``A = L_K^{-1} K_uf``:
         mean = ``A^T m' + m_l(F)``, var = ``k_ff - ||A||^2 + ||R'^T A||^2`` per unit, with
         ``(m', R')`` from :meth:`whitened_parameters` (for the non-whitened form this is the same
-        algebra as ``k_ff - a^T (K - S) a`` with ``a = K^{-1} k``).
+        algebra as ``k_ff - a^T (K - S) a`` with ``a = K^{-1} k``); ``white`` passes ``(m', R')``
+        when the caller already has them.
         """
         layer = self.layers[l]
         if Lk is None:
             Lk = inducing_cholesky(layer, layer.Z)
         A = whitened_projection(Lk, layer.K(layer.Z, F))
-        m_white, R_white = self.whitened_parameters(l, Lk)
+        m_white, R_white = self.whitened_parameters(l, Lk) if white is None else white
         mean = conditional_mean(A, m_white, layer.mean(F))
         var = residual_variance(layer, F, A)[..., None] + unit_variances(R_white, A)
         return mean, var
 
-    def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
-        """Sum over layers of ``KL(q(U_l) || p(U_l))`` (analytic, scalar); ``prior_choleskies``
-        reuses the layers' ``chol(K_uu)`` when the caller has them."""
+    def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None, white=None) -> tf.Tensor:
+        """Sum over layers of ``KL(q(U_l) || p(U_l))`` (analytic, scalar).
+
+        Computed in whitened coordinates, ``KL(N(m', R' R'^T) || N(0, I))``, which equals the
+        non-whitened ``KL(N(m, S S^T) || N(0, K))`` exactly: ``tr(K^{-1} S S^T) = |R'|^2``,
+        ``m^T K^{-1} m = |m'|^2`` and ``diag(R') = diag(S) / diag(L_K)`` (a triangular solve of a
+        lower-triangular right-hand side stays lower-triangular). The solves are those of
+        :meth:`whitened_parameters`, which :meth:`propagate` shares with the marginals, so a step
+        does two M x M solves per layer, not four. ``prior_choleskies`` reuses the layers'
+        ``chol(K_uu)`` and ``white`` the per-layer ``(m', R')`` when the caller has them.
+        """
         terms = []
         for l, layer in enumerate(self.layers):
-            if self.whiten:
-                K_chol = None
+            if white is None:
+                if self.whiten:
+                    m_white, R_white = self.q_mu[l], self.q_sqrt[l]
+                else:
+                    Lk = inducing_cholesky(layer, layer.Z) if prior_choleskies is None else prior_choleskies[l]
+                    m_white, R_white = self.whitened_parameters(l, Lk)
             else:
-                K_chol = inducing_cholesky(layer, layer.Z) if prior_choleskies is None else prior_choleskies[l]
-            terms.append(gauss_kl(self.q_mu[l], self.q_sqrt[l], K_cholesky=K_chol))
+                m_white, R_white = white[l]
+            terms.append(gauss_kl(m_white, R_white))
         return tf.add_n(terms)
 
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
         choleskies = [inducing_cholesky(layer, layer.Z) for layer in self.layers]  # once per step
+        white = [self.whitened_parameters(l, Lk) for l, Lk in enumerate(choleskies)]  # shared with the KL
         samples = []
         for l in range(self.depth - 1):
-            mean, var = self.layer_marginals(l, F, choleskies[l])
+            mean, var = self.layer_marginals(l, F, choleskies[l], white[l])
             F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
             samples.append(F)
-        mean, var = self.layer_marginals(self.depth - 1, F, choleskies[-1])
+        mean, var = self.layer_marginals(self.depth - 1, F, choleskies[-1], white[-1])
         var = tf.maximum(var, 0.0)
         samples.append(self.sample_last_layer(mean, var, source))
-        kl = tf.fill([num_samples], self.kl_divergence(choleskies))
+        kl = tf.fill([num_samples], self.kl_divergence(white=white))
         return Propagation(samples=samples, mean=mean, var=var, kl=kl)

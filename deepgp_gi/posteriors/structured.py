@@ -22,7 +22,7 @@ Shapes: ``S`` samples, ``N`` data points, ``N_l`` width of layer ``l`` (0-based 
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -199,8 +199,30 @@ class _StructuredPosterior(DeepPosterior):
             chols = list(prior_choleskies)
         return self._kl(chols)
 
-    def _kl(self, chols) -> tf.Tensor:  # pragma: no cover - abstract
+    def _kl(self, chols) -> tf.Tensor:
+        return self._kl_from_white(self._white_terms(chols))
+
+    def _white_terms(self, chols) -> List[Tuple[Optional[tf.Tensor], tf.Tensor, tf.Tensor]]:  # pragma: no cover
+        """Per layer ``(L_K or None, L_K^{-1} mu ``[U, M]``, L_K^{-1} rows ``[B, M, W]``)``."""
         raise NotImplementedError
+
+    def _log_det_q(self) -> tf.Tensor:  # pragma: no cover - abstract
+        """``sum log|diag R|``."""
+        raise NotImplementedError
+
+    def _kl_from_white(self, white) -> tf.Tensor:
+        """Blockwise KL from the per-layer whitened means and rows of :meth:`_white_terms`:
+        ``-TM/2 - log|diag R| + sum_l (U_l log|L_K^l| + |rows_l|_F^2 / 2 + |mu_l|^2 / 2)``.
+        :meth:`propagate` passes the whitened blocks it already solved for the marginals, so the
+        KL adds no triangular solve to a step."""
+        num_latent = sum(int(mu.shape[0]) * int(mu.shape[1]) for _, mu, _ in white)
+        kl = -0.5 * tf.cast(num_latent, self.dtype) - self._log_det_q()
+        for Lk, white_mu, white_rows in white:
+            kl += blockwise_kl_terms(None, white_mu, white_rows)
+            if Lk is not None:
+                log_det_p = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
+                kl += tf.cast(tf.shape(white_mu)[0], self.dtype) * log_det_p
+        return kl
 
 
 class _GaussianBlockView:
@@ -309,14 +331,16 @@ class FullyCoupledPosterior(_StructuredPosterior):
         start, end = self.offsets[l], self.offsets[l + 1]
         return tf.reshape(mu[start:end], [self.widths[l], self.inducing_counts[l]])
 
-    def _kl(self, chols) -> tf.Tensor:
+    def _log_det_q(self) -> tf.Tensor:
+        return tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.convert_to_tensor(self.q_sqrt)))))
+
+    def _white_terms(self, chols):
         R = tf.convert_to_tensor(self.q_sqrt)
         mu = tf.convert_to_tensor(self.q_mu)
-        log_det_q = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(R))))
-        kl = -0.5 * tf.cast(self.num_latent, R.dtype) - log_det_q
-        for l in range(self.depth):
-            kl += blockwise_kl_terms(chols[l], self._layer_mean(mu, l), self._rows(R, l))
-        return kl
+        return [
+            (Lk, self._white_mean(Lk, self._layer_mean(mu, l)), self._white(Lk, self._rows(R, l)))
+            for l, Lk in enumerate(chols)
+        ]
 
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         """Theorem 1 layer by layer, with a growing per-point Cholesky ``[S, N, T_<l, T_<l]``.
@@ -333,17 +357,17 @@ class FullyCoupledPosterior(_StructuredPosterior):
         mu = tf.convert_to_tensor(self.q_mu)
         samples: List[tf.Tensor] = []
         projected: List[tf.Tensor] = []  # B^l of the earlier layers
-        prior_chols: List[tf.Tensor] = []
+        white = []  # (L_K or None, whitened mean, whitened rows) per layer, shared with the KL
         chol = None  # [S, N, T_<l, T_<l]
         eps_prev = None  # [S, N, T_<l]
         last = self.depth - 1
         for l, layer in enumerate(self.layers):
             terms = _layer_terms(layer, F)
             Lk = terms.prior_chol
-            prior_chols.append(Lk)
             rows = self._white(Lk, self._rows(R, l))  # [N_l, M_l, off_{l+1}]
             B = tf.einsum("smn,umj->snuj", terms.A, rows)  # [S, N, N_l, off_{l+1}]
             mu_l = self._white_mean(Lk, self._layer_mean(mu, l))
+            white.append((None if self.whiten else Lk, mu_l, rows))
             mean = terms.mean + tf.einsum("smn,um->snu", terms.A, mu_l)
             G = None
             if l > 0:
@@ -378,7 +402,7 @@ class FullyCoupledPosterior(_StructuredPosterior):
                 chol = append_to_cholesky(chol, G, chol_new)
                 eps_prev = tf.concat([eps_prev, eps], axis=-1)
         samples.append(self.sample_last_layer(mean, var, source))
-        kl = tf.fill([S], self.kl_divergence(prior_chols))
+        kl = tf.fill([S], self._kl_from_white(white))
         return Propagation(samples=samples, mean=mean, var=var, kl=kl)
 
 
@@ -573,31 +597,25 @@ class StripesArrowPosterior(_StructuredPosterior):
         arrow = tf.reshape(tf.convert_to_tensor(self.arrow), [L - 1, tau, M, M])
         return self._white_offdiagonal(Lk, arrow, L - 1)
 
-    def _kl(self, chols) -> tf.Tensor:
-        """Blockwise KL: per layer ``U log|L_K| + |L_K^{-1} rows|_F^2 / 2 + |L_K^{-1} mu|^2 / 2``
-        (:func:`blockwise_kl_terms` on the whitened rows), plus ``-TM/2 - log|diag R|``."""
+    def _log_det_q(self) -> tf.Tensor:
+        return tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.convert_to_tensor(self.diag)))))
+
+    def _white_terms(self, chols):
+        """Per layer ``U log|L_K| + |L_K^{-1} rows|_F^2 / 2 + |L_K^{-1} mu|^2 / 2`` needs the
+        whitened unit means and row blocks (stripes, arrow, diagonal blocks)."""
         tau, T, M, L = self.tau, self.num_units, self.num_inducing, self.depth
         diag = tf.convert_to_tensor(self.diag)
         mu = tf.convert_to_tensor(self.q_mu)
-        log_det_q = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(diag))))
-        kl = -0.5 * tf.cast(T * M, diag.dtype) - log_det_q
-
-        def layer_terms(Lk, unit_mu, white_rows):
-            terms = blockwise_kl_terms(None, self._white_mean(Lk, unit_mu), white_rows)
-            if Lk is None:
-                return terms
-            log_det_p = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
-            return terms + tf.cast(tf.shape(unit_mu)[0], diag.dtype) * log_det_p
-
+        white = []
         for l in range(L - 1):
             rows = tf.reshape(self._white_hidden_rows(chols[l], diag, l), [-1, M, M])
-            kl += layer_terms(chols[l], mu[tau * l : tau * (l + 1)], rows)
+            white.append((chols[l], self._white_mean(chols[l], mu[tau * l : tau * (l + 1)]), rows))
         out_rows = self._white(chols[L - 1], diag[T - 1 :])
         if self.use_arrow:
             arrow = tf.reshape(self._white_arrow(chols[L - 1]), [-1, M, M])
             out_rows = tf.concat([arrow, out_rows], axis=0)
-        kl += layer_terms(chols[L - 1], mu[T - 1 :], out_rows)
-        return kl
+        white.append((chols[L - 1], self._white_mean(chols[L - 1], mu[T - 1 :]), out_rows))
+        return white
 
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         """The STAR recursion: per hidden position ``t`` an incremental Cholesky of size ``l``.
@@ -611,22 +629,22 @@ class StripesArrowPosterior(_StructuredPosterior):
         source, F = self._start(X, S, seed)
         dtype = F.dtype
         jitter = gpflow.config.default_jitter()
-        tau, T, L = self.tau, self.num_units, self.depth
+        tau, T, L, M = self.tau, self.num_units, self.depth, self.num_inducing
         diag = tf.convert_to_tensor(self.diag)
         mu = tf.convert_to_tensor(self.q_mu)
         track = self.use_stripes or self.use_arrow  # whether later layers condition on this one
         samples: List[tf.Tensor] = []
         projected: List[tf.Tensor] = []  # [S, N, K_l, tau, M] per hidden layer
-        prior_chols: List[tf.Tensor] = []
+        white = []  # (L_K or None, whitened means, whitened row blocks) per layer, shared with the KL
         chol = None  # [S, N, tau, l, l]
         eps_prev = None  # [S, N, tau, l]
         for l in range(L - 1):
             terms = _layer_terms(self.layers[l], F)
             Lk = terms.prior_chol
-            prior_chols.append(Lk)
             rows = self._white_hidden_rows(Lk, diag, l)  # [K, tau, M, M]
             b = tf.einsum("smn,ktmj->snktj", terms.A, rows)
             mu_l = self._white_mean(Lk, mu[tau * l : tau * (l + 1)])
+            white.append((None if self.whiten else Lk, mu_l, tf.reshape(rows, [-1, M, M])))
             mean = terms.mean + tf.einsum("smn,tm->snt", terms.A, mu_l)
             var = tf.reduce_sum(tf.square(b), axis=[2, 4]) + terms.prior_var[..., None]  # [S,N,tau]
             G = None
@@ -656,13 +674,16 @@ class StripesArrowPosterior(_StructuredPosterior):
 
         terms = _layer_terms(self.layers[L - 1], F)
         Lk = terms.prior_chol
-        prior_chols.append(Lk)
-        mu_out = self._white_mean(Lk, mu[T - 1 :])[0]
+        mu_white = self._white_mean(Lk, mu[T - 1 :])  # [1, M]
+        mu_out = mu_white[0]
         mean = terms.mean + tf.einsum("smn,m->sn", terms.A, mu_out)[..., None]  # [S, N, 1]
-        b_own = tf.einsum("smn,mj->snj", terms.A, self._white(Lk, diag[T - 1]))
+        own_white = self._white(Lk, diag[T - 1 :])  # [1, M, M]
+        b_own = tf.einsum("smn,mj->snj", terms.A, own_white[0])
         var = tf.reduce_sum(tf.square(b_own), axis=-1) + terms.prior_var  # [S, N]
+        out_rows = own_white
         if self.use_arrow:
             arrow = self._white_arrow(Lk)
+            out_rows = tf.concat([tf.reshape(arrow, [-1, M, M]), own_white], axis=0)
             b_out = tf.einsum("smn,ktmj->snktj", terms.A, arrow)  # [S, N, L-1, tau, M]
             var = var + tf.reduce_sum(tf.square(b_out), axis=[2, 3, 4])
             blocks = [
@@ -679,5 +700,6 @@ class StripesArrowPosterior(_StructuredPosterior):
             var = var - tf.reduce_sum(tf.square(G), axis=[-3, -2, -1])
         var = tf.maximum(var, 0.0)[..., None]
         samples.append(self.sample_last_layer(mean, var, source))
-        kl = tf.fill([S], self.kl_divergence(prior_chols))
+        white.append((None if self.whiten else Lk, mu_white, out_rows))
+        kl = tf.fill([S], self._kl_from_white(white))
         return Propagation(samples=samples, mean=mean, var=var, kl=kl)
