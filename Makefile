@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 
-.PHONY: demo test test-slow bench notebooks install clean
+.PHONY: demo test test-slow test-gpu bench notebooks install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -26,6 +26,10 @@ test: install
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
+
+# The GPU tests (ELBO on the GPU against the CPU, short fits on the GPU); skipped without a GPU.
+test-gpu: install
+	$(BIN)/python -m pytest -q -m gpu
 
 bench: install
 	$(BIN)/python -m pip install -e ".[dev,bench]"

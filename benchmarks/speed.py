@@ -83,9 +83,9 @@ def model_step(model, X, Y, jit_compile=False):
     return compiled_step(loss, model.trainable_variables)
 
 
-def ours(X, Y, depth, posterior, num_inducing, **options):
+def ours(X, Y, depth, posterior, num_inducing, jit_compile=False, **options):
     model = dg.build_deep_gp(X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing, seed=0, **options)
-    return model_step(model, X, Y)
+    return model_step(model, X, Y, jit_compile)
 
 
 def ours_bnn(X, Y, posterior, num_inducing):
@@ -93,9 +93,10 @@ def ours_bnn(X, Y, posterior, num_inducing):
     return model_step(model, X, Y)
 
 
-def gpflux_dsvi(X, Y, depth, num_inducing):
+def gpflux_dsvi(X, Y, depth, num_inducing, jit_compile=False):
     """GPflux's DSVI deep GP at the same configuration (its own helpers, whitened, Identity/PCA
-    inner mean functions, width min(30, D), SE-ARD kernels, Gaussian likelihood)."""
+    inner mean functions, width min(30, D), SE-ARD kernels, Gaussian likelihood); its compiled
+    step, with XLA if ``jit_compile``."""
     import gpflux
 
     N, D = X.shape
@@ -123,7 +124,7 @@ def gpflux_dsvi(X, Y, depth, num_inducing):
     def loss():
         return -dgp.elbo((Xt, Yt))
 
-    return compiled_step(loss, dgp.trainable_variables)
+    return compiled_step(loss, dgp.trainable_variables, jit_compile=jit_compile)
 
 
 def time_models(makers, rounds, steps_per_round):
