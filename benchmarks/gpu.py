@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
+import importlib.util
 import json
 import math
 import os
@@ -504,12 +505,14 @@ def precision(dtype: str):
 
 
 # --------------------------------------------------------------------------- models
-def model_names(families: Tuple[str, ...], modes: Tuple[str, ...]) -> List[str]:
-    """Row names of one configuration: each family in each mode, then GPflux in each mode."""
+def model_names(families: Tuple[str, ...], modes: Tuple[str, ...], gpflux: bool = True) -> List[str]:
+    """Row names of one configuration: each family in each mode, then (if ``gpflux``) GPflux in
+    each mode."""
     def named(base, mode):
         return base if mode == "plain" else f"{base} (XLA)"
 
-    return [named(f"deepgp_gi {f}", m) for f in families for m in modes] + [named(GPFLUX, m) for m in modes]
+    peers = [named(GPFLUX, m) for m in modes] if gpflux else []
+    return [named(f"deepgp_gi {f}", m) for f in families for m in modes] + peers
 
 
 def _parse_name(name: str) -> Tuple[Optional[str], str]:
@@ -675,7 +678,9 @@ def parse_args(argv):
     parser.add_argument("--Ms", type=_csv(int), help=f"inducing points per layer (default {','.join(map(str, MS))})")
     parser.add_argument("--depths", type=_csv(int), help=f"depths (default {','.join(map(str, DEPTHS))})")
     parser.add_argument("--families", type=_csv(str, tuple(DEEP_GP_FAMILIES)), default=tuple(DEEP_GP_FAMILIES),
-                        help="deep-GP families (default all); GPflux is always a row")
+                        help="deep-GP families (default all); GPflux is a row unless --no-gpflux")
+    parser.add_argument("--no-gpflux", action="store_true",
+                        help="leave out the GPflux rows (for an environment without the bench extra)")
     parser.add_argument("--modes", type=_csv(str, MODES), default=MODES, help="plain, xla (default both)")
     parser.add_argument("--rounds", type=_positive_int, help="timing rounds (default 7; 3 with --quick)")
     parser.add_argument("--steps-per-round", type=_positive_int, help="steps per round (default 10; 3 with --quick)")
@@ -704,6 +709,9 @@ def _commit() -> str:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if not args.no_gpflux and importlib.util.find_spec("gpflux") is None:
+        raise SystemExit("benchmarks/gpu.py: gpflux is not installed (pip install -e \".[bench]\"); "
+                         "pass --no-gpflux to time deepgp_gi alone")
     header = dict(device=device_name(), tensorflow=tf.__version__, commit=_commit(),
                   command="python benchmarks/gpu.py " + " ".join(shlex.quote(a) for a in argv),
                   rounds=args.rounds, steps_per_round=args.steps_per_round)
@@ -713,7 +721,7 @@ def main(argv=None) -> int:
         os.remove(args.jsonl)
     done = {_line_key(l["config"], l["model"]) for l in _read_lines(args.jsonl)}
     dtype = "float32" if args.float32 else "float64"
-    names = model_names(args.families, args.modes)
+    names = model_names(args.families, args.modes, gpflux=not args.no_gpflux)
     print(f"Device: {header['device']}; TensorFlow {tf.__version__}", flush=True)
     for batch in args.batches:
         for M in args.Ms:
