@@ -63,9 +63,10 @@ class Variant:
     and/or a learning-rate schedule ``(steps) -> tf_keras schedule``."""
 
     def __init__(self, name: str, what: str, build: Optional[Dict] = None, fit: Optional[Dict] = None,
-                 hook: Optional[Callable] = None, schedule: Optional[Callable] = None):
-        self.name, self.what = name, what
-        self.build = dict(BASELINE_BUILD)
+                 hook: Optional[Callable] = None, schedule: Optional[Callable] = None, posterior: str = "global"):
+        self.name, self.what, self.posterior = name, what, posterior
+        # another family starts from its own library defaults, not global inducing's pinned baseline
+        self.build = dict(BASELINE_BUILD) if posterior == "global" else {}
         self.build.update(build or {})
         self.fit = fit or {}
         self.hook = hook
@@ -111,7 +112,7 @@ def _hidden_near_mean(log_precision: float):
     """Hidden layers start at their mean function: V_l = 0 observed with precision e^log_precision
     (instead of V_l ~ N(0, 1) with e^-4, i.e. q(U_l) = prior, a GP draw of variance 2)."""
 
-    def hook(model):
+    def hook(model, X=None):
         for pd in model.posterior.pseudo_data[:-1]:
             pd.pseudo_outputs.assign(np.zeros(pd.pseudo_outputs.shape))
             pd.set_log_precision(log_precision)
@@ -120,7 +121,7 @@ def _hidden_near_mean(log_precision: float):
 
 
 def _inner_kernel_variance(value: float):
-    def hook(model):
+    def hook(model, X=None):
         for layer in model.layers[:-1]:
             k = layer.kernel
             se = k.kernels[0] if hasattr(k, "kernels") else k
@@ -130,10 +131,19 @@ def _inner_kernel_variance(value: float):
 
 
 def _noise(value: float):
-    def hook(model):
+    def hook(model, X=None):
         model.likelihood.variance.assign(value)
 
     return hook
+
+
+def _kmeans_first_layer_z(model, X):
+    """The first layer's inducing inputs at k-means centres of the training inputs ``X``."""
+    from deepgp_gi.builders import kmeans_inducing_inputs
+
+    layer = model.layers[0]
+    Z = kmeans_inducing_inputs(X, layer.num_inducing, 0)
+    layer.inducing_variable.Z.assign(Z)
 
 
 VARIANTS: "OrderedDict[str, Variant]" = OrderedDict(
@@ -174,6 +184,16 @@ VARIANTS: "OrderedDict[str, Variant]" = OrderedDict(
                                            "of the ELBO (Gaussian marginal of the data rows, analytic "
                                            "conditional KL); the library default since",
                 build=dict(positive_transform="exp", last_layer="marginal")),
+        # local inducing (O&A's LI) with its library defaults: exp transform, analytic KL, Z ~ N(0, 1)
+        Variant("local", "local inducing, library defaults (exp transform, analytic KL, Z ~ N(0, 1), "
+                         "V ~ N(0, 1), log Λ init 0)", posterior="local"),
+        Variant("local_kmeans_z", "local inducing with the first layer's Z at k-means centres of X "
+                                  "(DSVI's initialisation) instead of N(0, 1)",
+                posterior="local", hook=_kmeans_first_layer_z),
+        Variant("local_lr_0.03", "local inducing, Adam 0.03 constant", posterior="local",
+                fit=dict(learning_rate=0.03)),
+        Variant("mean_field", "DSVI mean-field, library defaults (softplus, whitened, k-means Z)",
+                posterior="mean_field"),
     )
 )
 
@@ -218,9 +238,10 @@ def run_one(dataset: str, split: int, variant: Variant, steps: int, seed: int, l
     data = deepgp_gi.datasets.load_uci(dataset, split)
     X, Y = data.X_train, data.Y_train
     N = X.shape[0]
-    model = deepgp_gi.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=100, seed=seed, **variant.build)
+    model = deepgp_gi.build_deep_gp(X, Y, depth=2, posterior=variant.posterior, num_inducing=100, seed=seed,
+                                    **variant.build)
     if variant.hook is not None:
-        variant.hook(model)
+        variant.hook(model, X)
     fit_kw = dict(learning_rate=lr, num_samples=1)
     fit_kw.update(variant.fit)
     schedule = variant.schedule(steps, fit_kw["learning_rate"]) if variant.schedule else None
