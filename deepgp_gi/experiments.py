@@ -27,6 +27,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .validation import check_positive_int
+
 __all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "LAST_LAYER_CHOICES", "GLOBAL_LAST_LAYER", "run_split", "estimate_elbo",
            "smooth_trace", "steps_to_fraction", "set_threads"]
 
@@ -178,15 +180,21 @@ def config_key(cfg: Dict) -> str:
 
 
 def estimate_elbo(model, data, *, se_target: float = 0.01, samples_per_draw: int = 8, min_draws: int = 4,
-                  max_draws: int = 2500, seed: int = 0, chunk_size: int = 20000):
+                  max_draws: int = 2500, seed: int = 0, chunk_size: Optional[int] = None):
     """The ELBO per datapoint on the full data, from independent draws until its SE < ``se_target``.
 
     Each draw is ``model.elbo(data, samples_per_draw, seed_r)`` with its own stateless seed, so the
     draws are independent; the estimate is their mean and its standard error is their standard
-    deviation over the square root of their number. Rows are processed in chunks of
-    ``chunk_size`` when memory needs (the ELBO is then the sum of the chunks' likelihood terms and
-    one KL; this needs ``model.num_data`` to be None or N, checked).
+    deviation over the square root of their number.
 
+    With ``chunk_size`` (rows) smaller than N, each draw evaluates the rows in chunks, with
+    independent samples per chunk: the sum of the chunks' expected log-likelihoods (each
+    ``model.elbo_terms`` of a chunk, un-rescaled when ``model.num_data`` is set) minus the first
+    chunk's regulariser. Its expectation is the full-data ELBO's, so only the memory of a draw
+    changes (and, for a family with a sampled regulariser, its variance). This needs
+    ``model.num_data`` to be None or N (checked).
+
+    :param chunk_size: rows per evaluation call; None: all N at once.
     :return: ``(mean, standard_error, total_samples)``, all per datapoint.
     """
     import tensorflow as tf
@@ -195,13 +203,32 @@ def estimate_elbo(model, data, *, se_target: float = 0.01, samples_per_draw: int
     N = int(X.shape[0])
     if model.num_data not in (None, N):
         raise ValueError(f"model.num_data={model.num_data} but the data has N={N} rows")
+    if chunk_size is not None:
+        chunk_size = check_positive_int(chunk_size, "chunk_size")
+    if chunk_size is None or chunk_size >= N:
 
-    @tf.function(autograph=False)
-    def draw(seed_pair):
-        return model.elbo((X, Y), samples_per_draw, seed_pair)
+        @tf.function(autograph=False)
+        def draw(seed_pair):
+            return model.elbo((X, Y), samples_per_draw, seed_pair)
 
-    if N > chunk_size:  # pragma: no cover - the bundled small data sets never need it
-        raise NotImplementedError("ELBO estimation in row chunks is not needed for the bundled data sets")
+    else:
+        starts = list(range(0, N, chunk_size))
+
+        @tf.function(autograph=False)
+        def terms(Xc, Yc, seed_pair):
+            ell, kl = model.elbo_terms((Xc, Yc), samples_per_draw, seed_pair)
+            if model.num_data is not None:  # undo the minibatch rescaling: this is a sum over the chunk
+                ell = ell * tf.cast(tf.shape(Xc)[0], ell.dtype) / tf.cast(model.num_data, ell.dtype)
+            return tf.reduce_mean(ell), tf.reduce_mean(kl)
+
+        def draw(seed_pair):
+            total = 0.0
+            for k, start in enumerate(starts):
+                ell, kl = terms(X[start:start + chunk_size], Y[start:start + chunk_size],
+                                seed_pair + tf.constant([1_000_003 * k, 0], tf.int64))
+                total += float(ell) - (float(kl) if k == 0 else 0.0)
+            return tf.constant(total, tf.float64)
+
     values: List[float] = []
     while True:
         values.append(float(draw(tf.constant([seed, 7919 + len(values)], tf.int64)).numpy()) / N)
@@ -246,6 +273,7 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     """Fit configuration ``cfg`` (see :func:`normalise_config`) on UCI split ``split``; return the record."""
     from . import datasets, metrics
     from .builders import build_deep_gp
+    from .families import BNN_FAMILIES, DEEP_GP_FAMILIES
     from .training import fit
 
     cfg = normalise_config(cfg)
@@ -277,17 +305,22 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     ms_per_step = 1000.0 * (w[-1] - w[0]) / (s[-1] - s[0]) if len(s) > 1 and s[-1] > s[0] else float("nan")
 
     t1 = time.perf_counter()
+    # evaluation memory: the family's (row, sample) budget per call, in row chunks
+    row_samples = (DEEP_GP_FAMILIES if cfg["model"] == "gp" else BNN_FAMILIES)[cfg["posterior"]].eval_row_samples
+    samples_per_draw = 8
     elbo, elbo_se, elbo_samples = estimate_elbo(model, (data.X_train, data.Y_train), se_target=elbo_se_target,
-                                                seed=seed)
+                                                seed=seed, samples_per_draw=samples_per_draw,
+                                                chunk_size=max(1, row_samples // samples_per_draw))
     S = cfg["test_samples"]
+    chunk = max(1, min(1000, row_samples // S))
     pointwise = cfg["protocol"] != "random"
     if pointwise:  # per-point results, for comparing methods point by point and calibration curves
-        lpd = metrics.pointwise_log_density(model, data.X_test, data.Y_test, data.y_std, S, seed=seed)
-        pit = metrics.predictive_cdf(model, data.X_test, data.Y_test, S, seed=seed)
+        lpd = metrics.pointwise_log_density(model, data.X_test, data.Y_test, data.y_std, S, chunk, seed=seed)
+        pit = metrics.predictive_cdf(model, data.X_test, data.Y_test, S, chunk, seed=seed)
         test_ll = float(np.mean(lpd))
     else:
-        test_ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, S)
-    err = metrics.rmse(model, data.X_test, data.Y_test, data.y_std, S)
+        test_ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, S, chunk)
+    err = metrics.rmse(model, data.X_test, data.Y_test, data.y_std, S, chunk)
     eval_time = time.perf_counter() - t1
     trace_steps, trace_elbo = smooth_trace(history.step, history.elbo_per_datapoint, trace_points)
 

@@ -20,6 +20,12 @@ posterior=name)``, :func:`~deepgp_gi.build_deep_gp`, :func:`~deepgp_gi.build_bnn
   bayesfunc's kernels for O&A's global and local inducing). Under Adam the exp transform moves
   a hyperparameter by a relative step per iteration instead of an absolute one, which matters
   when lengthscales must grow from 2 to 100 or more (``benchmarks/results/gi_convergence.md``).
+* ``eval_row_samples`` -- how many (data row, Monte Carlo sample) pairs one evaluation call
+  (``model.elbo``, ``predict_log_density``, ...) should hold at once; evaluation code
+  (:func:`~deepgp_gi.experiments.run_split`) slices the rows into chunks of
+  ``eval_row_samples // num_samples``. The fully-coupled family keeps the cross-covariance of
+  every data row with all layers' inducing outputs, about 220 KB per pair at depth 3, M = 100 on
+  kin8nm (mean-field: 17 KB, STAR: 66 KB), so its budget is smaller.
 
 The global-inducing class is one for deep GPs and BNNs: on DenseLayers it takes the weight-space
 path, so ``DeepGP(dense_layers, lik, posterior="global")`` and ``build_bnn(..., posterior="global")``
@@ -59,6 +65,7 @@ class Family:
     layer_inducing: Optional[str]
     summary: str
     positive_transform: str = "softplus"
+    eval_row_samples: int = 100_000
 
 
 def _from_layers(cls):
@@ -126,7 +133,8 @@ DEEP_GP_FAMILIES: Dict[str, Family] = {
         Family("mean_field", MeanFieldPosterior, _from_layers(MeanFieldPosterior), ("whiten", "q_sqrt_scales"),
                "kmeans", "DSVI mean-field (Salimbeni & Deisenroth 2017)"),
         Family("fully_coupled", FullyCoupledPosterior, _from_layers(FullyCoupledPosterior),
-               ("whiten", "inner_scale"), "kmeans", "fully-coupled Gaussian over all layers (Lindinger et al. 2020)"),
+               ("whiten", "inner_scale"), "kmeans", "fully-coupled Gaussian over all layers (Lindinger et al. 2020)",
+               eval_row_samples=8192),
         Family("stripes_arrow", StripesArrowPosterior, _from_layers(StripesArrowPosterior),
                ("whiten", "inner_scale", "stripes", "arrow", "precondition_offdiagonal"), "kmeans",
                "stripes-and-arrow coupled Gaussian (Lindinger et al. 2020)"),
