@@ -1,3 +1,4 @@
+import importlib.util
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -6,6 +7,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script("benchmarks/uci.py")``: a script of the repository imported as a module, by
+    path (the benchmark and notebook scripts are not part of the installed package)."""
+
+    def load(relative_path: str):
+        name = os.path.splitext(relative_path.replace("/", "_"))[0]
+        spec = importlib.util.spec_from_file_location(name, os.path.join(REPO_ROOT, relative_path))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture

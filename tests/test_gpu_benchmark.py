@@ -3,21 +3,15 @@ static cost against analytic counts, and the profiler's op counts against a know
 import importlib.util
 import json
 import math
-import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("gpu_benchmark", os.path.join(ROOT, "benchmarks", "gpu.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_script):
+    return load_script("benchmarks/gpu.py")
 
 
 # GPflux is the peer row where the bench extra is installed; `make test` installs only dev

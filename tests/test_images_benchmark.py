@@ -1,23 +1,16 @@
 """benchmarks/images.py end to end on the digits (two steps, one cell), its resume, its report, and
 the MNIST mode on a tiny IDX file written here."""
 import gzip
-import importlib.util
 import json
-import os
 import struct
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 @pytest.fixture(scope="module")
-def images():
-    spec = importlib.util.spec_from_file_location("images_benchmark", os.path.join(ROOT, "benchmarks", "images.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def images(load_script):
+    return load_script("benchmarks/images.py")
 
 
 def test_digits_sweep_resume_and_report(images, tmp_path):

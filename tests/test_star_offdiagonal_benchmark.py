@@ -1,20 +1,12 @@
 """benchmarks/star_offdiagonal.py end to end on one step: lines, the table, resuming, bad input."""
-import importlib.util
 import json
-import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 @pytest.fixture(scope="module")
-def bench():
-    path = os.path.join(ROOT, "benchmarks", "star_offdiagonal.py")
-    spec = importlib.util.spec_from_file_location("star_offdiagonal_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_script):
+    return load_script("benchmarks/star_offdiagonal.py")
 
 
 def test_runs_resumes_and_writes_the_table(bench, tmp_path):

@@ -1,6 +1,5 @@
 """benchmarks/uci.py: a sweep and a report end to end on one tiny configuration, and the report's
 arithmetic on synthetic lines."""
-import importlib.util
 import json
 import math
 import os
@@ -13,11 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def uci():
-    spec = importlib.util.spec_from_file_location("uci_benchmark", os.path.join(ROOT, "benchmarks", "uci.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def uci(load_script):
+    return load_script("benchmarks/uci.py")
 
 
 TINY = """
