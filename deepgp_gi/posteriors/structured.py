@@ -277,6 +277,14 @@ class FullyCoupledPosterior(_StructuredPosterior):
     :param whiten: if True, ``u = L_K u'`` per unit and ``q`` is over ``u'`` with prior
         ``N(0, I)``.
     :param inner_scale: multiplier of the initial diagonal blocks of the inner layers.
+    :param precondition_offdiagonal: store each off-diagonal block ``R_{i,j}`` (unit ``i``'s rows,
+        an earlier unit ``j``'s columns) as ``B_{i,j} = sqrt(n_i) L_K^{(i)-1} R_{i,j}``, where
+        ``n_i`` is the number of units before ``i`` (its off-diagonal blocks), as
+        :class:`StripesArrowPosterior` does for its stripes and arrow (see there for why). The
+        diagonal blocks are stored as they are. Default False: Lindinger et al.'s storage, ``R``
+        itself, which the recorded fully-coupled results use. The family is the same; only the
+        optimiser's steps change. ``q_sqrt`` then holds the stored blocks; :meth:`dense_sqrt`
+        gives ``R``. Natural gradients need the plain storage.
     """
 
     def __init__(
@@ -284,9 +292,11 @@ class FullyCoupledPosterior(_StructuredPosterior):
         layers: Sequence[GPLayer],
         whiten: bool = False,
         inner_scale: float = 1e-5,
+        precondition_offdiagonal: bool = False,
         name: Optional[str] = None,
     ):
         super().__init__(layers, whiten, inner_scale, name)
+        self.precondition_offdiagonal = check_bool(precondition_offdiagonal, "precondition_offdiagonal")
         offsets = [0]
         for width, m in zip(self.widths, self.inducing_counts):
             offsets.append(offsets[-1] + width * m)
@@ -306,6 +316,11 @@ class FullyCoupledPosterior(_StructuredPosterior):
     def natural_gradient_blocks(self):
         """One Gaussian block, ``q(f_M)``, presented in GPflow's layout (``q_mu`` as ``[TM, 1]``,
         ``q_sqrt`` as ``[1, TM, TM]``) through views on the stored parameters."""
+        if self.precondition_offdiagonal:
+            raise ValueError(
+                "natural gradients need FullyCoupledPosterior(precondition_offdiagonal=False): the "
+                "preconditioned q_sqrt is not the Cholesky factor of q's covariance"
+            )
         return [(_GaussianBlockView(self.q_mu, [self.num_latent, 1], None),
                  _GaussianBlockView(self.q_sqrt, [1, self.num_latent, self.num_latent], self.q_sqrt.transform))]
 
@@ -319,13 +334,46 @@ class FullyCoupledPosterior(_StructuredPosterior):
         return tf.convert_to_tensor(self.q_mu)
 
     def dense_sqrt(self) -> tf.Tensor:
-        """``R`` ``[TM, TM]``."""
-        return tf.convert_to_tensor(self.q_sqrt)
+        """``R`` ``[TM, TM]`` (with preconditioned storage, the off-diagonal blocks mapped back)."""
+        P = tf.convert_to_tensor(self.q_sqrt)
+        if not self.precondition_offdiagonal:
+            return P
+        total, rows = self.num_latent, []
+        for l, layer in enumerate(self.layers):
+            own, off = self._split_rows(self._rows(P, l), l)
+            if not self.whiten:
+                off = tf.einsum("mk,ukj->umj", inducing_cholesky(layer, layer.Z), off)
+            block = tf.reshape(own + off, [self.widths[l] * self.inducing_counts[l], -1])
+            rows.append(tf.pad(block, [[0, 0], [0, total - self.offsets[l + 1]]]))
+        return tf.concat(rows, axis=0)
 
     def _rows(self, R: tf.Tensor, l: int) -> tf.Tensor:
         """The non-zero part of layer ``l``'s rows of ``R`` as ``[N_l, M_l, off_{l+1}]``."""
         start, end = self.offsets[l], self.offsets[l + 1]
         return tf.reshape(R[start:end, :end], [self.widths[l], self.inducing_counts[l], end])
+
+    def _split_rows(self, rows: tf.Tensor, l: int) -> Tuple[tf.Tensor, tf.Tensor]:
+        """Layer ``l``'s stored rows ``[N_l, M_l, off_{l+1}]`` as ``(own, off)``: each unit's own
+        diagonal block (zeros elsewhere) and its off-diagonal blocks divided by ``sqrt(n_i)``."""
+        width, m, end = self.widths[l], self.inducing_counts[l], self.offsets[l + 1]
+        own_mask = np.zeros((width, 1, end))
+        for lam in range(width):
+            start = self.offsets[l] + lam * m
+            own_mask[lam, 0, start : start + m] = 1.0
+        earlier = sum(self.widths[:l]) + np.arange(width)  # n_i: the units before unit i
+        scale = np.where(earlier > 0, 1.0 / np.sqrt(np.maximum(earlier, 1)), 0.0)[:, None, None]
+        own_mask = tf.constant(own_mask, rows.dtype)
+        off = rows * (tf.constant(scale, rows.dtype) * (1.0 - own_mask))
+        return rows * own_mask, off
+
+    def _white_rows(self, Lk: tf.Tensor, R: tf.Tensor, l: int) -> tf.Tensor:
+        """``L_K^{-1}`` times layer ``l``'s rows of ``R`` ``[N_l, M_l, off_{l+1}]``, from the stored
+        ``q_sqrt`` ``R`` (preconditioned: only the diagonal blocks are solved for)."""
+        rows = self._rows(R, l)
+        if not self.precondition_offdiagonal:
+            return self._white(Lk, rows)
+        own, off = self._split_rows(rows, l)
+        return self._white(Lk, own) + off
 
     def _layer_mean(self, mu: tf.Tensor, l: int) -> tf.Tensor:
         start, end = self.offsets[l], self.offsets[l + 1]
@@ -338,7 +386,7 @@ class FullyCoupledPosterior(_StructuredPosterior):
         R = tf.convert_to_tensor(self.q_sqrt)
         mu = tf.convert_to_tensor(self.q_mu)
         return [
-            (Lk, self._white_mean(Lk, self._layer_mean(mu, l)), self._white(Lk, self._rows(R, l)))
+            (Lk, self._white_mean(Lk, self._layer_mean(mu, l)), self._white_rows(Lk, R, l))
             for l, Lk in enumerate(chols)
         ]
 
@@ -364,7 +412,7 @@ class FullyCoupledPosterior(_StructuredPosterior):
         for l, layer in enumerate(self.layers):
             terms = _layer_terms(layer, F)
             Lk = terms.prior_chol
-            rows = self._white(Lk, self._rows(R, l))  # [N_l, M_l, off_{l+1}]
+            rows = self._white_rows(Lk, R, l)  # [N_l, M_l, off_{l+1}]
             B = tf.einsum("smn,umj->snuj", terms.A, rows)  # [S, N, N_l, off_{l+1}]
             mu_l = self._white_mean(Lk, self._layer_mean(mu, l))
             white.append((None if self.whiten else Lk, mu_l, rows))

@@ -524,3 +524,40 @@ def test_star_switches_and_small_depths():
     three = make_layers((2, 2, 1), M=3)
     assert StripesArrowPosterior(three, stripes=False).stripes is None
     assert StripesArrowPosterior(three, arrow=False).arrow is None
+
+
+# ------------------------------------------------------- fully-coupled, preconditioned storage
+@pytest.mark.parametrize("whiten", [False, True])
+def test_fully_coupled_preconditioned_storage_is_the_same_distribution(whiten):
+    # store R's off-diagonal blocks as sqrt(n_i) L_K^{-1} R_{i,j} (numpy, by hand): dense_sqrt,
+    # the propagation and the KL must be those of the plain storage of R
+    widths, M, S = (2, 3, 1), 3, 2
+    layers = make_layers(widths, M=M, seed=7)
+    X, _ = make_data(N=5)
+    rng = np.random.default_rng(8)
+    TM = M * sum(widths)
+    R, mu = random_tril(rng, TM), 0.5 * rng.normal(size=TM)
+    plain = FullyCoupledPosterior(layers, whiten=whiten)
+    plain.q_mu.assign(mu)
+    plain.q_sqrt.assign(R)
+    P = R.copy()
+    unit = 0
+    for l, width in enumerate(widths):
+        Lk = np.eye(M) if whiten else inducing_cholesky(layers[l], layers[l].Z).numpy()
+        for _ in range(width):
+            r = slice(unit * M, (unit + 1) * M)
+            if unit > 0:
+                P[r, : unit * M] = np.sqrt(unit) * scipy.linalg.solve_triangular(Lk, R[r, : unit * M], lower=True)
+            unit += 1
+    assert not np.allclose(P, R)  # the two storages differ as parameters
+    pre = FullyCoupledPosterior(layers, whiten=whiten, precondition_offdiagonal=True)
+    pre.q_mu.assign(mu)
+    pre.q_sqrt.assign(P)
+    np.testing.assert_allclose(pre.dense_sqrt().numpy(), R, rtol=0, atol=1e-12)
+    noise = fixed_noise(S, len(X), widths)
+    assert_props_close(pre.propagate(X, S, noise), plain.propagate(X, S, noise))
+    np.testing.assert_allclose(pre.kl_divergence().numpy(), plain.kl_divergence().numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="precondition_offdiagonal=False"):
+        pre.natural_gradient_blocks()
+    with pytest.raises(TypeError, match="precondition_offdiagonal"):
+        FullyCoupledPosterior(layers, precondition_offdiagonal="yes")
