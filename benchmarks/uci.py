@@ -42,6 +42,7 @@ if ROOT not in sys.path:  # running as a script from a checkout
 
 from deepgp_gi.experiments import (  # noqa: E402
     CONFIG_KEYS,
+    OFFDIAGONAL_DEFAULTS,
     config_key,
     normalise_config,  # noqa: F401 (used by callers of this module)
     read_json_lines,
@@ -343,8 +344,9 @@ def _method(s: Dict) -> str:
         marks = []
         if family is not None and pt and pt != family.positive_transform:
             marks.append(pt)
-        if s["posterior"] == "stripes_arrow" and s.get("offdiagonal") == "plain":
-            marks.append("plain")
+        default = OFFDIAGONAL_DEFAULTS.get(s["posterior"])
+        if default is not None and s.get("offdiagonal") not in (None, default):
+            marks.append(s["offdiagonal"])
         if s.get("last_layer") == "sampled":
             marks.append("U_L sampled")
         return f"{s['posterior']} ({', '.join(marks)})" if marks else s["posterior"]

@@ -29,7 +29,7 @@ import numpy as np
 
 from .validation import check_positive_int
 
-__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "LAST_LAYER_CHOICES", "GLOBAL_LAST_LAYER", "run_split", "estimate_elbo",
+__all__ = ["read_json_lines", "CONFIG_KEYS", "DEFAULTS", "normalise_config", "config_key", "with_legacy_values", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "OFFDIAGONAL_DEFAULTS", "LAST_LAYER_CHOICES", "GLOBAL_LAST_LAYER", "run_split", "estimate_elbo",
            "smooth_trace", "steps_to_fraction", "set_threads"]
 
 #: The keys that identify a configuration (together with the split).
@@ -45,9 +45,13 @@ CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num
 LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus", "offdiagonal": "plain",
                  "last_layer": "sampled"}
 
-#: ``offdiagonal``: how a STAR posterior stores its stripe and arrow blocks
-#: (:class:`~deepgp_gi.posteriors.StripesArrowPosterior` ``precondition_offdiagonal``).
+#: ``offdiagonal``: how a STAR or fully-coupled posterior stores its off-diagonal blocks (their
+#: ``precondition_offdiagonal``).
 OFFDIAGONAL_CHOICES = ("preconditioned", "plain")
+
+#: The deep-GP posteriors that carry ``offdiagonal``, with their defaults (the posteriors' own:
+#: preconditioned for STAR, Lindinger's plain storage for fully-coupled).
+OFFDIAGONAL_DEFAULTS = {"stripes_arrow": "preconditioned", "fully_coupled": "plain"}
 
 #: ``last_layer``: whether a global-inducing last layer integrates its inducing outputs (deep GP)
 #: or weights (BNN) out of the ELBO (:class:`~deepgp_gi.posteriors.GlobalInducingPosterior`
@@ -105,8 +109,8 @@ def normalise_config(cfg: Dict) -> Dict:
     resolved to the family's default (:attr:`deepgp_gi.families.Family.positive_transform`) when
     not given, so a line records the transform it was trained with. ``protocol`` is the split
     protocol of :func:`deepgp_gi.datasets.load_uci` (``"random"`` or ``"extrapolation"``).
-    ``offdiagonal`` (STAR only, else ``None``) is ``"preconditioned"`` (the default) or ``"plain"``:
-    the ``precondition_offdiagonal`` option of the STAR posterior. ``last_layer`` (posteriors with
+    ``offdiagonal`` (STAR and fully-coupled, else ``None``) is ``"preconditioned"`` or ``"plain"``
+    (defaults: :data:`OFFDIAGONAL_DEFAULTS`): their ``precondition_offdiagonal`` option. ``last_layer`` (posteriors with
     a global-inducing last layer, :data:`GLOBAL_LAST_LAYER`, else ``None``) is ``"marginal"``
     (the default) or ``"sampled"``: their ``last_layer`` option.
     """
@@ -141,11 +145,12 @@ def normalise_config(cfg: Dict) -> Dict:
             out["positive_transform"] = check_choice(out["positive_transform"], "positive_transform",
                                                      POSITIVE_TRANSFORMS)
     out["protocol"] = check_choice(out["protocol"], "protocol", PROTOCOLS)
-    if model == "gp" and out["posterior"] == "stripes_arrow":
-        out["offdiagonal"] = check_choice(out["offdiagonal"] or "preconditioned", "offdiagonal", OFFDIAGONAL_CHOICES)
+    if model == "gp" and out["posterior"] in OFFDIAGONAL_DEFAULTS:
+        out["offdiagonal"] = check_choice(out["offdiagonal"] or OFFDIAGONAL_DEFAULTS[out["posterior"]],
+                                          "offdiagonal", OFFDIAGONAL_CHOICES)
     elif out["offdiagonal"] is not None:
-        raise ValueError(f"offdiagonal applies to the stripes_arrow posterior only, got {out['offdiagonal']!r} "
-                         f"for posterior {out['posterior']!r}")
+        raise ValueError(f"offdiagonal applies to the {' and '.join(OFFDIAGONAL_DEFAULTS)} posteriors only, got "
+                         f"{out['offdiagonal']!r} for posterior {out['posterior']!r}")
     if (model, out["posterior"]) in GLOBAL_LAST_LAYER:
         out["last_layer"] = check_choice(out["last_layer"] or "marginal", "last_layer", LAST_LAYER_CHOICES)
     elif out["last_layer"] is not None:
@@ -161,13 +166,15 @@ def normalise_config(cfg: Dict) -> Dict:
 
 def with_legacy_values(record: Dict) -> Dict:
     """A copy of a result line (or configuration) with the keys added to :data:`CONFIG_KEYS` after it
-    was written filled in from :data:`LEGACY_VALUES` (``positive_transform`` only for deep GPs)."""
+    was written filled in from :data:`LEGACY_VALUES` (``positive_transform`` only for deep GPs). A key
+    stored as null counts as missing: fully-coupled lines written before it carried ``offdiagonal``
+    have ``null`` there and were trained with the plain storage."""
     out = dict(record)
     for k, v in LEGACY_VALUES.items():
         applies = {"positive_transform": out.get("model") == "gp",
-                   "offdiagonal": out.get("model") == "gp" and out.get("posterior") == "stripes_arrow",
+                   "offdiagonal": out.get("model") == "gp" and out.get("posterior") in OFFDIAGONAL_DEFAULTS,
                    "last_layer": (out.get("model"), out.get("posterior")) in GLOBAL_LAST_LAYER}.get(k, True)
-        if k not in out and applies:
+        if out.get(k) is None and applies:
             out[k] = v
     return out
 
@@ -284,7 +291,7 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     if cfg["model"] == "gp":
         M = min(cfg["num_inducing"], N) if cfg["posterior"] != "global" else cfg["num_inducing"]
         options = {}
-        if cfg["posterior"] == "stripes_arrow":
+        if cfg["posterior"] in OFFDIAGONAL_DEFAULTS:
             options["precondition_offdiagonal"] = cfg["offdiagonal"] == "preconditioned"
         if cfg["posterior"] == "global":
             options["last_layer"] = cfg["last_layer"]
