@@ -368,7 +368,8 @@ class FullyCoupledPosterior(_StructuredPosterior):
 
     def _white_rows(self, Lk: tf.Tensor, R: tf.Tensor, l: int) -> tf.Tensor:
         """``L_K^{-1}`` times layer ``l``'s rows of ``R`` ``[N_l, M_l, off_{l+1}]``, from the stored
-        ``q_sqrt`` ``R`` (preconditioned: only the diagonal blocks are solved for)."""
+        ``q_sqrt`` ``R`` (preconditioned: the off-diagonal blocks are already whitened and only
+        rescaled)."""
         rows = self._rows(R, l)
         if not self.precondition_offdiagonal:
             return self._white(Lk, rows)
