@@ -214,9 +214,10 @@ def estimate_elbo(model, data, *, se_target: float = 0.01, samples_per_draw: int
         chunk_size = check_positive_int(chunk_size, "chunk_size")
     if chunk_size is None or chunk_size >= N:
 
-        @tf.function(autograph=False)
-        def draw(seed_pair):
-            return model.elbo((X, Y), samples_per_draw, seed_pair)
+        elbo = tf.function(lambda seed_pair: model.elbo((X, Y), samples_per_draw, seed_pair), autograph=False)
+
+        def draw(seed_pair) -> float:
+            return float(elbo(seed_pair))
 
     else:
         starts = list(range(0, N, chunk_size))
@@ -228,17 +229,17 @@ def estimate_elbo(model, data, *, se_target: float = 0.01, samples_per_draw: int
                 ell = ell * tf.cast(tf.shape(Xc)[0], ell.dtype) / tf.cast(model.num_data, ell.dtype)
             return tf.reduce_mean(ell), tf.reduce_mean(kl)
 
-        def draw(seed_pair):
+        def draw(seed_pair) -> float:
             total = 0.0
             for k, start in enumerate(starts):
                 ell, kl = terms(X[start:start + chunk_size], Y[start:start + chunk_size],
                                 seed_pair + tf.constant([1_000_003 * k, 0], tf.int64))
                 total += float(ell) - (float(kl) if k == 0 else 0.0)
-            return tf.constant(total, tf.float64)
+            return total
 
     values: List[float] = []
     while True:
-        values.append(float(draw(tf.constant([seed, 7919 + len(values)], tf.int64)).numpy()) / N)
+        values.append(draw(tf.constant([seed, 7919 + len(values)], tf.int64)) / N)
         n = len(values)
         if n >= min_draws:
             se = float(np.std(values, ddof=1) / math.sqrt(n))

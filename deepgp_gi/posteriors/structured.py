@@ -301,6 +301,7 @@ class FullyCoupledPosterior(_StructuredPosterior):
         for width, m in zip(self.widths, self.inducing_counts):
             offsets.append(offsets[-1] + width * m)
         self.offsets = tuple(offsets)  # layer l occupies rows offsets[l] .. offsets[l + 1]
+        self._row_masks = tuple(self._own_and_offdiagonal_masks(l) for l in range(self.depth))
         total = offsets[-1]
         R = np.zeros((total, total))
         for l, (width, m) in enumerate(zip(self.widths, self.inducing_counts)):
@@ -352,19 +353,23 @@ class FullyCoupledPosterior(_StructuredPosterior):
         start, end = self.offsets[l], self.offsets[l + 1]
         return tf.reshape(R[start:end, :end], [self.widths[l], self.inducing_counts[l], end])
 
+    def _own_and_offdiagonal_masks(self, l: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Two ``[N_l, 1, off_{l+1}]`` masks over layer ``l``'s rows: 1 on each unit's own diagonal
+        block, and ``1 / sqrt(n_i)`` on its off-diagonal blocks (``n_i`` the units before it)."""
+        width, m, end = self.widths[l], self.inducing_counts[l], self.offsets[l + 1]
+        own = np.zeros((width, 1, end))
+        for lam in range(width):
+            start = self.offsets[l] + lam * m
+            own[lam, 0, start : start + m] = 1.0
+        earlier = sum(self.widths[:l]) + np.arange(width)
+        scale = np.where(earlier > 0, 1.0 / np.sqrt(np.maximum(earlier, 1)), 0.0)[:, None, None]
+        return own, scale * (1.0 - own)
+
     def _split_rows(self, rows: tf.Tensor, l: int) -> Tuple[tf.Tensor, tf.Tensor]:
         """Layer ``l``'s stored rows ``[N_l, M_l, off_{l+1}]`` as ``(own, off)``: each unit's own
         diagonal block (zeros elsewhere) and its off-diagonal blocks divided by ``sqrt(n_i)``."""
-        width, m, end = self.widths[l], self.inducing_counts[l], self.offsets[l + 1]
-        own_mask = np.zeros((width, 1, end))
-        for lam in range(width):
-            start = self.offsets[l] + lam * m
-            own_mask[lam, 0, start : start + m] = 1.0
-        earlier = sum(self.widths[:l]) + np.arange(width)  # n_i: the units before unit i
-        scale = np.where(earlier > 0, 1.0 / np.sqrt(np.maximum(earlier, 1)), 0.0)[:, None, None]
-        own_mask = tf.constant(own_mask, rows.dtype)
-        off = rows * (tf.constant(scale, rows.dtype) * (1.0 - own_mask))
-        return rows * own_mask, off
+        own, off = self._row_masks[l]
+        return rows * tf.constant(own, rows.dtype), rows * tf.constant(off, rows.dtype)
 
     def _white_rows(self, Lk: tf.Tensor, R: tf.Tensor, l: int) -> tf.Tensor:
         """``L_K^{-1}`` times layer ``l``'s rows of ``R`` ``[N_l, M_l, off_{l+1}]``, from the stored
