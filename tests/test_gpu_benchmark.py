@@ -176,3 +176,26 @@ def test_a_failing_step_is_recorded_not_fatal(bench, tmp_path):
     table = (tmp_path / "r.md").read_text()
     assert "| 8 | 2 | 2 | deepgp_gi global (XLA) | failed (InvalidArgumentError) | – |" in table
     assert "## Failures" in table
+
+
+def test_a_failed_factorisation_in_a_model_step_is_a_failure_line(bench, load_script):
+    """The timed deepgp_gi steps record failed factorisations as fit does (no Assert in the
+    step): build_steps reads the record and turns it into a failure, in both modes."""
+    import deepgp_gi as dg
+
+    model_step = load_script("benchmarks/speed.py").model_step
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(16, 2)), rng.normal(size=(16, 1))
+
+    def broken(jit_compile):
+        model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=4, seed=0)
+        for variable in model.layers[0].kernel.trainable_variables:  # K_uu all NaN
+            variable.assign(np.full(variable.shape, np.nan))
+        return lambda: model_step(model, X, Y, jit_compile)
+
+    def healthy():
+        return model_step(dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=4, seed=0), X, Y)
+
+    steps, failed = bench.build_steps({"plain": broken(False), "xla": broken(True), "good": healthy})
+    assert list(steps) == ["good"] and sorted(failed) == ["plain", "xla"]
+    assert all(f.startswith("CholeskyError: ") for f in failed.values()), failed

@@ -35,7 +35,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from check_shapes import check_shapes
 
-from ..linalg import safe_cholesky
+from ..linalg import add_jitter, safe_cholesky
 from ..validation import check_choice, check_finite_array, check_positive_float
 
 __all__ = [
@@ -245,14 +245,16 @@ def gram_posterior(G: tf.Tensor, rhs: tf.Tensor, prior_precision: Optional[tf.Te
     """
     dtype = G.dtype
     S = tf.shape(G)[0]
+    # diagonals are added (add_jitter), not set: the gradient of tf.linalg.set_diag on a run-time
+    # batch shape runs three tf.conds (functional If ops) per call
     if prior_precision is None:
-        prec = tf.linalg.set_diag(G, tf.linalg.diag_part(G) + tf.ones([], dtype))
+        prec = add_jitter(G, tf.ones([], dtype))
     elif _is_matrix(prior_precision):
         P = prior_precision if G.shape.rank == 3 else prior_precision[:, None]
         prec = G + P
     else:
-        p = tf.reshape(prior_precision, tf.concat([[S], tf.ones([G.shape.rank - 2], tf.int32)], 0))
-        prec = tf.linalg.set_diag(G, tf.linalg.diag_part(G) + p)
+        p = tf.reshape(prior_precision, tf.concat([[S], tf.ones([G.shape.rank - 3], tf.int32)], 0))
+        prec = add_jitter(G, p)  # p: [S] or [S, 1] against the batch shape [S] or [S, P]
     L = safe_cholesky(prec, name="pseudo-data posterior precision")
     mean = _solve(L, _solve(L, rhs, adjoint=False), adjoint=True)
     return L, mean

@@ -144,8 +144,13 @@ def _layer_terms(layer: GPLayer, F: tf.Tensor) -> _LayerTerms:
 
 
 def _clamp_diag(cov: tf.Tensor) -> tf.Tensor:
-    """Clamp the diagonal of covariance matrices at zero (roundoff guard before the jitter)."""
-    return tf.linalg.set_diag(cov, tf.maximum(tf.linalg.diag_part(cov), 0.0))
+    """Clamp the diagonal of covariance matrices at zero (roundoff guard before the jitter).
+
+    Written as the addition of a diagonal (``max(d, 0) - d``), not ``tf.linalg.set_diag``: the
+    gradient of ``set_diag`` on a run-time batch shape runs three ``tf.cond``s (functional ``If``
+    ops, each a function call per step)."""
+    d = tf.linalg.diag_part(cov)
+    return cov + tf.linalg.diag(tf.maximum(d, 0.0) - d)
 
 
 # --------------------------------------------------------------------------- shared base
@@ -440,7 +445,7 @@ class FullyCoupledPosterior(_StructuredPosterior):
                 var = tf.maximum(var, 0.0)
                 break
             cov = tf.linalg.matmul(B, B, transpose_b=True)
-            cov = tf.linalg.set_diag(cov, tf.linalg.diag_part(cov) + terms.prior_var[..., None])
+            cov = add_jitter(cov, terms.prior_var)  # + prior variance on the diagonal (no set_diag: see _clamp_diag)
             if G is not None:
                 cov = cov - tf.linalg.matmul(G, G, transpose_b=True)
             chol_new = safe_cholesky(
