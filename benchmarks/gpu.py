@@ -692,6 +692,9 @@ def parse_args(argv):
     parser.add_argument("--steps-per-round", type=_positive_int, help="steps per round (default 10; 3 with --quick)")
     parser.add_argument("--float32", action="store_true",
                         help="run in float32 (lines marked float32) and compare each family's ELBO with float64")
+    parser.add_argument("--tf32", choices=("on", "off"), default=None,
+                        help="TensorFloat-32 for float32 matmuls on Ampere and newer GPUs (default: TensorFlow's, "
+                             "on); recorded in every line")
     parser.add_argument("--profile", action="store_true", help="count the executed ops of each step (profiler)")
     parser.add_argument("--profile-steps", type=_positive_int, default=4, help="steps profiled per model (default 4)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="markdown table (default benchmarks/results/gpu.md)")
@@ -718,7 +721,10 @@ def main(argv=None) -> int:
     if not args.no_gpflux and importlib.util.find_spec("gpflux") is None:
         raise SystemExit("benchmarks/gpu.py: gpflux is not installed (pip install -e \".[bench]\"); "
                          "pass --no-gpflux to time deepgp_gi alone")
+    if args.tf32 is not None:
+        tf.config.experimental.enable_tensor_float_32_execution(args.tf32 == "on")
     header = dict(device=device_name(), tensorflow=tf.__version__, commit=_commit(),
+                  tf32=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
                   command="python benchmarks/gpu.py " + " ".join(shlex.quote(a) for a in argv),
                   rounds=args.rounds, steps_per_round=args.steps_per_round)
     for path in (args.jsonl, args.out):
@@ -829,7 +835,11 @@ def write_markdown(lines: List[dict], path: str) -> None:
     for dtype in ("float64", "float32"):
         chosen = [l for l in lines if l["config"]["dtype"] == dtype]
         if chosen:
-            md += [f"## {dtype}", ""] + _table(chosen, dtype == "float32") + [""]
+            md += [f"## {dtype}", ""]
+            if dtype == "float32":
+                tf32 = sorted({{True: "on", False: "off"}.get(l.get("tf32"), "not recorded") for l in chosen})
+                md += [f"TensorFloat-32 matmuls (float32 on Ampere and newer GPUs; `--tf32`): {', '.join(tf32)}.", ""]
+            md += _table(chosen, dtype == "float32") + [""]
     failures = [l for l in lines if l.get("error") or l.get("elbo_error")]
     if failures:
         md += ["## Failures", ""] + [f"- batch {l['config']['batch']}, M {l['config']['M']}, depth "

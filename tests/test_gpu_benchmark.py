@@ -53,7 +53,11 @@ def test_tiny_grid_end_to_end(bench, tmp_path):
     # resuming finds every line; a float32 piece adds its own lines and table to the same files
     assert bench.main(argv + ["--resume"]) == 0
     assert len(jsonl.read_text().splitlines()) == len(names)
-    assert bench.main(TINY + ["--modes", "plain", "--float32", "--resume", "--out", str(md)]) == 0
+    tf32_before = tf.config.experimental.tensor_float_32_execution_enabled()
+    try:
+        assert bench.main(TINY + ["--modes", "plain", "--float32", "--tf32", "off", "--resume", "--out", str(md)]) == 0
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(tf32_before)
     lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
     f32 = [l for l in lines if l["config"]["dtype"] == "float32"]
     assert [l["model"] for l in f32] == OURS[:1] + PEERS[:1] and len(lines) == len(names) + len(f32)
@@ -65,6 +69,8 @@ def test_tiny_grid_end_to_end(bench, tmp_path):
         assert "elbo_rel_diff" not in f32[1]
     table = md.read_text()
     assert "## float64" in table and "## float32" in table and "ELBO f32 vs f64 (rel.)" in table
+    assert all(l["tf32"] is False for l in f32) and "TensorFloat-32 matmuls (float32" in table
+    assert "`--tf32`): off." in table
 
 
 @pytest.mark.parametrize("flag, value", [("--families", "mean_field,sideways"), ("--batches", "0"),
