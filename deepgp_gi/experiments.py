@@ -49,9 +49,11 @@ LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus", "offdia
 #: ``precondition_offdiagonal``).
 OFFDIAGONAL_CHOICES = ("preconditioned", "plain")
 
-#: The deep-GP posteriors that carry ``offdiagonal``, with their defaults (the posteriors' own:
-#: preconditioned for STAR, Lindinger's plain storage for fully-coupled).
-OFFDIAGONAL_DEFAULTS = {"stripes_arrow": "preconditioned", "fully_coupled": "plain"}
+#: The deep-GP posteriors that carry ``offdiagonal``, with their defaults (the posteriors' own,
+#: preconditioned for both; fully-coupled lines written before that default, and before the key,
+#: were trained with Lindinger's plain storage and say so, or read so through
+#: :data:`LEGACY_VALUES`).
+OFFDIAGONAL_DEFAULTS = {"stripes_arrow": "preconditioned", "fully_coupled": "preconditioned"}
 
 #: ``last_layer``: whether a global-inducing last layer integrates its inducing outputs (deep GP)
 #: or weights (BNN) out of the ELBO (:class:`~deepgp_gi.posteriors.GlobalInducingPosterior`

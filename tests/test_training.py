@@ -231,7 +231,13 @@ def test_natural_gradients_are_refused_for_families_without_gaussian_blocks(rng)
 @pytest.mark.parametrize("posterior", ["mean_field", "fully_coupled"])
 def test_natural_gradients_with_adam_train_a_deep_model(rng, posterior):
     X, Y = _toy(rng, n=40)
-    model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=8, inner_width=2, seed=0)
+    # natural gradients act on the plain Cholesky factor of the fully-coupled q(f_M)
+    options = {"precondition_offdiagonal": False} if posterior == "fully_coupled" else {}
+    model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=8, inner_width=2, seed=0, **options)
+    if posterior == "fully_coupled":
+        default = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=8, inner_width=2, seed=0)
+        with pytest.raises(ValueError, match="precondition_offdiagonal=False"):
+            dg.fit(default, (X, Y), steps=1, natgrad_gamma=0.1, progress=False)
     history = dg.fit(model, (X, Y), steps=60, natgrad_gamma=0.1, num_samples=4, seed=0, progress=False,
                      log_every=20)
     assert history.elbo[-1] > history.elbo[0]
@@ -243,7 +249,8 @@ def test_natural_gradient_on_the_fully_coupled_block_reaches_the_sgpr_bound(rng)
     so one natural-gradient step with gamma = 1 (hyperparameters fixed) gives SGPR's bound."""
     X = rng.normal(size=(30, 2))
     Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(30, 1))
-    model = dg.build_deep_gp(X, Y, depth=1, posterior="fully_coupled", num_inducing=7, seed=0)
+    model = dg.build_deep_gp(X, Y, depth=1, posterior="fully_coupled", num_inducing=7, seed=0,
+                             precondition_offdiagonal=False)
     gpflow.set_trainable(model.layers[0], False)
     gpflow.set_trainable(model.likelihood, False)
     dg.fit(model, (X, Y), steps=1, natgrad_gamma=1.0, seed=0, progress=False, log_every=1)

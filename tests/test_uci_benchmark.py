@@ -211,26 +211,27 @@ def test_lines_before_a_family_key_count_as_its_legacy_value(uci, tmp_path, post
     assert f"| boston | {posterior} | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
 
 
-def test_fully_coupled_lines_with_a_null_offdiagonal_are_plain_and_done(uci, tmp_path):
+def test_fully_coupled_lines_with_a_null_offdiagonal_are_plain(uci, tmp_path):
     """Fully-coupled lines written before the family carried ``offdiagonal`` store ``null`` there:
-    they count as the plain storage, which is also the family's default, so the sweep does not
-    rerun them; a preconditioned line is its own, marked row."""
+    they count as the plain storage (what they were trained with). The family's default is now
+    the preconditioned storage, so a configuration without the key is not done by them, one with
+    ``offdiagonal = "plain"`` is, and the report marks the plain line."""
     old = _line(0, 0.01, -2.4, -0.4, 3.0, posterior="fully_coupled", offdiagonal=None)
     res = tmp_path / "res"
     res.mkdir()
     path = res / "lines.jsonl"
     path.write_text(json.dumps(old) + "\n")
     cfg = uci.normalise_config({k: v for k, v in old.items() if k in uci.CONFIG_KEYS and k != "offdiagonal"})
-    assert cfg["offdiagonal"] == "plain"
-    assert (uci.config_key(cfg), 0) in uci.done_set(str(path))
-    pre = uci.normalise_config(dict(cfg, offdiagonal="preconditioned"))
-    assert (uci.config_key(pre), 0) not in uci.done_set(str(path))
+    assert cfg["offdiagonal"] == "preconditioned"
+    assert (uci.config_key(cfg), 0) not in uci.done_set(str(path))
+    plain = uci.normalise_config(dict(cfg, offdiagonal="plain"))
+    assert (uci.config_key(plain), 0) in uci.done_set(str(path))
     new = _line(0, 0.01, -2.3, -0.3, 2.9, posterior="fully_coupled", offdiagonal="preconditioned")
     path.write_text("".join(json.dumps(x) + "\n" for x in (old, new)))
     assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
     md = (tmp_path / "rep" / "uci.md").read_text()
-    assert "| boston | fully_coupled | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
-    assert "| boston | fully_coupled (preconditioned) | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
+    assert "| boston | fully_coupled (plain) | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
+    assert "| boston | fully_coupled | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
 
 
 def test_extrapolation_section_against_hand_computation(uci, tmp_path):

@@ -110,7 +110,7 @@ def test_o4_fully_coupled_block_diagonal_equals_mean_field(whiten):
     X, Y = make_data(N=7)
     mf = MeanFieldPosterior(layers, whiten=whiten)
     randomise_mean_field(mf, np.random.default_rng(3))
-    fc = FullyCoupledPosterior(layers, whiten=whiten)
+    fc = FullyCoupledPosterior(layers, whiten=whiten, precondition_offdiagonal=False)
     mean_field_to_fc(mf, fc)
     noise = fixed_noise(S, len(X), widths)
     p_mf, p_fc = mf.propagate(X, S, noise), fc.propagate(X, S, noise)
@@ -211,7 +211,7 @@ def test_o5_star_recursion_equals_dense_fully_coupled(L, tau, whiten, preconditi
     load_star_from_dense(star, R, mu, L, tau, M)
     np.testing.assert_allclose(star.dense_sqrt().numpy(), R, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(star.dense_mean().numpy(), mu)
-    fc = FullyCoupledPosterior(layers, whiten=whiten)
+    fc = FullyCoupledPosterior(layers, whiten=whiten, precondition_offdiagonal=False)
     fc.q_mu.assign(mu)
     fc.q_sqrt.assign(R)
     noise = fixed_noise(S, len(X), widths)
@@ -286,7 +286,7 @@ def test_o6_theorem1_equals_kalman_brute_force(whiten):
     widths, Ms, S = (3, 2, 2), (4, 3, 5), 2  # unequal inducing counts are supported by FC
     layers = make_layers(widths, M=Ms, seed=6)
     X, _ = make_data(N=4)
-    fc = FullyCoupledPosterior(layers, whiten=whiten)
+    fc = FullyCoupledPosterior(layers, whiten=whiten, precondition_offdiagonal=False)
     rng = np.random.default_rng(7)
     R = random_tril(rng, fc.num_latent, scale=0.4)
     mu = 0.5 * rng.normal(size=fc.num_latent)
@@ -309,7 +309,7 @@ def test_o6_theorem1_equals_kalman_brute_force(whiten):
 def test_o8_blockwise_kl_equals_gauss_kl(whiten, precondition_offdiagonal):
     rng = np.random.default_rng(8)
     layers = make_layers((2, 3, 1), M=(3, 4, 3), seed=9)
-    fc = FullyCoupledPosterior(layers, whiten=whiten)
+    fc = FullyCoupledPosterior(layers, whiten=whiten, precondition_offdiagonal=False)
     fc.q_mu.assign(0.5 * rng.normal(size=fc.num_latent))
     fc.q_sqrt.assign(random_tril(rng, fc.num_latent))
     K = block_prior(layers, whiten)
@@ -332,7 +332,7 @@ def test_o8_blockwise_kl_equals_gauss_kl(whiten, precondition_offdiagonal):
 def test_kl_is_zero_at_the_prior():
     layers = make_layers((2, 1), M=3)
     for whiten in (False, True):
-        fc = FullyCoupledPosterior(layers, whiten=whiten, inner_scale=1.0)
+        fc = FullyCoupledPosterior(layers, whiten=whiten, inner_scale=1.0, precondition_offdiagonal=False)
         star = StripesArrowPosterior(layers, whiten=whiten, inner_scale=1.0)
         np.testing.assert_allclose(fc.kl_divergence().numpy(), 0.0, atol=1e-10)
         np.testing.assert_allclose(star.kl_divergence().numpy(), 0.0, atol=1e-10)
@@ -345,7 +345,7 @@ def test_one_layer_fully_coupled_equals_svgp(whiten, P):
     rng = np.random.default_rng(11)
     layers = make_layers((P,), M=5, seed=12)
     X, Y = make_data(N=8, P=P)
-    fc = FullyCoupledPosterior(layers, whiten=whiten)
+    fc = FullyCoupledPosterior(layers, whiten=whiten, precondition_offdiagonal=False)
     M = 5
     q_mu = 0.5 * rng.normal(size=(M, P))
     q_sqrt = np.stack([random_tril(rng, M) for _ in range(P)])
@@ -369,7 +369,7 @@ def test_one_layer_fully_coupled_dense_equals_svgp():
     layers = make_layers((1,), M=6, seed=14)
     X, Y = make_data(N=8)
     for whiten in (False, True):
-        fc = FullyCoupledPosterior(layers, whiten=whiten)
+        fc = FullyCoupledPosterior(layers, whiten=whiten, precondition_offdiagonal=False)
         q_mu, q_sqrt = 0.5 * rng.normal(size=(6, 1)), random_tril(rng, 6)[None]
         fc.q_mu.assign(q_mu[:, 0])
         fc.q_sqrt.assign(q_sqrt[0])
@@ -384,7 +384,7 @@ def test_one_layer_fully_coupled_dense_equals_svgp():
 @pytest.mark.parametrize("whiten", [False, True])
 def test_initialisation(whiten):
     layers = make_layers((2, 2, 1), M=3)
-    fc = FullyCoupledPosterior(layers, whiten=whiten, inner_scale=1e-3)
+    fc = FullyCoupledPosterior(layers, whiten=whiten, inner_scale=1e-3, precondition_offdiagonal=False)
     star = StripesArrowPosterior(layers, whiten=whiten, inner_scale=1e-3)
     blocks = []
     for l, layer in enumerate(layers):
@@ -442,7 +442,7 @@ def test_fully_coupled_gradients_match_finite_differences():
     layers = make_layers(widths, M=3, seed=21)
     X, Y = make_data(N=4)
     rng = np.random.default_rng(22)
-    fc = FullyCoupledPosterior(layers)
+    fc = FullyCoupledPosterior(layers, precondition_offdiagonal=False)
     fc.q_mu.assign(0.5 * rng.normal(size=fc.num_latent))
     fc.q_sqrt.assign(random_tril(rng, fc.num_latent))
     model = model_for(layers, fc)
@@ -457,7 +457,7 @@ def test_float32_end_to_end_finite():
     with gpflow.config.as_context(config):
         layers = make_layers((2, 2, 1), M=4, seed=17)
         X, Y = make_data(N=5)
-        for post in (FullyCoupledPosterior(layers), StripesArrowPosterior(layers, whiten=True)):
+        for post in (FullyCoupledPosterior(layers, precondition_offdiagonal=False), StripesArrowPosterior(layers, whiten=True)):
             assert post.dtype == tf.float32
             model = model_for(layers, post)
             with tf.GradientTape() as tape:
@@ -473,7 +473,7 @@ def test_compiled_propagation_matches_eager():
     X, _ = make_data(N=4)
     noise = fixed_noise(2, 4, (2, 2, 1))
     rng = np.random.default_rng(19)
-    for post in (FullyCoupledPosterior(layers), StripesArrowPosterior(layers)):
+    for post in (FullyCoupledPosterior(layers, precondition_offdiagonal=False), StripesArrowPosterior(layers)):
         if isinstance(post, FullyCoupledPosterior):
             post.q_sqrt.assign(random_tril(rng, post.num_latent))
         else:
@@ -537,7 +537,7 @@ def test_fully_coupled_preconditioned_storage_is_the_same_distribution(whiten):
     rng = np.random.default_rng(8)
     TM = M * sum(widths)
     R, mu = random_tril(rng, TM), 0.5 * rng.normal(size=TM)
-    plain = FullyCoupledPosterior(layers, whiten=whiten)
+    plain = FullyCoupledPosterior(layers, whiten=whiten, precondition_offdiagonal=False)
     plain.q_mu.assign(mu)
     plain.q_sqrt.assign(R)
     P = R.copy()
@@ -561,3 +561,4 @@ def test_fully_coupled_preconditioned_storage_is_the_same_distribution(whiten):
         pre.natural_gradient_blocks()
     with pytest.raises(TypeError, match="precondition_offdiagonal"):
         FullyCoupledPosterior(layers, precondition_offdiagonal="yes")
+    assert FullyCoupledPosterior(layers).precondition_offdiagonal  # the default storage
