@@ -165,3 +165,37 @@ def test_compiled_ladder():
     assert linalg.compiled_ladder(6) == [0, 3, 5]
     assert linalg.compiled_ladder(1) == [0]
     assert linalg.compiled_ladder(0) == []
+
+
+@pytest.mark.parametrize("jit_compile", [None, False, True], ids=["eager", "graph", "xla"])
+@pytest.mark.parametrize("static", [True, False], ids=["static_n", "dynamic_n"])
+def test_add_jitter_adds_a_diagonal_with_its_gradient(rng, jit_compile, static):
+    """``add_jitter(A, j)`` is ``A + j I`` per batch member, for a scalar and a per-member ``j``,
+    with the gradient of that sum (``dA`` passes through, ``dj`` is the trace of the upstream),
+    eagerly, compiled and under XLA, with the matrix size known or not at trace time."""
+    A = rng.normal(size=(2, 3, 4, 4))
+    j = np.abs(rng.normal(size=(2, 3)))
+    W = rng.normal(size=A.shape)
+
+    def value_and_grads(A, j):
+        with tf.GradientTape() as tape:
+            tape.watch([A, j])
+            out = linalg.add_jitter(A, j)
+            scalar = linalg.add_jitter(A, j[0, 0])
+            loss = tf.reduce_sum(W * out) + tf.reduce_sum(W * scalar)
+        return (out, scalar) + tuple(tape.gradient(loss, [A, j]))
+
+    fn = value_and_grads
+    if jit_compile is not None:
+        spec = [tf.TensorSpec([2, 3, 4, 4] if static else [2, 3, None, None], tf.float64),
+                tf.TensorSpec([2, 3], tf.float64)]
+        fn = tf.function(value_and_grads, input_signature=spec, jit_compile=jit_compile)
+    out, scalar, dA, dj = (t.numpy() for t in fn(tf.constant(A), tf.constant(j)))
+    eye = np.eye(4)
+    np.testing.assert_allclose(out, A + j[..., None, None] * eye, rtol=1e-15)
+    np.testing.assert_allclose(scalar, A + j[0, 0] * eye, rtol=1e-15)
+    np.testing.assert_allclose(dA, 2 * W, rtol=1e-15)
+    trace = np.trace(W, axis1=-2, axis2=-1)
+    expected = trace.copy()
+    expected[0, 0] += trace.sum()
+    np.testing.assert_allclose(dj, expected, rtol=1e-12)
