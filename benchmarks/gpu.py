@@ -695,6 +695,9 @@ def parse_args(argv):
     parser.add_argument("--tf32", choices=("on", "off"), default=None,
                         help="TensorFloat-32 for float32 matmuls on Ampere and newer GPUs (default: TensorFlow's, "
                              "on); recorded in every line")
+    parser.add_argument("--accelerator-branch", action="store_true",
+                        help="trace safe_cholesky's GPU branch (branch-free jitter ladder) even with no GPU: "
+                             "counts on a CPU the ops a GPU step runs; recorded in every line")
     parser.add_argument("--profile", action="store_true", help="count the executed ops of each step (profiler)")
     parser.add_argument("--profile-steps", type=_positive_int, default=4, help="steps profiled per model (default 4)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="markdown table (default benchmarks/results/gpu.md)")
@@ -721,10 +724,22 @@ def main(argv=None) -> int:
     if not args.no_gpflux and importlib.util.find_spec("gpflux") is None:
         raise SystemExit("benchmarks/gpu.py: gpflux is not installed (pip install -e \".[bench]\"); "
                          "pass --no-gpflux to time deepgp_gi alone")
+    host_is_the_device = dg.linalg._host_is_the_device
+    if args.accelerator_branch:
+        dg.linalg._host_is_the_device = lambda: False  # the traces below take the GPU branch
+    try:
+        return _run(args, argv)
+    finally:
+        dg.linalg._host_is_the_device = host_is_the_device
+
+
+def _run(args, argv) -> int:
     if args.tf32 is not None:
         tf.config.experimental.enable_tensor_float_32_execution(args.tf32 == "on")
     header = dict(device=device_name(), tensorflow=tf.__version__, commit=_commit(),
                   tf32=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
+                  cholesky_branch="accelerator" if args.accelerator_branch or tf.config.list_logical_devices("GPU")
+                  else "host",
                   command="python benchmarks/gpu.py " + " ".join(shlex.quote(a) for a in argv),
                   rounds=args.rounds, steps_per_round=args.steps_per_round)
     for path in (args.jsonl, args.out):

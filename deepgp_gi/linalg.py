@@ -260,19 +260,27 @@ def _host_is_the_device() -> bool:
 
 def _ladder(A, L, ok, jitter, scale, ladder, skip):
     """Refactorise the failed members with jitter ``start * 10**k * scale`` for ``k`` in ``ladder``,
-    each keeping the first that works; ``skip`` (or None) replaces members that already succeeded."""
+    each keeping the first that works; ``skip`` (or None) replaces members that already succeeded.
+
+    The retries are independent of each other, so they are one batched factorisation of the
+    ``K = len(ladder)`` jittered copies ``[K, batch..., N, N]`` (one kernel launch, not ``K``),
+    followed by a selection of each member's first success (last to first with ``tf.where``)."""
+    ladder = list(ladder)
+    if not ladder:
+        return L, jitter
     start = base_jitter(A.dtype)
-    for k in ladder:
-        trial = tf.where(ok, jitter, start * 10.0**k * scale)
-        B = add_jitter(A, trial)
-        if skip is not None:
-            B = tf.where(ok[..., None, None], skip, B)
-        L_k = tf.linalg.cholesky(B)
-        ok_k = _finite_per_matrix(L_k)
-        L = tf.where(ok[..., None, None], L, L_k)
-        jitter = trial
-        ok = tf.logical_or(ok, ok_k)
-    return L, jitter
+    steps = tf.constant([start * 10.0**k for k in ladder], A.dtype)
+    trials = tf.reshape(steps, [len(ladder)] + [1] * scale.shape.rank) * scale  # [K, batch...]
+    B = add_jitter(A[None], trials)  # [K, batch..., N, N]
+    if skip is not None:
+        B = tf.where(ok[None, ..., None, None], skip, B)
+    factors = tf.linalg.cholesky(B)
+    worked = _finite_per_matrix(factors)  # [K, batch...]
+    new_L, new_jitter = factors[-1], trials[-1]
+    for i in reversed(range(len(ladder) - 1)):
+        new_L = tf.where(worked[i][..., None, None], factors[i], new_L)
+        new_jitter = tf.where(worked[i], trials[i], new_jitter)
+    return tf.where(ok[..., None, None], L, new_L), tf.where(ok, jitter, new_jitter)
 
 
 def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -326,7 +334,8 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
     member succeeds. In a ``tf.function`` on a machine with no GPU, a ``tf.cond`` skips the
     retries when every member succeeded (the predicate already lives on the host: no transfer).
     With a GPU visible or under XLA, a fixed, branch-free subset of the ladder is tried
-    (:func:`compiled_ladder`: ``k`` = first, middle, last) and selected with ``tf.where``: no
+    (:func:`compiled_ladder`: ``k`` = first, middle, last), as one batched factorisation of the
+    jittered copies, and selected with ``tf.where``: no
     ``tf.cond``/``tf.while_loop`` whose predicate the host would have to read; members that
     already succeeded are not refactorised (see :func:`_escalated`), so the common case costs one
     factorisation plus a few copies.

@@ -205,3 +205,24 @@ def test_a_failed_factorisation_in_a_model_step_is_a_failure_line(bench, load_sc
     steps, failed = bench.build_steps({"plain": broken(False), "xla": broken(True), "good": healthy})
     assert list(steps) == ["good"] and sorted(failed) == ["plain", "xla"]
     assert all(f.startswith("CholeskyError: ") for f in failed.values()), failed
+
+
+def test_accelerator_branch_counts_one_batched_ladder_per_factorisation(bench, tmp_path):
+    """``--accelerator-branch`` traces safe_cholesky as on a GPU: each factorisation is followed by
+    its jitter ladder, one batched Cholesky (so twice the host branch's Cholesky kernels), the
+    lines say which branch they measured, and the library's own branch is restored afterwards."""
+    import deepgp_gi as dg
+
+    before = dg.linalg._host_is_the_device
+    argv = ["--batches", "64", "--Ms", "8", "--depths", "2", "--families", "global", "--modes", "plain",
+            "--no-gpflux", "--rounds", "1", "--steps-per-round", "1", "--profile", "--profile-steps", "1"]
+    lines = {}
+    for branch, extra in (("host", []), ("accelerator", ["--accelerator-branch"])):
+        md = tmp_path / f"{branch}.md"
+        assert bench.main(argv + extra + ["--out", str(md)]) == 0
+        (line,) = [json.loads(x) for x in (tmp_path / f"{branch}.jsonl").read_text().splitlines()]
+        assert line["cholesky_branch"] == branch
+        lines[branch] = line
+        assert dg.linalg._host_is_the_device is before
+    host, accelerator = (lines[b]["heavy_ops"]["Cholesky"] for b in ("host", "accelerator"))
+    assert host >= 2 and accelerator == 2 * host

@@ -199,3 +199,36 @@ def test_add_jitter_adds_a_diagonal_with_its_gradient(rng, jit_compile, static):
     expected = trace.copy()
     expected[0, 0] += trace.sum()
     np.testing.assert_allclose(dj, expected, rtol=1e-12)
+
+
+def _with_min_eigenvalue(rng, n, lowest):
+    """A symmetric ``n x n`` matrix with eigenvalues ``lowest, 1, ..., 1`` (mean diagonal ~1)."""
+    Q, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    return (Q * np.r_[lowest, np.ones(n - 1)]) @ Q.T
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_accelerator_ladder_keeps_each_members_first_working_jitter(rng, monkeypatch, jit_compile):
+    """The branch-free ladder a GPU or XLA step runs (``compiled_ladder(6) = [0, 3, 5]``: relative
+    jitters 1e-8, 1e-5, 1e-3), batched into one factorisation: every member gets the smallest
+    jitter of the ladder that makes it positive definite, a member that needs none gets none, and
+    a member no jitter repairs is reported."""
+    monkeypatch.setattr(linalg, "_host_is_the_device", lambda: False)
+    n = 6
+    members = [_with_min_eigenvalue(rng, n, 0.5),     # fine as it is
+               _with_min_eigenvalue(rng, n, -5e-6),   # needs 1e-5 (k = 3)
+               _with_min_eigenvalue(rng, n, -5e-4),   # needs 1e-3 (k = 5)
+               _with_min_eigenvalue(rng, n, -3e-9)]   # needs 1e-8 (k = 0)
+    A = np.stack(members)
+
+    @linalg.checked_function(jit_compile=jit_compile)
+    def factor(A):
+        return safe_cholesky(A)
+
+    L = factor(tf.constant(A)).numpy()
+    scale = np.mean(np.abs(np.diagonal(A, axis1=-2, axis2=-1)), axis=-1)
+    added = np.mean(np.diagonal(L @ np.transpose(L, (0, 2, 1)) - A, axis1=-2, axis2=-1), axis=-1) / scale
+    np.testing.assert_allclose(added, [0.0, 1e-5, 1e-3, 1e-8], rtol=1e-4, atol=1e-12)
+    np.testing.assert_allclose(L[0], np.linalg.cholesky(members[0]), rtol=1e-12)
+    with pytest.raises(CholeskyError, match="not positive definite"):
+        factor(tf.constant(np.stack(members[:3] + [_with_min_eigenvalue(rng, n, -0.5)])))
