@@ -3,7 +3,8 @@
 For a layer with inducing inputs Z (fixed per layer, ``[M, D]``, or propagated per sample,
 ``[S, M, D]``) and inputs ``F`` ``[S, N, D]``, every family needs the same pieces:
 
-* ``L_K = chol(K(Z, Z) + jitter I)`` (:func:`inducing_cholesky`);
+* ``L_K = chol(K(Z, Z) + jitter I)`` (:func:`inducing_cholesky`; every layer's at once, as one
+  batched factorisation, :func:`inducing_choleskies`);
 * the whitened projection ``A = L_K^{-1} K(Z, F)`` ``[S, M, N]`` (:func:`whitened_projection`),
   one data-sized triangular solve; with a shared ``L_K`` the S samples are solved as one
   ``[M, S*N]`` right-hand side (markedly faster than S batched solves on CPU);
@@ -18,6 +19,8 @@ local inducing).
 """
 from __future__ import annotations
 
+from typing import Dict, List, Sequence
+
 import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes
@@ -26,6 +29,7 @@ from ..linalg import add_jitter, safe_cholesky
 
 __all__ = [
     "inducing_cholesky",
+    "inducing_choleskies",
     "whitened_projection",
     "conditional_mean",
     "residual_variance",
@@ -40,6 +44,31 @@ def inducing_cholesky(layer, Z: tf.Tensor, name: str = "K_uu") -> tf.Tensor:
     """``chol(K(Z, Z) + jitter I)`` with GPflow's default jitter, by :func:`safe_cholesky`."""
     Kuu = add_jitter(layer.K(Z), gpflow.config.default_jitter())
     return safe_cholesky(Kuu, name=f"{name} of layer {layer.name}")
+
+
+def inducing_choleskies(layers: Sequence) -> List[tf.Tensor]:
+    """:func:`inducing_cholesky` of every layer's fixed inducing inputs ``layer.Z``, ``[M_l, M_l]``
+    each, with one :func:`safe_cholesky` per distinct ``M_l``: the usual stack of equal-sized
+    ``K_uu`` is one batched factorisation (one kernel, one jitter ladder and one gradient) rather
+    than one per layer. Each member keeps its own jitter escalation, so the factors are those of
+    the per-layer calls."""
+    jitter = gpflow.config.default_jitter()
+    Kuus = [layer.K(layer.Z) for layer in layers]
+    by_size: Dict[int, List[int]] = {}
+    for i, K in enumerate(Kuus):
+        by_size.setdefault(K.shape[-1], []).append(i)
+    out: List[tf.Tensor] = [None] * len(Kuus)  # type: ignore[list-item]
+    for size, members in by_size.items():
+        if len(members) == 1 or size is None:
+            for i in members:
+                out[i] = inducing_cholesky(layers[i], layers[i].Z)
+            continue
+        names = ", ".join(layers[i].name for i in members)
+        stacked = add_jitter(tf.stack([Kuus[i] for i in members]), jitter)
+        factors = tf.unstack(safe_cholesky(stacked, name=f"K_uu of layers {names}"))
+        for i, L in zip(members, factors):
+            out[i] = L
+    return out
 
 
 @check_shapes("L_K: [batch..., M, M]", "Kuf: [S, M, N]", "return: [S, M, N]")

@@ -59,6 +59,7 @@ from .base import DeepPosterior, Propagation
 from .conditionals import (
     conditional_mean,
     inducing_cholesky,
+    inducing_choleskies,
     layer_mean,
     residual_variance,
     sample_rows,
@@ -491,6 +492,9 @@ class LocalInducingPosterior(_InducingPosterior):
         jitter = gpflow.config.default_jitter()
         samples, regularisers = [], []
         mean = var = None
+        gp_layers = [l for l in range(self.depth) if not self.weight_space[l]]
+        # every GP layer's chol(K_uu) in one batched factorisation per step
+        prior_chols = dict(zip(gp_layers, inducing_choleskies([self.layers[l] for l in gp_layers])))
         for l, layer in enumerate(self.layers):
             last = l == self.depth - 1
             if self.weight_space[l]:
@@ -500,7 +504,7 @@ class LocalInducingPosterior(_InducingPosterior):
                 samples.append(F)
                 continue
             P, M = layer.output_dim, layer.num_inducing
-            L_K = self.inducing_cholesky(l)  # [M, M]
+            L_K = prior_chols[l]  # [M, M]
             L_B, a_mean = self.pseudo_data[l].posterior(L_K[None])  # a sample axis of 1
             L_B = tf.broadcast_to(L_B, tf.concat([[S], tf.shape(L_B)[1:]], 0))
             A = whitened_projection(L_K, layer.K(layer.Z, F))

@@ -19,6 +19,7 @@ from .base import DeepPosterior, Propagation
 from .conditionals import (
     conditional_mean,
     inducing_cholesky,
+    inducing_choleskies,
     residual_variance,
     sample_rows,
     unit_variances,
@@ -125,13 +126,14 @@ class MeanFieldPosterior(DeepPosterior):
         ``chol(K_uu)`` and ``white`` the per-layer ``(m', R')`` when the caller has them.
         """
         terms = []
+        if white is None and not self.whiten and prior_choleskies is None:
+            prior_choleskies = inducing_choleskies(self.layers)
         for l, layer in enumerate(self.layers):
             if white is None:
                 if self.whiten:
                     m_white, R_white = self.q_mu[l], self.q_sqrt[l]
                 else:
-                    Lk = inducing_cholesky(layer, layer.Z) if prior_choleskies is None else prior_choleskies[l]
-                    m_white, R_white = self.whitened_parameters(l, Lk)
+                    m_white, R_white = self.whitened_parameters(l, prior_choleskies[l])
             else:
                 m_white, R_white = white[l]
             terms.append(gauss_kl(m_white, R_white))
@@ -140,7 +142,7 @@ class MeanFieldPosterior(DeepPosterior):
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
-        choleskies = [inducing_cholesky(layer, layer.Z) for layer in self.layers]  # once per step
+        choleskies = inducing_choleskies(self.layers)  # once per step, one batched factorisation
         white = [self.whitened_parameters(l, Lk) for l, Lk in enumerate(choleskies)]  # shared with the KL
         samples = []
         for l in range(self.depth - 1):

@@ -33,7 +33,7 @@ from ..layers import GPLayer
 from ..linalg import add_jitter, safe_cholesky
 from ..validation import check_bool
 from .base import DeepPosterior, Propagation
-from .conditionals import inducing_cholesky, residual_variance, whitened_projection
+from .conditionals import inducing_cholesky, inducing_choleskies, residual_variance, whitened_projection
 from .mean_field import require_local_inducing
 
 __all__ = [
@@ -130,15 +130,17 @@ class _LayerTerms(NamedTuple):
     mean: tf.Tensor  # [S, N, N_l]  m_l(F)
 
 
-def _layer_terms(layer: GPLayer, F: tf.Tensor) -> _LayerTerms:
+def _layer_terms(layer: GPLayer, F: tf.Tensor, Lk: Optional[tf.Tensor] = None) -> _LayerTerms:
     """The per-point quantities of Theorem 1 for one layer with inputs ``F`` ``[S, N, D]``.
 
     Only the whitened projection ``A = L_K^{-1} K_uf`` is formed (one data-sized solve). The
     non-whitened parameterisation uses ``a = K^{-1} k = L_K^{-T} A`` through
     ``a^T R_block = A^T (L_K^{-1} R_block)``: the second solve is moved onto the ``M x M`` blocks
     of ``R`` and ``mu`` (:meth:`_StructuredPosterior._white`), which has no data-sized factor.
+    ``Lk`` passes the layer's ``chol(K_uu)`` when the caller has it (:func:`inducing_choleskies`).
     """
-    Lk = inducing_cholesky(layer, layer.Z)
+    if Lk is None:
+        Lk = inducing_cholesky(layer, layer.Z)
     A = whitened_projection(Lk, layer.K(layer.Z, F))
     return _LayerTerms(Lk, A, residual_variance(layer, F, A), layer.mean(F))
 
@@ -199,7 +201,7 @@ class _StructuredPosterior(DeepPosterior):
         if self.whiten:
             chols = [None] * self.depth
         elif prior_choleskies is None:
-            chols = [inducing_cholesky(layer, layer.Z) for layer in self.layers]
+            chols = inducing_choleskies(self.layers)
         else:
             chols = list(prior_choleskies)
         return self._kl(chols)
@@ -422,8 +424,9 @@ class FullyCoupledPosterior(_StructuredPosterior):
         chol = None  # [S, N, T_<l, T_<l]
         eps_prev = None  # [S, N, T_<l]
         last = self.depth - 1
+        prior_chols = inducing_choleskies(self.layers)  # one batched factorisation per step
         for l, layer in enumerate(self.layers):
-            terms = _layer_terms(layer, F)
+            terms = _layer_terms(layer, F, prior_chols[l])
             Lk = terms.prior_chol
             rows = self._white_rows(Lk, R, l)  # [N_l, M_l, off_{l+1}]
             B = tf.einsum("smn,umj->snuj", terms.A, rows)  # [S, N, N_l, off_{l+1}]
@@ -600,7 +603,7 @@ class StripesArrowPosterior(_StructuredPosterior):
             if self.whiten:
                 chols = [tf.eye(M, dtype=diag.dtype)] * L
             else:
-                chols = [inducing_cholesky(layer, layer.Z) for layer in self.layers]
+                chols = inducing_choleskies(self.layers)
             if stripes is not None:
                 row_layer = [l for l in range(L - 1) for _ in range(l) for _ in range(tau)]
                 stripes = tf.stack([
@@ -699,8 +702,9 @@ class StripesArrowPosterior(_StructuredPosterior):
         white = []  # (L_K or None, whitened means, whitened row blocks) per layer, shared with the KL
         chol = None  # [S, N, tau, l, l]
         eps_prev = None  # [S, N, tau, l]
+        prior_chols = inducing_choleskies(self.layers)  # one batched factorisation per step
         for l in range(L - 1):
-            terms = _layer_terms(self.layers[l], F)
+            terms = _layer_terms(self.layers[l], F, prior_chols[l])
             Lk = terms.prior_chol
             rows = self._white_hidden_rows(Lk, diag, l)  # [K, tau, M, M]
             b = tf.einsum("smn,ktmj->snktj", terms.A, rows)
@@ -733,7 +737,7 @@ class StripesArrowPosterior(_StructuredPosterior):
                 chol = append_to_cholesky(chol, G, sd[..., None, None])
                 eps_prev = tf.concat([eps_prev, eps[..., None]], axis=-1)
 
-        terms = _layer_terms(self.layers[L - 1], F)
+        terms = _layer_terms(self.layers[L - 1], F, prior_chols[L - 1])
         Lk = terms.prior_chol
         mu_white = self._white_mean(Lk, mu[T - 1 :])  # [1, M]
         mu_out = mu_white[0]
