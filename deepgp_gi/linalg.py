@@ -274,11 +274,14 @@ def _ladder(A, L, ok, jitter, scale, ladder, skip):
     B = add_jitter(A[None], trials)  # [K, batch..., N, N]
     if skip is not None:
         B = tf.where(ok[None, ..., None, None], skip, B)
+    K = len(ladder)
     factors = tf.linalg.cholesky(B)
-    worked = _finite_per_matrix(factors)  # [K, batch...]
+    # unstacked once each (three ops), not sliced per rung
+    worked = tf.unstack(_finite_per_matrix(factors), num=K)  # K x [batch...]
+    factors, trials = tf.unstack(factors, num=K), tf.unstack(trials, num=K)
     new_L, new_jitter = factors[-1], trials[-1]
-    for i in reversed(range(len(ladder) - 1)):
-        new_L = tf.where(worked[i][..., None, None], factors[i], new_L)
+    for i in reversed(range(K - 1)):
+        new_L = tf.where(tf.expand_dims(tf.expand_dims(worked[i], -1), -1), factors[i], new_L)
         new_jitter = tf.where(worked[i], trials[i], new_jitter)
     return tf.where(ok[..., None, None], L, new_L), tf.where(ok, jitter, new_jitter)
 
