@@ -94,3 +94,23 @@ def test_the_audit_sees_an_assert_and_a_set_diag_gradient(accelerator_branch):
 
     counts = op_types(step.get_concrete_function())
     assert counts["Assert"] == 1 and counts["StatelessIf"] >= 1
+
+
+def test_natural_gradient_step_syncs_only_in_gpflows_assign(accelerator_branch):
+    """The natural-gradient step's only host-synchronising ops are the ``CheckNumerics`` that
+    GPflow's ``Parameter.assign`` runs on each updated block (``q_mu`` and ``q_sqrt`` per layer)."""
+    from deepgp_gi.training.step import NaturalGradientStep
+
+    X, Y = _data()
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, seed=0)
+    blocks = model.posterior.natural_gradient_blocks()
+    taken = {id(v) for q_mu, q_sqrt in blocks for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)}
+    variables = [v for v in model.trainable_variables if id(v) not in taken]
+    optimizer = gpflow.keras.tf_keras.optimizers.Adam(0.01)
+    optimizer.build(variables)
+    step = NaturalGradientStep(model, optimizer, variables, tf.Variable(0, dtype=tf.int64), natgrad_blocks=blocks,
+                               gamma=0.1, num_samples=2, seed=0)
+    args = (tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y), step.kl_weight_tensor(1.0))
+    counts = op_types(step._compiled.get_concrete_function(*args))
+    found = {op: n for op, n in counts.items() if op in HOST_SYNC_OPS}
+    assert found == {"CheckNumerics": 2 * len(blocks)}
