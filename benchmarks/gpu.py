@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import glob
 import importlib.util
 import json
@@ -64,7 +65,7 @@ import tensorflow as tf  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
 from deepgp_gi.families import DEEP_GP_FAMILIES  # noqa: E402
-from speed import gpflux_dsvi, kin8nm_inputs, ours, time_models  # noqa: E402
+from speed import gpflux_dsvi, kin8nm_inputs, ours, raise_if_step_failed, time_models  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 DEFAULT_OUT = os.path.join(RESULTS, "gpu.md")
@@ -583,7 +584,7 @@ def build_steps(makers: Dict[str, Callable]) -> Tuple[Dict[str, Callable], Dict[
         try:
             step = make()
             _wait(step())
-            getattr(step, "raise_if_failed", lambda: None)()  # deepgp_gi steps record failed factorisations
+            raise_if_step_failed(step)
         except tf.errors.OpError as error:
             failed[name] = _failure(error)
         else:
@@ -619,7 +620,7 @@ def run_config(config: dict, names: List[str], args, header: dict) -> List[dict]
         times = time_models(makers, args.rounds, args.steps_per_round, check_failures=False) if makers else {}
         for name, step in steps.items():  # a factorisation that failed while timed: a failure line
             try:
-                getattr(step, "raise_if_failed", lambda: None)()
+                raise_if_step_failed(step)
             except tf.errors.OpError as error:
                 failed[name] = _failure(error)
         for name in names:
@@ -724,13 +725,8 @@ def main(argv=None) -> int:
     if not args.no_gpflux and importlib.util.find_spec("gpflux") is None:
         raise SystemExit("benchmarks/gpu.py: gpflux is not installed (pip install -e \".[bench]\"); "
                          "pass --no-gpflux to time deepgp_gi alone")
-    host_is_the_device = dg.linalg._host_is_the_device
-    if args.accelerator_branch:
-        dg.linalg._host_is_the_device = lambda: False  # the traces below take the GPU branch
-    try:
+    with dg.linalg.accelerator_branch() if args.accelerator_branch else contextlib.nullcontext():
         return _run(args, argv)
-    finally:
-        dg.linalg._host_is_the_device = host_is_the_device
 
 
 def _run(args, argv) -> int:

@@ -68,14 +68,12 @@ def model_step(model, X, Y, jit_compile=False):
     Like ``fit``'s ``TrainStep``, in both modes: every ``safe_cholesky`` reports to
     ``cholesky_checks`` and the step keeps the status in a variable on the device (no
     ``tf.debugging.Assert``, which would read a device predicate on the host every step)."""
-    from deepgp_gi.linalg import cholesky_checks
-
     Xt, Yt = tf.constant(X), tf.constant(Y)
     counter = tf.Variable(0, dtype=tf.int64)
     failure = tf.Variable(0, dtype=tf.int32, trainable=False)
 
     def loss():
-        with cholesky_checks() as checks:
+        with dg.linalg.cholesky_checks() as checks:
             counter.assign_add(1)
             value = -model.elbo((Xt, Yt), 1, seed=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
         failure.assign(tf.where(tf.equal(failure, 0), checks.status(), failure))  # the first failure's code
@@ -131,6 +129,12 @@ def gpflux_dsvi(X, Y, depth, num_inducing, jit_compile=False):
     return compiled_step(loss, dgp.trainable_variables, jit_compile=jit_compile)
 
 
+def raise_if_step_failed(step) -> None:
+    """Raise the ``CholeskyError`` (a ``tf.errors.OpError``) a :func:`model_step` step recorded;
+    steps without a record (GPflux's) pass."""
+    getattr(step, "raise_if_failed", lambda: None)()
+
+
 def time_models(makers, rounds, steps_per_round, check_failures=True):
     """Median ms per step of each maker's step, the models alternated round by round; with
     ``check_failures`` a step that recorded a failed factorisation raises after the rounds."""
@@ -147,7 +151,7 @@ def time_models(makers, rounds, steps_per_round, check_failures=True):
             loss.numpy()
             times[name].append((time.perf_counter() - t0) / steps_per_round * 1e3)
     for step in steps.values() if check_failures else ():
-        getattr(step, "raise_if_failed", lambda: None)()
+        raise_if_step_failed(step)
     return {name: float(np.median(v)) for name, v in times.items()}
 
 

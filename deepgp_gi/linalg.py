@@ -252,9 +252,25 @@ def compiled_ladder(max_tries: int) -> List[int]:
     return sorted({0, max_tries // 2, max_tries - 1})
 
 
+@contextlib.contextmanager
+def accelerator_branch() -> Iterator[None]:
+    """Within this context, :func:`safe_cholesky` is traced on its accelerator branch (the
+    branch-free jitter ladder a GPU or XLA step runs) even when no GPU is visible: to count on a
+    CPU the ops a GPU step runs (``benchmarks/gpu.py --accelerator-branch``) and to test that
+    branch. Functions traced inside keep the branch; the setting is per thread."""
+    previous = getattr(_ACTIVE, "accelerator", False)
+    _ACTIVE.accelerator = True
+    try:
+        yield
+    finally:
+        _ACTIVE.accelerator = previous
+
+
 def _host_is_the_device() -> bool:
-    """True when no GPU is visible: every tensor lives on the host, so reading a predicate in a
-    ``tf.cond`` costs no device-to-host transfer."""
+    """True when no GPU is visible (and :func:`accelerator_branch` is not active): every tensor
+    lives on the host, so reading a predicate in a ``tf.cond`` costs no device-to-host transfer."""
+    if getattr(_ACTIVE, "accelerator", False):
+        return False
     return not tf.config.list_logical_devices("GPU")
 
 

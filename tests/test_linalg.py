@@ -208,12 +208,11 @@ def _with_min_eigenvalue(rng, n, lowest):
 
 
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
-def test_accelerator_ladder_keeps_each_members_first_working_jitter(rng, monkeypatch, jit_compile):
+def test_accelerator_ladder_keeps_each_members_first_working_jitter(rng, jit_compile):
     """The branch-free ladder a GPU or XLA step runs (``compiled_ladder(6) = [0, 3, 5]``: relative
     jitters 1e-8, 1e-5, 1e-3), batched into one factorisation: every member gets the smallest
     jitter of the ladder that makes it positive definite, a member that needs none gets none, and
     a member no jitter repairs is reported."""
-    monkeypatch.setattr(linalg, "_host_is_the_device", lambda: False)
     n = 6
     members = [_with_min_eigenvalue(rng, n, 0.5),     # fine as it is
                _with_min_eigenvalue(rng, n, -5e-6),   # needs 1e-5 (k = 3)
@@ -225,10 +224,11 @@ def test_accelerator_ladder_keeps_each_members_first_working_jitter(rng, monkeyp
     def factor(A):
         return safe_cholesky(A)
 
-    L = factor(tf.constant(A)).numpy()
+    with linalg.accelerator_branch():
+        L = factor(tf.constant(A)).numpy()
     scale = np.mean(np.abs(np.diagonal(A, axis1=-2, axis2=-1)), axis=-1)
     added = np.mean(np.diagonal(L @ np.transpose(L, (0, 2, 1)) - A, axis1=-2, axis2=-1), axis=-1) / scale
     np.testing.assert_allclose(added, [0.0, 1e-5, 1e-3, 1e-8], rtol=1e-4, atol=1e-12)
     np.testing.assert_allclose(L[0], np.linalg.cholesky(members[0]), rtol=1e-12)
-    with pytest.raises(CholeskyError, match="not positive definite"):
+    with pytest.raises(CholeskyError, match="not positive definite"), linalg.accelerator_branch():
         factor(tf.constant(np.stack(members[:3] + [_with_min_eigenvalue(rng, n, -0.5)])))

@@ -57,9 +57,10 @@ def _traced_step(model, X, Y, jit_compile: bool):
 
 
 @pytest.fixture
-def accelerator_branch(monkeypatch):
+def accelerator_branch():
     """``safe_cholesky`` traced as on a machine with a GPU (its branch-free escalation)."""
-    monkeypatch.setattr(linalg, "_host_is_the_device", lambda: False)
+    with linalg.accelerator_branch():
+        yield
 
 
 MODELS = [("deep GP", name) for name in DEEP_GP_FAMILIES] + [("BNN", name) for name in BNN_POSTERIORS]

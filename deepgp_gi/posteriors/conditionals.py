@@ -54,19 +54,18 @@ def inducing_choleskies(layers: Sequence) -> List[tf.Tensor]:
     the per-layer calls."""
     jitter = gpflow.config.default_jitter()
     Kuus = [layer.K(layer.Z) for layer in layers]
-    by_size: Dict[int, List[int]] = {}
+    groups: Dict[object, List[int]] = {}  # a run-time size is a group of its own
     for i, K in enumerate(Kuus):
-        by_size.setdefault(K.shape[-1], []).append(i)
+        groups.setdefault(K.shape[-1] if K.shape[-1] is not None else ("run-time", i), []).append(i)
     out: List[tf.Tensor] = [None] * len(Kuus)  # type: ignore[list-item]
-    for size, members in by_size.items():
-        if len(members) == 1 or size is None:
-            for i in members:
-                out[i] = inducing_cholesky(layers[i], layers[i].Z)
-            continue
+    for members in groups.values():
         names = ", ".join(layers[i].name for i in members)
+        if len(members) == 1:
+            (i,) = members
+            out[i] = safe_cholesky(add_jitter(Kuus[i], jitter), name=f"K_uu of layer {names}")
+            continue
         stacked = add_jitter(tf.stack([Kuus[i] for i in members]), jitter)
-        factors = tf.unstack(safe_cholesky(stacked, name=f"K_uu of layers {names}"))
-        for i, L in zip(members, factors):
+        for i, L in zip(members, tf.unstack(safe_cholesky(stacked, name=f"K_uu of layers {names}"))):
             out[i] = L
     return out
 

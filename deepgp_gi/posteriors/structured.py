@@ -349,10 +349,11 @@ class FullyCoupledPosterior(_StructuredPosterior):
         if not self.precondition_offdiagonal:
             return P
         total, rows = self.num_latent, []
-        for l, layer in enumerate(self.layers):
+        chols = None if self.whiten else inducing_choleskies(self.layers)
+        for l in range(self.depth):
             own, off = self._split_rows(self._rows(P, l), l)
-            if not self.whiten:
-                off = tf.einsum("mk,ukj->umj", inducing_cholesky(layer, layer.Z), off)
+            if chols is not None:
+                off = tf.einsum("mk,ukj->umj", chols[l], off)
             block = tf.reshape(own + off, [self.widths[l] * self.inducing_counts[l], -1])
             rows.append(tf.pad(block, [[0, 0], [0, total - self.offsets[l + 1]]]))
         return tf.concat(rows, axis=0)
