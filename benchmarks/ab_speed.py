@@ -4,7 +4,8 @@ Two long-lived worker processes import the package from two source trees (``--a`
 e.g. the previous release and the working tree). For every family the parent asks each worker in
 turn to time a few compiled Adam steps, alternating A and B round by round, so that machine load
 falls on both alike; the table reports the medians and the ratio B/A. Only public API present in
-both trees is used: ``build_deep_gp``, ``build_bnn`` and ``model.elbo(data, S, noise_source)``.
+both trees is used: ``build_deep_gp``, ``build_bnn`` and ``model.elbo(data, S, noise_source)``;
+each tree's step uses that tree's ``fit`` optimiser (``deepgp_gi.training.adam`` where it exists).
 
     python benchmarks/ab_speed.py --a /path/to/old/tree --b . --out benchmarks/results/ab_speed.md
 """
@@ -40,8 +41,9 @@ def build(key):
         model = dg.build_bnn(X, Y, hidden=(50,) * int(depth), posterior=name, num_inducing=int(M), seed=0)
     Xt, Yt = tf.constant(X), tf.constant(Y)
     variables = model.trainable_variables
-    opt = gpflow.keras.tf_keras.optimizers.Adam(0.01)
-    opt.build(variables)
+    # each tree's own fit optimiser (trees before deepgp_gi.training.adam used tf_keras's Adam)
+    adam = getattr(dg.training, "adam", None)
+    opt = adam(0.01, variables) if adam else gpflow.keras.tf_keras.optimizers.Adam(0.01)
     @tf.function
     def step(t):
         with tf.GradientTape(watch_accessed_variables=False) as tape:

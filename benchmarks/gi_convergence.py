@@ -208,22 +208,18 @@ VARIANTS: "OrderedDict[str, Variant]" = OrderedDict(
 
 @contextlib.contextmanager
 def _adam_with_schedule(schedule):
-    """``fit`` builds ``tf_keras.optimizers.Adam(float)``; give it a schedule instead (experiment only)."""
+    """``fit`` builds ``deepgp_gi.training.adam(float, variables)``; give it a schedule instead (experiment only)."""
     if schedule is None:
         yield
         return
-    import tf_keras
+    from deepgp_gi.training import loop, optimizers
 
-    original = tf_keras.optimizers.Adam
-
-    def factory(learning_rate, *args, **kwargs):
-        return original(schedule, *args, **kwargs)
-
-    tf_keras.optimizers.Adam = factory
+    original = loop.adam
+    loop.adam = lambda learning_rate, variables: optimizers.adam(schedule, variables)
     try:
         yield
     finally:
-        tf_keras.optimizers.Adam = original
+        loop.adam = original
 
 
 # ------------------------------------------------------------------------------------------ run

@@ -48,8 +48,7 @@ def kin8nm_inputs(num_rows: int, seed: int = 0):
 
 
 def compiled_step(model_loss, variables, learning_rate=0.01, jit_compile=False):
-    optimizer = gpflow.keras.tf_keras.optimizers.Adam(learning_rate)
-    optimizer.build(variables)
+    optimizer = dg.training.adam(learning_rate, variables)
 
     @tf.function(jit_compile=jit_compile)
     def step():

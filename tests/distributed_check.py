@@ -29,7 +29,7 @@ for name, scope in (("one", tf.distribute.get_strategy()), ("two", strategy)):
     with scope.scope():
         model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0)
         variables = _trainable_variables(model)
-        optimizer = gpflow.keras.tf_keras.optimizers.Adam(0.01)
+        optimizer = dg.training.adam(0.01, variables)
         counter = tf.Variable(0, dtype=tf.int64)
         options = dict(num_samples=3, seed=5)
         if name == "one":

@@ -101,7 +101,7 @@ def test_tempered_gradient_is_ell_gradient_at_zero_and_elbo_gradient_at_one(rng,
     else:
         model = dg.build_bnn(X, Y, hidden=(8,), posterior="global", num_inducing=8, seed=0)
     variables = _trainable_variables(model)
-    optimizer = gpflow.keras.tf_keras.optimizers.Adam(0.01)
+    optimizer = dg.training.adam(0.01, variables)
     train_step = TrainStep(model, optimizer, variables, tf.Variable(0, dtype=tf.int64), num_samples=2, seed=11)
     step = tf.constant(5, tf.int64)
     idx = batch_indices(step, len(X), 16, seed=11).numpy()
@@ -132,8 +132,7 @@ def test_a_changing_weight_does_not_retrace_the_step(rng, jit_compile):
     X, Y = _toy(rng, n=20)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
     variables = _trainable_variables(model)
-    optimizer = gpflow.keras.tf_keras.optimizers.Adam(0.01)
-    optimizer.build(variables)
+    optimizer = dg.training.adam(0.01, variables)
     train_step = TrainStep(model, optimizer, variables, tf.Variable(0, dtype=tf.int64), num_samples=1, seed=0,
                            jit_compile=jit_compile)
     Xt, Yt = tf.constant(X), tf.constant(Y)

@@ -48,8 +48,7 @@ def _data(n: int = 24):
 
 def _traced_step(model, X, Y, jit_compile: bool):
     variables = list(model.trainable_variables)
-    optimizer = gpflow.keras.tf_keras.optimizers.Adam(0.01)
-    optimizer.build(variables)
+    optimizer = dg.training.adam(0.01, variables)
     step = TrainStep(model, optimizer, variables, tf.Variable(0, dtype=tf.int64), num_samples=2, seed=0,
                      jit_compile=jit_compile)
     args = (tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y), step.kl_weight_tensor(1.0))
@@ -80,6 +79,17 @@ def test_training_step_has_no_host_synchronising_op(accelerator_branch, kind, po
     assert found == {}, f"{kind} {posterior}: host-synchronising ops in the training step: {found}"
 
 
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["plain", "xla"])
+def test_the_update_is_one_fused_kernel_per_variable(jit_compile):
+    """``fit``'s Adam applies each variable's update with one ``ResourceApplyAdam`` kernel, not
+    about 25 elementwise ops (tf_keras's current Adam has no fused update)."""
+    X, Y = _data()
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, seed=0)
+    counts = op_types(_traced_step(model, X, Y, jit_compile))
+    assert counts["ResourceApplyAdam"] == len(model.trainable_variables)
+    assert counts["AssignSubVariableOp"] == 0 and counts["AssignAddVariableOp"] <= 1  # at most the iteration count
+
+
 def test_the_audit_sees_an_assert_and_a_set_diag_gradient(accelerator_branch):
     """The oracle's other side: the two constructs this file guards against are found."""
     x = tf.Variable(tf.eye(3, batch_shape=[2], dtype=tf.float64))
@@ -107,8 +117,7 @@ def test_natural_gradient_step_syncs_only_in_gpflows_assign(accelerator_branch):
     blocks = model.posterior.natural_gradient_blocks()
     taken = {id(v) for q_mu, q_sqrt in blocks for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)}
     variables = [v for v in model.trainable_variables if id(v) not in taken]
-    optimizer = gpflow.keras.tf_keras.optimizers.Adam(0.01)
-    optimizer.build(variables)
+    optimizer = dg.training.adam(0.01, variables)
     step = NaturalGradientStep(model, optimizer, variables, tf.Variable(0, dtype=tf.int64), natgrad_blocks=blocks,
                                gamma=0.1, num_samples=2, seed=0)
     args = (tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y), step.kl_weight_tensor(1.0))

@@ -18,6 +18,24 @@ def _values(model):
     return [v.numpy().copy() for v in model.trainable_variables]
 
 
+@pytest.mark.parametrize("written_by", ["another_model", "another_optimiser"])
+def test_a_checkpoint_of_another_run_is_a_clear_error(rng, tmp_path, written_by):
+    X, Y = _toy(rng, n=30)
+    if written_by == "another_model":
+        other = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=10, seed=0)
+        dg.fit(other, (X, Y), steps=2, batch_size=10, seed=1, progress=False, checkpoint_dir=tmp_path,
+               checkpoint_every=2)
+    else:  # the same model with tf_keras's (unfused) Adam state
+        other = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
+        optimizer = gpflow.keras.tf_keras.optimizers.Adam(0.01)
+        optimizer.build(other.trainable_variables)
+        checkpoint = tf.train.Checkpoint(model=other, optimizer=optimizer, step=tf.Variable(2, dtype=tf.int64))
+        tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=1).save(checkpoint_number=2)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
+    with pytest.raises(ValueError, match="checkpoint_dir .* does not match this run's model and optimiser"):
+        dg.fit(model, (X, Y), steps=4, batch_size=10, seed=1, progress=False, checkpoint_dir=tmp_path)
+
+
 def test_batches_cover_each_epoch_once():
     idx = [batch_indices(t, 23, 5, seed=3).numpy() for t in range(10)]
     epoch0, epoch1 = np.concatenate(idx[:5]), np.concatenate(idx[5:])

@@ -12,13 +12,15 @@ Layout (each piece can be replaced without touching the others):
 * :mod:`.history` — :class:`History`, what ``fit`` returns and saves next to checkpoints;
 * :mod:`.batches` — the seeded minibatch and noise streams and the ``tf.data`` pipelines;
 * :mod:`.checkpoint` — saving and resuming (model, optimiser, step count, history);
+* :mod:`.optimizers` — :func:`adam`, the optimiser (one fused update kernel per variable);
 * :mod:`.step` — the compiled training step (optionally XLA) and its Cholesky-failure flag;
 * :mod:`.tempering` — KL tempering schedules (``fit(..., kl_schedule=...)``);
 * :mod:`.loop` — argument checks and the loop that ties them together (:func:`fit`).
 """
 from .batches import batch_indices
 from .history import History
+from .optimizers import adam
 from .loop import fit
 from .tempering import KLSchedule, LinearSchedule, PaperSchedule
 
-__all__ = ["fit", "History", "batch_indices", "KLSchedule", "PaperSchedule", "LinearSchedule"]
+__all__ = ["fit", "adam", "History", "batch_indices", "KLSchedule", "PaperSchedule", "LinearSchedule"]

@@ -51,7 +51,15 @@ class Checkpointer:
         latest = self._manager.latest_checkpoint
         if not latest:
             return 0
-        self._checkpoint.restore(latest).assert_existing_objects_matched()
+        try:
+            self._checkpoint.restore(latest).assert_existing_objects_matched()
+        except (AssertionError, ValueError) as err:
+            raise ValueError(
+                f"checkpoint_dir {self.directory}: the checkpoint {latest} does not match this run's model "
+                "and optimiser (another model, or a checkpoint written with another optimiser state: "
+                "fit's Adam keeps the legacy Keras slots m and v since it uses the fused update); "
+                f"use a new checkpoint_dir. ({type(err).__name__}: {str(err)[:500]})"
+            ) from err
         done = int(self.step.numpy())
         saved = self._load_history()
         if saved is not None:

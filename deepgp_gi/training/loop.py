@@ -6,7 +6,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-import gpflow
 import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
@@ -16,6 +15,7 @@ from ..validation import check_positive_float, check_positive_int, check_seed
 from .batches import array_batches, dataset_batches
 from .checkpoint import Checkpointer
 from .history import History
+from .optimizers import adam
 from .step import DistributedStep, NaturalGradientStep, TrainStep
 from .tempering import kl_weight_at, resolve_kl_schedule
 
@@ -168,8 +168,7 @@ def fit(
         blocks = model.posterior.natural_gradient_blocks()
         taken = {id(v) for q_mu, q_sqrt in blocks for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)}
         variables = [v for v in variables if id(v) not in taken]
-    optimizer = gpflow.keras.tf_keras.optimizers.Adam(plan.learning_rate)
-    optimizer.build(variables)
+    optimizer = adam(plan.learning_rate, variables)
     step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
     history = History(seed=plan.seed, num_data=plan.num_data)
 
