@@ -39,8 +39,9 @@ SUPPORTED_KERNELS = (
 )
 
 
-def _scaled(kernel, X):
-    return X / kernel.lengthscales
+def _lengthscales(kernel) -> tf.Tensor:
+    """The kernel's lengthscales, read (and transformed) once per kernel evaluation."""
+    return tf.convert_to_tensor(kernel.lengthscales)
 
 
 def _batched_square_distance(X: tf.Tensor, Z: tf.Tensor) -> tf.Tensor:
@@ -50,6 +51,14 @@ def _batched_square_distance(X: tf.Tensor, Z: tf.Tensor) -> tf.Tensor:
     cross = tf.matmul(X, Z, transpose_b=True)
     dist = Xs[..., :, None] + Zs[..., None, :] - 2.0 * cross
     return tf.maximum(dist, 0.0)
+
+
+def _batched_square_distance_sym(X: tf.Tensor) -> tf.Tensor:
+    """||x_i - x_j||^2 of one batch with itself: X [..., N, D] -> [..., N, N] (the values of
+    ``_batched_square_distance(X, X)``, with one squared norm and no second input)."""
+    Xs = tf.reduce_sum(tf.square(X), axis=-1)
+    cross = tf.matmul(X, X, transpose_b=True)
+    return tf.maximum(Xs[..., :, None] + Xs[..., None, :] - 2.0 * cross, 0.0)
 
 
 def _cross(kernel, X, Z):
@@ -69,8 +78,8 @@ def _cross(kernel, X, Z):
     if isinstance(kernel, gpflow.kernels.Linear):
         return tf.matmul(X * kernel.variance, Z, transpose_b=True)
     if isinstance(kernel, gpflow.kernels.IsotropicStationary):
-        r2 = _batched_square_distance(_scaled(kernel, X), _scaled(kernel, Z))
-        return kernel.K_r2(r2)
+        lengthscales = _lengthscales(kernel)
+        return kernel.K_r2(_batched_square_distance(X / lengthscales, Z / lengthscales))
     raise TypeError(
         f"kernel {type(kernel).__name__} has no sample-batched evaluation; supported: "
         + ", ".join(SUPPORTED_KERNELS)
@@ -114,6 +123,8 @@ def _sym(kernel, X):
     if isinstance(kernel, gpflow.kernels.White):
         eye = tf.eye(tf.shape(X)[-2], batch_shape=tf.shape(X)[:-2], dtype=X.dtype)
         return kernel.variance * eye
+    if isinstance(kernel, gpflow.kernels.IsotropicStationary):
+        return kernel.K_r2(_batched_square_distance_sym(X / _lengthscales(kernel)))
     return _cross(kernel, X, X)
 
 

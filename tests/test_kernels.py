@@ -36,3 +36,17 @@ def test_unsupported_kernel_is_named():
     kernel = gpflow.kernels.ArcCosine()
     with pytest.raises(TypeError, match="ArcCosine"):
         batched_K(kernel, np.zeros((1, 2, 1)), np.zeros((1, 2, 1)))
+
+
+def test_each_parameter_is_read_once_per_evaluation():
+    """A stationary kernel's cross- and self-covariance read (and softplus) the lengthscales and
+    the variance once each: the inputs are scaled by one read, and the self-covariance scales one
+    input (each extra read is a transform and its gradient on every training step)."""
+    import tensorflow as tf
+
+    kernel = gpflow.kernels.SquaredExponential(variance=1.7, lengthscales=[0.5, 1.5, 2.0])
+    X, Z = tf.zeros([2, 5, 3], tf.float64), tf.zeros([2, 4, 3], tf.float64)
+    for evaluate in (lambda: batched_K(kernel, X, Z), lambda: batched_K_sym(kernel, X)):
+        graph = tf.function(evaluate).get_concrete_function().graph
+        softplus = [op for op in graph.get_operations() if op.type == "Softplus"]
+        assert len(softplus) == 2, [op.name for op in softplus]
