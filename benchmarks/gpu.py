@@ -285,7 +285,7 @@ def step_cost(step) -> StepCost:
     counted where it happens; a call whose function is not found counts as an unknown-shape op). The branches and bodies of ``If`` / ``StatelessIf`` / ``While`` /
     ``Case`` are not walked: in this library they hold the jitter-escalation retries of
     ``safe_cholesky``, which run only when a factorisation fails; they are counted in
-    ``not_followed``. (Traced with a GPU visible or under XLA, ``safe_cholesky`` retries without
+    ``not_followed``. (Traced with a GPU visible or under ``accelerator_branch()``, plain or XLA, ``safe_cholesky`` retries without
     control flow, so its stand-in refactorisations are part of the graph and counted in full.)
 
     Rules per op (see :func:`_op_flops`): matmul ``2 b m n k``, Cholesky ``b n^3 / 3``, triangular
@@ -826,7 +826,7 @@ LEGEND = (
     "batch size, inner width 8), models alternated round by round in one process. `/ GPflux`: the time over GPflux "
     "DSVI's in the same mode (plain or XLA). GFLOP and traffic: one step's floating-point operations and the bytes "
     "read plus written by every op, from the traced graph's static shapes before fusion (`step_cost`; the "
-    "jitter retries behind a `tf.cond` are not counted, the branch-free ones of an XLA step are). ops/step and the "
+    "jitter retries behind a `tf.cond` are not counted, the branch-free ones of a GPU step are). ops/step and the "
     "op columns: TensorFlow kernels executed per step, from a profiler trace (`--profile`; `_Mkl` variants "
     "included; an XLA step runs as one function op: –). kernels/step: kernel launches on the GPU when one ran the "
     "step, XLA's executed thunks for an XLA step on a CPU, else the executed ops; MFLOP/kernel: the step's flops "

@@ -255,7 +255,7 @@ def compiled_ladder(max_tries: int) -> List[int]:
 @contextlib.contextmanager
 def accelerator_branch() -> Iterator[None]:
     """Within this context, :func:`safe_cholesky` is traced on its accelerator branch (the
-    branch-free jitter ladder a GPU or XLA step runs) even when no GPU is visible: to count on a
+    branch-free jitter ladder a GPU step runs, plain or XLA) even when no GPU is visible: to count on a
     CPU the ops a GPU step runs (``benchmarks/gpu.py --accelerator-branch``) and to test that
     branch. Functions traced inside keep the branch; the setting is per thread."""
     previous = getattr(_ACTIVE, "accelerator", False)
@@ -308,10 +308,11 @@ def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
     Three regimes, all without a host round-trip on an accelerator:
 
     * eagerly, each step of the ladder in turn, stopping when every member succeeded;
-    * compiled with no GPU visible (tensors live on the host), a ``tf.cond`` on "every member
-      succeeded": the common case costs nothing beyond the one factorisation, and the full ladder
-      runs only when needed;
-    * compiled with a GPU visible, or under XLA: a fixed, branch-free subset of the ladder
+    * compiled with no GPU visible (tensors live on the host), plain or XLA, a ``tf.cond`` on
+      "every member succeeded": the common case costs nothing beyond the one factorisation, and
+      the full ladder runs only when needed (XLA compiles the ``cond`` to a conditional, whose
+      predicate is already on the host);
+    * compiled with a GPU visible: a fixed, branch-free subset of the ladder
       (:func:`compiled_ladder`) selected with ``tf.where``.
     """
     L = tf.linalg.cholesky(A)
@@ -326,8 +327,7 @@ def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
             L, jitter = _ladder(A, L, ok, jitter, scale, [k], None)
             ok = _finite_per_matrix(L)
         return L, jitter
-    xla = _in_xla_context()
-    if not xla and _host_is_the_device():
+    if _host_is_the_device():
         return tf.cond(
             tf.reduce_all(ok),
             lambda: (L, jitter),
@@ -338,7 +338,7 @@ def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
     # a few copies, not factorisations. XLA's expander does not stop early and is slow on NaN, so
     # there the stand-in is +I.
     n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
-    skip = (1.0 if xla else -1.0) * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where
+    skip = (1.0 if _in_xla_context() else -1.0) * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where
     return _ladder(A, L, ok, jitter, scale, compiled_ladder(max_tries), skip)
 
 
@@ -350,9 +350,9 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
     was not numerically positive definite) are refactorised with jitter
     ``base_jitter(dtype) * mean(diag(A)) * 10**k`` added to the diagonal, ``k = 0 .. max_tries-1``,
     each member keeping the smallest jitter that works. Eagerly, the retries stop as soon as every
-    member succeeds. In a ``tf.function`` on a machine with no GPU, a ``tf.cond`` skips the
-    retries when every member succeeded (the predicate already lives on the host: no transfer).
-    With a GPU visible or under XLA, a fixed, branch-free subset of the ladder is tried
+    member succeeds. In a ``tf.function`` on a machine with no GPU (plain or XLA-compiled), a
+    ``tf.cond`` skips the retries when every member succeeded (the predicate already lives on
+    the host: no transfer). With a GPU visible, a fixed, branch-free subset of the ladder is tried
     (:func:`compiled_ladder`: ``k`` = first, middle, last), as one batched factorisation of the
     jittered copies, and selected with ``tf.where``: no
     ``tf.cond``/``tf.while_loop`` whose predicate the host would have to read; members that

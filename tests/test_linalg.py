@@ -201,6 +201,33 @@ def test_add_jitter_adds_a_diagonal_with_its_gradient(rng, jit_compile, static):
     np.testing.assert_allclose(dj, expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_host_branch_tries_the_whole_ladder_only_when_a_member_fails(rng, jit_compile):
+    """With no GPU visible, a compiled step (plain or XLA) factorises once when every member is
+    positive definite (the retries sit behind a ``tf.cond``) and otherwise tries every rung, as
+    eagerly: a member that needs relative jitter 1e-7 (k = 1, not on the branch-free ladder
+    ``[0, 3, 5]``) gets 1e-7, not 1e-5."""
+    n = 6
+    members = [_with_min_eigenvalue(rng, n, 0.5), _with_min_eigenvalue(rng, n, -5e-8)]
+    A = np.stack(members)
+
+    @linalg.checked_function(jit_compile=jit_compile)
+    def factor(A):
+        return safe_cholesky(A)
+
+    L = factor(tf.constant(A)).numpy()
+    scale = np.mean(np.abs(np.diagonal(A, axis1=-2, axis2=-1)), axis=-1)
+    added = np.mean(np.diagonal(L @ np.transpose(L, (0, 2, 1)) - A, axis1=-2, axis2=-1), axis=-1) / scale
+    np.testing.assert_allclose(added, [0.0, 1e-7], rtol=1e-4, atol=1e-12)
+
+    def checked(A):
+        with linalg.cholesky_checks() as checks:
+            return safe_cholesky(A), checks.status()
+
+    graph = tf.function(checked, jit_compile=jit_compile).get_concrete_function(tf.TensorSpec(A.shape, tf.float64)).graph
+    assert [op.type for op in graph.get_operations()].count("StatelessIf") == 1
+
+
 def _with_min_eigenvalue(rng, n, lowest):
     """A symmetric ``n x n`` matrix with eigenvalues ``lowest, 1, ..., 1`` (mean diagonal ~1)."""
     Q, _ = np.linalg.qr(rng.normal(size=(n, n)))
@@ -209,7 +236,7 @@ def _with_min_eigenvalue(rng, n, lowest):
 
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 def test_accelerator_ladder_keeps_each_members_first_working_jitter(rng, jit_compile):
-    """The branch-free ladder a GPU or XLA step runs (``compiled_ladder(6) = [0, 3, 5]``: relative
+    """The branch-free ladder a GPU step runs, plain or XLA (``compiled_ladder(6) = [0, 3, 5]``: relative
     jitters 1e-8, 1e-5, 1e-3), batched into one factorisation: every member gets the smallest
     jitter of the ladder that makes it positive definite, a member that needs none gets none, and
     a member no jitter repairs is reported."""
