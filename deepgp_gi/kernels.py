@@ -53,14 +53,6 @@ def _batched_square_distance(X: tf.Tensor, Z: tf.Tensor) -> tf.Tensor:
     return tf.maximum(dist, 0.0)
 
 
-def _batched_square_distance_sym(X: tf.Tensor) -> tf.Tensor:
-    """||x_i - x_j||^2 of one batch with itself: X [..., N, D] -> [..., N, N] (the values of
-    ``_batched_square_distance(X, X)``, with one squared norm and no second input)."""
-    Xs = tf.reduce_sum(tf.square(X), axis=-1)
-    cross = tf.matmul(X, X, transpose_b=True)
-    return tf.maximum(Xs[..., :, None] + Xs[..., None, :] - 2.0 * cross, 0.0)
-
-
 def _cross(kernel, X, Z):
     if hasattr(kernel, "batched_cross"):
         return kernel.batched_cross(X, Z)
@@ -124,7 +116,8 @@ def _sym(kernel, X):
         eye = tf.eye(tf.shape(X)[-2], batch_shape=tf.shape(X)[:-2], dtype=X.dtype)
         return kernel.variance * eye
     if isinstance(kernel, gpflow.kernels.IsotropicStationary):
-        return kernel.K_r2(_batched_square_distance_sym(X / _lengthscales(kernel)))
+        scaled = X / _lengthscales(kernel)  # one read, one scaling, for both sides
+        return kernel.K_r2(_batched_square_distance(scaled, scaled))
     return _cross(kernel, X, X)
 
 
