@@ -77,11 +77,13 @@ def load_sweep(path: str) -> List[Tuple[str, Dict, int]]:
     seen = set()
     for g_index, group in enumerate(groups):
         name = group.get("name", f"group{g_index}")
-        unknown = set(group) - set(_GROUP_LISTS) - set(CONFIG_KEYS) - {"name", "splits", "note"}
+        unknown = set(group) - set(_GROUP_LISTS) - set(CONFIG_KEYS) - {"name", "splits", "note", "pending"}
         if unknown:
             raise ValueError(f"{path}: group {name!r} has unknown keys {sorted(unknown)}")
         if "splits" not in group or "datasets" not in group:
             raise ValueError(f"{path}: group {name!r} needs 'datasets' and 'splits'")
+        if group.get("pending"):  # a group whose family or choice does not exist yet: listed, not run
+            continue
         base = dict(defaults)
         base.update({k: v for k, v in group.items() if k in CONFIG_KEYS})
         axes = [(key, group[lst]) for lst, key in _GROUP_LISTS.items() if lst in group]
@@ -165,6 +167,8 @@ def cmd_sweep(args) -> int:
     pending = [t for t in tasks if (config_key(t[1]), t[2]) not in done]
     print(f"{len(tasks)} tasks in {args.sweep}; {len(tasks) - len(pending)} already in {args.out}; "
           f"{len(pending)} to run", flush=True)
+    for name, reason in pending_groups(args.sweep):
+        print(f"  group {name} is pending: {reason}", flush=True)
     if args.dry_run:
         for group, cfg, split in pending:
             print(f"  {group}: {cfg['dataset']} {cfg['model']} {cfg['posterior']} depth {cfg['depth']} "
