@@ -99,6 +99,16 @@ def load_sweep(path: str) -> List[Tuple[str, Dict, int]]:
     return tasks
 
 
+def pending_groups(path: str) -> List[Tuple[str, str]]:
+    """``(group name, reason)`` of the sweep file's groups marked ``pending = "reason"``: they wait
+    for a family or a choice that does not exist yet, so ``sweep`` skips them and ``report`` lists them."""
+    import tomllib
+
+    with open(path, "rb") as fh:
+        groups = tomllib.load(fh).get("group", [])
+    return [(g.get("name", f"group{i}"), str(g["pending"])) for i, g in enumerate(groups) if g.get("pending")]
+
+
 read_lines = read_json_lines
 
 
