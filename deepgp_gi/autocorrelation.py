@@ -1,6 +1,7 @@
 """The Gram matrices of a convolution's Bayesian linear regression, without patch matrices.
 
-A stride-1 ``k x k`` convolution is linear regression on patches (ALGORITHMS.md §2.5): the row
+A stride-1 ``k x k`` convolution is linear regression on patches (docs/algorithms.md,
+"Convolutional global inducing"): the row
 of output pixel ``u`` of image ``i`` has features ``X'_{(i,u),(delta,c)} = X_{i, u+delta, c}``
 over the offsets ``delta`` of the kernel and the input channels ``c``, and the weights are the
 filter reshaped to ``[k*k*C_in, C_out]``. Features are **offset-major**: feature

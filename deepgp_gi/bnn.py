@@ -1,6 +1,6 @@
 """``build_bnn``: a BNN as a deep GP, with the papers' defaults and initialisations.
 
-See API.md ("Building models") and ALGORITHMS.md §2.4 ("Initialisation").
+Usage in README.md ("Ten lines"); the initial values in docs/algorithms.md, "Posterior families".
 """
 from __future__ import annotations
 
@@ -87,7 +87,8 @@ def build_bnn(
         ``kl="analytic"``); anything the family does not accept raises a ``ValueError`` naming
         the accepted ones.
 
-    Initialisation (ALGORITHMS.md §2.4): ``U_0`` = the first ``M`` inputs of a seeded shuffle and
+    Initialisation (docs/algorithms.md, "Posterior families"): ``U_0`` = the first ``M`` inputs
+    of a seeded shuffle and
     the top pseudo-outputs their targets (one-hot labels for classification); if ``M > N``,
     ``U_0`` and the top pseudo-outputs are ``N(0, 1)`` (the toy set-up). Hidden pseudo-outputs
     ``N(0, 1)``; log-precisions -4 for hidden layers and 0 for the output (gi, fac->gi), -4 for

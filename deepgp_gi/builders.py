@@ -1,4 +1,5 @@
-"""Builders with the papers' defaults: ``build_deep_gp`` (ALGORITHMS.md §2.1–2.3).
+"""Builders with the papers' defaults: ``build_deep_gp`` (docs/algorithms.md, sections
+"Mean-field deep GPs (DSVI)" to "Global inducing points").
 
 The layers (kernels, mean functions, widths) follow DSVI for every posterior family:
 ARD squared-exponential kernels with variance 2 and lengthscales 2, between-layer white noise

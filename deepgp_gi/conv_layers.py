@@ -1,4 +1,5 @@
-"""Layers of convolutional BNNs seen as deep GPs (ALGORITHMS.md §2.5; O&A 2021 §2.2, App. C, O).
+"""Layers of convolutional BNNs seen as deep GPs (docs/algorithms.md, "Convolutional
+global inducing"; O&A 2021 §2.2, App. C, O).
 
 Rows are images: a layer maps ``[S, R, H, W, C]`` (S samples, R rows: the data images, and in
 the inducing families the inducing images stacked above them) to the next shape. Every layer

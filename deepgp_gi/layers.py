@@ -1,7 +1,7 @@
 """Layers are the prior: a kernel, a mean function and a width per layer.
 
 :class:`GPLayer` is a layer of a deep GP; :class:`DenseLayer` is a fully-connected BNN layer seen
-as a deep-GP layer with the weight-induced kernel (ALGORITHMS.md §2.4, "Model").
+as a deep-GP layer with the weight-induced kernel (docs/algorithms.md, "BNNs as deep GPs").
 
 A :class:`GPLayer` holds no variational parameters; those belong to the posterior object
 (:mod:`deepgp_gi.posteriors`). For the families with per-layer ("local") inducing inputs the
@@ -31,7 +31,7 @@ class GPLayer(gpflow.Module):
     :param input_dim: the width of the layer's input, ``N_{l-1}``.
     :param mean_function: a GPflow mean function mapping ``[..., input_dim]`` to
         ``[..., output_dim]``; ``None`` means zero mean. It is applied to outputs only (the
-        residual form of ALGORITHMS.md §2.1).
+        residual form of docs/algorithms.md, "Mean-field deep GPs (DSVI)").
     :param inducing_inputs: ``[M, input_dim]`` inducing inputs Z for the local families
         (mean-field, fully-coupled, STAR, local inducing); ``None`` for global inducing.
     """

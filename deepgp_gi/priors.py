@@ -1,4 +1,4 @@
-"""Priors over the weights of a BNN layer (ALGORITHMS.md §2.4, "Priors").
+"""Priors over the weights of a BNN layer (docs/algorithms.md, "Priors").
 
 A layer ``l`` with fan-in ``D_l`` (bias column included) has weight columns
 ``w_lambda ~ N(0, P_l^{-1} I)``, ``P_l`` the prior precision:
@@ -95,7 +95,7 @@ class ScalePrior(WeightPrior):
     ``q(s)`` belongs to the posterior object
     (:class:`~deepgp_gi.posteriors.prior_scales.ScalePosterior`), like every other variational
     parameter. ``power = 1`` is the paper's prior; ``power = -0.5`` reproduces the reference code's
-    ``rsqrt`` parameterisation (ALGORITHMS.md §5 item 1).
+    ``rsqrt`` parameterisation (docs/algorithms.md, "Paper versus reference code", item 1).
 
     :param prior_concentration: shape of ``p(s)`` (2).
     :param prior_rate: rate of ``p(s)`` (2).
@@ -142,7 +142,8 @@ class ScalePrior(WeightPrior):
 
 
 class SpatialIWPrior(WeightPrior):
-    """The spatial inverse-Wishart prior (O&A 2021 §2.3, Eq. 19, App. D; ALGORITHMS.md §2.4).
+    """The spatial inverse-Wishart prior (O&A 2021 §2.3, Eq. 19, App. D; docs/algorithms.md,
+    "Priors").
 
     A layer's weights have the random precision ``P_l = D_l (L kron I_C)``, ``L`` a ``p x p``
     matrix over the ``p = k^2`` offsets of a ``k x k`` convolution with ``C`` input channels, and
@@ -150,8 +151,9 @@ class SpatialIWPrior(WeightPrior):
         ``p(L) = IW(nu0 I_p, nu0)``, ``nu0 = p + 1``
 
     (the standard inverse Wishart with scale ``nu0 I``: bayesfunc's mean-parameterised
-    ``IW(I, nu0)``, ALGORITHMS.md §5 items 2 and 10; O&A's Eq. 19 writes the fan-in where the code
-    uses ``p``, the fan-in being folded into ``D_l``). ``E[L]`` does not exist at ``nu0 = p + 1``,
+    ``IW(I, nu0)``, docs/algorithms.md, "Paper versus reference code", items 2 and 10; O&A's
+    Eq. 19 writes the fan-in where the code uses ``p``, the fan-in being folded into ``D_l``).
+    ``E[L]`` does not exist at ``nu0 = p + 1``,
     but ``L^{-1} ~ W(I/nu0, nu0)`` has ``E[L^{-1}] = I``, so every weight has prior variance
     ``E[P_l^{-1}]_ii = 1/D_l``, the NealPrior's.
 

@@ -1,7 +1,7 @@
 """Wishart and inverse-Wishart densities and Bartlett draws for real degrees of freedom.
 
-ALGORITHMS.md §2.4, "Densities for real degrees of freedom" (O&A 2021 App. D). For an ``m x m``
-scale ``V = C C^T`` and real ``nu > m - 1``:
+docs/algorithms.md, "Wishart densities for real degrees of freedom" (O&A 2021 App. D). For an
+``m x m`` scale ``V = C C^T`` and real ``nu > m - 1``:
 
 * Wishart: ``log W(X; V, nu) = (nu - m - 1)/2 log|X| - tr(V^{-1} X)/2 - nu m/2 log 2
   - nu/2 log|V| - log Gamma_m(nu/2)``, with the multivariate Gamma function
@@ -11,7 +11,8 @@ scale ``V = C C^T`` and real ``nu > m - 1``:
 * Bartlett: ``A`` lower-triangular with ``A_jj^2 ~ Gamma((nu - j + 1)/2, rate 1/2)`` (a
   chi-squared with ``nu - j + 1`` degrees of freedom, ``j = 1..m``) and ``A_jk ~ N(0, 1)`` for
   ``j > k``; then ``C A A^T C^T ~ W(C C^T, nu)``. This holds for every real ``nu > m - 1``
-  (TFP's ``WishartTriL`` insists on ``nu >= m``, ALGORITHMS.md §5 item 9).
+  (TFP's ``WishartTriL`` insists on ``nu >= m``; docs/algorithms.md, "Paper versus reference
+  code", item 9).
 
 Every density takes Cholesky factors and uses triangular solves: no matrix is inverted. The
 functions are pure TensorFlow, for float32 and float64, and batch over leading dimensions.

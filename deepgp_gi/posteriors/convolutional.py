@@ -1,4 +1,5 @@
-"""Posteriors of convolutional BNNs (ALGORITHMS.md §2.4–2.5; O&A 2021 §2.2, App. C, N, O).
+"""Posteriors of convolutional BNNs (docs/algorithms.md, "Convolutional global inducing";
+O&A 2021 §2.2, App. C, N, O).
 
 A convolutional network is a stack of :mod:`deepgp_gi.conv_layers` layers ending in a
 :class:`~deepgp_gi.layers.DenseLayer`. Its weighted layers (convolutions and dense layers) each

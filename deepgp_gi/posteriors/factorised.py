@@ -1,4 +1,5 @@
-"""Factorised weight posteriors for BNNs and their global-inducing hybrids (ALGORITHMS.md §2.4).
+"""Factorised weight posteriors for BNNs and their global-inducing hybrids (docs/algorithms.md,
+"Posterior families").
 
 * :class:`FactorisedWeightPosterior` -- ``q(W) = prod N(mu, sigma^2)`` (fac), with the local
   reparameterisation by default;
@@ -114,7 +115,7 @@ class FactorisedWeights(gpflow.Module):
 
 def _factorised_weights(layers, means, variances, rng: np.random.Generator) -> List[FactorisedWeights]:
     """Per-layer :class:`FactorisedWeights`; defaults: means ``N(0, 1/D)`` (NealPrior draws) and
-    variances ``1e-3 / D`` (O&A code, ALGORITHMS.md §5 item 3)."""
+    variances ``1e-3 / D`` (O&A code, docs/algorithms.md, "Paper versus reference code", item 3)."""
     out = []
     for layer, mean, var in zip(layers, per_layer_list(means, "means", len(layers)),
                                 per_layer_list(variances, "variances", len(layers))):
@@ -213,7 +214,8 @@ class FactorisedWeightPosterior(_WeightPosterior):
 
 
 class FactorisedGlobalPosterior(_WeightPosterior):
-    """fac->gi: factorised lower layers and a global-inducing last layer (O&A §2.4 "Hybrids").
+    """fac->gi: factorised lower layers and a global-inducing last layer (O&A 2021;
+    docs/algorithms.md, "Posterior families", hybrids).
 
     The lower layers' weights are sampled explicitly (noise ``"w/{l}"``; no local
     reparameterisation, because the inducing rows must see the same weights as the data rows).

@@ -1,4 +1,5 @@
-"""Global-inducing and local-inducing posteriors (Ober & Aitchison 2021), ALGORITHMS.md §2.3–2.4.
+"""Global-inducing and local-inducing posteriors (Ober & Aitchison 2021); docs/algorithms.md,
+"Global inducing points" and "BNNs as deep GPs".
 
 Both families write the inducing posterior of layer ``l`` as pseudo-data (:mod:`.pseudo_data`):
 

@@ -1,4 +1,5 @@
-"""Inducing weights (Ritter et al. 2021; ALGORITHMS.md §2.6): FFG-U, Ensemble-U and Ensemble-W.
+"""Inducing weights (Ritter et al. 2021; docs/algorithms.md, "Inducing weights"): FFG-U, Ensemble-U
+and Ensemble-W.
 
 Model (paper convention, one layer). ``W`` is ``[d_out, d_in]`` (``d_in`` includes the bias)
 with ``p(vec W) = N(0, sigma^2 I)``, ``sigma = 1/sqrt(P)`` for the layer prior's precision ``P``
@@ -50,8 +51,9 @@ the steps in expectation, as with ``i mod K``; the choice is a pure function of 
 (prediction) the members are cycled, so the mixture averages the members exactly when ``S`` is
 a multiple of ``K`` (and to within one draw per member otherwise).
 
-Ensemble U-term (ALGORITHMS.md §5 item 11). ``KL[q(U) || p(U)]`` is undefined for point masses;
-as the reference code, the objective drops it (it is not an ELBO). ``prior_regulariser=True``
+Ensemble U-term (docs/algorithms.md, "Paper versus reference code", item 11).
+``KL[q(U) || p(U)]`` is undefined for point masses; as the reference code, the objective drops it
+(it is not an ELBO). ``prior_regulariser=True``
 adds ``-log p(U_k)`` (``-log p(W_k)`` for Ensemble-W) of the member used by each sample instead.
 """
 from __future__ import annotations
@@ -494,7 +496,8 @@ class EnsembleInducingPosterior(_InducingWeightPosterior):
     """Ensemble-U: ``K`` point masses over the whitened inducing weights, ``q(W|U)`` as FFG-U.
 
     Members are chosen per sample by :func:`ensemble_members` (module docs). The U-term of the
-    KL is undefined and dropped (ALGORITHMS.md §5 item 11); ``prior_regulariser=True`` adds
+    KL is undefined and dropped (docs/algorithms.md, "Paper versus reference code", item 11);
+    ``prior_regulariser=True`` adds
     ``-log p(U_k)`` of each sample's member.
 
     :param num_members: ``K`` (5; the toy uses 8).

@@ -1,4 +1,5 @@
-"""DSVI mean-field posterior (Salimbeni & Deisenroth 2017), ALGORITHMS.md §2.1.
+"""DSVI mean-field posterior (Salimbeni & Deisenroth 2017); docs/algorithms.md,
+"Mean-field deep GPs (DSVI)".
 
 ``q(U) = prod_l prod_lambda N(u_{l,lambda} | m_{l,lambda}, S_{l,lambda})`` with per-layer inducing
 inputs Z on the layers. Inner layers are sampled per data point with the reparameterisation

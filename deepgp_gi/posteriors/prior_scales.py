@@ -87,7 +87,7 @@ class SpatialIWSample(NamedTuple):
 
 class SpatialIWPosterior(gpflow.Module):
     """``q(L) = IW(nu0 I + Psi, nu0 + nu)`` for one layer's ``p x p`` spatial matrix ``L``
-    (O&A 2021 §2.3, App. D; ALGORITHMS.md §2.4 "SpatialIWPrior").
+    (O&A 2021 §2.3, App. D; docs/algorithms.md, "Priors").
 
     ``Psi = (1/p) sum_j w_j y_j y_j^T`` and ``nu = sum_j w_j`` come from ``p`` learned
     pseudo-observations ``y_j`` (the rows of ``pseudo_observations`` ``[p, p]``) with weights

@@ -1,7 +1,8 @@
 """Pseudo-data and the Bayesian linear regression behind every inducing posterior.
 
 Global inducing, local inducing and the global-inducing layer of fac->gi all write the inducing
-posterior of a layer as the posterior of a Bayesian linear regression (ALGORITHMS.md §2.3–2.4):
+posterior of a layer as the posterior of a Bayesian linear regression (docs/algorithms.md,
+"Global inducing points" and "Posterior families"):
 pseudo-outputs ``V`` ``[M, P]`` observed with noise precisions ``Lambda`` at M rows whose
 *features* are ``Phi`` ``[S, M, D]``, under the prior ``w_lambda ~ N(0, p^{-1} I_D)``:
 

@@ -1,6 +1,6 @@
 """Fully-coupled and stripes-and-arrow (STAR) posteriors (Lindinger et al. 2020).
 
-The specification is ALGORITHMS.md §2.2.
+The specification is docs/algorithms.md, "Fully-coupled and STAR posteriors".
 
 Both families keep the DSVI prior (kernels, mean functions, local inducing inputs on the layers)
 and replace the per-unit ``q(u_{l,lambda})`` by one Gaussian over the inducing outputs of every
@@ -109,7 +109,8 @@ def blockwise_kl_terms(
     where ``rows`` holds the (non-zero) ``M x W`` blocks of those units' rows of ``R`` — any
     split of the rows into blocks gives the same Frobenius norm. ``prior_chol=None`` means the
     whitened prior ``N(0, I)`` (``L_K = I``). Adding ``-TM/2 - sum log|diag R|`` over all units
-    gives ``KL(N(mu_M, R R^T) || prod_l N(0, I ⊗ K_uu^l))`` (ALGORITHMS.md §2.2, KL blockwise).
+    gives ``KL(N(mu_M, R R^T) || prod_l N(0, I ⊗ K_uu^l))`` (docs/algorithms.md,
+    "KL, block by block").
     """
     mu_t = tf.linalg.matrix_transpose(mu)  # [M, U]
     rows_m = tf.reshape(tf.transpose(rows, [1, 0, 2]), [tf.shape(rows)[1], -1])  # [M, B*W]
@@ -276,7 +277,8 @@ class FullyCoupledPosterior(_StructuredPosterior):
 
     Layers may have different numbers of inducing points ``M_l``.
 
-    Initialisation (ALGORITHMS.md §2.2): ``mu_M = 0``; ``R`` block-diagonal with
+    Initialisation (docs/algorithms.md, "Initial values and reference settings"): ``mu_M = 0``;
+    ``R`` block-diagonal with
     ``inner_scale * chol(K_uu^l + jitter)`` for the units of inner layers and ``chol(K_uu^L +
     jitter)`` for the last layer (whitened: ``inner_scale * I`` and ``I``).
 
@@ -480,7 +482,8 @@ def star_unit_index(l: int, t: int, tau: int) -> int:
 def star_stripe_index(l: int, lp: int, t: int, tau: int) -> int:
     """Index in ``stripes`` of block ``R_{(l,t),(lp,t)}``, ``0 <= lp < l <= L-2`` (0-based).
 
-    This is ALGORITHMS.md's ``tau[(l-1)(l-2)/2 + (l'-1)] + (t-1)`` with 1-based ``l, l', t``.
+    This is ``tau[(l-1)(l-2)/2 + (l'-1)] + (t-1)`` with 1-based ``l, l', t`` (docs/algorithms.md,
+    "STAR sparsity and storage").
     """
     if not 0 <= lp < l:
         raise ValueError(f"a stripe block needs 0 <= lp < l, got l={l}, lp={lp}")
