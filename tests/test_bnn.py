@@ -1,4 +1,5 @@
-"""build_bnn: initialisation, bad input, the true-evidence bound (O14) and float32 for every family."""
+"""build_bnn: initialisation, bad input, the true-evidence bound (O14 in
+docs/algorithms.md, "Test oracles") and float32 for every family."""
 import gpflow
 import numpy as np
 import pytest

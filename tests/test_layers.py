@@ -1,4 +1,5 @@
-"""Layers: GPLayer and DenseLayer with the weight-induced kernel (ALGORITHMS.md §2.4, "Model")."""
+"""Layers: GPLayer and DenseLayer with the weight-induced kernel (docs/algorithms.md,
+"BNNs as deep GPs")."""
 import numpy as np
 import pytest
 import tensorflow_probability as tfp

@@ -1,4 +1,5 @@
-"""Wishart / inverse-Wishart densities and Bartlett draws for real degrees of freedom (O10)."""
+"""Wishart / inverse-Wishart densities and Bartlett draws for real degrees of freedom (O10 in
+docs/algorithms.md, "Test oracles")."""
 import numpy as np
 import pytest
 import scipy.stats
@@ -44,7 +45,7 @@ def test_O10_wishart_log_prob_matches_scipy_and_tfp(rng, dof):
     ours = wishart_log_prob(X, C, dof).numpy()
     # scipy accepts any real dof > m - 1.
     np.testing.assert_allclose(ours, scipy.stats.wishart(df=dof, scale=V).logpdf(_tr(X).T), rtol=0, atol=1e-10)
-    if dof >= m:  # TFP refuses dof < m (ALGORITHMS.md §5 item 9)
+    if dof >= m:  # TFP refuses dof < m (docs/algorithms.md, "Paper versus reference code", item 9)
         tfp_value = tfd.WishartTriL(tf.constant(dof, tf.float64), tf.constant(C)).log_prob(X).numpy()
         np.testing.assert_allclose(ours, tfp_value, rtol=0, atol=1e-10)
     # X_tril given = computed

@@ -1,4 +1,5 @@
-"""Inducing weights (Ritter et al. 2021) on convolutional BNNs: numerical oracles.
+"""Inducing weights (Ritter et al. 2021) on convolutional BNNs: numerical oracles (O11 as
+numbered in docs/algorithms.md, "Test oracles").
 
 * A conv layer whose kernel covers the whole image ("valid") with ffg_u / ensemble_u /
   ensemble_w equals the dense BNN on the flattened image under the same noise (outputs and KL).

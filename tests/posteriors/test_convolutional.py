@@ -1,4 +1,5 @@
-"""Oracles for convolutional global inducing (ALGORITHMS.md §2.5, O12) and the conv networks.
+"""Oracles for convolutional global inducing (docs/algorithms.md, "Convolutional global inducing",
+oracle O12) and the conv networks.
 
 * O12: ``G`` and ``R`` by autocorrelation equal the explicit patch-matrix products (circular
   boundaries for "same"; also "valid") to 1e-10.

@@ -1,4 +1,5 @@
-"""Factorised BNN posteriors and the fac->gi / rand->gi hybrids: O13, O15, O16."""
+"""Factorised BNN posteriors and the fac->gi / rand->gi hybrids: O13, O15, O16
+(docs/algorithms.md, "Test oracles")."""
 import numpy as np
 import pytest
 import tensorflow as tf

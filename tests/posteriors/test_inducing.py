@@ -1,4 +1,5 @@
-"""Oracles for the global-inducing (GI) and local-inducing (LI) posteriors (ALGORITHMS.md §2.3–2.4, §3).
+"""Oracles for the global-inducing (GI) and local-inducing (LI) posteriors (docs/algorithms.md,
+"Global inducing points" and "BNNs as deep GPs"; the oracles as numbered in its "Test oracles").
 
 Function space: O1, O2, O3, O15, the LI = SVGP identity, analytic KL = MC mean of the sampled
 log-ratio, finite-difference gradients, a GI-vs-mean-field training comparison, float32 and bad

@@ -1,4 +1,5 @@
-"""Inducing weights (Ritter et al. 2021): O11, the KL terms, gradients, training, parameter counts."""
+"""Inducing weights (Ritter et al. 2021): O11 (docs/algorithms.md, "Test oracles"), the KL terms,
+gradients, training, parameter counts."""
 import gpflow
 import numpy as np
 import pytest
@@ -344,7 +345,8 @@ def test_build_bnn_trains(rng, posterior):
 
 def test_build_bnn_defaults_are_the_papers_initial_values(rng):
     """``build_bnn``'s inducing-weight defaults are Ritter et al.'s App. J / reference-code values
-    (ALGORITHMS.md §2.6): Z ~ N(0, 1/M), D = lambda = sd(U~) = 1e-3, caps lambda_max = sd_max = 1,
+    (docs/algorithms.md, "Inducing weights"):
+    Z ~ N(0, 1/M), D = lambda = sd(U~) = 1e-3, caps lambda_max = sd_max = 1,
     whitened means N(0, 1), Ensemble-U members one shared N(0, 1) draw plus N(0, 0.1^2) each,
     relative jitter 1e-4, and sigma = prior sd / sqrt(d_in) with the bias in d_in."""
     M = 32

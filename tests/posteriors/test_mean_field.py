@@ -1,5 +1,6 @@
 """DSVI mean-field oracles: one layer equals GPflow's SVGP; whitening is a reparameterisation;
-a deep GP with near-deterministic identity inner layers equals SVGP; minibatch ELBO is unbiased."""
+a deep GP with near-deterministic identity inner layers equals SVGP; minibatch ELBO is unbiased
+(O7 and O16 in docs/algorithms.md, "Test oracles")."""
 import gpflow
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """q(s) of random-scale priors (O13 for the Gamma log-ratio) and q(L) of the spatial
-inverse-Wishart prior (O10, issue 12)."""
+inverse-Wishart prior (O10, issue 12); oracles as numbered in docs/algorithms.md, "Test oracles"."""
 import gpflow
 import numpy as np
 import pytest

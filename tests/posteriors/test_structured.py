@@ -1,4 +1,5 @@
-"""Numerical oracles for the fully-coupled and STAR posteriors (ALGORITHMS.md §2.2, §3 O4-O8)."""
+"""Numerical oracles for the fully-coupled and STAR posteriors (docs/algorithms.md, "Fully-coupled
+and STAR posteriors"; O4-O8 as numbered in its "Test oracles")."""
 import gpflow
 import numpy as np
 import pytest
@@ -147,7 +148,8 @@ def test_star_without_stripes_and_arrow_equals_mean_field():
 
 # --------------------------------------------------------------------------- O5
 def star_mask(L, tau, M, stripes, arrow):
-    """The STAR pattern of R, from the rules of ALGORITHMS.md §2.2 (1-based units (l, t))."""
+    """The STAR pattern of R, from the rules of docs/algorithms.md, "STAR sparsity and storage"
+    (1-based units (l, t))."""
     units = [(l, t) for l in range(1, L) for t in range(1, tau + 1)] + ["out"]
     T = len(units)
     mask = np.zeros((T * M, T * M))
@@ -166,7 +168,8 @@ def star_mask(L, tau, M, stripes, arrow):
 
 
 def load_star_from_dense(star, R, mu, L, tau, M):
-    """Fill the STAR blocks from a dense R using the storage indices of ALGORITHMS.md (1-based)."""
+    """Fill the STAR blocks from a dense R using the storage indices (1-based) of
+    docs/algorithms.md, "STAR sparsity and storage"."""
     unit = lambda l, t: tau * (l - 1) + (t - 1)  # noqa: E731
     blk = lambda i, j: R[i * M : (i + 1) * M, j * M : (j + 1) * M]  # noqa: E731
     if star.precondition_offdiagonal:  # stored B = sqrt(n) L_K^{-1} R_{i,j}, row unit's layer
@@ -242,7 +245,8 @@ def numpy_mean(layer, x):
 
 def brute_force_last_layer(layers, mu, R, X_n, inner_samples, whiten):
     """Condition q(f_M) on the sampled inner layers as linear-Gaussian observations (Kalman),
-    then predict the last layer: ALGORITHMS.md O6. Explicit dense numpy algebra for one point."""
+    then predict the last layer: O6 in docs/algorithms.md, "Test oracles". Explicit dense numpy
+    algebra for one point."""
     jitter = gpflow.config.default_jitter()
     TM = R.shape[0]
     S_M = R @ R.T
