@@ -1,7 +1,8 @@
 """1-D toy of Ritter et al. (2021) App. J.1: inducing weights against FFG-W and HMC/NUTS.
 
-Set-up (ALGORITHMS.md §2.6; the paper's exact data recipe is not in our notes, so it is stated
-here): N = 40 points, x ~ U(-1, 1), y = cos(4x) + N(0, 0.1^2); a 1 x 50 tanh network (weights
+Set-up (docs/algorithms.md, "Inducing weights"; the paper's exact data recipe was not available to
+us, so ours is stated here):
+N = 40 points, x ~ U(-1, 1), y = cos(4x) + N(0, 0.1^2); a 1 x 50 tanh network (weights
 [2, 50] and [51, 1], biases included) with prior N(0, 4^2/d_in) (``NealPrior(sd=4)``); Gaussian
 likelihood with the noise variance fixed at its true value 0.01. Methods:
 
@@ -326,7 +327,8 @@ def main(argv=None):
 
 # --------------------------------------------------------------------------- toy settings
 #: The settings of ``toy-settings``: the benchmark's defaults and the paper's choices changed one
-#: group at a time (ALGORITHMS.md §2.6). ``checkpoints``: the training lengths evaluated (one run
+#: group at a time (docs/algorithms.md, "Inducing weights", "Initial values and settings").
+#: ``checkpoints``: the training lengths evaluated (one run
 #: evaluated along the way, so the 4000-step row is the 4000-step benchmark); a setting whose
 #: schedules depend on the run's length has one checkpoint.
 TOY_SETTINGS = {
@@ -624,8 +626,9 @@ def digits_report(rows, out: Path, command: str) -> str:
         f"Metrics on the test images from {any_row['test_samples']} predictive samples: accuracy and ECE (15 "
         "equal-width bins, `expected_calibration_error` on `predict_y(X, S)[0]`) in %, test log-likelihood "
         "(`metrics.test_log_likelihood`) and predictive entropy in nats; ELBO per training image (untempered). "
-        "For Ensemble-U the 'ELBO' has no U-term (the KL of point masses is undefined; ALGORITHMS.md §5 item "
-        "11) and for Ensemble-W it is the expected log-likelihood alone, so those two are training objectives, "
+        "For Ensemble-U the 'ELBO' has no U-term (the KL of point masses is undefined; docs/algorithms.md, "
+        "'Paper versus reference code', item 11) and for Ensemble-W it is the expected log-likelihood "
+        "alone, so those two are training objectives, "
         "not bounds. Mean ± standard error over seeds (n); params = `dg.parameter_count(model)`; time = "
         "training seconds on one CPU thread of a shared machine.",
         "",
