@@ -174,7 +174,8 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         return ell - kl
 
     @check_shapes("return[0]: [S]", "return[1]: [S]")
-    def elbo_terms(self, data, num_samples: int = 1, seed: NoiseLike = None) -> Tuple[tf.Tensor, tf.Tensor]:
+    def elbo_terms(self, data, num_samples: int = 1, seed: NoiseLike = None, *, batch_size=None
+                   ) -> Tuple[tf.Tensor, tf.Tensor]:
         """The two terms of the ELBO per joint sample: ``(ell [S], kl [S])`` with ELBO = ell - kl.
 
         ``ell`` is the expected log-likelihood summed over the batch, rescaled by
@@ -183,14 +184,19 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         ``log q - log p``; see :class:`~deepgp_gi.posteriors.Propagation`). Both come from the
         same draws, so a tempered objective ``ell - beta * kl`` (``fit(..., kl_schedule=...)``)
         and the ELBO share their noise. ``seed``: see :meth:`predict_f`.
+
+        ``batch_size``: the number of rows of the minibatch that ``data`` is a part of (default:
+        the rows of ``data``). A data-parallel replica holding a block of a batch passes the whole
+        batch's size, so its ``ell`` is its share of the batch's and the replicas' shares sum to
+        it (a replica with no rows contributes 0).
         """
         X, Y = self.check_data(data)
         prop = self.posterior.propagate(X, num_samples, seed)
         ell = expected_log_likelihood(self.likelihood, _rows(X), *self._likelihood_moments(prop), Y)  # [S, N]
         ell = tf.reduce_sum(ell, axis=-1)
         if self.num_data is not None:
-            batch = tf.cast(tf.shape(X)[0], ell.dtype)
-            ell = ell * (tf.cast(self.num_data, ell.dtype) / batch)
+            batch = tf.shape(X)[0] if batch_size is None else batch_size
+            ell = ell * (tf.cast(self.num_data, ell.dtype) / tf.cast(batch, ell.dtype))
         return ell, tf.broadcast_to(prop.kl, tf.shape(ell))
 
     def maximum_log_likelihood_objective(self, data) -> tf.Tensor:

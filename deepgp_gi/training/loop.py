@@ -132,7 +132,8 @@ def fit(
         a family without Gaussian blocks raises a ``ValueError`` saying so.
     :param strategy: a ``tf.distribute`` strategy (``MirroredStrategy`` over several devices,
         ``MultiWorkerMirroredStrategy`` over machines): build the model inside
-        ``strategy.scope()`` and call ``fit`` there too; each replica takes a block of every batch
+        ``strategy.scope()``; ``fit`` enters the scope itself (calling it inside the scope works
+        too) and creates its optimiser and step there; each replica takes a block of every batch
         (see :class:`~deepgp_gi.training.step.DistributedStep`), the KL is counted once and the
         gradients are summed across replicas.
     :param kl_schedule: KL tempering (:mod:`deepgp_gi.training.tempering`): step ``t`` (0-based)
@@ -160,6 +161,41 @@ def fit(
     if not isinstance(jit_compile, bool):
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
     schedule = resolve_kl_schedule(kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch)
+    if strategy is None:
+        return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
+                    strategy=None, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                    progress=progress)
+    _check_strategy(model, strategy, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma)
+    # the optimiser's slots, the step counter and the failure record are created under the
+    # strategy too, whether or not the caller is inside its scope already
+    with strategy.scope():
+        return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
+                    strategy=strategy, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                    progress=progress)
+
+
+def _check_strategy(model, strategy, *, jit_compile: bool, natgrad_gamma) -> None:
+    """Before training: the strategy is a strategy, no other one's scope is open, the model's
+    variables are that strategy's, and the options combine with it."""
+    if not isinstance(strategy, tf.distribute.Strategy):
+        raise TypeError(f"strategy must be a tf.distribute.Strategy, got {type(strategy).__name__}")
+    if tf.distribute.has_strategy() and tf.distribute.get_strategy() is not strategy:
+        raise ValueError("fit(..., strategy=s) was called inside another strategy's scope")
+    foreign = [v.name for v in model.variables if not strategy.extended.variable_created_in_scope(v)]
+    if foreign:
+        raise ValueError(
+            f"strategy: the model's variables were not created under this strategy ({len(foreign)} of them, e.g. "
+            f"{foreign[0]}); build the model inside `with strategy.scope():`"
+        )
+    if natgrad_gamma is not None:
+        raise ValueError("natgrad_gamma is not combined with a strategy yet")
+    if jit_compile:
+        raise ValueError("jit_compile=True is not combined with a strategy yet; compile per replica later")
+
+
+def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, strategy, checkpoint_dir,
+         checkpoint_every, progress) -> History:
+    """``fit`` after its checks (under the strategy's scope when there is one)."""
 
     blocks = []
     variables = _trainable_variables(model)
@@ -186,10 +222,6 @@ def fit(
     batches = _batches(plan, data, start, model.dtype)
     options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile)
     if strategy is not None:
-        if not (tf.distribute.has_strategy() and tf.distribute.get_strategy() is strategy):
-            raise ValueError("fit(..., strategy=s) must be called inside `with s.scope():` (build the model there too)")
-        if natgrad_gamma is not None:
-            raise ValueError("natgrad_gamma is not combined with a strategy yet")
         train_step = DistributedStep(model, optimizer, variables, step_counter, strategy=strategy, **options)
     elif natgrad_gamma is None:
         train_step = TrainStep(model, optimizer, variables, step_counter, **options)

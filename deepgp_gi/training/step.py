@@ -27,7 +27,15 @@ import tensorflow as tf
 from ..linalg import cholesky_checks, raise_if_failed
 from .batches import step_noise
 
-__all__ = ["TrainStep", "NaturalGradientStep", "DistributedStep"]
+__all__ = ["TrainStep", "NaturalGradientStep", "DistributedStep", "tempered_loss"]
+
+
+def tempered_loss(ell, kl, kl_weight, log_prior):
+    """``(loss, elbo)`` from the ELBO's terms per joint sample (``ell [S]``, ``kl [S]``): the loss
+    ``-(mean_s[ell_s - kl_weight * kl_s] + log_prior)`` and the untempered ``mean_s[ell_s - kl_s]``."""
+    elbo = tf.reduce_mean(ell - kl)
+    tempered = tf.reduce_mean(ell - kl_weight * kl)
+    return -(tempered + log_prior), elbo
 
 
 class TrainStep:
@@ -83,9 +91,7 @@ class TrainStep:
         ``-(mean_s[ell_s - kl_weight * kl_s] + log prior)``, the ELBO ``mean_s[ell_s - kl_s]``."""
         # the noise source is the third positional argument (the keyword is seed=)
         ell, kl = self.model.elbo_terms((X_b, Y_b), self.num_samples, step_noise(self.seed, step))
-        elbo = tf.reduce_mean(ell - kl)
-        tempered = tf.reduce_mean(ell - kl_weight * kl)
-        return -(tempered + self.model.log_prior_density()), elbo
+        return tempered_loss(ell, kl, kl_weight, self.model.log_prior_density())
 
     def loss_and_gradients(self, step, X_b, Y_b, kl_weight=None):
         """The ELBO and the loss gradients of one step (KL weight ``kl_weight``, default 1),
@@ -108,11 +114,16 @@ class TrainStep:
             grads = tape.gradient(loss, self.variables)
         status = checks.status()
         self.update(grads)
+        self.finish_step(step, status)
+        return elbo
+
+    def finish_step(self, step, status) -> None:
+        """Count step ``step`` as done and keep the first failure: ``status`` is the step's
+        :func:`~deepgp_gi.linalg.cholesky_checks` code (0: every factorisation succeeded)."""
         self.step_counter.assign(step + 1)
         first = tf.logical_and(tf.equal(self.failure_code, 0), tf.not_equal(status, 0))
         self.failure_step.assign(tf.where(first, step, self.failure_step))
         self.failure_code.assign(tf.where(first, status, self.failure_code))
-        return elbo
 
     def raise_if_failed(self) -> None:
         """Raise :class:`~deepgp_gi.linalg.CholeskyError` if a factorisation failed in any step
@@ -161,10 +172,7 @@ class NaturalGradientStep(TrainStep):
             if hasattr(q_mu, "natgrad_gradient"):  # a reshaped view (fully-coupled q(f_M))
                 g_mu, g_sqrt = q_mu.natgrad_gradient(g_mu), q_sqrt.natgrad_gradient(g_sqrt)
             self.natgrad._natgrad_apply_gradients(g_mu, g_sqrt, q_mu, q_sqrt)
-        self.step_counter.assign(step + 1)
-        first = tf.logical_and(tf.equal(self.failure_code, 0), tf.not_equal(status, 0))
-        self.failure_step.assign(tf.where(first, step, self.failure_step))
-        self.failure_code.assign(tf.where(first, status, self.failure_code))
+        self.finish_step(step, status)
         return elbo
 
 
@@ -188,26 +196,22 @@ class DistributedStep(TrainStep):
         super().__init__(model, optimizer, variables, step_counter, **kwargs)
 
     def _replica_gradients(self, step, X_b, Y_b, kl_weight):
-        """This replica's ``(share of the ELBO, gradients of its share of the loss, status)``."""
-        from ..likelihoods import expected_log_likelihood
+        """This replica's ``(share of the ELBO, gradients of its share of the loss, status)``: the
+        model's one objective (:meth:`~deepgp_gi.DeepGP.elbo_terms`) on the replica's rows, its
+        likelihood term rescaled for the whole batch, ``1/R`` of the KL and of the log prior."""
         from ..noise import RowSlice
 
         R = self.strategy.num_replicas_in_sync
         r = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32)
         B = tf.shape(X_b)[0]
         start, stop = B * r // R, B * (r + 1) // R
-        X_r, Y_r = X_b[start:stop], Y_b[start:stop]
         noise = RowSlice(step_noise(self.seed, step), start, stop, B)
-        model = self.model
         with cholesky_checks() as checks:
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(self.variables)
-                prop = model.posterior.propagate(X_r, self.num_samples, noise)
-                ell = tf.reduce_sum(expected_log_likelihood(model.likelihood, X_r, prop.mean, prop.var, Y_r), -1)
-                scale = tf.cast(model.num_data, ell.dtype) / tf.cast(B, ell.dtype)
-                share = tf.reduce_mean(ell * scale - prop.kl / R)
-                tempered = tf.reduce_mean(ell * scale - kl_weight * prop.kl / R)
-                loss = -(tempered + model.log_prior_density() / R)
+                ell, kl = self.model.elbo_terms((X_b[start:stop], Y_b[start:stop]), self.num_samples, noise,
+                                                batch_size=B)
+                loss, share = tempered_loss(ell, kl / R, kl_weight, self.model.log_prior_density() / R)
             grads = tape.gradient(loss, self.variables)
         # every replica must all-reduce the same list: a variable its rows do not reach (e.g. an
         # empty block of a small last batch) gets an explicit zero gradient, not None
@@ -236,8 +240,5 @@ class DistributedStep(TrainStep):
         elbo = self.strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
         # a failure code is 0 or a positive code: any replica's non-zero code is the step's
         status = tf.reduce_max(tf.stack(self.strategy.experimental_local_results(statuses)))
-        self.step_counter.assign(step + 1)
-        first = tf.logical_and(tf.equal(self.failure_code, 0), tf.not_equal(status, 0))
-        self.failure_step.assign(tf.where(first, step, self.failure_step))
-        self.failure_code.assign(tf.where(first, status, self.failure_code))
+        self.finish_step(step, status)
         return elbo
