@@ -6,10 +6,12 @@ its ELBO and predictions from that alone, so a new family is one new subclass.
 """
 from __future__ import annotations
 
+import abc
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import tensorflow as tf
+from check_shapes import check_shapes
 
 from ..noise import NoiseLike, NoiseSource, as_noise_source
 from ..validation import check_layer_chain
@@ -38,15 +40,17 @@ class Propagation(NamedTuple):
     kl: tf.Tensor
 
 
-class DeepPosterior(gpflow.Module):
+class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
     """Base class: an approximate posterior over the functions of a stack of layers.
 
     The layers are read (kernels, mean functions, widths, local inducing inputs) but not owned:
     they are the model's, and are kept here outside TensorFlow's module tracking so that every
     parameter appears once in ``print_summary(model)``.
 
-    Subclasses implement :meth:`propagate`, starting with :meth:`_start` (noise source and the
-    inputs broadcast over the sample axis) and ending with :meth:`sample_last_layer`.
+    Subclasses implement the abstract :meth:`propagate`, decorated with
+    ``check_shapes.inherit_check_shapes`` so that its shape contract is checked, starting with
+    :meth:`_start` (noise source and the inputs broadcast over the sample axis) and ending with
+    :meth:`sample_last_layer`.
     """
 
     # Layers belong to the model; do not track them twice.
@@ -71,16 +75,26 @@ class DeepPosterior(gpflow.Module):
         variables = self.trainable_variables
         return variables[0].dtype if variables else gpflow.default_float()
 
+    @abc.abstractmethod
+    @check_shapes(
+        "X: [N, D, image_shape...]",
+        "return.samples[all]: [S, N, ...]",
+        "return.mean: [S, N, P]",
+        "return.var: [S, N, P]",
+        "return.kl: [S]",
+    )
     def propagate(self, X: tf.Tensor, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
-        """Push ``X`` [N, D] through every layer for ``num_samples`` joint samples.
+        """Push ``X`` through every layer for ``num_samples`` joint samples.
 
-        :param X: inputs ``[N, D]``.
+        :param X: inputs ``[N, D]`` (``[N, H, W, C]`` images for a convolutional network).
         :param num_samples: S, the number of Monte Carlo samples (one sample = one draw of the
             functions of every layer).
         :param seed: ``None`` (fresh random draws), an int or ``[2]`` seed (reproducible draws),
             or a :class:`~deepgp_gi.noise.NoiseSource` (e.g. pre-drawn noise in tests).
+        :return: a :class:`Propagation` of the ``N`` data rows: ``samples`` ``[S, N, ...]`` per
+            layer (``[S, N, N_l]`` for a dense or GP layer), the last layer's ``mean`` and ``var``
+            ``[S, N, P]``, and ``kl`` ``[S]``.
         """
-        raise NotImplementedError
 
     def natural_gradient_blocks(self) -> List[Tuple[gpflow.Parameter, gpflow.Parameter]]:
         """The ``(q_mu [M, P], q_sqrt [P, M, M])`` Gaussian blocks that natural gradients can

@@ -11,7 +11,9 @@ For a layer with inducing inputs Z (fixed per layer, ``[M, D]``, or propagated p
 * the conditional mean ``m(F) + A^T a`` for whitened inducing outputs ``a``
   (:func:`conditional_mean`) and the prior's residual variance ``k(F, F) - |A|^2``
   (:func:`residual_variance`);
-* reparameterised samples of the data rows from their marginals (:func:`sample_rows`).
+* reparameterised samples of the data rows from their marginals (:func:`sample_rows`);
+* for the families whose inducing inputs are the layers' own (mean-field, fully-coupled, STAR),
+  the check that every layer has them (:func:`require_local_inducing`).
 
 What differs between families is only what they know about ``a``: a Gaussian per unit
 (mean-field), a coupled Gaussian (fully-coupled, STAR) or a pseudo-data posterior (global and
@@ -36,7 +38,19 @@ __all__ = [
     "unit_variances",
     "sample_rows",
     "layer_mean",
+    "require_local_inducing",
 ]
+
+
+def require_local_inducing(posterior) -> None:
+    """Raise unless every layer of the :class:`~deepgp_gi.posteriors.DeepPosterior` carries local
+    inducing inputs (``inducing_variable``)."""
+    for i, layer in enumerate(posterior.layers):
+        if getattr(layer, "inducing_variable", None) is None:
+            raise ValueError(
+                f"layers[{i}] ({layer.name}) has no inducing_inputs; {type(posterior).__name__} needs "
+                "local inducing inputs on every layer"
+            )
 
 
 @check_shapes("Z: [batch..., M, D]", "return: [batch..., M, M]")

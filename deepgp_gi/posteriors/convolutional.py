@@ -5,8 +5,8 @@ A convolutional network is a stack of :mod:`deepgp_gi.conv_layers` layers ending
 :class:`~deepgp_gi.layers.DenseLayer`. Its weighted layers (convolutions and dense layers) each
 get one of three weight posteriors, with the maths of the fully-connected families:
 
-* ``"factorised"``: ``q(W) = prod N(mu, sigma^2)`` (:class:`~.factorised.FactorisedWeights`,
-  :func:`~.factorised.factorised_kl`). Convolutions sample their filter explicitly (pixels of one
+* ``"factorised"``: ``q(W) = prod N(mu, sigma^2)`` (:class:`~.weight_space.FactorisedWeights`,
+  :func:`~.weight_space.factorised_kl`). Convolutions sample their filter explicitly (pixels of one
   image share it, so per-pixel local reparameterisation would be wrong); dense layers use the
   local reparameterisation when no inducing rows are propagated (it is exact per data row).
 * ``"global"``: the pseudo-data posterior of the weights given the layer's input on the
@@ -37,15 +37,24 @@ from typing import List, Optional, Sequence, Union
 import gpflow
 import numpy as np
 import tensorflow as tf
+from check_shapes import inherit_check_shapes
 
 from ..conv_layers import apply_weights, check_network, is_convolution, run_layers
 from ..noise import NoiseLike, NoiseSource
 from ..validation import check_choice, check_finite_array, check_positive_float, per_layer_floats, per_layer_list
 from .base import DeepPosterior, Propagation
-from .factorised import _factorised_weights, factorised_kl, local_reparameterisation_moments
-from .inducing import regulariser
 from .prior_scales import PriorPrecisions
-from .pseudo_data import PRECISIONS, PseudoData, analytic_kl, gram_posterior, log_ratio, sample_weights
+from .pseudo_data import (
+    KL_MODES,
+    PRECISIONS,
+    PseudoData,
+    analytic_kl,
+    gram_posterior,
+    log_ratio,
+    regulariser,
+    sample_weights,
+)
+from .weight_space import factorised_kl, factorised_weights, local_reparameterisation_moments
 
 __all__ = ["ConvNetPosterior", "CONV_FAMILIES", "LAYER_POSTERIORS"]
 
@@ -113,7 +122,7 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         DeepPosterior.__init__(self, layers, name=name)
         check_choice(family, "family", tuple(CONV_FAMILIES))
         self.family = family
-        self.kl_mode = check_choice(kl, "kl", ("sampled", "analytic"))
+        self.kl_mode = check_choice(kl, "kl", KL_MODES)
         self.rho = check_positive_float(rho, "rho")
         check_choice(dense_precision, "dense_precision", PRECISIONS)
         self.propagates_inducing = family in ("global", "factorised_global")
@@ -151,7 +160,7 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         fac = [j for j, k in enumerate(self.kinds) if k == "factorised"]
         means = per_layer_list(means, "means", J)
         variances = per_layer_list(variances, "variances", J)
-        built = _factorised_weights([weighted[j] for j in fac], [means[j] for j in fac],
+        built = factorised_weights([weighted[j] for j in fac], [means[j] for j in fac],
                                     [variances[j] for j in fac], rng)
         for j, q in zip(fac, built):
             self.weights[j] = q
@@ -179,6 +188,7 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         return 0 if self.inducing_inputs is None else int(self.inducing_inputs.shape[0])
 
     # -------------------------------------------------------------- forward pass
+    @inherit_check_shapes
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
         S = int(num_samples)
         top = self.inducing_inputs if self.propagates_inducing else None

@@ -44,13 +44,13 @@ from typing import List, NamedTuple, Optional, Sequence, Union
 import gpflow
 import numpy as np
 import tensorflow as tf
+from check_shapes import inherit_check_shapes
 
 from ..noise import NoiseLike, NoiseSource
 from ..validation import (
     check_bool,
     check_choice,
     check_finite_array,
-    check_float,
     check_positive_float,
     check_positive_int,
     per_layer_floats,
@@ -67,78 +67,29 @@ from .conditionals import (
     whitened_projection,
 )
 from .prior_scales import PriorPrecisions
-from .pseudo_data import PRECISIONS, PseudoData, analytic_kl, log_ratio, marginal_variance, sample_weights
+from .pseudo_data import (
+    KL_MODES,
+    LAST_LAYER_MODES,
+    PRECISIONS,
+    PseudoData,
+    analytic_kl,
+    log_ratio,
+    marginal_variance,
+    regulariser,
+    sample_weights,
+)
+from .weight_space import WeightSpaceStep, has_feature_map, weight_space_layer
 
 __all__ = [
     "GlobalInducingPosterior",
     "LocalInducingPosterior",
     "GlobalInducingPropagation",
-    "global_inducing_from_data",
-    "local_inducing_from_data",
-    "has_feature_map",
-    "weight_space_layer",
-    "WeightSpaceStep",
-    "regulariser",
-    "KL_MODES",
-    "LAST_LAYER_MODES",
     "SPACES",
     "DEFAULT_NUM_INDUCING",
 ]
 
-KL_MODES = ("sampled", "analytic")
-LAST_LAYER_MODES = ("marginal", "sampled")
 SPACES = ("auto", "function", "weight")
 DEFAULT_NUM_INDUCING = 100  # O&A App. O, UCI deep GPs
-
-
-def has_feature_map(layer) -> bool:
-    """Whether the layer's kernel is an explicit finite feature map with a weight prior (BNN)."""
-    return hasattr(layer, "features") and hasattr(layer, "fan_in") and hasattr(layer, "prior")
-
-
-class WeightSpaceStep(NamedTuple):
-    """What :func:`weight_space_layer` returns.
-
-    :ivar H: ``Phi W`` ``[S, M + N, P]`` for the sampled weights.
-    :ivar log_ratio: ``log p(W) - log q(W)`` ``[S]``.
-    :ivar kl: the analytic KL given ``P_l`` ``[S]`` (``kl_mode="analytic"`` or ``marginal``;
-        else None).
-    :ivar mean: with ``marginal``: ``Phi E[W]`` ``[S, N, P]`` for the data rows (the rows after
-        the first ``num_inducing``) with the weights integrated out (else None).
-    :ivar var: with ``marginal``: their variance ``diag(Phi Prec^{-1} Phi^T)`` per unit
-        ``[S, N, P]`` (else None).
-    """
-
-    H: tf.Tensor
-    log_ratio: tf.Tensor
-    kl: Optional[tf.Tensor]
-    mean: Optional[tf.Tensor]
-    var: Optional[tf.Tensor]
-
-
-def weight_space_layer(pseudo: PseudoData, Phi: tf.Tensor, num_inducing: int, prior_precision: tf.Tensor,
-                       z: tf.Tensor, kl_mode: str, marginal: bool = False) -> WeightSpaceStep:
-    """One weight-space inducing layer: the pseudo-data posterior of the weights on the first
-    ``num_inducing`` rows of ``Phi`` ``[S, M + N, D]``, a weight sample from ``z`` ``[S, D, P]``,
-    and the rows pushed through it. With ``marginal``, also the rows' Gaussian marginal with the
-    weights integrated out, and the analytic KL whatever ``kl_mode`` is (see
-    :class:`WeightSpaceStep`).
-    """
-    L, mean = pseudo.posterior(Phi[:, :num_inducing], prior_precision)
-    W = sample_weights(L, mean, z)
-    kl = analytic_kl(L, mean, prior_precision) if kl_mode == "analytic" or marginal else None
-    rows_mean = rows_var = None
-    if marginal:
-        Phi_rows = Phi[:, num_inducing:]
-        rows_mean = tf.linalg.matmul(Phi_rows, mean)
-        rows_var = marginal_variance(L, tf.linalg.matrix_transpose(Phi_rows), tf.shape(mean)[-1])
-    return WeightSpaceStep(tf.linalg.matmul(Phi, W), log_ratio(L, W, z, prior_precision), kl, rows_mean, rows_var)
-
-
-def regulariser(log_ratio_term: tf.Tensor, kl: Optional[tf.Tensor]) -> tf.Tensor:
-    """The ELBO's regulariser of one layer: the analytic KL if there is one, else ``-`` the
-    sampled log-ratio."""
-    return -log_ratio_term if kl is None else kl
 
 
 class _InducingPosterior(DeepPosterior, PriorPrecisions):
@@ -372,6 +323,7 @@ class GlobalInducingPosterior(_InducingPosterior):
             total = tf.add_n([regulariser(lr, kl) for lr, kl in zip(log_ratios, kls)])
         return GlobalInducingPropagation(samples, mean, var, total, inducing, log_ratio_all, conditional_kl)
 
+    @inherit_check_shapes
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
         """Push ``X`` ``[N, D]`` and the inducing rows through every layer; see the module docs.
 
@@ -479,6 +431,7 @@ class LocalInducingPosterior(_InducingPosterior):
         step = self._weight_step(l, Phi, M, S, source)
         return step.H[:, M:], regulariser(step.log_ratio, step.kl)
 
+    @inherit_check_shapes
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
         """Push ``X`` ``[N, D]`` through the layers; ``kl`` is ``[S]``.
 
@@ -542,81 +495,3 @@ def _initial_pseudo_outputs(pseudo_outputs, Ms, layers, rng, zero_last):
             V = np.zeros((M, P)) if (zero_last and l == L - 1) else rng.standard_normal((M, P))
         out.append(check_finite_array(V, f"pseudo_outputs[{l}]", shape=(M, P)))
     return out
-
-
-def global_inducing_from_data(
-    layers: Sequence,
-    X,
-    Y,
-    num_inducing: int,
-    *,
-    seed: Optional[int] = None,
-    log_precision_hidden: float = -4.0,
-    log_precision_output: float = 0.0,
-    **options,
-) -> GlobalInducingPosterior:
-    """A :class:`GlobalInducingPosterior` initialised as in O&A App. O.
-
-    * ``U_0`` = the first ``num_inducing`` rows of a shuffled copy of ``X`` (NumPy generator
-      seeded with ``seed``), ``V_L`` = the matching rows of ``Y`` (``Y`` may already be the
-      pseudo-targets, e.g. one-hot labels);
-    * hidden ``V_l ~ N(0, 1)`` (same generator);
-    * uniform log-precision ``log_precision_hidden`` (-4) for hidden layers and
-      ``log_precision_output`` (0) for the last layer.
-
-    :param layers: layers without inducing inputs.
-    :param X: training inputs ``[N, D]``.
-    :param Y: ``[N, P]`` with ``P = layers[-1].output_dim``.
-    :param num_inducing: M, at most N.
-    :param options: the other :class:`GlobalInducingPosterior` options (precision, kl,
-        residual_mean, rho, space, name).
-    """
-    layers = list(layers)
-    M = check_positive_int(num_inducing, "num_inducing")
-    if not layers:
-        raise ValueError("layers must contain at least one layer (depth >= 1)")
-    Xa = check_finite_array(X, "X", ndim=2)
-    Ya = check_finite_array(Y, "Y", ndim=2)
-    if Xa.shape[1] != layers[0].input_dim:
-        raise ValueError(f"X must have shape [N, {layers[0].input_dim}], got {list(Xa.shape)}")
-    P = layers[-1].output_dim
-    if Ya.shape[1] != P or Ya.shape[0] != Xa.shape[0]:
-        raise ValueError(
-            f"Y must have shape [{Xa.shape[0]}, {P}] (one column per output of the last layer) to "
-            f"initialise the last pseudo-outputs, got {list(Ya.shape)}"
-        )
-    if M > Xa.shape[0]:
-        raise ValueError(f"num_inducing ({M}) exceeds the number of rows of X ({Xa.shape[0]})")
-    lp_hidden = check_float(log_precision_hidden, "log_precision_hidden")
-    lp_out = check_float(log_precision_output, "log_precision_output")
-    rng = np.random.default_rng(seed)
-    idx = rng.permutation(Xa.shape[0])[:M]
-    V = [rng.standard_normal((M, layer.output_dim)) for layer in layers[:-1]] + [Ya[idx]]
-    return GlobalInducingPosterior(
-        layers,
-        M,
-        inducing_inputs=Xa[idx],
-        pseudo_outputs=V,
-        log_precision_init=[lp_hidden] * (len(layers) - 1) + [lp_out],
-        **options,
-    )
-
-
-def local_inducing_from_data(
-    layers: Sequence,
-    X=None,
-    Y=None,
-    *,
-    seed: Optional[int] = None,
-    log_precision: Optional[float] = None,
-    **options,
-) -> LocalInducingPosterior:
-    """A :class:`LocalInducingPosterior` initialised as in O&A App. O: ``V_l ~ N(0, 1)`` and a
-    uniform log-precision (default 0 for GP layers, -4 for DenseLayers).
-
-    The inducing inputs live on the layers (O&A draw them ``N(0, 1)``; that is the layer
-    builder's job). ``X`` and ``Y`` are accepted for symmetry with
-    :func:`global_inducing_from_data` and are not used.
-    """
-    del X, Y
-    return LocalInducingPosterior(layers, log_precision_init=log_precision, seed=seed, **options)

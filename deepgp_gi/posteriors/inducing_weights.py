@@ -65,14 +65,14 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
-from check_shapes import check_shapes
+from check_shapes import check_shapes, inherit_check_shapes
 
 from ..conv_layers import apply_weights, is_convolution, run_layers
 from ..linalg import safe_cholesky
 from ..noise import NoiseSource
 from ..validation import check_bool, check_nonnegative_float, check_positive_float, check_positive_int
 from .base import Propagation
-from .factorised import _WeightPosterior
+from .weight_space import WeightSpacePosterior
 
 __all__ = [
     "CappedSoftplus",
@@ -364,7 +364,7 @@ def _check_options(num_inducing, lambda_init, lambda_max, d_init, jitter):
     return num_inducing, lambda_init, lambda_max, check_positive_float(d_init, "d_init"), check_nonnegative_float(jitter, "jitter")
 
 
-class _SampledWeightPosterior(_WeightPosterior):
+class _SampledWeightPosterior(WeightSpacePosterior):
     """The forward pass shared by the inducing-weight families and Ensemble-W, on a
     fully-connected or a convolutional network (:func:`~deepgp_gi.conv_layers.run_layers`).
 
@@ -395,6 +395,7 @@ class _SampledWeightPosterior(_WeightPosterior):
         ``[S, d_out, d_in]`` if ``transpose`` (paper layout) else ``[S, d_in, d_out]``."""
         raise NotImplementedError
 
+    @inherit_check_shapes
     def propagate(self, X, num_samples: int = 1, seed=None) -> Propagation:
         S = int(num_samples)
         source, F = self._start(X, S, seed)

@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 import gpflow
 import numpy as np
 import tensorflow as tf
-from check_shapes import check_shapes
+from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.kullback_leiblers import gauss_kl
 
 from ..layers import GPLayer
@@ -21,23 +21,14 @@ from .conditionals import (
     conditional_mean,
     inducing_cholesky,
     inducing_choleskies,
+    require_local_inducing,
     residual_variance,
     sample_rows,
     unit_variances,
     whitened_projection,
 )
 
-__all__ = ["MeanFieldPosterior", "require_local_inducing"]
-
-
-def require_local_inducing(posterior: DeepPosterior) -> None:
-    """Raise unless every layer carries local inducing inputs (``inducing_variable``)."""
-    for i, layer in enumerate(posterior.layers):
-        if getattr(layer, "inducing_variable", None) is None:
-            raise ValueError(
-                f"layers[{i}] ({layer.name}) has no inducing_inputs; {type(posterior).__name__} needs "
-                "local inducing inputs on every layer"
-            )
+__all__ = ["MeanFieldPosterior"]
 
 
 class MeanFieldPosterior(DeepPosterior):
@@ -140,6 +131,7 @@ class MeanFieldPosterior(DeepPosterior):
             terms.append(gauss_kl(m_white, R_white))
         return tf.add_n(terms)
 
+    @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()

@@ -16,8 +16,9 @@ pseudo-outputs ``V`` ``[M, P]`` observed with noise precisions ``Lambda`` at M r
   weights are the layer's weights.
 
 One routine (:func:`pseudo_data_posterior`) builds ``(L, mean)`` for both; :func:`sample_weights`,
-:func:`log_ratio`, :func:`analytic_kl` and :func:`marginal_variance` act on that pair. The
-precision is never inverted.
+:func:`log_ratio`, :func:`analytic_kl` and :func:`marginal_variance` act on that pair, and
+:func:`regulariser` picks a layer's term of the ELBO (:data:`KL_MODES`). The precision is never
+inverted.
 
 Layouts: ``L`` is ``[S, D, D]`` when ``Lambda`` is shared by the P units (``"full"`` or
 ``"shared_diagonal"``) and ``[S, P, D, D]`` with one diagonal per unit (``"diagonal"``); ``mean``
@@ -49,11 +50,22 @@ __all__ = [
     "log_ratio",
     "analytic_kl",
     "marginal_variance",
+    "regulariser",
+    "KL_MODES",
+    "LAST_LAYER_MODES",
 ]
 
 #: Parameterisations of ``Lambda``: a full ``R R^T`` shared by the units, one diagonal per unit,
 #: or one diagonal shared by the units.
 PRECISIONS = ("full", "diagonal", "shared_diagonal")
+
+#: The regulariser of an inducing layer: ``"sampled"`` (``-`` :func:`log_ratio` of the drawn
+#: weights) or ``"analytic"`` (:func:`analytic_kl`).
+KL_MODES = ("sampled", "analytic")
+
+#: A global-inducing last layer: ``"marginal"`` (its weights integrated out of the ELBO, with
+#: :func:`marginal_variance` and :func:`analytic_kl`) or ``"sampled"`` (drawn per sample).
+LAST_LAYER_MODES = ("marginal", "sampled")
 
 
 def rescaled_log_transform(rho: float, dtype=None) -> tfp.bijectors.Bijector:
@@ -340,6 +352,12 @@ def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tens
         p = prior_precision
         quad = p * (trace + mahal) - numel - numel * tf.math.log(p)
     return 0.5 * quad + _units_logdet(L, P)
+
+
+def regulariser(log_ratio_term: tf.Tensor, kl: Optional[tf.Tensor]) -> tf.Tensor:
+    """The ELBO's regulariser of one layer ``[S]``: the analytic KL if there is one, else ``-``
+    the sampled log-ratio (:func:`log_ratio`)."""
+    return -log_ratio_term if kl is None else kl
 
 
 @check_shapes(

@@ -27,14 +27,19 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 import tensorflow as tf
-from check_shapes import check_shapes
+from check_shapes import check_shapes, inherit_check_shapes
 
 from ..layers import GPLayer
 from ..linalg import add_jitter, safe_cholesky
 from ..validation import check_bool
 from .base import DeepPosterior, Propagation
-from .conditionals import inducing_cholesky, inducing_choleskies, residual_variance, whitened_projection
-from .mean_field import require_local_inducing
+from .conditionals import (
+    inducing_cholesky,
+    inducing_choleskies,
+    require_local_inducing,
+    residual_variance,
+    whitened_projection,
+)
 
 __all__ = [
     "FullyCoupledPosterior",
@@ -408,6 +413,7 @@ class FullyCoupledPosterior(_StructuredPosterior):
             for l, Lk in enumerate(chols)
         ]
 
+    @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         """Theorem 1 layer by layer, with a growing per-point Cholesky ``[S, N, T_<l, T_<l]``.
 
@@ -685,6 +691,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         white.append((chols[L - 1], self._white_mean(chols[L - 1], mu[T - 1 :]), out_rows))
         return white
 
+    @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         """The STAR recursion: per hidden position ``t`` an incremental Cholesky of size ``l``.
 

@@ -28,7 +28,7 @@ from deepgp_gi.conv_layers import Conv2DLayer, Flatten, InducingBatchNorm  # noq
 from deepgp_gi.layers import DenseLayer  # noqa: E402
 from deepgp_gi.noise import SeededNoise  # noqa: E402
 from deepgp_gi.posteriors.convolutional import ConvNetPosterior  # noqa: E402
-from deepgp_gi.posteriors.factorised import factorised_kl  # noqa: E402
+from deepgp_gi.posteriors.weight_space import factorised_kl  # noqa: E402
 from deepgp_gi.posteriors.inducing import GlobalInducingPosterior  # noqa: E402
 from deepgp_gi.posteriors.pseudo_data import (  # noqa: E402
     analytic_kl,

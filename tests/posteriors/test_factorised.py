@@ -12,9 +12,8 @@ from deepgp_gi.posteriors.factorised import (
     FactorisedGlobalPosterior,
     FactorisedWeightPosterior,
     RandomGlobalPosterior,
-    factorised_kl,
-    local_reparameterisation_moments,
 )
+from deepgp_gi.posteriors.weight_space import factorised_kl, local_reparameterisation_moments
 from deepgp_gi.priors import NealPrior, StandardPrior
 
 tfd = tfp.distributions
