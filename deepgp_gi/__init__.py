@@ -3,23 +3,77 @@
 >>> import deepgp_gi as dg
 >>> model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field")
 >>> history = dg.fit(model, (X, Y), steps=1000)
+
+``import deepgp_gi`` itself does not import TensorFlow: the first use of a name listed in
+``__all__`` (``dg.build_deep_gp``, ``dg.kernels``, ...) imports all of them, as an eager import
+would; another module of the package (``dg.experiments``, ``from deepgp_gi import cli``) is
+imported on its own.
+The ``deepgp-gi`` command relies on this to set TensorFlow's logging environment before
+TensorFlow loads (:mod:`deepgp_gi.cli`).
 """
+import importlib as _importlib
+import importlib.util as _importlib_util
 import os as _os
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-from . import autocorrelation, conv_layers, datasets, families, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E402,E501
-from .bnn import build_bnn  # noqa: E402
-from .builders import build_deep_gp  # noqa: E402
-from .conv_bnn import build_conv_bnn  # noqa: E402
-from .kernels import WeightKernel  # noqa: E402
-from .layers import DenseLayer, GPLayer  # noqa: E402
-from .linalg import safe_cholesky  # noqa: E402
-from .models import DeepGP  # noqa: E402
-from .posteriors.counting import parameter_count, parameter_table  # noqa: E402
-from .training import History, KLSchedule, LinearSchedule, PaperSchedule, fit  # noqa: E402
-
 __version__ = "0.1.0"
+
+# The modules and names the package exports, in the order they were imported eagerly:
+# name -> the module (relative to the package) that defines it.
+_MODULES = ("autocorrelation", "conv_layers", "datasets", "families", "kernels", "layers", "linalg", "metrics",
+            "noise", "posteriors", "priors")
+_NAMES = {"build_bnn": "bnn", "build_deep_gp": "builders", "build_conv_bnn": "conv_bnn", "WeightKernel": "kernels",
+          "DenseLayer": "layers", "GPLayer": "layers", "safe_cholesky": "linalg", "DeepGP": "models",
+          "parameter_count": "posteriors.counting", "parameter_table": "posteriors.counting",
+          "History": "training", "KLSchedule": "training", "LinearSchedule": "training",
+          "PaperSchedule": "training", "fit": "training"}
+_loading = False
+
+if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from . import autocorrelation, conv_layers, datasets, families, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E501,F401
+    from .bnn import build_bnn  # noqa: F401
+    from .builders import build_deep_gp  # noqa: F401
+    from .conv_bnn import build_conv_bnn  # noqa: F401
+    from .kernels import WeightKernel  # noqa: F401
+    from .layers import DenseLayer, GPLayer  # noqa: F401
+    from .linalg import safe_cholesky  # noqa: F401
+    from .models import DeepGP  # noqa: F401
+    from .posteriors.counting import parameter_count, parameter_table  # noqa: F401
+    from .training import History, KLSchedule, LinearSchedule, PaperSchedule, fit  # noqa: F401
+
+
+def _load() -> None:
+    """Import every exported module and name (once; a module that imports the package's names
+    while this runs gets them from the modules themselves)."""
+    global _loading
+    if _loading or all(name in globals() for name in _NAMES):
+        return
+    _loading = True
+    try:
+        g = globals()
+        for module in _MODULES:
+            g[module] = _importlib.import_module(f"{__name__}.{module}")
+        for name, module in _NAMES.items():
+            g[name] = getattr(_importlib.import_module(f"{__name__}.{module}"), name)
+    finally:
+        _loading = False
+
+
+def __getattr__(name: str):
+    if name in _MODULES or name in _NAMES:
+        _load()
+        return globals()[name]
+    # any other module of the package (``from deepgp_gi import cli``, ``dg.experiments``): just it
+    if not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}") is not None:
+        return _importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "DeepGP",

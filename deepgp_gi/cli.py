@@ -1,25 +1,107 @@
-"""The ``deepgp-gi`` command: ``demo`` and ``uci`` (the papers' UCI protocol)."""
+"""The ``deepgp-gi`` command: ``demo`` and ``uci`` (the papers' UCI protocol).
+
+TensorFlow prints C++ log lines on stderr as it loads and on its first operation (``I0000 ...
+cudart_stub.cc``, ``E0000 ... cuInit`` where there is no GPU, the oneDNN notice). The command
+imports TensorFlow only after parsing its arguments and, unless ``--verbose``, sets
+``TF_CPP_MIN_LOG_LEVEL=3`` first (a value already in the environment is kept) and drops the lines
+TensorFlow prints before it reads that variable. ``TF_ENABLE_ONEDNN_OPTS`` is left alone (it
+changes the numerics); only its notice goes. ``deepgp-gi --help`` does not import TensorFlow.
+"""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import re
 import shlex
 import subprocess
 import sys
-from typing import Dict, List, Optional
+import tempfile
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 __all__ = ["main", "run_uci_split", "parse_splits"]
 
-from .families import BNN_FAMILIES, DEEP_GP_FAMILIES  # noqa: E402
-from .priors import PRIORS  # noqa: E402
+#: TF_CPP_MIN_LOG_LEVEL the command sets when the environment has none: 3 hides INFO, WARNING and
+#: ERROR lines (2 would still print ``E0000 ... failed call to cuInit`` on a machine without a GPU).
+QUIET_LOG_LEVEL = "3"
+#: A TensorFlow (absl/glog-style) C++ log line: severity letter, MMDD, time (``12:34:56.789`` or,
+#: before absl is initialised, ``00:00:1795619064.229781``), thread id, ``file:line]``.
+_TF_LOG_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ [^\s\]]+:\d+\] ")
+_ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+_SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
+_TABLE_NAMES = ("GP_POSTERIORS", "BNN_POSTERIORS", "BNN_PRIORS")
 
-GP_POSTERIORS = tuple(DEEP_GP_FAMILIES)
-BNN_POSTERIORS = tuple(BNN_FAMILIES)
-BNN_PRIORS = tuple(PRIORS)
+
+def _tables() -> Tuple[Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]:
+    """The deep GP families, BNN families and BNN priors, read from the tables (imports TensorFlow)."""
+    from .families import BNN_FAMILIES, DEEP_GP_FAMILIES
+    from .priors import PRIORS
+
+    return tuple(DEEP_GP_FAMILIES), tuple(BNN_FAMILIES), tuple(PRIORS)
+
+
+def __getattr__(name: str):
+    # GP_POSTERIORS, BNN_POSTERIORS, BNN_PRIORS: read from the tables on first use, so importing
+    # this module does not import TensorFlow
+    if name in _TABLE_NAMES:
+        return dict(zip(_TABLE_NAMES, _tables()))[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _is_tf_log_line(line: str, level: int) -> bool:
+    """Whether ``line`` is a TensorFlow C++ log line that ``TF_CPP_MIN_LOG_LEVEL=level`` hides."""
+    if line.rstrip("\r\n") == _ABSL_PREAMBLE:
+        return level >= 1
+    m = _TF_LOG_LINE.match(line)
+    return bool(m) and _SEVERITY[m.group(1)] < level
+
+
+@contextlib.contextmanager
+def _filtered_stderr(level: int):
+    """Send file descriptor 2 to a temporary file for the block, then write back to it every line but
+    the TensorFlow log lines below ``level`` (TensorFlow's shared libraries log as they load, before
+    TensorFlow reads TF_CPP_MIN_LOG_LEVEL). A Python error or warning printed meanwhile is kept."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (AttributeError, OSError, ValueError):  # no file descriptor 2 (a windowless process)
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", errors="replace")
+            kept = "".join(line for line in text.splitlines(keepends=True) if not _is_tf_log_line(line, level))
+            if kept:
+                os.write(2, kept.encode("utf-8", errors="replace"))
+
+
+def _import_tensorflow(verbose: bool) -> None:
+    """Import TensorFlow, quietly unless ``verbose`` (see the module's docstring); a no-op once
+    TensorFlow is imported."""
+    if "tensorflow" in sys.modules:
+        return
+    if not verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_LOG_LEVEL)
+    try:
+        level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        level = 0
+    with _filtered_stderr(level) if level > 0 and not verbose else contextlib.nullcontext():
+        import tensorflow  # noqa: F401
 
 
 def parse_splits(text: str, n_splits: int) -> List[int]:
@@ -62,10 +144,11 @@ def _summary(records: List[Dict]) -> str:
         label = f"{r['posterior']}-{r['depth']}" if r["model"] == "gp" else f"bnn-{r['posterior']}-{r['prior']}"
         groups.setdefault((r["dataset"], label), []).append(r)
 
-    def fmt(values):
+    def fmt(values):  # mean ± one standard error; one split has no error bar, just its value
         v = np.asarray(values, dtype=float)
-        se = v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else float("nan")
-        return f"{v.mean():8.3f} ± {se:5.3f}"
+        if len(v) < 2:
+            return f"{v.mean():8.3f}"
+        return f"{v.mean():8.3f} ± {v.std(ddof=1) / math.sqrt(len(v)):5.3f}"
 
     for (name, label), rs in sorted(groups.items()):
         lines.append(
@@ -80,7 +163,8 @@ def _cmd_uci(args) -> int:
     from .experiments import GLOBAL_LAST_LAYER, config_key, normalise_config
 
     model = "bnn" if args.model == "bnn" else "gp"
-    choices = BNN_POSTERIORS if model == "bnn" else GP_POSTERIORS
+    gp_posteriors, bnn_posteriors, _ = _tables()
+    choices = bnn_posteriors if model == "bnn" else gp_posteriors
     posterior = args.posterior or ("global" if model == "bnn" else "mean_field")
     if posterior not in choices:
         raise SystemExit(f"deepgp-gi uci: unknown --posterior {posterior!r} for --model {model}; choose one of {', '.join(choices)}")
@@ -154,16 +238,27 @@ def _hidden(text: str):
     return widths
 
 
-def build_parser() -> argparse.ArgumentParser:
+_VERBOSE_HELP = "show TensorFlow's C++ log lines (hidden by default: TF_CPP_MIN_LOG_LEVEL=3 unless set)"
+
+
+def build_parser(tables: bool = True) -> argparse.ArgumentParser:
+    """The argument parser; ``tables=False`` leaves out the ``uci`` command's arguments (they list the
+    family tables, which import TensorFlow) for parsing anything but a ``uci`` command."""
     parser = argparse.ArgumentParser(prog="deepgp-gi", description="Deep GPs and BNNs with structured posteriors.")
+    parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="fit a depth-2 DSVI deep GP on boston split 0 and print test LL and RMSE")
     demo.add_argument("--steps", type=int, default=5000, help="Adam steps (default 5000)")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    demo.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
     demo.set_defaults(func=_cmd_demo)
 
     uci = sub.add_parser("uci", help="fit and evaluate on UCI splits with the papers' protocol")
+    uci.set_defaults(func=_cmd_uci)
+    if not tables:
+        return parser
+    GP_POSTERIORS, BNN_POSTERIORS, BNN_PRIORS = _tables()
     uci.add_argument("--dataset", required=True, help="boston, concrete, energy, kin8nm, naval, power, protein, wine, yacht")
     uci.add_argument("--model", choices=("gp", "bnn"), default="gp", help="deep GP (default) or BNN")
     uci.add_argument("--posterior", default=None,
@@ -194,14 +289,20 @@ def build_parser() -> argparse.ArgumentParser:
     uci.add_argument("--out", default=None, help="append one JSON line per split here; splits already there are skipped")
     uci.add_argument("--checkpoint-dir", default=None, help="checkpoint each split's training here (resumable)")
     uci.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    uci.set_defaults(func=_cmd_uci)
+    uci.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
     return parser
 
 
 def main(argv=None) -> int:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # TensorFlow is imported only once the arguments are known (quietly unless --verbose); a uci
+    # command needs it to parse (its flags list the family tables), --help and demo --help do not.
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command == "uci":
+        _import_tensorflow(verbose="--verbose" in argv)
+    args = build_parser(tables=command == "uci").parse_args(argv)
+    _import_tensorflow(verbose=args.verbose)
     try:
         return args.func(args)
     except (ValueError, TypeError) as err:
