@@ -10,10 +10,11 @@ import gpflow
 import numpy as np
 
 from .families import BNN_FAMILIES, check_options
+from .initialisation import pseudo_targets, weight_prior_factory
 from .kernels import ACTIVATIONS
 from .layers import DenseLayer
 from .models import DeepGP
-from .priors import PRIORS, WeightPrior
+from .priors import WeightPrior
 from .validation import as_data_array, check_choice, check_data_pair, check_positive_int, check_seed
 
 __all__ = ["build_bnn", "BNN_POSTERIORS", "DEFAULT_BNN_NOISE_VARIANCE"]
@@ -23,9 +24,6 @@ BNN_POSTERIORS = tuple(BNN_FAMILIES)
 
 #: Initial Gaussian noise variance when ``likelihood`` is None: exp(-3) (O&A UCI BNN setting).
 DEFAULT_BNN_NOISE_VARIANCE = float(np.exp(-3.0))
-
-_CLASSIFICATION = (gpflow.likelihoods.Softmax, gpflow.likelihoods.MultiClass)
-
 
 def _check_hidden(hidden) -> tuple:
     if isinstance(hidden, (int, np.integer)) and not isinstance(hidden, bool):
@@ -38,14 +36,6 @@ def _check_hidden(hidden) -> tuple:
             raise ValueError(f"hidden widths must be positive integers; hidden[{i}] is {h!r}")
         out.append(int(h))
     return tuple(out)
-
-
-def _pseudo_targets(Y: np.ndarray, likelihood, output_dim: int) -> np.ndarray:
-    """Initial top-layer pseudo-outputs from targets: the targets, or one-hot class labels."""
-    if isinstance(likelihood, _CLASSIFICATION) and Y.shape[1] == 1 and output_dim > 1:
-        labels = Y[:, 0].astype(int)
-        return np.eye(output_dim)[labels]
-    return np.asarray(Y, dtype=np.float64)
 
 
 def build_bnn(
@@ -99,14 +89,7 @@ def build_bnn(
     check_choice(posterior, "posterior", BNN_POSTERIORS)
     family = BNN_FAMILIES[posterior]
     check_options(family, posterior_options)
-    if isinstance(prior, str):
-        check_choice(prior, "prior", tuple(PRIORS))
-        prior_factory = PRIORS[prior]
-    elif isinstance(prior, WeightPrior):
-        template = prior
-        prior_factory = lambda: gpflow.utilities.deepcopy(template)  # noqa: E731
-    else:
-        raise ValueError(f"unknown prior {prior!r}; choose one of {', '.join(map(repr, PRIORS))}")
+    prior_factory = weight_prior_factory(prior)
     if not callable(activation) and activation not in ACTIVATIONS:
         raise ValueError(
             f"unknown activation {activation!r}; choose one of {', '.join(map(repr, ACTIVATIONS))} or pass a callable"
@@ -127,7 +110,7 @@ def build_bnn(
     N, D0 = Xn.shape
     latent = getattr(likelihood, "latent_dim", None)
     output_dim = int(latent) if latent is not None else Yn.shape[1]
-    targets = _pseudo_targets(Yn, likelihood, output_dim)
+    targets = pseudo_targets(Yn, likelihood, output_dim)
     if targets.shape[1] != output_dim:
         raise ValueError(f"Y has {Yn.shape[1]} columns but the likelihood expects {output_dim} latent functions")
 
@@ -149,5 +132,5 @@ def build_bnn(
             )
         )
     post_seed = int(rng.integers(2**31 - 1))
-    post = family.initialise(layers, Xn, targets, num_inducing, post_seed, **posterior_options)
+    post = family.build_posterior(layers, Xn, targets, num_inducing, post_seed, **posterior_options)
     return DeepGP(layers, likelihood, posterior=post, num_data=N)

@@ -21,6 +21,7 @@ import numpy as np
 import scipy.cluster.vq
 
 from .families import DEEP_GP_FAMILIES, check_options
+from .initialisation import pseudo_targets
 from .layers import GPLayer
 from .models import DeepGP
 from .validation import as_data_array, check_choice, check_data_pair, check_positive_int, check_seed
@@ -183,11 +184,10 @@ def build_deep_gp(
         with positive_transform_context(positive_transform):
             likelihood = gpflow.likelihoods.Gaussian(variance=0.01)
     output_dim = getattr(likelihood, "latent_dim", None) or Y.shape[1]
-    if family.layer_inducing in ("kmeans", None) and num_inducing > N:
-        source = "k-means on X" if family.layer_inducing else "the training inputs (U_0)"
+    if family.layer_inducing == "kmeans" and num_inducing > N:
         raise ValueError(
             f"num_inducing={num_inducing} exceeds the number of data points N={N}; the {posterior!r} "
-            f"posterior initialises its inducing inputs from {source}"
+            f"posterior initialises its inducing inputs by k-means on X"
         )
     if family.layer_inducing == "kmeans":
         Z = kmeans_inducing_inputs(X, num_inducing, seed)
@@ -197,5 +197,6 @@ def build_deep_gp(
     else:
         Z = None
     layers = build_layers(X, output_dim, depth, inner_width, Z, positive_transform=positive_transform)
-    post = family.initialise(layers, X, Y, num_inducing, seed, **posterior_options)
+    targets = pseudo_targets(Y, likelihood, output_dim)
+    post = family.build_posterior(layers, X, targets, num_inducing, seed, **posterior_options)
     return DeepGP(layers, likelihood, post, num_data=N)

@@ -28,13 +28,12 @@ from .conv_layers import (
     GlobalAveragePool2D,
     InducingBatchNorm,
     ResidualBlock,
-    weighted_layers,
 )
-from .families import BNN_FAMILIES, check_options
+from .families import CONV_BNN_FAMILIES, check_options
+from .initialisation import pseudo_targets, weight_prior_factory
 from .layers import DenseLayer
 from .models import DeepGP
-from .posteriors.convolutional import CONV_FAMILIES, ConvNetPosterior
-from .priors import PRIORS, WeightPrior
+from .priors import WeightPrior
 from .validation import as_data_array, check_bool, check_choice, check_data_pair, check_positive_int, check_seed
 
 __all__ = ["build_conv_bnn", "ARCHITECTURES", "CONV_POSTERIORS", "WEIGHT_FAMILIES"]
@@ -43,17 +42,8 @@ ARCHITECTURES = ("lenet", "resnet")
 #: The weight-space families of :mod:`deepgp_gi.posteriors.inducing_weights` on a conv network
 #: (their classes and options are the BNN family table's).
 WEIGHT_FAMILIES = ("ffg_u", "ensemble_u", "ensemble_w")
-CONV_POSTERIORS = tuple(CONV_FAMILIES) + WEIGHT_FAMILIES
-_OPTIONS = ("log_precision_init", "dense_precision", "kl", "rho")
-
-
-def _prior_factory(prior):
-    if isinstance(prior, str):
-        check_choice(prior, "prior", tuple(PRIORS))
-        return PRIORS[prior]
-    if isinstance(prior, WeightPrior):
-        return lambda: gpflow.utilities.deepcopy(prior)
-    raise ValueError(f"unknown prior {prior!r}; choose one of {', '.join(map(repr, PRIORS))}")
+#: Names accepted by ``build_conv_bnn(posterior=...)`` (the keys of the conv family table).
+CONV_POSTERIORS = tuple(CONV_BNN_FAMILIES)
 
 
 def _widths(value, name: str, length: Optional[int] = None) -> tuple:
@@ -116,20 +106,6 @@ def resnet_layers(input_shape, num_classes: int, prior, channels: int = 32, kern
     return layers
 
 
-def _local_inducing(layers, rng):
-    """Local inducing inputs ``N(0, 1)``: a convolution gets ``ceil(D / (H' W'))`` images (the
-    fewest whose patch rows can pin down its ``D`` weights), a dense layer ``D`` feature rows."""
-    for layer in weighted_layers(layers):
-        if isinstance(layer, Conv2DLayer):
-            H, W = layer.output_shape[:2]
-            M = -(-layer.fan_in // (H * W))
-            layer.inducing_images = gpflow.Parameter(rng.standard_normal((M,) + layer.input_shape).astype(gpflow.default_float()),
-                                                     name="inducing_images")
-        else:
-            layer.inducing_features = gpflow.Parameter(rng.standard_normal((layer.fan_in, layer.fan_in)).astype(gpflow.default_float()),
-                                                       name="inducing_features")
-
-
 def build_conv_bnn(
     X,
     Y,
@@ -160,7 +136,7 @@ def build_conv_bnn(
         :class:`~deepgp_gi.priors.WeightPrior` template (each layer gets a deep copy).
     :param num_inducing: M, the number of global inducing images (global, factorised_global):
         the first M images of a seeded shuffle of X; the last layer's pseudo-outputs are their
-        one-hot labels (O&A App. O). Must be at most N. For ffg_u and ensemble_u, the size of
+        one-hot labels (O&A App. O); for M > N the policy of :mod:`deepgp_gi.initialisation`. For ffg_u and ensemble_u, the size of
         every layer's inducing weights (``min(M, C_out) x min(M, d_in)``).
     :param likelihood: default ``gpflow.likelihoods.Softmax(C)`` with ``C = max(Y) + 1``.
     :param channels: lenet: the two conv widths (``(6, 16)``); resnet: the width (32).
@@ -177,14 +153,8 @@ def build_conv_bnn(
     """
     check_choice(architecture, "architecture", ARCHITECTURES)
     check_choice(posterior, "posterior", CONV_POSTERIORS)
-    if posterior in WEIGHT_FAMILIES:
-        check_options(BNN_FAMILIES[posterior], posterior_options)
-    else:
-        unknown = sorted(set(posterior_options) - set(_OPTIONS))
-        if unknown:
-            raise ValueError(f"unknown option(s) {', '.join(unknown)} for build_conv_bnn; accepted: "
-                             f"{', '.join(_OPTIONS)}")
-    prior_factory = _prior_factory(prior)
+    check_options(CONV_BNN_FAMILIES[posterior], posterior_options)
+    prior_factory = weight_prior_factory(prior)
     num_inducing = check_positive_int(num_inducing, "num_inducing")
     seed = check_seed(seed)
     batch_norm = check_bool(batch_norm, "batch_norm")
@@ -218,25 +188,7 @@ def build_conv_bnn(
                                kernel_size=check_positive_int(3 if kernel_size is None else kernel_size, "kernel_size"),
                                batch_norm=batch_norm)
 
-    options = dict(posterior_options)
-    U0 = None
-    pseudo = None
-    if posterior in ("global", "factorised_global"):
-        if num_inducing > N:
-            raise ValueError(f"num_inducing={num_inducing} exceeds the number of training images N={N}")
-        idx = rng.permutation(N)[:num_inducing]
-        U0 = Xn[idx]
-        J = len(weighted_layers(layers))
-        targets = labels[idx].astype(int)
-        last = np.eye(num_classes)[targets] if num_classes > 1 else labels[idx, None]
-        pseudo = [None] * (J - 1) + [last]
-    elif posterior == "local":
-        _local_inducing(layers, rng)
-    if posterior in WEIGHT_FAMILIES:
-        # The BNN family's own initialiser (it reads only the layers, M and the seed).
-        post = BNN_FAMILIES[posterior].initialise(layers, Xn, labels[:, None], num_inducing,
-                                                  int(rng.integers(2**31 - 1)), **options)
-        return DeepGP(layers, likelihood, posterior=post, num_data=N)
-    post = ConvNetPosterior(layers, posterior, U0, pseudo_outputs=pseudo, seed=int(rng.integers(2**31 - 1)),
-                            **options)
+    family = CONV_BNN_FAMILIES[posterior]
+    post = family.build_posterior(layers, Xn, pseudo_targets(labels[:, None], likelihood, num_classes), num_inducing,
+                                  int(rng.integers(2**31 - 1)), **posterior_options)
     return DeepGP(layers, likelihood, posterior=post, num_data=N)

@@ -1,16 +1,20 @@
 """The family tables: one per model kind, name -> posterior class, initialiser, options.
 
-Every place that lists family names reads these two tables: ``DeepGP(layers, lik,
-posterior=name)``, :func:`~deepgp_gi.build_deep_gp`, :func:`~deepgp_gi.build_bnn` and the
-``deepgp-gi`` command. A family entry says
+Every place that lists family names reads these tables: ``DeepGP(layers, lik,
+posterior=name)``, :func:`~deepgp_gi.build_deep_gp` (:data:`DEEP_GP_FAMILIES`),
+:func:`~deepgp_gi.build_bnn` (:data:`BNN_FAMILIES`), :func:`~deepgp_gi.build_conv_bnn`
+(:data:`CONV_BNN_FAMILIES`) and the ``deepgp-gi`` command. A family entry says
 
 * ``posterior_class`` -- the :class:`~deepgp_gi.posteriors.DeepPosterior` it builds (also what
   ``DeepGP(..., posterior=name)`` constructs from the layers alone, with default values);
 * ``layer_inducing`` -- what the layers carry for it: ``None`` (nothing), ``"kmeans"`` (k-means
   inducing inputs on every GP layer, DSVI), ``"normal"`` (``N(0, 1)`` inducing inputs, O&A's
-  local inducing) or ``"features"`` (``N(0, 1)`` inducing features on every DenseLayer);
-* ``initialise(layers, X, Y, num_inducing, seed, **options)`` -- the papers' initialisation of the
-  variational parameters;
+  local inducing), ``"features"`` (``N(0, 1)`` inducing features on every DenseLayer) or
+  ``"images"`` (``N(0, 1)`` inducing images and features on a conv network's weighted layers);
+* ``initialise`` -- a named initialiser of :mod:`deepgp_gi.initialisation`, called as
+  ``initialise(posterior_class, layers, X, Y, num_inducing, seed, **initialiser_options,
+  **options)`` by :meth:`Family.build_posterior` (the papers' initialisation of the variational
+  parameters; one policy for the global inducing rows of every model kind, stated there);
 * ``options`` -- the keyword options a builder passes on (anything else is refused with this
   list in the message);
 * ``positive_transform`` -- the default transform of the layers' positive hyperparameters in
@@ -25,7 +29,9 @@ posterior=name)``, :func:`~deepgp_gi.build_deep_gp`, :func:`~deepgp_gi.build_bnn
   (:func:`~deepgp_gi.experiments.run_split`) slices the rows into chunks of
   ``eval_row_samples // num_samples``. The fully-coupled family keeps the cross-covariance of
   every data row with all layers' inducing outputs, about 220 KB per pair at depth 3, M = 100 on
-  kin8nm (mean-field: 17 KB, STAR: 66 KB), so its budget is smaller.
+  kin8nm (mean-field: 17 KB, STAR: 66 KB), so its budget is smaller. It is the family's memory
+  per pair, which every evaluation caller (the UCI driver, the metrics, the CLI) needs, so it
+  lives with the family rather than beside one of them.
 
 The global-inducing class is one for deep GPs and BNNs: on DenseLayers it takes the weight-space
 path, so ``DeepGP(dense_layers, lik, posterior="global")`` and ``build_bnn(..., posterior="global")``
@@ -33,14 +39,16 @@ run the same code.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
-import numpy as np
-
+from . import initialisation as init
 from .posteriors import (
+    EnsembleInducingPosterior,
+    EnsembleWeightPosterior,
     FactorisedGlobalPosterior,
     FactorisedWeightPosterior,
+    FFGInducingPosterior,
     FullyCoupledPosterior,
     GlobalInducingPosterior,
     LocalInducingPosterior,
@@ -48,10 +56,9 @@ from .posteriors import (
     RandomGlobalPosterior,
     StripesArrowPosterior,
 )
-from .posteriors.inducing import global_inducing_from_data, local_inducing_from_data
-from .posteriors.inducing_weights import EnsembleInducingPosterior, EnsembleWeightPosterior, FFGInducingPosterior
+from .posteriors.convolutional import ConvNetPosterior
 
-__all__ = ["Family", "DEEP_GP_FAMILIES", "BNN_FAMILIES", "posterior_class", "check_options"]
+__all__ = ["Family", "DEEP_GP_FAMILIES", "BNN_FAMILIES", "CONV_BNN_FAMILIES", "posterior_class", "check_options"]
 
 
 @dataclass(frozen=True)
@@ -66,62 +73,14 @@ class Family:
     summary: str
     positive_transform: str = "softplus"
     eval_row_samples: int = 100_000
+    #: fixed keyword arguments of ``initialise`` for this family (e.g. a conv network's family name)
+    initialiser_options: Dict[str, object] = field(default_factory=dict)
 
-
-def _from_layers(cls):
-    def initialise(layers, X, Y, num_inducing, seed, **options):
-        return cls(layers, **options)
-
-    return initialise
-
-
-def _global_gp(layers, X, Y, num_inducing, seed, **options):
-    return global_inducing_from_data(layers, X, Y, num_inducing, seed=seed, **options)
-
-
-def _local(layers, X, Y, num_inducing, seed, **options):
-    return local_inducing_from_data(layers, X, Y, seed=seed, **options)
-
-
-def _global_inducing_rows(X, Y, num_inducing, rng):
-    """``U_0`` and the top pseudo-outputs: a seeded shuffle of the data (targets already in
-    pseudo-target form), or ``N(0, 1)`` draws when ``M > N`` (the toy set-up)."""
-    N = X.shape[0]
-    if num_inducing <= N:
-        idx = rng.permutation(N)[:num_inducing]
-        return X[idx], Y[idx]
-    return rng.standard_normal((num_inducing, X.shape[1])), rng.standard_normal((num_inducing, Y.shape[1]))
-
-
-def _factorised_bnn(layers, X, Y, num_inducing, seed, **options):
-    return FactorisedWeightPosterior(layers, seed=seed, **options)
-
-
-def _inducing_weights(cls):
-    def initialise(layers, X, Y, num_inducing, seed, **options):
-        return cls(layers, num_inducing=num_inducing, seed=seed, **options)
-
-    return initialise
-
-
-def _ensemble_w(layers, X, Y, num_inducing, seed, **options):
-    return EnsembleWeightPosterior(layers, seed=seed, **options)
-
-
-def _global_bnn(layers, X, Y, num_inducing, seed, **options):
-    rng = np.random.default_rng(seed)
-    U0, V_top = _global_inducing_rows(X, Y, num_inducing, rng)
-    V = [rng.standard_normal((num_inducing, layer.output_dim)) for layer in layers[:-1]] + [V_top]
-    return GlobalInducingPosterior(layers, inducing_inputs=U0, pseudo_outputs=V, seed=seed, **options)
-
-
-def _hybrid_bnn(cls):
-    def initialise(layers, X, Y, num_inducing, seed, **options):
-        rng = np.random.default_rng(seed)
-        U0, V_top = _global_inducing_rows(X, Y, num_inducing, rng)
-        return cls(layers, U0, V_top, log_precision_init=0.0, seed=seed, **options)
-
-    return initialise
+    def build_posterior(self, layers, X, Y, num_inducing: int, seed: int, **options):
+        """The family's posterior on ``layers``, initialised from the data by its initialiser
+        (:mod:`deepgp_gi.initialisation`); ``Y`` in pseudo-target form."""
+        return self.initialise(self.posterior_class, layers, X, Y, num_inducing, seed,
+                               **self.initialiser_options, **options)
 
 
 _GI = ("precision", "kl", "last_layer", "residual_mean", "rho", "space")
@@ -130,53 +89,85 @@ _GI = ("precision", "kl", "last_layer", "residual_mean", "rho", "space")
 DEEP_GP_FAMILIES: Dict[str, Family] = {
     f.name: f
     for f in (
-        Family("mean_field", MeanFieldPosterior, _from_layers(MeanFieldPosterior), ("whiten", "q_sqrt_scales"),
+        Family("mean_field", MeanFieldPosterior, init.from_layers, ("whiten", "q_sqrt_scales"),
                "kmeans", "DSVI mean-field (Salimbeni & Deisenroth 2017)"),
-        Family("fully_coupled", FullyCoupledPosterior, _from_layers(FullyCoupledPosterior),
+        Family("fully_coupled", FullyCoupledPosterior, init.from_layers,
                ("whiten", "inner_scale", "precondition_offdiagonal"), "kmeans",
                "fully-coupled Gaussian over all layers (Lindinger et al. 2020)",
                eval_row_samples=8192),
-        Family("stripes_arrow", StripesArrowPosterior, _from_layers(StripesArrowPosterior),
+        Family("stripes_arrow", StripesArrowPosterior, init.from_layers,
                ("whiten", "inner_scale", "stripes", "arrow", "precondition_offdiagonal"), "kmeans",
                "stripes-and-arrow coupled Gaussian (Lindinger et al. 2020)"),
-        Family("global", GlobalInducingPosterior, _global_gp,
+        Family("global", GlobalInducingPosterior, init.global_inducing,
                _GI + ("log_precision_hidden", "log_precision_output"), None,
                "global inducing points (Ober & Aitchison 2021)", positive_transform="exp"),
-        Family("local", LocalInducingPosterior, _local, ("precision", "kl", "residual_mean", "rho", "log_precision"),
+        Family("local", LocalInducingPosterior, init.local_inducing,
+               ("precision", "kl", "residual_mean", "rho", "log_precision"),
                "normal", "local inducing with pseudo-data (Ober & Aitchison 2021)", positive_transform="exp"),
     )
 }
+
+_FFG_U = ("lambda_init", "lambda_max", "sd_init", "sd_max", "d_init", "jitter")
+_ENSEMBLE_U = ("num_members", "lambda_init", "lambda_max", "d_init", "jitter", "member_spread", "prior_regulariser")
+_ENSEMBLE_W = ("num_members", "prior_regulariser")
 
 #: BNN families (``build_bnn(posterior=...)``, ``DeepGP(dense_layers, ..., posterior=...)``).
 BNN_FAMILIES: Dict[str, Family] = {
     f.name: f
     for f in (
-        Family("factorised", FactorisedWeightPosterior, _factorised_bnn, ("local_reparameterisation",), None,
+        Family("factorised", FactorisedWeightPosterior, init.factorised_weights, ("local_reparameterisation",), None,
                "factorised Gaussian weights (fac)"),
-        Family("local", LocalInducingPosterior, _local, ("precision", "kl", "rho", "log_precision"), "features",
-               "local inducing features (li)"),
-        Family("global", GlobalInducingPosterior, _global_bnn, ("precision", "kl", "last_layer", "rho", "space"), None,
-               "global inducing points (gi)"),
-        Family("factorised_global", FactorisedGlobalPosterior, _hybrid_bnn(FactorisedGlobalPosterior),
+        Family("local", LocalInducingPosterior, init.local_inducing, ("precision", "kl", "rho", "log_precision"),
+               "features", "local inducing features (li)"),
+        Family("global", GlobalInducingPosterior, init.global_weights, ("precision", "kl", "last_layer", "rho", "space"),
+               None, "global inducing points (gi)"),
+        Family("factorised_global", FactorisedGlobalPosterior, init.factorised_below_global,
                ("precision", "kl", "last_layer", "rho"), None,
                "factorised lower layers, global-inducing last layer (fac->gi)"),
-        Family("random_global", RandomGlobalPosterior, _hybrid_bnn(RandomGlobalPosterior),
+        Family("random_global", RandomGlobalPosterior, init.factorised_below_global,
                ("precision", "kl", "last_layer", "rho"), None,
                "prior lower layers, global-inducing last layer (rand->gi)"),
-        Family("ffg_u", FFGInducingPosterior, _inducing_weights(FFGInducingPosterior),
-               ("lambda_init", "lambda_max", "sd_init", "sd_max", "d_init", "jitter"), None,
+        Family("ffg_u", FFGInducingPosterior, init.inducing_weights, _FFG_U, None,
                "inducing weights, factorised Gaussian q(U) (FFG-U, Ritter et al. 2021)"),
-        Family("ensemble_u", EnsembleInducingPosterior, _inducing_weights(EnsembleInducingPosterior),
-               ("num_members", "lambda_init", "lambda_max", "d_init", "jitter", "member_spread",
-                "prior_regulariser"), None, "inducing weights, ensemble of point masses q(U) (Ensemble-U)"),
-        Family("ensemble_w", EnsembleWeightPosterior, _ensemble_w, ("num_members", "prior_regulariser"), None,
+        Family("ensemble_u", EnsembleInducingPosterior, init.inducing_weights, _ENSEMBLE_U, None,
+               "inducing weights, ensemble of point masses q(U) (Ensemble-U)"),
+        Family("ensemble_w", EnsembleWeightPosterior, init.ensemble_weights, _ENSEMBLE_W, None,
+               "ensemble of point-mass weights (Ensemble-W)"),
+    )
+}
+
+_CONV = ("log_precision_init", "dense_precision", "kl", "rho")
+
+#: Convolutional BNN families (``build_conv_bnn(posterior=...)``): one :class:`ConvNetPosterior`
+#: whose weighted layers are all factorised, local or global, or factorised below a global last
+#: layer; and the inducing-weight families of the BNN table on the network's weighted layers
+#: (a filter is the ``[C_out, k k C_in + 1]`` matrix).
+CONV_BNN_FAMILIES: Dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("factorised", ConvNetPosterior, init.convolutional_network, _CONV, None,
+               "factorised Gaussian weights in every layer", initialiser_options={"network_family": "factorised"}),
+        Family("local", ConvNetPosterior, init.convolutional_network, _CONV, "images",
+               "local inducing images and features in every layer",
+               initialiser_options={"network_family": "local"}),
+        Family("global", ConvNetPosterior, init.convolutional_network, _CONV, None,
+               "global inducing images, propagated through every layer (gi)",
+               initialiser_options={"network_family": "global"}),
+        Family("factorised_global", ConvNetPosterior, init.convolutional_network, _CONV, None,
+               "factorised lower layers, global-inducing last layer (fac->gi)",
+               initialiser_options={"network_family": "factorised_global"}),
+        Family("ffg_u", FFGInducingPosterior, init.inducing_weights, _FFG_U, None,
+               "inducing weights, factorised Gaussian q(U) (FFG-U, Ritter et al. 2021)"),
+        Family("ensemble_u", EnsembleInducingPosterior, init.inducing_weights, _ENSEMBLE_U, None,
+               "inducing weights, ensemble of point masses q(U) (Ensemble-U)"),
+        Family("ensemble_w", EnsembleWeightPosterior, init.ensemble_weights, _ENSEMBLE_W, None,
                "ensemble of point-mass weights (Ensemble-W)"),
     )
 }
 
 
 def _table_for(layers) -> Tuple[str, Dict[str, Family]]:
-    from .posteriors.inducing import has_feature_map
+    from .posteriors.weight_space import has_feature_map
 
     if layers and all(has_feature_map(layer) for layer in layers):
         return "BNN", BNN_FAMILIES

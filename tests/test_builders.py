@@ -66,8 +66,11 @@ def test_global_inducing_takes_inducing_inputs_from_data(rng):
     U0 = model.posterior.inducing_inputs.numpy()
     # every inducing input is a training input
     assert all(np.min(np.abs(X - u).sum(axis=1)) < 1e-12 for u in U0)
-    with pytest.raises(ValueError, match="num_inducing=81 exceeds the number of data points N=80"):
-        dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=81)
+    # M > N: the one policy of deepgp_gi.initialisation (N(0, 1) rows), for every model kind
+    many = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=81, seed=3)
+    assert many.posterior.inducing_inputs.shape == (81, X.shape[1])
+    with pytest.raises(ValueError, match="num_inducing=81 exceeds the number of data points N=80.*k-means"):
+        dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=81)
 
 
 def _positive_parameters(model):

@@ -27,12 +27,8 @@ from deepgp_gi.layers import DenseLayer  # noqa: E402
 from deepgp_gi.models import DeepGP  # noqa: E402
 from deepgp_gi.priors import NealPrior  # noqa: E402
 from deepgp_gi.noise import FixedNoise, SeededNoise  # noqa: E402
-from deepgp_gi.posteriors.inducing import (  # noqa: E402
-    GlobalInducingPosterior,
-    LocalInducingPosterior,
-    global_inducing_from_data,
-    local_inducing_from_data,
-)
+from deepgp_gi.initialisation import global_inducing_from_data, local_inducing_from_data  # noqa: E402
+from deepgp_gi.posteriors.inducing import GlobalInducingPosterior, LocalInducingPosterior  # noqa: E402
 from deepgp_gi.posteriors.pseudo_data import (  # noqa: E402
     analytic_kl,
     log_ratio,
@@ -741,7 +737,12 @@ def test_bad_arguments_name_the_argument():
         LocalInducingPosterior(local_layers, precision="banded")
     X, Y = regression_data(N=6)
     with pytest.raises(ValueError, match="num_inducing"):
-        global_inducing_from_data(layers, X, Y, 7)
+        global_inducing_from_data(layers, X, Y, 0)
+    # M > N: the one policy of deepgp_gi.initialisation (every row drawn N(0, 1), not data rows)
+    many = global_inducing_from_data(layers, X, Y, 7, seed=0)
+    U0 = many.inducing_inputs.numpy()
+    assert U0.shape == (7, X.shape[1])
+    assert not any(np.allclose(u, x) for u in U0 for x in X)
     with pytest.raises(ValueError, match="Y"):
         global_inducing_from_data(layers, X, np.zeros((6, 2)), 3)
     with pytest.raises(ValueError, match="X"):
