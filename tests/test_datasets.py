@@ -1,5 +1,6 @@
 """Tests for deepgp_gi.datasets: bundled UCI splits and toy data generators."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ from deepgp_gi.datasets import (
     load_uci_raw,
 )
 
-SHARED = Path("/work/shared/data/uci")
+# the original UCI folders (Gal et al. splits), when a checkout has them: DEEPGP_GI_UCI_SOURCE=/path
+SHARED = Path(os.environ.get("DEEPGP_GI_UCI_SOURCE", "/nonexistent"))
 BUNDLE = Path(deepgp_gi.datasets.__file__).parent / "data" / "uci"
 
 # short name -> (N, D, number of splits), from the table in the source README.

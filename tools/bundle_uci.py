@@ -14,7 +14,7 @@ number of splits are compared with the table in the source README.
 
 Usage::
 
-    python tools/bundle_uci.py [--src /work/shared/data/uci] [--dst deepgp_gi/data/uci]
+    python tools/bundle_uci.py --src PATH/TO/UCI/FOLDERS [--dst deepgp_gi/data/uci]
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def convert(folder: Path, expected: tuple[int, int, int]) -> dict[str, np.ndarra
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--src", type=Path, default=Path("/work/shared/data/uci"))
+    parser.add_argument("--src", type=Path, required=True,
+                        help="the folder holding the original UCI data folders and their split index files")
     parser.add_argument("--dst", type=Path, default=REPO_ROOT / "deepgp_gi" / "data" / "uci")
     args = parser.parse_args(argv)
 
