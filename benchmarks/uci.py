@@ -588,7 +588,9 @@ def render_extrapolation(records: List[Dict]) -> str:
 
 
 def plot_calibration(records: List[Dict], path: str) -> bool:
-    """Observed against nominal coverage of the central predictive intervals, one panel per dataset."""
+    """Observed against nominal coverage of the central predictive intervals: one panel per (dataset,
+    step budget) and in it one line per configuration (a row of the extrapolation table), so that a
+    method run at two budgets is not listed twice in a panel; a method keeps its colour in every panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -596,22 +598,32 @@ def plot_calibration(records: List[Dict], path: str) -> bool:
     from deepgp_gi.metrics import calibration_curve
 
     runs = _extrapolation_runs(records)
-    datasets = sorted({k[0] for k in runs})
-    if not datasets:
+    if not runs:
         return False
-    fig, axes = plt.subplots(1, len(datasets), figsize=(4 * len(datasets), 3.8), squeeze=False)
-    for ax, d in zip(axes[0], datasets):
-        for i, ((d2, depth, steps, method), rs) in enumerate(sorted(runs.items())):
-            if d2 != d:
+    datasets = sorted({d for d, _, _, _ in runs})
+    budgets = sorted({steps for _, _, steps, _ in runs})
+    methods = sorted({(method, depth) for _, depth, _, method in runs})
+    cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
+    colour = {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+    fig, axes = plt.subplots(len(datasets), len(budgets), figsize=(4.2 * len(budgets), 3.8 * len(datasets)),
+                             squeeze=False)
+    for row, d in zip(axes, datasets):
+        for ax, steps in zip(row, budgets):
+            panel = sorted(((method, depth), rs) for (d2, depth, s2, method), rs in runs.items()
+                           if (d2, s2) == (d, steps))
+            if not panel:
+                ax.set_title(f"{d}, {steps} steps: not run", fontsize=9)
+                ax.axis("off")
                 continue
-            levels, observed = calibration_curve(np.concatenate([np.asarray(r["test_pit"]) for r in rs]))
-            ax.plot(np.r_[0, levels], np.r_[0, observed], marker="o", ms=3, color=f"C{i}",
-                    label=f"{method}-{depth} ({len(rs)} sp, {steps} st)")
-        ax.plot([0, 1], [0, 1], "k--", lw=1, label="calibrated")
-        ax.set_title(f"{d}, extrapolation")
-        ax.set_xlabel("nominal coverage of central interval")
-        ax.set_ylabel("observed coverage")
-        ax.legend(fontsize=7)
+            for (method, depth), rs in panel:
+                levels, observed = calibration_curve(np.concatenate([np.asarray(r["test_pit"]) for r in rs]))
+                ax.plot(np.r_[0, levels], np.r_[0, observed], marker="o", ms=3, color=colour[(method, depth)],
+                        label=f"{method}-{depth} ({len(rs)} split{'s' if len(rs) > 1 else ''})")
+            ax.plot([0, 1], [0, 1], "k--", lw=1, label="calibrated")
+            ax.set_title(f"{d}, extrapolation, {steps} steps")
+            ax.set_xlabel("nominal coverage of central interval")
+            ax.set_ylabel("observed coverage")
+            ax.legend(fontsize=7)
     fig.suptitle(f"Regenerate: {REPORT_COMMAND}", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

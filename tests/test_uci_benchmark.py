@@ -272,3 +272,47 @@ def test_extrapolation_section_against_hand_computation(uci, tmp_path):
     bad = dict(lines[0], test_ll_points=[0.0])
     with pytest.raises(ValueError, match="test points"):
         uci.star_beats_frequency(bad, lines[1])
+
+
+def test_calibration_plot_draws_each_configuration_once(uci, tmp_path, monkeypatch):
+    """The report's extrapolation lines of one method at two step budgets (and the plain-STAR
+    variant) are different configurations: each is one line, in a panel of its dataset and step
+    budget, so that no method is listed twice in a panel; a method keeps its colour in every panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(1)
+    lines = []
+    for dataset in ("concrete", "kin8nm"):
+        for steps in (2000, 10000):
+            for post, extra in (("mean_field", {}), ("stripes_arrow", {"offdiagonal": "preconditioned"}),
+                                ("stripes_arrow", {"offdiagonal": "plain"})):
+                for split in (0, 1):
+                    lines.append(_line(split, 0.01, -1.0, -0.5, 3.0, dataset=dataset, posterior=post, steps=steps,
+                                       depth=3, protocol="extrapolation", test_ll_points=[0.0],
+                                       test_pit=rng.uniform(size=40).tolist(), **extra))
+    lines = [r for r in lines if not (r["dataset"] == "kin8nm" and r["steps"] == 2000 and r.get("offdiagonal") == "plain")]
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    assert uci.plot_calibration([uci.with_legacy_values(r) for r in lines], str(tmp_path / "calibration.png"))
+    (fig,) = figures
+    colours, drawn = {}, []
+    for ax in fig.axes:
+        handles, labels = ax.get_legend_handles_labels()
+        configs = [label.rsplit(" (", 1)[0] for label in labels if label != "calibrated"]  # e.g. mean_field-3
+        assert len(configs) == len(set(configs)), labels  # no configuration twice in a panel
+        steps = [s for s in (2000, 10000) if f"{s} steps" in ax.get_title()]
+        assert len(steps) == 1, ax.get_title()
+        for handle, label in zip(handles, labels):
+            if label != "calibrated":
+                drawn.append((ax.get_title().split(",")[0], steps[0], label))
+                colours.setdefault(label.rsplit(" (", 1)[0], set()).add(matplotlib.colors.to_hex(handle.get_color()))
+    expected = {(r["dataset"], r["steps"], r["posterior"] + (" (plain)" if r.get("offdiagonal") == "plain" else ""))
+                for r in lines}
+    assert len(drawn) == len(expected) == 11  # each configuration once
+    assert {(d, s, label.split("-3 (")[0]) for d, s, label in drawn} == expected
+    assert all(label.endswith("-3 (2 splits)") for _, _, label in drawn)
+    assert all(len(c) == 1 for c in colours.values()), colours  # one colour per method in every panel
+    assert len({c for cs in colours.values() for c in cs}) == 3
