@@ -1,0 +1,269 @@
+"""The medium UCI sets (kin8nm, naval, power, protein): tables beside the published deep-GP numbers,
+test LL against wall time, and the "which posterior to pick" decision table.
+
+    python benchmarks/medium.py report [--results benchmarks/results/medium] [--small benchmarks/results/uci]
+        [--out-dir benchmarks/results/medium]
+
+The runs come from the sweep (``benchmarks/sweeps/medium.toml``, see its header for the protocol):
+
+    python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml --out benchmarks/results/medium/medium.jsonl --threads 1
+
+``report`` reads every ``*.jsonl`` under ``--results`` (the medium runs) and ``--small`` (the small-set
+sweep), and writes ``medium.md`` (per data set: our rows beside O&A Table 10 with the two-SE verdict,
+then every published deep-GP number in ``published.csv`` and the gap of our best row to the best of
+them; the pending groups; the decision table over both sweeps) and ``test_ll_vs_time.png``. The
+decision table is also written to ``docs/choosing_a_posterior.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+from collections import defaultdict
+from typing import Dict, List, Optional
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import uci  # noqa: E402  (benchmarks/uci.py: the sweep's reading and summarising)
+
+MEDIUM = ("kin8nm", "power", "naval", "protein")
+DEFAULT_RESULTS = os.path.join(HERE, "results", "medium")
+DEFAULT_SMALL = os.path.join(HERE, "results", "uci")
+SWEEP = os.path.join(HERE, "sweeps", "medium.toml")
+PUBLISHED = os.path.join(DEFAULT_RESULTS, "published.csv")
+DECISION_DOC = os.path.join(ROOT, "docs", "choosing_a_posterior.md")
+COMMAND = "python benchmarks/medium.py report"
+#: Wall-time budgets (training, on this 2-core machine, one TensorFlow thread) of the decision table.
+BUDGETS_S = (300.0, 1800.0, math.inf)
+
+
+def load_published(path: str = PUBLISHED) -> List[Dict]:
+    with open(path) as fh:
+        rows = list(csv.DictReader(r for r in fh if not r.startswith("#")))
+    for r in rows:
+        r["test_ll"] = float(r["test_ll"])
+        r["se"] = float(r["se"]) if r["se"] else float("nan")
+        r["depth"] = int(r["depth"]) if r["depth"] else None
+    return rows
+
+
+def _records(folder: str) -> List[Dict]:
+    out = []
+    if not os.path.isdir(folder):
+        return out
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".jsonl"):
+            out += uci.read_records(os.path.join(folder, name))
+    return out
+
+
+def _label(s: Dict) -> str:
+    return f"{s['posterior']}-{s['depth']}"
+
+
+def _train_time(rows: List[Dict]) -> float:
+    return float(np.median([r["train_time_s"] for r in rows]))
+
+
+def summaries(records: List[Dict], reference: Dict) -> List[Dict]:
+    """Deep-GP rows on the random splits (uci.summarise), with the median training wall time."""
+    records = [r for r in records if r.get("model") == "gp" and r.get("protocol", "random") == "random"]
+    runs = uci.select_runs(records)
+    out = uci.summarise(records, reference)
+    for s, rows in zip(out, runs.values()):
+        s["train_time_s"] = _train_time(rows)
+        s["label"] = _label(s)
+    return out
+
+
+def _fmt(pair, digits=2) -> str:
+    m, se = pair
+    return uci._fmt(m, se, digits)
+
+
+def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> List[str]:
+    lines = [f"### {dataset}", ""]
+    ours = sorted((s for s in rows if s["dataset"] == dataset), key=lambda s: (s["posterior"], s["depth"]))
+    if not ours:
+        lines += ["No finished runs yet.", ""]
+    else:
+        lines += ["| family | depth | splits | steps | batch | test LL | O&A Tab. 10 | within 2 SE | RMSE | ELBO/N | "
+                  "ms/step | train time |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for s in ours:
+            paper = s.get("paper_test_ll")
+            paper_txt = f"{paper[0]:.2f} ± {paper[1]:.2f}" if paper else "—"
+            ok = s.get("ok_test_ll")
+            verdict = "—" if ok is None else ("yes" if ok else "**no**")
+            lines.append(
+                f"| {s['posterior']} | {s['depth']} | {len(s['splits'])} | {s['steps']:,} | {s['batch_size'] or 'full'} | "
+                f"{_fmt(s['test_ll'])} | {paper_txt} | {verdict} | {_fmt(s['rmse'], 3)} | "
+                f"{_fmt(s['elbo_per_datapoint'])} | {s['ms_per_step']:.1f} | {s['train_time_s'] / 60:.1f} min |")
+        lines.append("")
+    pub = [p for p in published if p["dataset"] == dataset]
+    if pub:
+        best = max(pub, key=lambda p: p["test_ll"])
+        cells = ", ".join(f"{p['source']} {p['method']}{'-' + str(p['depth']) if p['depth'] else ''} "
+                          f"{p['test_ll']:.2f}" for p in pub)
+        lines.append(f"Published deep-GP test LL ({dataset}): {cells}.")
+        lines.append("")
+        if ours:
+            top = max(ours, key=lambda s: s["test_ll"][0])
+            gap = top["test_ll"][0] - best["test_ll"]
+            lines.append(f"Best published: {best['source']} {best['method']}"
+                         f"{'-' + str(best['depth']) if best['depth'] else ''} {best['test_ll']:.2f} ({best['protocol']}); "
+                         f"our best so far: {top['label']} {top['test_ll'][0]:.2f} "
+                         f"({'at or above' if gap >= 0 else f'{-gap:.2f} below'}).")
+            lines.append("")
+    return lines
+
+
+def _size_class(s: Dict) -> str:
+    return "medium (8k-46k rows)" if s["dataset"] in MEDIUM else "small (300-1,600 rows)"
+
+
+def decision_table(rows: List[Dict]) -> List[str]:
+    """For each data size, depth and training-time budget: the family with the best test LL (and
+    with the best ELBO) on most data sets, among the rows that finished within the budget."""
+    groups = defaultdict(list)
+    for s in rows:
+        groups[(_size_class(s), s["depth"])].append(s)
+    lines = ["| data size | depth | training budget | best test LL (wins / data sets) | best ELBO (wins / data sets) | "
+             "their ms/step | families compared |", "|---|---|---|---|---|---|---|"]
+    for (size, depth) in sorted(groups, key=lambda k: (k[0], k[1])):
+        cands = groups[(size, depth)]
+        for budget in BUDGETS_S:
+            fit = [s for s in cands if s["train_time_s"] <= budget]
+            datasets = sorted({s["dataset"] for s in fit})
+            if not fit:
+                continue
+            picks = {}
+            for metric in ("test_ll", "elbo_per_datapoint"):
+                wins = defaultdict(int)
+                for d in datasets:
+                    best = max((s for s in fit if s["dataset"] == d), key=lambda s: s[metric][0])
+                    wins[best["posterior"]] += 1
+                # ties: the cheaper family (median ms per step)
+                family = max(wins, key=lambda f: (wins[f], -np.median([s["ms_per_step"] for s in fit
+                                                                        if s["posterior"] == f])))
+                picks[metric] = (family, wins[family])
+            cost = []
+            for family in {picks["test_ll"][0], picks["elbo_per_datapoint"][0]}:
+                ms = [s["ms_per_step"] for s in fit if s["posterior"] == family]
+                cost.append(f"{family} {np.median(ms):.0f}")
+            budget_txt = "any" if math.isinf(budget) else f"≤ {budget / 60:.0f} min"
+            families = ", ".join(sorted({s["posterior"] for s in fit}))
+            lines.append(f"| {size} | {depth} | {budget_txt} | {picks['test_ll'][0]} ({picks['test_ll'][1]} / "
+                         f"{len(datasets)}) | {picks['elbo_per_datapoint'][0]} ({picks['elbo_per_datapoint'][1]} / "
+                         f"{len(datasets)}) | {', '.join(sorted(cost))} | {families} |")
+    return lines
+
+
+def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    medium = [s for s in rows if s["dataset"] in MEDIUM]
+    if not medium:
+        return False
+    fig, axes = plt.subplots(2, 2, figsize=(10, 8))
+    families = sorted({s["posterior"] for s in medium})
+    colours = {f: plt.cm.tab10(i) for i, f in enumerate(families)}
+    markers = {2: "o", 3: "s", 4: "^", 5: "D"}
+    for ax, dataset in zip(axes.ravel(), MEDIUM):
+        for s in (s for s in medium if s["dataset"] == dataset):
+            m, se = s["test_ll"]
+            ax.errorbar(s["train_time_s"] / 60, m, yerr=0 if not np.isfinite(se) else se, fmt=markers.get(s["depth"], "x"),
+                        color=colours[s["posterior"]], capsize=3, markersize=7)
+        pub = [p for p in published if p["dataset"] == dataset]
+        if pub:
+            best = max(pub, key=lambda p: p["test_ll"])
+            ax.axhline(best["test_ll"], color="grey", ls="--", lw=1)
+            ax.annotate(f"best published: {best['source']} {best['method']} {best['test_ll']:.2f}",
+                        xy=(0.02, 0.97), xycoords="axes fraction", va="top", fontsize=8, color="grey")
+        ax.set_title(dataset)
+        ax.set_xlabel("training wall time (min, 1 thread)")
+        ax.set_ylabel("test log-likelihood")
+        ax.grid(alpha=0.3)
+    handles = [plt.Line2D([], [], color=colours[f], marker="o", ls="", label=f) for f in families]
+    handles += [plt.Line2D([], [], color="k", marker=mk, ls="", label=f"depth {d}") for d, mk in markers.items()
+                if any(s["depth"] == d for s in medium)]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def cmd_report(args) -> int:
+    reference = uci.load_reference()
+    published = load_published(os.path.join(args.results, "published.csv"))
+    medium_records = _records(args.results)
+    rows = summaries(medium_records, reference)
+    small = [s for s in summaries(_records(args.small), reference) if s["dataset"] not in MEDIUM]
+    lines = [
+        "# Medium UCI sets: kin8nm, naval, power, protein",
+        "",
+        f"Generated by `{COMMAND}` from `benchmarks/results/medium/*.jsonl` (the sweep "
+        "`python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml --out benchmarks/results/medium/medium.jsonl "
+        "--threads 1`). Protocol: the bundled random 90/10 splits, M = 100, Adam 0.01, one training sample, "
+        "minibatch 1,000 (the papers: 10,000; see the sweep file for why), the papers' 20,000 steps unless a row "
+        "says otherwise; test LL with 100 samples; ELBO/N estimated on the training set to SE 0.01. Times: one "
+        "TensorFlow thread on a 2-core CPU shared with other work, so ms/step is an upper bound.",
+        f"{len(medium_records)} finished runs.",
+        "",
+        "## Our rows beside the published numbers",
+        "",
+    ]
+    for dataset in MEDIUM:
+        lines += render_dataset(dataset, rows, published)
+    lines += ["## Pending groups", ""]
+    pending = uci.pending_groups(SWEEP)
+    for name, reason in pending:
+        lines.append(f"- `{name}`: {reason}.")
+    lines += ["", "## Which posterior to pick", ""]
+    table = decision_table(rows + small)
+    lines += table
+    lines += ["", "Rows: for the data sets of that size and the depth, the family whose row has the best mean test LL "
+              "(resp. ELBO) on most data sets, among the rows whose median training wall time fits the budget; a tie "
+              "goes to the cheaper family (median ms per step). Small sets: `benchmarks/results/uci` (5,000 full-batch steps); medium sets: this "
+              "sweep. Groups of the sweep not yet run are missing from the comparison (see above).", ""]
+    os.makedirs(args.out_dir, exist_ok=True)
+    if plot_time(rows, published, os.path.join(args.out_dir, "test_ll_vs_time.png")):
+        lines += ["![test LL against training time](test_ll_vs_time.png)", ""]
+    with open(os.path.join(args.out_dir, "medium.md"), "w") as fh:
+        fh.write("\n".join(lines))
+    doc = ["# Choosing a posterior", "", "Generated by `" + COMMAND + "` from the UCI result files "
+           "(`benchmarks/results/uci/*.jsonl`, `benchmarks/results/medium/*.jsonl`); the full tables are in "
+           "`benchmarks/results/medium/medium.md` and `benchmarks/results/uci/uci.md`.", ""] + table + [
+           "", "Budgets are training wall time on a 2-core CPU with one TensorFlow thread; a family missing from a "
+           "row was not run there yet.", ""]
+    with open(args.decision_doc, "w") as fh:
+        fh.write("\n".join(doc))
+    print(f"wrote {os.path.join(args.out_dir, 'medium.md')} and {args.decision_doc} ({len(rows)} medium rows)")
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("report")
+    rep.add_argument("--results", default=DEFAULT_RESULTS)
+    rep.add_argument("--small", default=DEFAULT_SMALL)
+    rep.add_argument("--out-dir", default=DEFAULT_RESULTS)
+    rep.add_argument("--decision-doc", default=DECISION_DOC)
+    rep.set_defaults(func=cmd_report)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

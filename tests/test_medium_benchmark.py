@@ -1,0 +1,56 @@
+"""benchmarks/medium.py: the decision table and the per-data-set tables from synthetic result rows."""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
+
+import medium  # noqa: E402
+
+
+def _row(dataset, posterior, depth, test_ll, elbo, minutes, ms):
+    return dict(dataset=dataset, posterior=posterior, depth=depth, test_ll=(test_ll, 0.01),
+                elbo_per_datapoint=(elbo, 0.01), rmse=(0.1, 0.01), train_time_s=60.0 * minutes, ms_per_step=ms,
+                splits=[0, 1, 2], steps=20000, batch_size=1000, label=f"{posterior}-{depth}",
+                paper_test_ll=None, ok_test_ll=None)
+
+
+def test_the_decision_table_picks_per_budget_and_counts_wins():
+    rows = [
+        _row("kin8nm", "mean_field", 2, 1.30, -0.20, 40, 90), _row("kin8nm", "global", 2, 1.36, -0.10, 20, 40),
+        _row("power", "mean_field", 2, -2.70, 0.01, 40, 90), _row("power", "global", 2, -2.75, 0.05, 20, 40),
+        _row("naval", "mean_field", 2, 7.5, 3.0, 40, 90), _row("naval", "global", 2, 8.0, 3.9, 20, 40),
+    ]
+    lines = medium.decision_table(rows)
+    under_30 = [line for line in lines if "≤ 30 min" in line]
+    assert len(under_30) == 1 and "| global (3 / 3) | global (3 / 3) |" in under_30[0]
+    # without a budget mean-field joins: global still wins the test LL on 2 of 3, the ELBO on 3 of 3
+    any_budget = [line for line in lines if "| any |" in line][0]
+    assert "| global (2 / 3) | global (3 / 3) |" in any_budget and "mean_field" in any_budget
+    assert not [line for line in lines if "≤ 5 min" in line]  # nothing finished within 5 minutes
+
+
+def test_a_tie_goes_to_the_cheaper_family():
+    rows = [_row("kin8nm", "stripes_arrow", 3, 1.40, 0.0, 10, 200), _row("kin8nm", "mean_field", 3, 1.30, 0.1, 10, 50),
+            _row("power", "stripes_arrow", 3, -2.80, 0.0, 10, 200), _row("power", "mean_field", 3, -2.70, 0.1, 10, 50)]
+    line = [line for line in medium.decision_table(rows) if "| any |" in line][0]
+    assert "| mean_field (1 / 2) | mean_field (2 / 2) |" in line
+
+
+def test_the_dataset_table_states_the_gap_to_the_best_published_number():
+    rows = [_row("kin8nm", "global", 2, 1.36, -0.10, 20, 40)]
+    published = [dict(dataset="kin8nm", source="BSGP", method="BSGP", depth=None, test_ll=1.43, se=float("nan"),
+                      protocol="80/20"),
+                 dict(dataset="kin8nm", source="DSVI", method="DGP", depth=2, test_ll=1.34, se=0.01,
+                      protocol="random 90/10")]
+    text = "\n".join(medium.render_dataset("kin8nm", rows, published))
+    assert "Best published: BSGP BSGP 1.43 (80/20); our best so far: global-2 1.36 (0.07 below)." in text
+    assert "| global | 2 | 3 | 20,000 | 1000 | 1.36 ± 0.01 |" in text
+
+
+def test_the_published_table_parses():
+    rows = medium.load_published()
+    assert {r["dataset"] for r in rows} == set(medium.MEDIUM)
+    assert max(r["test_ll"] for r in rows if r["dataset"] == "protein") == pytest.approx(-2.43)
