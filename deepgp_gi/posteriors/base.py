@@ -116,6 +116,13 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
         return source, tf.broadcast_to(X[None], tf.concat([[num_samples], tf.shape(X)], 0))
 
     def sample_last_layer(self, mean, var, noise_source: NoiseSource) -> tf.Tensor:
-        """Draw the last layer's sample from its conditional marginals (name ``f/{L-1}``)."""
-        eps = noise_source.normal(f"f/{self.depth - 1}", tf.shape(mean), mean.dtype)
+        """Draw the last layer's sample from its conditional marginals (name ``f/{L-1}``, ``L``
+        the number of layers the noise names count: :attr:`depth`, or the weighted layers of a
+        convolutional network)."""
+        eps = noise_source.normal(f"f/{self._num_noise_layers - 1}", tf.shape(mean), mean.dtype)
         return mean + tf.sqrt(tf.maximum(var, 0.0)) * eps
+
+    @property
+    def _num_noise_layers(self) -> int:
+        """How many layers the noise names ``"f/{l}"``, ``"w/{l}"`` count."""
+        return self.depth

@@ -44,16 +44,7 @@ from ..noise import NoiseLike, NoiseSource
 from ..validation import check_choice, check_finite_array, check_positive_float, per_layer_floats, per_layer_list
 from .base import DeepPosterior, Propagation
 from .prior_scales import PriorPrecisions
-from .pseudo_data import (
-    KL_MODES,
-    PRECISIONS,
-    PseudoData,
-    analytic_kl,
-    gram_posterior,
-    log_ratio,
-    regulariser,
-    sample_weights,
-)
+from .pseudo_data import KL_MODES, PRECISIONS, PseudoData, draw_weights, gram_posterior, regulariser
 from .weight_space import factorised_kl, factorised_weights, local_reparameterisation_moments
 
 __all__ = ["ConvNetPosterior", "CONV_FAMILIES", "LAYER_POSTERIORS"]
@@ -202,9 +193,10 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         state.samples.append(self.sample_last_layer(state.mean, state.var, source))
         return Propagation(samples=state.samples, mean=state.mean, var=state.var, kl=state.kl)
 
-    def sample_last_layer(self, mean, var, noise_source: NoiseSource) -> tf.Tensor:
-        eps = noise_source.normal(f"f/{len(self._weighted) - 1}", tf.shape(mean), mean.dtype)
-        return mean + tf.sqrt(tf.maximum(var, 0.0)) * eps
+    @property
+    def _num_noise_layers(self) -> int:
+        """Noise names count the weighted layers."""
+        return len(self._weighted)
 
     def _run(self, layers, H, S: int, source: NoiseSource, state: _RunState):
         M = self.num_inducing
@@ -254,7 +246,6 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
                 raise ValueError("a dense layer's prior precision must be a scalar per sample")
             L, w_mean = pseudo.posterior(U, p)
         z = source.normal(f"w/{j}", [S, layer.fan_in, layer.output_dim], dtype)
-        W = sample_weights(L, w_mean, z)
-        kl = analytic_kl(L, w_mean, p) if self.kl_mode == "analytic" else None
-        state.kl = state.kl + regulariser(log_ratio(L, W, z, p), kl)
+        W, lr, kl = draw_weights(L, w_mean, z, p, analytic=self.kl_mode == "analytic")
+        state.kl = state.kl + regulariser(lr, kl)
         return apply_weights(layer, Phi, W)

@@ -73,10 +73,9 @@ from .pseudo_data import (
     PRECISIONS,
     PseudoData,
     analytic_kl,
-    log_ratio,
+    draw_weights,
     marginal_variance,
     regulariser,
-    sample_weights,
 )
 from .weight_space import WeightSpaceStep, has_feature_map, weight_space_layer
 
@@ -122,11 +121,6 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
             PseudoData(V, kind, lp, self.rho, name=f"pseudo_data_{l}")
             for l, (V, kind, lp) in enumerate(zip(V_init, self.precision, log_precision_init))
         ]
-
-    def _function_space_terms(self, L, a_mean, a, eps):
-        """``(log_ratio [S], kl [S] or None)`` of one function-space layer."""
-        kl = analytic_kl(L, a_mean) if self.kl_mode == "analytic" else None
-        return log_ratio(L, a, eps), kl
 
     def _weight_step(self, l: int, Phi, num_inducing: int, S: int, source: NoiseSource,
                      marginal: bool = False) -> WeightSpaceStep:
@@ -287,8 +281,7 @@ class GlobalInducingPosterior(_InducingPosterior):
                 L_K = inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
                 L_B, a_mean = self.pseudo_data[l].posterior(L_K)
                 eps = source.normal(f"u/{l}", [S, M, layer.output_dim], dtype)
-                a = sample_weights(L_B, a_mean, eps)
-                lr, kl = self._function_space_terms(L_B, a_mean, a, eps)
+                a, lr, kl = draw_weights(L_B, a_mean, eps, analytic=self.kl_mode == "analytic")
                 A = whitened_projection(L_K, layer.K(U, F))
                 prior_mean = layer_mean(layer, F, self.residual_mean)
                 mean = conditional_mean(A, a, prior_mean)
@@ -469,9 +462,8 @@ class LocalInducingPosterior(_InducingPosterior):
                 var = residual_variance(layer, F, A)[..., None] + marginal_variance(L_B, A, P)
             else:
                 eps = source.normal(f"u/{l}", [S, M, P], dtype)
-                a_mean_S = tf.broadcast_to(a_mean, [S, M, P])
-                a = sample_weights(L_B, a_mean_S, eps)
-                regularisers.append(-log_ratio(L_B, a, eps))
+                a, lr, _ = draw_weights(L_B, tf.broadcast_to(a_mean, [S, M, P]), eps)
+                regularisers.append(-lr)
                 mean = conditional_mean(A, a, prior_mean)
                 var = tf.broadcast_to(residual_variance(layer, F, A)[..., None], tf.shape(mean))
             if last:

@@ -171,6 +171,13 @@ def _gram_root(Z: tf.Tensor, name: str) -> tf.Tensor:
     return safe_cholesky(tf.linalg.matmul(Z, Z, transpose_b=True), name=name)
 
 
+def _psi_cholesky(Z: tf.Tensor, D: tf.Tensor, jitter: float, name: str):
+    """``(D_eff [M], chol(Psi) [M, M])`` of one side, ``Psi = Z Z^T + diag(D_eff^2)`` with the
+    jitter folded into ``D`` (:func:`effective_diagonal`)."""
+    D = effective_diagonal(Z, D, jitter)
+    return D, safe_cholesky(inducing_covariance(Z, D), name=name)
+
+
 @check_shapes(
     "Z_r: [M_out, d_out]",
     "Z_c: [M_in, d_in]",
@@ -180,10 +187,8 @@ def _gram_root(Z: tf.Tensor, name: str) -> tf.Tensor:
 def matheron_factors(Z_r, Z_c, D_r, D_c, jitter: float = 0.0) -> MatheronFactors:
     """Choleskies of ``Psi_r``, ``Psi_c``, the projections ``B = L^{-1} Z`` (triangular solves)
     and the roots of ``Z Z^T``; computed once per step and shared by every sample."""
-    D_r = effective_diagonal(Z_r, D_r, jitter)
-    D_c = effective_diagonal(Z_c, D_c, jitter)
-    L_r = safe_cholesky(inducing_covariance(Z_r, D_r), name="Psi_r")
-    L_c = safe_cholesky(inducing_covariance(Z_c, D_c), name="Psi_c")
+    D_r, L_r = _psi_cholesky(Z_r, D_r, jitter, "Psi_r")
+    D_c, L_c = _psi_cholesky(Z_c, D_c, jitter, "Psi_c")
     B_r = tf.linalg.triangular_solve(L_r, Z_r, lower=True)
     B_c = tf.linalg.triangular_solve(L_c, Z_c, lower=True)
     return MatheronFactors(L_r, L_c, B_r, B_c, _gram_root(Z_r, "Z_r Z_r^T"), _gram_root(Z_c, "Z_c Z_c^T"),
@@ -201,10 +206,8 @@ def matheron_factors(Z_r, Z_c, D_r, D_c, jitter: float = 0.0) -> MatheronFactors
 def conditional_projections(Z_r, Z_c, D_r, D_c, jitter: float = 0.0):
     """``T_r = Z_r^T Psi_r^{-1}`` and ``T_c = Psi_c^{-1} Z_c`` by Cholesky solves (no inverse):
     ``E[W | U] = sigma T_r U T_c``."""
-    D_r = effective_diagonal(Z_r, D_r, jitter)
-    D_c = effective_diagonal(Z_c, D_c, jitter)
-    L_r = safe_cholesky(inducing_covariance(Z_r, D_r), name="Psi_r")
-    L_c = safe_cholesky(inducing_covariance(Z_c, D_c), name="Psi_c")
+    _, L_r = _psi_cholesky(Z_r, D_r, jitter, "Psi_r")
+    _, L_c = _psi_cholesky(Z_c, D_c, jitter, "Psi_c")
     T_r = tf.linalg.matrix_transpose(tf.linalg.cholesky_solve(L_r, Z_r))
     T_c = tf.linalg.cholesky_solve(L_c, Z_c)
     return T_r, T_c

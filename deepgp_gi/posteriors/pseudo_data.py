@@ -16,8 +16,9 @@ pseudo-outputs ``V`` ``[M, P]`` observed with noise precisions ``Lambda`` at M r
   weights are the layer's weights.
 
 One routine (:func:`pseudo_data_posterior`) builds ``(L, mean)`` for both; :func:`sample_weights`,
-:func:`log_ratio`, :func:`analytic_kl` and :func:`marginal_variance` act on that pair, and
-:func:`regulariser` picks a layer's term of the ELBO (:data:`KL_MODES`). The precision is never
+:func:`log_ratio`, :func:`analytic_kl` and :func:`marginal_variance` act on that pair,
+:func:`draw_weights` bundles a draw with its log-ratio and KL, and :func:`regulariser` picks a
+layer's term of the ELBO (:data:`KL_MODES`). The precision is never
 inverted.
 
 Layouts: ``L`` is ``[S, D, D]`` when ``Lambda`` is shared by the P units (``"full"`` or
@@ -29,7 +30,7 @@ transforms keep O&A's Adam re-scaling (App. H): the optimiser sees ``log Lambda 
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -49,6 +50,8 @@ __all__ = [
     "sample_weights",
     "log_ratio",
     "analytic_kl",
+    "WeightDraw",
+    "draw_weights",
     "marginal_variance",
     "regulariser",
     "KL_MODES",
@@ -352,6 +355,29 @@ def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tens
         p = prior_precision
         quad = p * (trace + mahal) - numel - numel * tf.math.log(p)
     return 0.5 * quad + _units_logdet(L, P)
+
+
+class WeightDraw(NamedTuple):
+    """What :func:`draw_weights` returns.
+
+    :ivar weights: ``w ~ q(w)`` ``[S, D, P]``.
+    :ivar log_ratio: ``log p(w) - log q(w)`` ``[S]``.
+    :ivar kl: the analytic ``KL(q || p)`` ``[S]`` if asked for, else None.
+    """
+
+    weights: tf.Tensor
+    log_ratio: tf.Tensor
+    kl: Optional[tf.Tensor]
+
+
+def draw_weights(L: tf.Tensor, mean: tf.Tensor, z: tf.Tensor, prior_precision: Optional[tf.Tensor] = None,
+                 analytic: bool = False) -> WeightDraw:
+    """A sampled layer of any inducing family: the weights drawn from ``z`` by
+    :func:`sample_weights`, their :func:`log_ratio` and, if ``analytic``, the :func:`analytic_kl`
+    (the pair :func:`regulariser` chooses from). ``prior_precision`` as in :func:`log_ratio`."""
+    w = sample_weights(L, mean, z)
+    kl = analytic_kl(L, mean, prior_precision) if analytic else None
+    return WeightDraw(w, log_ratio(L, w, z, prior_precision), kl)
 
 
 def regulariser(log_ratio_term: tf.Tensor, kl: Optional[tf.Tensor]) -> tf.Tensor:

@@ -30,7 +30,7 @@ from ..linalg import safe_cholesky
 from ..validation import check_finite_array, per_layer_list
 from .base import DeepPosterior
 from .prior_scales import PriorPrecisions
-from .pseudo_data import PseudoData, analytic_kl, log_ratio, marginal_variance, sample_weights
+from .pseudo_data import PseudoData, draw_weights, marginal_variance
 
 __all__ = [
     "has_feature_map",
@@ -202,11 +202,10 @@ def weight_space_layer(pseudo: PseudoData, Phi: tf.Tensor, num_inducing: int, pr
     :class:`WeightSpaceStep`).
     """
     L, mean = pseudo.posterior(Phi[:, :num_inducing], prior_precision)
-    W = sample_weights(L, mean, z)
-    kl = analytic_kl(L, mean, prior_precision) if kl_mode == "analytic" or marginal else None
+    W, log_ratio, kl = draw_weights(L, mean, z, prior_precision, analytic=kl_mode == "analytic" or marginal)
     rows_mean = rows_var = None
     if marginal:
         Phi_rows = Phi[:, num_inducing:]
         rows_mean = tf.linalg.matmul(Phi_rows, mean)
         rows_var = marginal_variance(L, tf.linalg.matrix_transpose(Phi_rows), tf.shape(mean)[-1])
-    return WeightSpaceStep(tf.linalg.matmul(Phi, W), log_ratio(L, W, z, prior_precision), kl, rows_mean, rows_var)
+    return WeightSpaceStep(tf.linalg.matmul(Phi, W), log_ratio, kl, rows_mean, rows_var)
