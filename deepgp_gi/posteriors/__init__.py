@@ -1,17 +1,27 @@
 """Approximate posteriors for deep GPs and BNNs; each implements :class:`DeepPosterior`.
 
-What lives where:
+What lives where. The *kit* modules hold the maths the families share:
 
-* :mod:`.base` -- the interface (:class:`DeepPosterior`, :class:`Propagation`) and the
-  ``propagate`` prologue;
-* :mod:`.conditionals` -- the per-layer GP conditional as pure functions (one batched solve);
+* :mod:`.base` -- the interface: :class:`DeepPosterior` (abstract, shape-checked
+  ``propagate``), :class:`Propagation`, the ``propagate`` prologue and the last layer's draw;
+* :mod:`.conditionals` -- the per-layer GP conditional as pure functions (one batched solve),
+  and the check that layers carry local inducing inputs;
 * :mod:`.pseudo_data` -- pseudo-outputs and precisions, and the one Bayesian linear regression
-  behind every inducing posterior, in function and in weight space;
+  behind every inducing posterior, in function and in weight space: weight draws, log-ratios,
+  analytic KLs, marginal variances, the per-layer regulariser and the ``kl`` /
+  ``last_layer`` option values;
+* :mod:`.weight_space` -- the BNN side: :class:`~.weight_space.WeightSpacePosterior` (the base of
+  the weight posteriors), factorised Gaussian weights with their KL and local
+  reparameterisation, and the weight-space inducing layer;
 * :mod:`.prior_scales` -- the weight prior's precision, ``q(s)`` of random-scale priors and ``q(L)``
   of the spatial inverse-Wishart prior;
-* :mod:`.mean_field`, :mod:`.structured` (fully-coupled, STAR), :mod:`.inducing` (global and
-  local inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi),
-  :mod:`.inducing_weights` (FFG-U, Ensemble-U, Ensemble-W; Ritter et al. 2021).
+* :mod:`.counting` -- counting variational parameters.
+
+The *family* modules each define posteriors from the kit and import no other family module:
+:mod:`.mean_field`, :mod:`.structured` (fully-coupled, STAR), :mod:`.inducing` (global and local
+inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi),
+:mod:`.convolutional` (convolutional BNNs) and :mod:`.inducing_weights` (FFG-U, Ensemble-U,
+Ensemble-W; Ritter et al. 2021).
 
 The name tables (``"mean_field"`` -> class and initialiser) are in :mod:`deepgp_gi.families`.
 """
