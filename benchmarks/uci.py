@@ -438,43 +438,57 @@ def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
         out.append(f"| {s['dataset']} | {_method(s)} | {s['depth']} | {s['steps']} | {s['ms_per_step']:.1f} | "
                    f"{s['elbo_se_max']:.4f} | {', '.join(s['commits'])} |")
     out += ["", "ms/step is wall time on a shared 2-core machine (one niced TensorFlow thread); compare only "
-            "within one sweep run, as ratios.", "", "Plots: `test_ll.png`, `elbo.png`, `convergence.png`.", ""]
+            "within one sweep run, as ratios.", "", "Plots: `test_ll_<dataset>.png`, `elbo_<dataset>.png` (one per data set), `convergence.png`.", ""]
     return "\n".join(out)
 
 
-def plot_metric(rows: List[Dict], metric: str, label: str, path: str) -> None:
+#: The metrics drawn per data set: file prefix and axis label.
+PLOTTED_METRICS = (("test_ll", "test_ll", "test log-likelihood (nats)"),
+                   ("elbo_per_datapoint", "elbo", "ELBO per datapoint"))
+
+
+def plot_metric(rows: List[Dict], metric: str, label: str, path_prefix: str) -> List[str]:
+    """One figure per data set, ``{path_prefix}_{dataset}.png``: a row per configuration (model,
+    depth, step budget), ours as a filled circle (mean ± SE over splits) and the paper's as an open
+    square, coloured by family with the families in the legend. Returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    datasets = sorted({s["dataset"] for s in rows})
-    if not datasets:
-        return
-    fig, axes = plt.subplots(1, len(datasets), figsize=(3.2 * len(datasets), 3.6), squeeze=False)
-    for ax, d in zip(axes[0], datasets):
+    methods = sorted({_method(s) if s["model"] == "gp" else "bnn " + _method(s) for s in rows})
+    colours = {m: plt.cm.tab20(i % 20) for i, m in enumerate(methods)}
+    written = []
+    for d in sorted({s["dataset"] for s in rows}):
         drows = sorted([s for s in rows if s["dataset"] == d],
-                       key=lambda s: (s["model"], s["depth"], _method(s), s["steps"]))
+                       key=lambda s: (s["model"], _method(s), s["depth"], s["steps"]))
+        fig, ax = plt.subplots(figsize=(7.0, 1.4 + 0.34 * len(drows)))
+        seen = set()
         for i, s in enumerate(drows):
+            name = _method(s) if s["model"] == "gp" else "bnn " + _method(s)
             m, se = s[metric]
-            ax.errorbar([m], [i], xerr=[[se if np.isfinite(se) else 0]], fmt="o", color="C0",
-                        label="ours" if i == 0 else None)
+            ax.errorbar([m], [i], xerr=[[se if np.isfinite(se) else 0]], fmt="o", color=colours[name], capsize=3,
+                        label=name if name not in seen else None)
+            seen.add(name)
             p = s["paper_" + metric]
             if p:
-                ax.errorbar([p[0]], [i + 0.2], xerr=[[p[1]]], fmt="s", mfc="none", color="C3",
-                            label="paper" if i == 0 else None)
+                ax.errorbar([p[0]], [i + 0.25], xerr=[[p[1]]], fmt="s", mfc="none", color=colours[name], capsize=3)
         ax.set_yticks(range(len(drows)))
-        ax.set_yticklabels([f"{'bnn ' if s['model'] == 'bnn' else ''}{_method(s)}-{s['depth']}\n"
-                            f"{s['steps']} st, {len(s['splits'])} sp" for s in drows], fontsize=7)
-        ax.set_title(d)
-        ax.set_xlabel(label)
+        ax.set_yticklabels([f"{'BNN' if s['model'] == 'bnn' else 'DGP'} depth {s['depth']}, {s['steps']:,} steps, "
+                            f"{len(s['splits'])} split{'s' if len(s['splits']) > 1 else ''}" for s in drows],
+                           fontsize=8)
         ax.invert_yaxis()
-    axes[0][0].legend(fontsize=7, loc="best")
-    fig.suptitle(f"{label}: ours (mean ± SE over splits) and the paper's. Regenerate: {REPORT_COMMAND}",
-                 fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        ax.set_xlabel(label)
+        ax.set_title(f"{d}: ours (filled, mean ± SE over splits) and the paper's (open)", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+        fig.tight_layout()
+        path = f"{path_prefix}_{d}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+    return written
 
 
 def plot_convergence(records: List[Dict], path: str, datasets=("boston", "energy"),
@@ -648,8 +662,8 @@ def cmd_report(args) -> int:
     with open(os.path.join(args.out_dir, "uci.md"), "w") as fh:
         fh.write(text)
     if not args.no_plots:
-        plot_metric(rows, "test_ll", "test log-likelihood (nats)", os.path.join(args.out_dir, "test_ll.png"))
-        plot_metric(rows, "elbo_per_datapoint", "ELBO per datapoint", os.path.join(args.out_dir, "elbo.png"))
+        for metric, prefix, label in PLOTTED_METRICS:
+            plot_metric(rows, metric, label, os.path.join(args.out_dir, prefix))
         plot_convergence(records, os.path.join(args.out_dir, "convergence.png"))
         if extrapolation:
             plot_calibration(extrapolation, os.path.join(args.out_dir, "calibration.png"))

@@ -125,15 +125,18 @@ md_table(["dataset", "depth", "steps", "splits (mf / gi)", "ELBO/N mean_field", 
 # %% [markdown]
 # ## Plots
 #
-# Ours (filled circles, mean ± SE over splits) and the papers' (open squares) per dataset and method.
+# One figure per data set: ours (filled circles, mean ± SE over splits) and the papers' (open squares),
+# a row per configuration, coloured by family.
 
 # %%
-for metric, label in (("test_ll", "test log-likelihood (nats)"), ("elbo_per_datapoint", "ELBO per datapoint")):
-    path = RESULTS / f"{metric if metric == 'test_ll' else 'elbo'}.png"
-    if path.exists():
-        display(Image(str(path)))
-    else:
-        print(f"{path.name} not generated yet: run {uci.REPORT_COMMAND}")
+for metric, prefix, label in uci.PLOTTED_METRICS:
+    display(Markdown(f"### {label}"))
+    for dataset in sorted({s["dataset"] for s in rows}):
+        path = RESULTS / f"{prefix}_{dataset}.png"
+        if path.exists():
+            display(Image(str(path)))
+        else:
+            print(f"{path.name} not generated yet: run {uci.REPORT_COMMAND}")
 
 # %% [markdown]
 # ## Convergence: training ELBO against Adam step (split 0, depth 2)

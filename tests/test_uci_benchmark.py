@@ -66,7 +66,7 @@ def test_sweep_and_report_end_to_end(uci, tmp_path, capsys):
     # the one-split verdict uses the paper's spread 0.03 * sqrt(20)
     ok = abs(r["test_ll"] + 0.40) <= 2 * math.sqrt(0.03 ** 2 * 20 + 0.03 ** 2)
     assert f"| -0.40 ± 0.03 | {'yes*' if ok else '**no***'} |" in md
-    for png in ("test_ll.png", "elbo.png"):
+    for png in ("test_ll_yacht.png", "elbo_yacht.png"):  # one figure per data set
         assert (tmp_path / "rep" / png).stat().st_size > 1000
 
 
