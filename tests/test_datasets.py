@@ -20,7 +20,7 @@ from deepgp_gi.datasets import (
 
 # the original UCI folders (Gal et al. splits), when a checkout has them: DEEPGP_GI_UCI_SOURCE=/path
 SHARED = Path(os.environ.get("DEEPGP_GI_UCI_SOURCE", "/nonexistent"))
-BUNDLE = Path(deepgp_gi.datasets.__file__).parent / "data" / "uci"
+BUNDLE = Path(deepgp_gi.__file__).parent / "data" / "uci"  # package data, beside the datasets package
 
 # short name -> (N, D, number of splits), from the table in the source README.
 EXPECTED = {

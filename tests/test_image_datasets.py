@@ -24,7 +24,7 @@ from deepgp_gi.datasets import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-DIGITS_DIR = Path(deepgp_gi.datasets.__file__).parent / "data" / "digits"
+DIGITS_DIR = Path(deepgp_gi.__file__).parent / "data" / "digits"  # package data, beside the datasets package
 
 
 def raw_csv() -> np.ndarray:

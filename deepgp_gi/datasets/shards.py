@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from .validation import as_data_array, check_data_pair, check_positive_int, check_seed
+from ..validation import as_data_array, check_data_pair, check_positive_int, check_seed
 
 __all__ = ["write_shards", "read_shards", "shard_info", "SHARD_INDEX"]
 

@@ -1,0 +1,93 @@
+"""The object every loader of :mod:`deepgp_gi.datasets` returns, and what the loaders share.
+
+:class:`UCIDataset` is one normalised train/test split, of a UCI regression set
+(:mod:`deepgp_gi.datasets.uci`) or of an image set (:mod:`deepgp_gi.datasets.images`).
+``DATA_DIR`` is the package's bundled data, ``deepgp_gi/data/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+__all__ = ["UCIDataset", "DATA_DIR", "PathLike"]
+
+PathLike = Union[str, Path]
+
+#: The bundled data sets: ``deepgp_gi/data/`` (``uci/``, ``digits/``), package data.
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class UCIDataset:
+    """One train/test split of a data set, normalised: a UCI regression set or an image set.
+
+    ``X_* = (X_raw - x_mean) / x_std`` and ``Y_* = (Y_raw - y_mean) / y_std``. For the UCI
+    sets (:func:`load_uci`) the statistics are the mean and (population, ddof=0) standard
+    deviation of the training points; input columns that are constant on the training points
+    get ``x_std = 1`` (they are centred but not scaled). For the image sets
+    (:func:`load_digits`, :func:`load_mnist`, :func:`load_cifar10`) ``x_mean = 0`` and
+    ``x_std`` is the largest pixel value (16 or 255), both 0-d arrays, so the pixels lie in
+    [0, 1]; ``y_mean = 0`` and ``y_std = 1``: the targets are the integer class labels.
+
+    Attributes:
+        name: short name, one of :data:`UCI_NAMES`, ``"digits"``, ``"mnist"`` or ``"cifar10"``.
+        split: split number.
+        X_train: [N_train, D] normalised training inputs ([N_train, H, W, C] for images).
+        Y_train: [N_train, 1] normalised training targets (class labels 0..9 for images).
+        X_test: [N_test, D] test inputs, normalised with the training statistics
+            ([N_test, H, W, C] for images).
+        Y_test: [N_test, 1] test targets, normalised with the training statistics.
+        x_mean: [D] training input means ([] for images).
+        x_std: [D] training input standard deviations, 1 for constant columns ([] for images).
+        y_mean: training target mean.
+        y_std: training target standard deviation.
+        n_splits: number of splits of this data set.
+    """
+
+    name: str
+    split: int
+    X_train: np.ndarray
+    Y_train: np.ndarray
+    X_test: np.ndarray
+    Y_test: np.ndarray
+    x_mean: np.ndarray
+    x_std: np.ndarray
+    y_mean: float
+    y_std: float
+    n_splits: int = field(default=1)
+
+    @property
+    def input_dim(self) -> int:
+        """Number of input values per point: D (H * W * C for images)."""
+        return int(np.prod(self.X_train.shape[1:]))
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one input: ``(D,)``, or ``(H, W, C)`` for images."""
+        return tuple(self.X_train.shape[1:])
+
+    def unnormalise_y(self, Y: np.ndarray) -> np.ndarray:
+        """Map normalised outputs (any shape) back to the original units: ``Y * y_std + y_mean``."""
+        return np.asarray(Y) * self.y_std + self.y_mean
+
+    def __repr__(self) -> str:
+        return (f"UCIDataset(name={self.name!r}, split={self.split}, "
+                f"X_train={self.X_train.shape}, X_test={self.X_test.shape})")
+
+
+def _check_split(split: int) -> None:
+    if isinstance(split, bool) or not isinstance(split, (int, np.integer)):
+        raise TypeError(f"split must be an integer, got {type(split).__name__}")
+
+
+def _check_split_range(split: int, name: str, n_splits: int) -> int:
+    _check_split(split)
+    split = int(split)
+    if not 0 <= split < n_splits:
+        raise ValueError(f"split={split} is out of range: {name} has {n_splits} splits "
+                         f"(0 to {n_splits - 1})")
+    return split
