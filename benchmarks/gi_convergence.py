@@ -12,7 +12,7 @@ defaults before this study, :data:`BASELINE_BUILD`), and appends one JSON line
 per (data set, variant, steps, seed) to ``--out`` as soon as it is done (lines already there are
 skipped, so an interrupted run resumes). Each line holds the final ELBO per datapoint on the full
 training set estimated from independent draws until its standard error is below 0.005
-(``deepgp_gi.experiments.estimate_elbo``), test LL / RMSE with S = 100, the learned noise variance,
+(``deepgp_gi.metrics.estimate_elbo``), test LL / RMSE with S = 100, the learned noise variance,
 the wall time and a block-averaged training trace.
 
 ``report`` writes a markdown table: per data set and variant, the mean ± standard error over seeds of
@@ -237,7 +237,7 @@ def run_one(dataset: str, split: int, variant: Variant, steps: int, seed: int, l
 
     import deepgp_gi
     from deepgp_gi import metrics
-    from deepgp_gi.experiments import estimate_elbo, smooth_trace
+    from deepgp_gi.metrics import estimate_elbo, smooth_trace
 
     data = deepgp_gi.datasets.load_uci(dataset, split)
     X, Y = data.X_train, data.Y_train

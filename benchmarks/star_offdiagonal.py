@@ -60,7 +60,7 @@ def run_variant(args, variant, done, out_path):
 
     from deepgp_gi import datasets
     from deepgp_gi.builders import build_deep_gp
-    from deepgp_gi.experiments import estimate_elbo
+    from deepgp_gi.metrics import estimate_elbo
     from deepgp_gi.training import fit
 
     posterior, options = VARIANTS[variant]

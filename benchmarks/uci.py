@@ -7,7 +7,7 @@
 ``sweep`` reads a TOML sweep file (see ``benchmarks/sweeps/uci.toml``): a ``[defaults]`` table and a
 list of ``[[group]]`` tables, each with ``datasets``, ``posteriors``, ``splits`` and optionally
 ``depths`` (deep GPs), ``priors`` and ``learning_rates`` plus any configuration key of
-:data:`deepgp_gi.experiments.CONFIG_KEYS`. Groups run in file order; inside a group the split is the
+:data:`deepgp_gi.experiment_config.CONFIG_KEYS`. Groups run in file order; inside a group the split is the
 outer loop, so a group's first split is complete over all its datasets and methods before the
 next split starts. One JSON line per (configuration, split) is appended (and flushed) as soon as it
 is done; lines already present are skipped, so an interrupted sweep resumes where it stopped
@@ -40,16 +40,15 @@ ROOT = os.path.dirname(HERE)
 if ROOT not in sys.path:  # running as a script from a checkout
     sys.path.insert(0, ROOT)
 
-from deepgp_gi.experiments import (  # noqa: E402
+from deepgp_gi.experiment_config import (  # noqa: E402
     CONFIG_KEYS,
     OFFDIAGONAL_DEFAULTS,
     config_key,
     normalise_config,  # noqa: F401 (used by callers of this module)
-    read_json_lines,
-    set_threads,
-    steps_to_fraction,
     with_legacy_values,
 )
+from deepgp_gi.experiments import read_json_lines, set_threads  # noqa: E402
+from deepgp_gi.metrics import steps_to_fraction  # noqa: E402
 
 DEFAULT_RESULTS = os.path.join(HERE, "results", "uci")
 REFERENCE_CSV = os.path.join(DEFAULT_RESULTS, "paper_reference.csv")

@@ -160,7 +160,7 @@ def _summary(records: List[Dict]) -> str:
 
 def _cmd_uci(args) -> int:
     from . import datasets
-    from .experiments import GLOBAL_LAST_LAYER, config_key, normalise_config
+    from .experiment_config import GLOBAL_LAST_LAYER, config_key, normalise_config
 
     model = "bnn" if args.model == "bnn" else "gp"
     gp_posteriors, bnn_posteriors, _ = _tables()

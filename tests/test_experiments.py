@@ -1,9 +1,9 @@
-"""deepgp_gi.experiments.estimate_elbo: evaluating the rows in chunks estimates the same ELBO."""
+"""deepgp_gi.metrics.estimate_elbo: evaluating the rows in chunks estimates the same ELBO."""
 import numpy as np
 import pytest
 
 import deepgp_gi as dg
-from deepgp_gi.experiments import estimate_elbo
+from deepgp_gi.metrics import estimate_elbo
 from deepgp_gi.families import DEEP_GP_FAMILIES
 
 

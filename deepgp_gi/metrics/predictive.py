@@ -1,4 +1,4 @@
-"""Test metrics.
+"""Metrics of a model's predictive distribution on test data.
 
 Regression, in the papers' protocol: targets are standardised for training; the metrics are
 reported in the original units (``y_std`` undoes the scaling): :func:`test_log_likelihood`,
@@ -25,7 +25,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from .validation import check_finite_array, check_positive_int, check_seed
+from ..validation import check_finite_array, check_positive_int, check_seed
 
 __all__ = [
     "test_log_likelihood",

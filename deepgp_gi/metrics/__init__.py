@@ -1,0 +1,51 @@
+"""Metrics of a trained model: of its predictive distribution on test data, of its ELBO, and of its
+training trace.
+
+* :mod:`~deepgp_gi.metrics.predictive`: regression (test log-likelihood, RMSE, in the original
+  units), calibration (:func:`predictive_cdf`, :func:`calibration_curve`) and classification
+  (accuracy, ECE, predictive entropy) from Monte Carlo samples of the predictive mixture.
+* :mod:`~deepgp_gi.metrics.elbo`: :func:`estimate_elbo`, the ELBO per datapoint on the full
+  training set, to a target standard error.
+* :mod:`~deepgp_gi.metrics.traces`: :func:`smooth_trace` and :func:`steps_to_fraction`, summaries
+  of a logged training ELBO trace.
+"""
+from .elbo import estimate_elbo
+from .predictive import (
+    accuracy,
+    calibration_curve,
+    categorical_entropy,
+    chunk_seed,
+    ece,
+    evaluate_dataset,
+    expected_calibration_error,
+    pointwise_log_density,
+    predict_class_probabilities,
+    predict_in_chunks,
+    predictive_cdf,
+    predictive_entropy,
+    rmse,
+    test_log_likelihood,
+    top1_accuracy,
+)
+from .traces import smooth_trace, steps_to_fraction
+
+__all__ = [
+    "test_log_likelihood",
+    "pointwise_log_density",
+    "predictive_cdf",
+    "calibration_curve",
+    "rmse",
+    "predict_in_chunks",
+    "chunk_seed",
+    "evaluate_dataset",
+    "predict_class_probabilities",
+    "accuracy",
+    "ece",
+    "predictive_entropy",
+    "top1_accuracy",
+    "expected_calibration_error",
+    "categorical_entropy",
+    "estimate_elbo",
+    "smooth_trace",
+    "steps_to_fraction",
+]

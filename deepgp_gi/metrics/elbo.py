@@ -1,0 +1,71 @@
+"""The ELBO of a trained model on its full training set, estimated to a target standard error."""
+from __future__ import annotations
+
+import math
+from typing import List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from ..validation import check_positive_int
+
+__all__ = ["estimate_elbo"]
+
+
+def estimate_elbo(model, data, *, se_target: float = 0.01, samples_per_draw: int = 8, min_draws: int = 4,
+                  max_draws: int = 2500, seed: int = 0, chunk_size: Optional[int] = None):
+    """The ELBO per datapoint on the full data, from independent draws until its SE < ``se_target``.
+
+    Each draw is ``model.elbo(data, samples_per_draw, seed_r)`` with its own stateless seed, so the
+    draws are independent; the estimate is their mean and its standard error is their standard
+    deviation over the square root of their number.
+
+    With ``chunk_size`` (rows) smaller than N, each draw evaluates the rows in chunks, with
+    independent samples per chunk: the sum of the chunks' expected log-likelihoods (each
+    ``model.elbo_terms`` of a chunk, un-rescaled when ``model.num_data`` is set) minus the first
+    chunk's regulariser. Its expectation is the full-data ELBO's, so only the memory of a draw
+    changes (and, for a family with a sampled regulariser, its variance). This needs
+    ``model.num_data`` to be None or N (checked).
+
+    :param chunk_size: rows per evaluation call; None: all N at once.
+    :return: ``(mean, standard_error, total_samples)``, all per datapoint.
+    """
+    X, Y = data
+    N = int(X.shape[0])
+    if model.num_data not in (None, N):
+        raise ValueError(f"model.num_data={model.num_data} but the data has N={N} rows")
+    if chunk_size is not None:
+        chunk_size = check_positive_int(chunk_size, "chunk_size")
+    if chunk_size is None or chunk_size >= N:
+
+        elbo = tf.function(lambda seed_pair: model.elbo((X, Y), samples_per_draw, seed_pair), autograph=False)
+
+        def draw(seed_pair) -> float:
+            return float(elbo(seed_pair))
+
+    else:
+        starts = list(range(0, N, chunk_size))
+
+        @tf.function(autograph=False)
+        def terms(Xc, Yc, seed_pair):
+            ell, kl = model.elbo_terms((Xc, Yc), samples_per_draw, seed_pair)
+            if model.num_data is not None:  # undo the minibatch rescaling: this is a sum over the chunk
+                ell = ell * tf.cast(tf.shape(Xc)[0], ell.dtype) / tf.cast(model.num_data, ell.dtype)
+            return tf.reduce_mean(ell), tf.reduce_mean(kl)
+
+        def draw(seed_pair) -> float:
+            total = 0.0
+            for k, start in enumerate(starts):
+                ell, kl = terms(X[start:start + chunk_size], Y[start:start + chunk_size],
+                                seed_pair + tf.constant([1_000_003 * k, 0], tf.int64))
+                total += float(ell) - (float(kl) if k == 0 else 0.0)
+            return total
+
+    values: List[float] = []
+    while True:
+        values.append(draw(tf.constant([seed, 7919 + len(values)], tf.int64)) / N)
+        n = len(values)
+        if n >= min_draws:
+            se = float(np.std(values, ddof=1) / math.sqrt(n))
+            if se < se_target or n >= max_draws:
+                return float(np.mean(values)), se, n * samples_per_draw
