@@ -28,7 +28,7 @@ _NAMES = {"build_bnn": "bnn", "build_deep_gp": "builders", "build_conv_bnn": "co
           "DenseLayer": "layers", "GPLayer": "layers", "safe_cholesky": "linalg", "DeepGP": "models",
           "parameter_count": "posteriors.counting", "parameter_table": "posteriors.counting",
           "History": "training", "KLSchedule": "training", "LinearSchedule": "training",
-          "PaperSchedule": "training", "fit": "training"}
+          "PaperSchedule": "training", "fit": "training", "collect_samples": "training"}
 _loading = False
 
 if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -41,7 +41,9 @@ if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .linalg import safe_cholesky  # noqa: F401
     from .models import DeepGP  # noqa: F401
     from .posteriors.counting import parameter_count, parameter_table  # noqa: F401
-    from .training import History, KLSchedule, LinearSchedule, PaperSchedule, fit  # noqa: F401
+    from .training import (  # noqa: F401
+        History, KLSchedule, LinearSchedule, PaperSchedule, collect_samples, fit,
+    )
 
 
 def _load() -> None:
@@ -88,6 +90,7 @@ __all__ = [
     "PaperSchedule",
     "build_deep_gp",
     "fit",
+    "collect_samples",
     "safe_cholesky",
     "parameter_count",
     "parameter_table",

@@ -54,6 +54,7 @@ from .posteriors import (
     LocalInducingPosterior,
     MeanFieldPosterior,
     RandomGlobalPosterior,
+    SGHMCPosterior,
     StripesArrowPosterior,
 )
 from .posteriors.convolutional import ConvNetPosterior
@@ -104,6 +105,8 @@ DEEP_GP_FAMILIES: Dict[str, Family] = {
         Family("local", LocalInducingPosterior, init.local_inducing,
                ("precision", "kl", "residual_mean", "rho", "log_precision"),
                "normal", "local inducing with pseudo-data (Ober & Aitchison 2021)", positive_transform="exp"),
+        Family("sghmc", SGHMCPosterior, init.sghmc_chain, ("step_size", "momentum_decay", "window_size"), "kmeans",
+               "SGHMC samples of the inducing outputs (Havasi et al. 2018)", positive_transform="exp"),
     )
 }
 

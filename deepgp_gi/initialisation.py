@@ -44,6 +44,7 @@ __all__ = [
     "convolutional_network",
     "global_inducing_from_data",
     "local_inducing_from_data",
+    "sghmc_chain",
 ]
 
 _CLASSIFICATION = (gpflow.likelihoods.Softmax, gpflow.likelihoods.MultiClass)
@@ -98,6 +99,14 @@ def _log_precisions(layers: Sequence, hidden: float, output: float) -> list:
 def from_layers(posterior_class, layers, X, Y, num_inducing, seed, **options):
     """The posterior's own defaults from the layers alone (mean-field, fully-coupled, STAR: the
     inducing inputs are on the layers already)."""
+    return posterior_class(layers, **options)
+
+
+def sghmc_chain(posterior_class, layers, X, Y, num_inducing, seed, **options):
+    """SGHMC (Havasi et al. 2018): the chain starts where the reference code starts it, every
+    layer's whitened inducing outputs ``V_l = 0`` with zero momenta and adaptation statistics 1;
+    the inducing inputs are the layers' (k-means, as mean-field). ``X``, ``Y``, ``num_inducing``
+    and ``seed`` are not used (the chain's draws are seeded by ``fit`` and ``collect_samples``)."""
     return posterior_class(layers, **options)
 
 
@@ -175,7 +184,7 @@ def convolutional_network(posterior_class, layers, X, Y, num_inducing, seed, *, 
     :func:`global_inducing_rows` (their pseudo-outputs the one-hot labels) for the global
     families, ``N(0, 1)`` local inducing images and features on the layers for ``"local"``
     (:func:`local_inducing_images`)."""
-    from .conv_layers import weighted_layers
+    from .layers import weighted_layers
 
     rng = np.random.default_rng(seed)
     U0 = pseudo = None
@@ -192,7 +201,7 @@ def local_inducing_images(layers, rng: np.random.Generator) -> None:
     """Put ``N(0, 1)`` local inducing inputs on a convolutional network's weighted layers: a
     convolution gets ``ceil(D / (H' W'))`` images (the fewest whose patch rows can pin down its
     ``D`` weights), a dense layer ``D`` feature rows."""
-    from .conv_layers import Conv2DLayer, weighted_layers
+    from .layers import Conv2DLayer, weighted_layers
 
     dtype = gpflow.default_float()
     for layer in weighted_layers(layers):

@@ -5,7 +5,8 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["expected_log_likelihood", "predict_mean_and_var", "check_targets", "mixture_log_density"]
+__all__ = ["expected_log_likelihood", "predict_mean_and_var", "check_targets", "mixture_log_density",
+           "predictive_log_density"]
 
 
 def _over_samples(method, X, mean, var, Y=None):
@@ -49,6 +50,13 @@ def expected_log_likelihood(likelihood, X, mean, var, Y) -> tf.Tensor:
 def predict_mean_and_var(likelihood, X, mean, var):
     """Predictive mean and variance of Y per sample, each ``[S, N, P_y]``."""
     return _over_samples(likelihood.predict_mean_and_var, X, mean, var)
+
+
+def predictive_log_density(likelihood, X, mean, var, Y) -> tf.Tensor:
+    """``log int p(y_n | f) N(f; mean_s, var_s) df`` per sample and point, ``[S, N]`` (GPflow's
+    ``predict_log_density``: closed form for the Gaussian likelihood, quadrature or Monte Carlo
+    otherwise)."""
+    return _over_samples(likelihood.predict_log_density, X, mean, var, Y)
 
 
 def mixture_log_density(likelihood, X, mean, var, Y) -> tf.Tensor:

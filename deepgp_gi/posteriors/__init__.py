@@ -20,8 +20,9 @@ What lives where. The *kit* modules hold the maths the families share:
 The *family* modules each define posteriors from the kit and import no other family module:
 :mod:`.mean_field`, :mod:`.structured` (fully-coupled, STAR), :mod:`.inducing` (global and local
 inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi),
-:mod:`.convolutional` (convolutional BNNs) and :mod:`.inducing_weights` (FFG-U, Ensemble-U,
-Ensemble-W; Ritter et al. 2021).
+:mod:`.convolutional` (convolutional BNNs), :mod:`.inducing_weights` (FFG-U, Ensemble-U,
+Ensemble-W; Ritter et al. 2021) and :mod:`.sghmc` (SGHMC samples of a deep GP's inducing outputs,
+Havasi et al. 2018: a sampler, not a variational family).
 
 The name tables (``"mean_field"`` -> class and initialiser) are in :mod:`deepgp_gi.families`.
 """
@@ -32,6 +33,7 @@ from .inducing_weights import EnsembleInducingPosterior, EnsembleWeightPosterior
 from .mean_field import MeanFieldPosterior
 from .prior_scales import ScalePosterior, SpatialIWPosterior
 from .pseudo_data import PseudoData
+from .sghmc import SGHMCPosterior
 from .structured import FullyCoupledPosterior, StripesArrowPosterior
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "FFGInducingPosterior",
     "EnsembleInducingPosterior",
     "EnsembleWeightPosterior",
+    "SGHMCPosterior",
     "PseudoData",
     "ScalePosterior",
     "SpatialIWPosterior",

@@ -15,12 +15,15 @@ Layout (each piece can be replaced without touching the others):
 * :mod:`.optimizers` — :func:`adam`, the optimiser (one fused update kernel per variable);
 * :mod:`.step` — the compiled training step (optionally XLA) and its Cholesky-failure flag;
 * :mod:`.tempering` — KL tempering schedules (``fit(..., kl_schedule=...)``);
+* :mod:`.sampling` — :func:`collect_samples`, the sample set of a sampling family (SGHMC);
 * :mod:`.loop` — argument checks and the loop that ties them together (:func:`fit`).
 """
 from .batches import batch_indices
 from .history import History
 from .optimizers import adam
 from .loop import fit
+from .sampling import collect_samples
 from .tempering import KLSchedule, LinearSchedule, PaperSchedule
 
-__all__ = ["fit", "adam", "History", "batch_indices", "KLSchedule", "PaperSchedule", "LinearSchedule"]
+__all__ = ["fit", "collect_samples", "adam", "History", "batch_indices", "KLSchedule", "PaperSchedule",
+           "LinearSchedule"]

@@ -16,7 +16,7 @@ from .batches import array_batches, dataset_batches
 from .checkpoint import Checkpointer
 from .history import History
 from .optimizers import adam
-from .step import DistributedStep, NaturalGradientStep, TrainStep
+from .step import DistributedStep, NaturalGradientStep, SamplerStep, TrainStep
 from .tempering import kl_weight_at, resolve_kl_schedule
 
 __all__ = ["fit"]
@@ -80,8 +80,36 @@ def _trainable_variables(model) -> list:
     ``set_trainable`` sets ``_trainable`` on that wrapper while its ``trainable`` property reads the
     per-device component (still True), so the frozen variable would be trained; the flag that
     ``set_trainable`` wrote is the one to trust.
+
+    A sampling posterior's chain (its inducing outputs, momenta, adaptation statistics, window and
+    samples) is never the optimiser's, whatever ``set_trainable`` was told.
     """
-    return [v for v in model.trainable_variables if getattr(v, "_trainable", True)]
+    chain = {id(v) for v in _sampler_variables(model)}
+    return [v for v in model.trainable_variables if getattr(v, "_trainable", True) and id(v) not in chain]
+
+
+def _is_sampler(model) -> bool:
+    return bool(getattr(model.posterior, "is_sampler", False))
+
+
+def _sampler_variables(model) -> list:
+    return list(model.posterior.sampler_variables()) if _is_sampler(model) else []
+
+
+def _check_sampler_options(model, *, natgrad_gamma, kl_schedule, strategy) -> None:
+    """A sampling family (``posterior="sghmc"``) moves its inducing outputs by SGHMC: natural
+    gradients, KL tempering and data-parallel strategies do not apply to it (yet)."""
+    if not _is_sampler(model):
+        return
+    family = type(model.posterior).__name__
+    if natgrad_gamma is not None:
+        raise ValueError(f"natgrad_gamma does not apply to a sampling posterior ({family}): its inducing outputs "
+                         "are sampled by SGHMC, not a Gaussian q(U); leave natgrad_gamma=None")
+    if kl_schedule is not None:
+        raise ValueError(f"kl_schedule does not apply to a sampling posterior ({family}): tempering its prior "
+                         "would change the distribution it samples; leave kl_schedule=None")
+    if strategy is not None:
+        raise ValueError(f"strategy is not supported for a sampling posterior ({family}) yet")
 
 
 def _batches(plan: _Plan, data, start: int, dtype: tf.DType) -> tf.data.Dataset:
@@ -160,6 +188,7 @@ def fit(
     )
     if not isinstance(jit_compile, bool):
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
+    _check_sampler_options(model, natgrad_gamma=natgrad_gamma, kl_schedule=kl_schedule, strategy=strategy)
     schedule = resolve_kl_schedule(kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch)
     if strategy is None:
         return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
@@ -223,6 +252,9 @@ def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, stra
     options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile)
     if strategy is not None:
         train_step = DistributedStep(model, optimizer, variables, step_counter, strategy=strategy, **options)
+    elif _is_sampler(model):
+        model.posterior.clear_samples()  # drawn under the hyperparameters this run changes
+        train_step = SamplerStep(model, optimizer, variables, step_counter, **options)
     elif natgrad_gamma is None:
         train_step = TrainStep(model, optimizer, variables, step_counter, **options)
     else:

@@ -27,7 +27,7 @@ import tensorflow as tf
 from ..linalg import cholesky_checks, raise_if_failed
 from .batches import step_noise
 
-__all__ = ["TrainStep", "NaturalGradientStep", "DistributedStep", "tempered_loss"]
+__all__ = ["TrainStep", "NaturalGradientStep", "DistributedStep", "SamplerStep", "tempered_loss"]
 
 
 def tempered_loss(ell, kl, kl_weight, log_prior):
@@ -174,6 +174,100 @@ class NaturalGradientStep(TrainStep):
             self.natgrad._natgrad_apply_gradients(g_mu, g_sqrt, q_mu, q_sqrt)
         self.finish_step(step, status)
         return elbo
+
+
+class SamplerStep(TrainStep):
+    """One step of a sampling family (``posterior="sghmc"``; Havasi et al. 2018's moving-window
+    MCEM): one scale-adapted SGHMC step of every layer's inducing outputs ``V``, then one Adam step
+    on the hyperparameters (kernels, likelihood, inducing inputs, mean functions) with ``V`` set
+    to a uniformly drawn member of the window of the last states.
+
+    The target is the log joint ``log p(V) + (N / B) sum_batch log p(y | V)``
+    (:meth:`log_joint_terms`); the chain moves on the gradient of its per-point form (the update
+    and its temperature: :mod:`deepgp_gi.posteriors.sghmc`), the Adam step on
+    ``-(log joint + log prior of the hyperparameters)``. The step returns the log joint estimate
+    of the chain's state before its move (full-data units: ``fit``'s ``history.elbo`` records it,
+    ``history.elbo_per_datapoint`` per data point).
+
+    Draws: step ``t``'s noise source (:func:`~.batches.step_noise`, or ``stream``'s) is split in
+    two, one for the chain's move (its hidden-layer draws and the momentum noise
+    ``"sghmc/{l}"``), one for the hyperparameter step (its hidden-layer draws and the window
+    member, ``"sghmc/window"``); every draw is stateless in ``(seed, t)``.
+
+    :param optimizer: Adam on ``variables``, or ``None``: no hyperparameter step (sample collection).
+    :param adapt: adapt the preconditioner and friction statistics (burn-in: ``fit``) or keep them
+        (``collect_samples``).
+    :param stream: ``None`` for ``fit``'s noise stream; an int selects another stream of ``seed``.
+    """
+
+    def __init__(self, model, optimizer, variables, step_counter, *, adapt: bool = True, stream=None, **kwargs):
+        self.adapt = bool(adapt)
+        self.stream = stream
+        super().__init__(model, optimizer, variables, step_counter, **kwargs)
+
+    def step_sources(self, step):
+        """``(chain noise, hyperparameter noise)`` of step ``step``."""
+        from ..noise import SeededNoise
+
+        if self.stream is None:
+            base = step_noise(self.seed, step).seed
+        else:
+            stream = tf.constant([self.seed, self.stream], tf.int64)
+            base = tf.random.experimental.stateless_fold_in(stream, tf.cast(step, tf.int64), alg="philox")
+        return tuple(SeededNoise(tf.random.experimental.stateless_fold_in(base, k, alg="philox")) for k in (1, 2))
+
+    def log_joint_terms(self, X_b, Y_b, V, noise):
+        """``(log-likelihood [S], -log p(V) [S])`` of the minibatch for inducing outputs ``V`` (one
+        ``[M, D_l]`` per layer): the log-likelihood is ``(N / B) sum_batch log p(y | V)`` with the
+        last layer's ``f`` integrated out (:func:`~deepgp_gi.likelihoods.predictive_log_density`
+        of the model's likelihood moments) and the hidden layers sampled."""
+        from ..likelihoods import predictive_log_density
+        from ..models import _rows
+
+        X, Y = self.model.check_data((X_b, Y_b))
+        prop = self.model.posterior.propagate_given(X, V, self.num_samples, noise)
+        ll = tf.reduce_sum(predictive_log_density(self.model.likelihood, _rows(X),
+                                                  *self.model._likelihood_moments(prop), Y), axis=-1)
+        batch = tf.cast(tf.shape(X)[0], ll.dtype)
+        return ll * (self.num_data(X) / batch), prop.kl
+
+    def num_data(self, X) -> tf.Tensor:
+        """``N``: ``model.num_data``, or the batch's rows when it is not set (full batches)."""
+        if self.model.num_data is not None:
+            return tf.constant(float(self.model.num_data), self.model.dtype)
+        return tf.cast(tf.shape(X)[0], self.model.dtype)
+
+    def objective(self, step, X_b, Y_b, kl_weight=1.0):
+        """``(loss, log joint)`` of the hyperparameter step with the chain's current state."""
+        ll, neg_log_prior = self.log_joint_terms(X_b, Y_b, self.model.posterior.inducing_outputs,
+                                                 self.step_sources(step)[1])
+        return tempered_loss(ll, neg_log_prior, 1.0, self.model.log_prior_density())
+
+    def _step(self, step, X_b, Y_b, kl_weight):
+        posterior = self.model.posterior
+        chain_noise, hyper_noise = self.step_sources(step)
+        N = self.num_data(X_b)
+        with cholesky_checks() as checks:
+            state = list(posterior.inducing_outputs)
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(state)
+                ll, neg_log_prior = self.log_joint_terms(X_b, Y_b, state, chain_noise)
+                log_joint = tf.reduce_mean(ll - neg_log_prior)
+                per_point_loss = -log_joint / N
+            grads = tape.gradient(per_point_loss, state)
+            posterior.sghmc_step(grads, chain_noise, N, self.adapt)
+            if self.optimizer is not None:
+                member = posterior.window_member(hyper_noise.normal("sghmc/window", [], self.model.dtype))
+                with tf.GradientTape(watch_accessed_variables=False) as tape:
+                    tape.watch(self.variables)
+                    ll_h, nlp_h = self.log_joint_terms(X_b, Y_b, member, hyper_noise)
+                    loss, _ = tempered_loss(ll_h, nlp_h, 1.0, self.model.log_prior_density())
+                hyper_grads = tape.gradient(loss, self.variables)
+        status = checks.status()
+        if self.optimizer is not None and self.variables:
+            self.update(hyper_grads)
+        self.finish_step(step, status)
+        return log_joint
 
 
 class DistributedStep(TrainStep):

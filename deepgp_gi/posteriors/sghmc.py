@@ -1,0 +1,295 @@
+"""SGHMC samples of a deep GP's inducing outputs (Havasi, Hernandez-Lobato & Murillo-Fuentes 2018).
+
+Not a variational family: the posterior holds a Markov chain over every layer's whitened
+inducing outputs ``V_l`` ``[M, D_l]`` (prior ``N(0, I)``, ``U_l = L_K V_l``), moved by scale-adapted
+stochastic-gradient Hamiltonian Monte Carlo (Springenberg et al. 2016), and the samples it keeps.
+
+**The target.** ``log p(V) + (N / B) sum_batch log p(y_n | V)``: the last layer's ``f`` is
+integrated out in closed form for a Gaussian likelihood (``log N(y | mu, s + sigma^2)``, GPflow's
+``predict_log_density``), by GPflow's quadrature for the other likelihoods with a closed form or
+quadrature, and by the sampled ``f`` (``log p(y | f)``) for Monte Carlo likelihoods (Softmax); the
+hidden layers' outputs are sampled (one draw per step and sample, as in the paper, so for
+depth > 1 the gradient is that of ``log p(y | V, F_hidden)``, the paper's estimator). The
+minibatch term is an unbiased estimate of the full-data sum.
+
+**The update** (:func:`scale_adapted_sghmc`; Springenberg et al. 2016, eqs. 10-13, as the
+reference code writes it). For each layer's ``theta = V_l`` with momentum-like ``p``, adaptation
+statistics ``xi`` (the averaging window), ``g`` (gradient mean) and ``g2`` (second moment), and
+the gradient ``grad`` of the *per-point* loss ``u = -(1/B) sum_batch log p(y | V) - log p(V) / N``
+(an unbiased estimate of ``U / N``, ``U`` the full-data negative log target)::
+
+    Minv  = 1 / (sqrt(g2 + 1e-16) + 1e-16)
+    p'    = p - eps^2 Minv grad - alpha p + sqrt(2 (eps^2 / N) alpha Minv) z,   z ~ N(0, I)
+    theta'= theta + p'
+    (adapting only)  r = 1 / (xi + 1);  g' = (1 - r) g + r grad;  g2' = (1 - r) g2 + r grad^2;
+                     xi' = 1 + xi (1 - g^2 / (g2 + 1e-16))
+
+with every right-hand side read before the step (the statistics the step uses are the previous
+step's). In terms of ``U`` this is Springenberg et al.'s update with preconditioner
+``M^-1 = V_hat^-1/2`` of ``grad U`` and ``eps M^-1 C = alpha``: the drift is ``eps^2 M^-1 grad U``
+and the injected variance ``2 eps^2 alpha M^-1`` (``Minv`` above is ``N M^-1``), so the chain
+samples the target at temperature 1. Feeding the *summed* loss ``U`` with this noise (a known
+error of a public port) samples at temperature ``1 / N``; ``tests/posteriors/test_sghmc.py``
+checks the temperature against the exact posterior. The term ``-eps^4 I`` of the noise and the
+gradient-noise estimate ``B_hat`` are taken as 0, as in both papers' code.
+
+**Where the code and the paper differ, and what is followed here.**
+
+* Step-size parameterisation: the paper writes the update in ``U`` with a step ``eps``; the
+  reference code feeds the per-point loss and scales the noise by ``eps / sqrt(N)``. The two are
+  the same chain (above); this module follows the code, so its defaults (``eps = 0.01``,
+  ``alpha = 0.05``, statistics started at 1) mean what they mean there.
+* Adaptation: the paper adapts the preconditioner and friction during burn-in. The code adapts
+  at every step of training (``fit``) and stops adapting while collecting samples; this module
+  does the same (``fit`` adapts, :func:`~deepgp_gi.collect_samples` does not). In the code the
+  order of the reads and writes of the statistics in one step is left to TensorFlow 1's
+  scheduler; here all reads precede the writes (Springenberg's Theano update semantics).
+* Start: ``V = 0``, momenta 0 (the code's start; the paper does not state one).
+* Hyperparameters (moving-window MCEM): each ``fit`` step takes one SGHMC step, stores the new
+  state in a window of the last ``window_size`` (100) states, then takes one Adam step on the
+  hyperparameters with ``V`` set to a uniformly drawn window member, as in the code. The code's
+  Adam minimises the per-point loss; ``fit`` minimises the summed one (Adam is invariant to the
+  scale up to its epsilon), as for every other family.
+
+**Prediction.** :meth:`SGHMCPosterior.propagate` draws ``S`` members of the sample set uniformly
+(with replacement; noise name ``"sghmc/index"``): the stored samples after
+:func:`~deepgp_gi.collect_samples`, else the window, else the chain's current state. The model's
+predictions and metrics mix over them (a log density is the logsumexp over the samples' Gaussian
+components). ``Propagation.kl`` is ``-log p(V)`` of each sample's ``V`` (so ``model.elbo`` is an
+estimate of the log joint with the variational expectation of the likelihood, not a bound).
+
+The chain's state (``inducing_outputs``, ``momenta``, ``adaptation_window``, ``gradient_mean``,
+``gradient_square``, ``window``, ``window_count``, ``samples``) is held in non-trainable
+``tf.Variable`` s on the posterior: a checkpoint of the model holds it, and ``fit`` never hands it
+to Adam (:meth:`SGHMCPosterior.sampler_variables`).
+"""
+from __future__ import annotations
+
+import math
+from typing import List, NamedTuple, Optional, Sequence
+
+import gpflow
+import tensorflow as tf
+from check_shapes import inherit_check_shapes
+
+from ..validation import check_positive_float, check_positive_int
+from .base import DeepPosterior, Propagation
+from .conditionals import (
+    conditional_mean,
+    inducing_choleskies,
+    require_local_inducing,
+    residual_variance,
+    sample_rows,
+    whitened_projection,
+)
+
+__all__ = ["SGHMCPosterior", "SamplerState", "scale_adapted_sghmc", "uniform_index"]
+
+#: Default step size ``eps`` and momentum decay ``alpha`` (Havasi et al.'s code) and window size.
+STEP_SIZE = 0.01
+MOMENTUM_DECAY = 0.05
+WINDOW_SIZE = 100
+
+
+class SamplerState(NamedTuple):
+    """One variable's scale-adapted SGHMC state (arrays or tensors of the variable's shape)."""
+
+    theta: object
+    p: object
+    xi: object
+    g: object
+    g2: object
+
+
+def scale_adapted_sghmc(state: SamplerState, grad, z, *, step_size: float, momentum_decay: float, num_data,
+                        adapt: bool) -> SamplerState:
+    """One scale-adapted SGHMC step (module docs) of one variable: ``grad`` is the gradient of the
+    per-point loss, ``z`` standard-normal noise of the variable's shape, ``num_data`` the ``N`` of
+    the noise scale. With ``adapt=False`` the statistics are kept as they are."""
+    theta, p, xi, g, g2 = state
+    eps, alpha = step_size, momentum_decay
+    minv = 1.0 / (tf.sqrt(g2 + 1e-16) + 1e-16)
+    noise_var = 2.0 * (eps ** 2 / tf.cast(num_data, theta.dtype)) * alpha * minv
+    p_new = p - eps ** 2 * minv * grad - alpha * p + tf.sqrt(tf.maximum(noise_var, 1e-16)) * z
+    theta_new = theta + p_new
+    if not adapt:
+        return SamplerState(theta_new, p_new, xi, g, g2)
+    r = 1.0 / (xi + 1.0)
+    g_new = (1.0 - r) * g + r * grad
+    g2_new = (1.0 - r) * g2 + r * tf.square(grad)
+    xi_new = 1.0 + xi * (1.0 - g * g / (g2 + 1e-16))
+    return SamplerState(theta_new, p_new, xi_new, g_new, g2_new)
+
+
+def uniform_index(z: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
+    """Uniform indices in ``0 .. count-1`` from standard-normal draws ``z`` (through the normal
+    CDF, so seeded noise sources give them), int32, ``z``'s shape."""
+    u = 0.5 * tf.math.erfc(-z / math.sqrt(2.0))
+    k = tf.cast(count, z.dtype)
+    idx = tf.cast(tf.floor(u * k), tf.int32)
+    return tf.clip_by_value(idx, 0, tf.cast(count, tf.int32) - 1)
+
+
+class SGHMCPosterior(DeepPosterior):
+    """A chain and samples over every layer's whitened inducing outputs (module docs).
+
+    :param layers: GP layers, each with ``inducing_inputs`` (k-means, as mean-field).
+    :param step_size: ``eps`` (default 0.01, Havasi et al.'s code).
+    :param momentum_decay: ``alpha`` in ``(0, 1]`` (default 0.05).
+    :param window_size: states kept for the hyperparameter steps (default 100).
+    """
+
+    #: ``fit`` trains a sampler's hyperparameters with :class:`~deepgp_gi.training.step.SamplerStep`
+    is_sampler = True
+
+    def __init__(self, layers: Sequence, step_size: float = STEP_SIZE, momentum_decay: float = MOMENTUM_DECAY,
+                 window_size: int = WINDOW_SIZE, name: Optional[str] = None):
+        super().__init__(layers, name=name)
+        require_local_inducing(self)
+        self.step_size = check_positive_float(step_size, "step_size")
+        self.momentum_decay = check_positive_float(momentum_decay, "momentum_decay")
+        if self.momentum_decay > 1.0:
+            raise ValueError(f"momentum_decay must be in (0, 1], got {momentum_decay!r}")
+        self.window_size = check_positive_int(window_size, "window_size")
+        dtype = gpflow.default_float()
+
+        def state(value, shape, name):
+            return [tf.Variable(tf.fill(s, tf.constant(value, dtype)), trainable=False, name=f"{name}_{l}")
+                    for l, s in enumerate(shape)]
+
+        shapes = [[layer.num_inducing, layer.output_dim] for layer in self.layers]
+        self.inducing_outputs = state(0.0, shapes, "V")
+        self.momenta = state(0.0, shapes, "momentum")
+        self.adaptation_window = state(1.0, shapes, "xi")
+        self.gradient_mean = state(1.0, shapes, "g")
+        self.gradient_square = state(1.0, shapes, "g2")
+        self.window = state(0.0, [[self.window_size] + s for s in shapes], "window")
+        self.window_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="window_count")
+        self.samples = [tf.Variable(tf.zeros([0] + s, dtype), trainable=False, shape=[None] + s, name=f"samples_{l}")
+                        for l, s in enumerate(shapes)]
+
+    # ------------------------------------------------------------------ the state
+    def sampler_variables(self) -> List[tf.Variable]:
+        """Every variable of the chain and its samples (never an optimiser's)."""
+        return (list(self.inducing_outputs) + list(self.momenta) + list(self.adaptation_window)
+                + list(self.gradient_mean) + list(self.gradient_square) + list(self.window)
+                + [self.window_count] + list(self.samples))
+
+    @property
+    def dtype(self) -> tf.DType:
+        return self.inducing_outputs[0].dtype
+
+    @property
+    def num_stored(self) -> int:
+        """How many samples :func:`~deepgp_gi.collect_samples` stored (0 before)."""
+        return int(tf.shape(self.samples[0])[0])
+
+    def window_filled(self) -> tf.Tensor:
+        """How many window slots hold a state, ``min(count, window_size)`` (int32)."""
+        return tf.cast(tf.minimum(self.window_count, self.window_size), tf.int32)
+
+    def push_window(self) -> None:
+        """Store the chain's current state in the window (a ring buffer of the last states)."""
+        slot = tf.cast(self.window_count % self.window_size, tf.int32)
+        for W, V in zip(self.window, self.inducing_outputs):
+            W.scatter_nd_update([[slot]], V[None])
+        self.window_count.assign_add(1)
+
+    def window_member(self, z: tf.Tensor) -> List[tf.Tensor]:
+        """The window member that the standard-normal draw ``z`` (a scalar) picks uniformly among
+        the filled slots, one ``[M, D_l]`` per layer."""
+        i = uniform_index(z, self.window_filled())
+        return [tf.gather(W, i) for W in self.window]
+
+    def store_samples(self, samples: Sequence) -> None:
+        """Keep ``samples`` (one ``[S, M, D_l]`` per layer) as the sample set predictions use."""
+        for var, value in zip(self.samples, samples):
+            var.assign(tf.cast(value, var.dtype))
+
+    def clear_samples(self) -> None:
+        """Forget the stored samples (predictions then use the window)."""
+        for var in self.samples:
+            var.assign(tf.zeros([0] + var.shape[1:].as_list(), var.dtype))
+
+    def sample_set(self) -> List[tf.Tensor]:
+        """What predictions mix over, one ``[K, M, D_l]`` tensor per layer: the stored samples, or
+        (before :func:`~deepgp_gi.collect_samples`) the filled window, or the current state."""
+        if self.num_stored:
+            return [tf.convert_to_tensor(s) for s in self.samples]
+        filled = int(self.window_filled().numpy()) if tf.executing_eagerly() else None
+        if filled:
+            return [W[:filled] for W in self.window]
+        return [V[None] for V in self.inducing_outputs]
+
+    def sghmc_step(self, grads: Sequence[tf.Tensor], noise, num_data, adapt: bool) -> None:
+        """Move the chain one scale-adapted SGHMC step (:func:`scale_adapted_sghmc`) with the
+        per-point-loss gradients ``grads`` (one per layer), draws ``"sghmc/{l}"`` from ``noise``,
+        and push the new state into the window."""
+        for l, grad in enumerate(grads):
+            V = self.inducing_outputs[l]
+            state = SamplerState(V, self.momenta[l], self.adaptation_window[l], self.gradient_mean[l],
+                                 self.gradient_square[l])
+            state = SamplerState(*(tf.convert_to_tensor(s) for s in state))
+            z = noise.normal(f"sghmc/{l}", tf.shape(V), V.dtype)
+            new = scale_adapted_sghmc(state, grad, z, step_size=self.step_size, momentum_decay=self.momentum_decay,
+                                      num_data=num_data, adapt=adapt)
+            V.assign(new.theta)
+            self.momenta[l].assign(new.p)
+            if adapt:
+                self.adaptation_window[l].assign(new.xi)
+                self.gradient_mean[l].assign(new.g)
+                self.gradient_square[l].assign(new.g2)
+        self.push_window()
+
+    # ------------------------------------------------------------------ densities and propagation
+    def log_prior(self, V: Sequence[tf.Tensor]) -> tf.Tensor:
+        """``log p(V) = sum_l log N(V_l | 0, I)``: a scalar for ``[M, D_l]`` values, ``[S]`` for
+        per-sample ``[S, M, D_l]`` values."""
+        terms = []
+        for v in V:
+            v = tf.convert_to_tensor(v)
+            size = float(v.shape[-1] * v.shape[-2])
+            terms.append(-0.5 * tf.reduce_sum(tf.square(v), axis=[-2, -1]) - 0.5 * size * math.log(2.0 * math.pi))
+        return tf.add_n(terms)
+
+    def propagate_given(self, X, V: Sequence[tf.Tensor], num_samples: int = 1, seed=None) -> Propagation:
+        """Push ``X`` through the layers with the inducing outputs ``V`` (one ``[M, D_l]`` shared
+        by the samples, or ``[S, M, D_l]`` per sample, per layer): hidden layers sampled (noise
+        ``"f/{l}"``), the last layer's conditional marginals returned with a sample; ``kl`` is
+        ``-log p(V)`` per sample."""
+        source, F = self._start(X, num_samples, seed)
+        jitter = gpflow.config.default_jitter()
+        choleskies = inducing_choleskies(self.layers)
+        samples = []
+        for l, layer in enumerate(self.layers):
+            A = whitened_projection(choleskies[l], layer.K(layer.Z, F))
+            mean = conditional_mean(A, V[l], layer.mean(F))
+            var = tf.broadcast_to(residual_variance(layer, F, A)[..., None], tf.shape(mean))
+            if l < self.depth - 1:
+                F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
+                samples.append(F)
+        var = tf.maximum(var, 0.0)
+        samples.append(self.sample_last_layer(mean, var, source))
+        kl = tf.broadcast_to(-self.log_prior(V), [num_samples])
+        return Propagation(samples=samples, mean=mean, var=var, kl=kl)
+
+    def _drawn_members(self, num_samples: int, source) -> List[tf.Tensor]:
+        """``S`` uniform draws from the sample set (stored samples, else the filled window, else the
+        current state), one ``[S, M, D_l]`` per layer; branch-free (no ``tf.cond``), so a traced
+        step holds no host-synchronising op."""
+        stored = tf.shape(self.samples[0])[0]
+        filled = self.window_filled()
+        cap = tf.shape(self.window[0])[0]
+        start = tf.where(stored > 0, 0, tf.where(filled > 0, stored, stored + cap))
+        count = tf.where(stored > 0, stored, tf.where(filled > 0, filled, 1))
+        z = source.normal("sghmc/index", [num_samples], self.dtype)
+        idx = start + uniform_index(z, count)
+        return [tf.gather(tf.concat([tf.convert_to_tensor(s), tf.convert_to_tensor(W), V[None]], axis=0), idx)
+                for s, W, V in zip(self.samples, self.window, self.inducing_outputs)]
+
+    @inherit_check_shapes
+    def propagate(self, X, num_samples=1, seed=None) -> Propagation:
+        from ..noise import as_noise_source
+
+        source = as_noise_source(seed)
+        return self.propagate_given(X, self._drawn_members(num_samples, source), num_samples, source)

@@ -1,0 +1,299 @@
+"""SGHMC deep GPs (Havasi et al. 2018): the scale-adapted update against a NumPy transcription of
+Springenberg et al. (2016), the chain against the exact posterior of a one-layer model (mean and
+covariance, so a chain at the wrong temperature fails), the state's place (never Adam's, in the
+checkpoint), the sample set predictions use, and the input checks."""
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import deepgp_gi as dg
+from deepgp_gi.families import DEEP_GP_FAMILIES
+from deepgp_gi.noise import FixedNoise, SeededNoise
+from deepgp_gi.posteriors.sghmc import SamplerState, SGHMCPosterior, scale_adapted_sghmc
+from deepgp_gi.training.loop import _trainable_variables
+
+
+def _toy(rng, n=40, d=2):
+    X = rng.normal(size=(n, d))
+    return X, np.sin(X[:, :1]) + 0.1 * rng.normal(size=(n, 1))
+
+
+# --------------------------------------------------------------------------- the exact oracle
+
+def _oracle_problem(M=6, N=40):
+    """Depth 1, Gaussian likelihood (variance 0.1), hyperparameters and inducing inputs fixed."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, size=(N, 1))
+    Y = np.sin(2 * X) + np.sqrt(0.1) * rng.normal(size=(N, 1))
+    model = dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=M, seed=0,
+                             likelihood=gpflow.likelihoods.Gaussian(variance=0.1))
+    gpflow.set_trainable(model.layers[0], False)
+    gpflow.set_trainable(model.likelihood, False)
+    return X, Y, model
+
+
+def _exact_posterior(model, X, Y):
+    """The target of V is Gaussian: precision P = I + A W A^T, mean P^-1 A W (y - m), with
+    A = L^-1 K_ZX, W = diag(1 / (s_n + sigma^2)), s_n = k(x_n, x_n) - |a_n|^2."""
+    layer = model.layers[0]
+    Z = layer.Z
+    M = int(Z.shape[0])
+    L = np.linalg.cholesky(layer.K(Z).numpy() + gpflow.config.default_jitter() * np.eye(M))
+    A = np.linalg.solve(L, layer.K(Z, X).numpy())
+    s = layer.K_diag(X).numpy() - np.sum(A ** 2, axis=0)
+    W = 1.0 / (s + model.likelihood.variance.numpy())
+    P = np.eye(M) + (A * W) @ A.T
+    mean = np.linalg.solve(P, (A * W) @ (Y[:, 0] - layer.mean(X).numpy()[:, 0]))
+    return mean, P
+
+
+def _chain_against_exact(steps, num_samples, thin, batch_size=None):
+    X, Y, model = _oracle_problem()
+    mean, P = _exact_posterior(model, X, Y)
+    dg.fit(model, (X, Y), steps=steps, seed=0, batch_size=batch_size, progress=False)
+    samples = dg.collect_samples(model, (X, Y), num_samples=num_samples, thin=thin, seed=0, batch_size=batch_size,
+                                 progress=False)
+    S = samples[0].numpy()[:, :, 0]
+    z = (S.mean(axis=0) - mean) / np.sqrt(np.diag(np.linalg.inv(P)))
+    temperature_ratio = np.trace(P @ np.cov(S.T)) / len(mean)  # 1 at temperature 1, ~1/N at 1/N
+    return z, temperature_ratio, S
+
+
+def test_the_chain_samples_the_exact_posterior_quickly():
+    """Fast variant: fewer steps, looser bounds; a chain at temperature 1/N (tr(P C)/M ~ 0.025)
+    or one that does not move towards the posterior fails."""
+    z, ratio, _ = _chain_against_exact(steps=1000, num_samples=200, thin=5)
+    assert 0.4 < ratio < 2.5, ratio
+    assert np.mean(np.abs(z)) < 2.0 and np.max(np.abs(z)) < 5.0, z
+
+
+@pytest.mark.slow
+def test_the_chain_samples_the_exact_posterior():
+    """Default sampler settings, 5,000 steps, 1,000 samples 10 apart, N = 40, M = 6."""
+    z, ratio, _ = _chain_against_exact(steps=5000, num_samples=1000, thin=10)
+    assert np.max(np.abs(z)) < 1.0 and np.mean(np.abs(z)) < 0.5, z
+    assert 0.7 <= ratio <= 1.3, ratio
+
+
+@pytest.mark.slow
+def test_a_minibatch_chain_samples_the_full_batch_posterior():
+    """Batches of 10 of the 40 points: the same exact posterior, and the same as the full-batch
+    chain's samples (means within half a posterior SD of each other)."""
+    z_mini, ratio_mini, S_mini = _chain_against_exact(steps=5000, num_samples=1000, thin=10, batch_size=10)
+    z_full, ratio_full, S_full = _chain_against_exact(steps=5000, num_samples=1000, thin=10)
+    assert np.max(np.abs(z_mini)) < 1.0 and np.mean(np.abs(z_mini)) < 0.5, z_mini
+    assert 0.7 <= ratio_mini <= 1.3, ratio_mini
+    assert np.mean(np.abs(z_mini - z_full)) < 0.5, (z_mini, z_full)
+    assert 0.7 <= ratio_mini / ratio_full <= 1.4, (ratio_mini, ratio_full)
+
+
+# --------------------------------------------------------------------------- the update
+
+def _springenberg_numpy(theta0, grad_U, zs, *, eps, alpha, N, adapt_steps):
+    """Springenberg et al. (2016), eqs. 10-13, in terms of the full-data potential U: with
+    ``eps V^-1/2 C = alpha``, ``v <- v - eps^2 V^-1/2 grad U - alpha v + N(0, 2 eps^2 alpha V^-1/2)``,
+    ``theta <- theta + v``, ``V`` (and the window ``tau``) estimated from ``grad U`` by the
+    exponential average with ``1 / (tau + 1)``, from the statistics before each step. Statistics
+    of ``grad U`` start at ``N`` and ``N^2`` (the code starts the per-point ones at 1)."""
+    theta = theta0.copy()
+    v = np.zeros_like(theta)
+    tau, g, g2 = np.ones_like(theta), N * np.ones_like(theta), N ** 2 * np.ones_like(theta)
+    out = []
+    for t, z in enumerate(zs):
+        d = grad_U(theta)
+        v_hat_inv_sqrt = 1.0 / np.sqrt(g2)
+        v = v - eps ** 2 * v_hat_inv_sqrt * d - alpha * v + np.sqrt(2 * eps ** 2 * alpha * v_hat_inv_sqrt) * z
+        theta = theta + v
+        if t < adapt_steps:
+            r = 1.0 / (tau + 1.0)
+            tau, g, g2 = 1.0 + tau * (1.0 - g * g / g2), (1 - r) * g + r * d, (1 - r) * g2 + r * d * d
+        out.append(theta.copy())
+    return np.array(out)
+
+
+def test_the_scale_adapted_update_is_springenbergs_step_for_step():
+    """On a quadratic U(V) = N/2 (V - c)^T Q (V - c) + |V|^2 / 2, the posterior's steps (per-point
+    gradient, noise eps / sqrt(N)) equal Springenberg's update in U to rounding, with adaptation
+    for 30 steps and without for 20."""
+    rng = np.random.default_rng(1)
+    M, D, N = 4, 2, 50
+    B = rng.normal(size=(M, M))
+    Q = B @ B.T / M + np.eye(M)
+    c = rng.normal(size=(M, D))
+
+    def grad_U(V):
+        return N * Q @ (V - c) + V
+
+    layer = dg.GPLayer(gpflow.kernels.SquaredExponential(), output_dim=D, input_dim=1,
+                       inducing_inputs=np.linspace(-1, 1, M)[:, None])
+    posterior = SGHMCPosterior([layer], step_size=0.05, momentum_decay=0.1, window_size=7)
+    V0 = rng.normal(size=(M, D))
+    posterior.inducing_outputs[0].assign(V0)
+    zs = rng.normal(size=(50, M, D))
+    got = []
+    for t, z in enumerate(zs):
+        V = posterior.inducing_outputs[0].numpy()
+        grad_per_point = grad_U(V) / N
+        posterior.sghmc_step([tf.constant(grad_per_point)], FixedNoise({"sghmc/0": z}), N, adapt=t < 30)
+        got.append(posterior.inducing_outputs[0].numpy())
+    want = _springenberg_numpy(V0, grad_U, zs, eps=0.05, alpha=0.1, N=N, adapt_steps=30)
+    np.testing.assert_allclose(np.array(got), want, rtol=1e-9, atol=1e-12)
+    # the window holds the last 7 states, oldest overwritten first
+    assert int(posterior.window_count.numpy()) == 50
+    window = posterior.window[0].numpy()
+    for k in range(43, 50):
+        np.testing.assert_array_equal(window[k % 7], got[k])
+
+
+def test_the_update_without_adaptation_keeps_the_statistics():
+    state = SamplerState(*(tf.constant(np.full((3, 2), v)) for v in (0.5, 0.1, 2.0, 0.3, 4.0)))
+    grad, z = tf.constant(np.full((3, 2), 0.7)), tf.constant(np.full((3, 2), -1.0))
+    new = scale_adapted_sghmc(state, grad, z, step_size=0.01, momentum_decay=0.05, num_data=10, adapt=False)
+    for a, b in zip(new[2:], state[2:]):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    p = 0.1 - 1e-4 * 0.5 * 0.7 - 0.05 * 0.1 + np.sqrt(2 * 1e-4 / 10 * 0.05 * 0.5) * -1.0  # Minv = 1/sqrt(4)
+    np.testing.assert_allclose(new.p.numpy(), p, rtol=1e-12)
+    np.testing.assert_allclose(new.theta.numpy(), 0.5 + p, rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- the family and fit
+
+def test_the_family_is_in_the_table_and_builds_the_usual_layers(rng):
+    X, Y = _toy(rng)
+    family = DEEP_GP_FAMILIES["sghmc"]
+    assert family.posterior_class is SGHMCPosterior and family.layer_inducing == "kmeans"
+    assert set(family.options) == {"step_size", "momentum_decay", "window_size"}
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=7, seed=0, window_size=5)
+    reference = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=7, seed=0)
+    for ours, theirs in zip(model.layers, reference.layers):
+        np.testing.assert_array_equal(ours.Z.numpy(), theirs.Z.numpy())
+    post = model.posterior
+    assert [v.shape.as_list() for v in post.inducing_outputs] == [[7, 2], [7, 1]]
+    assert [w.shape.as_list() for w in post.window] == [[5, 7, 2], [5, 7, 1]]
+    assert not any(v.trainable for v in post.sampler_variables())
+    # DeepGP(layers, lik, "sghmc") builds it with the defaults
+    by_name = dg.DeepGP(model.layers, model.likelihood, "sghmc")
+    assert by_name.posterior.window_size == 100 and by_name.posterior.step_size == 0.01
+
+
+def test_the_chain_is_never_adams(rng):
+    X, Y = _toy(rng)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=6, seed=0)
+    chain = {id(v) for v in model.posterior.sampler_variables()}
+    assert not any(id(v) in chain for v in _trainable_variables(model))
+    gpflow.set_trainable(model, True)  # even then: the chain is not the optimiser's
+    assert any(id(v) in chain for v in model.trainable_variables)
+    assert not any(id(v) in chain for v in _trainable_variables(model))
+
+
+def test_fit_moves_the_chain_and_a_resumed_chain_ends_where_an_uninterrupted_one_ends(rng, tmp_path):
+    """Each step moves every layer's V and adapts the statistics, Adam moves the hyperparameters
+    that are not frozen (``set_trainable(layer, False)`` freezes a layer's, not its V); a run
+    resumed from a checkpoint on a fresh model ends bit for bit where an uninterrupted one ends
+    (momenta, statistics, window, V, hyperparameters, the logged log joint)."""
+    X, Y = _toy(rng)
+
+    def build():
+        model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=6, seed=0, window_size=8)
+        gpflow.set_trainable(model.layers[0], False)
+        return model
+
+    def state(model):
+        return [v.numpy() for v in model.posterior.sampler_variables()] + [v.numpy() for v in model.trainable_variables]
+
+    straight = build()
+    Z_0, kernel_1 = straight.layers[0].Z.numpy().copy(), straight.layers[1].kernel.variance.numpy()
+    h_straight = dg.fit(straight, (X, Y), steps=20, batch_size=15, seed=4, progress=False, log_every=5)
+    assert len(h_straight.elbo) == 4 and np.all(np.isfinite(h_straight.elbo))
+    post = straight.posterior
+    assert all(np.all(v.numpy() != 0) for v in post.inducing_outputs)  # both layers' V moved
+    assert all(np.all(s.numpy() != 1.0) for s in post.gradient_square)  # adapted
+    assert int(post.window_count.numpy()) == 20
+    np.testing.assert_array_equal(post.window[1].numpy()[19 % 8], post.inducing_outputs[1].numpy())
+    np.testing.assert_array_equal(straight.layers[0].Z.numpy(), Z_0)  # frozen
+    assert straight.layers[1].kernel.variance.numpy() != kernel_1  # Adam's
+
+    dg.fit(build(), (X, Y), steps=10, batch_size=15, seed=4, progress=False, log_every=5,
+           checkpoint_dir=tmp_path, checkpoint_every=5)
+    fresh = build()
+    fresh.posterior.store_samples([tf.ones([3, 6, 2], tf.float64), tf.ones([3, 6, 1], tf.float64)])
+    h_resumed = dg.fit(fresh, (X, Y), steps=20, batch_size=15, seed=4, progress=False, log_every=5,
+                       checkpoint_dir=tmp_path, checkpoint_every=5)
+    assert h_resumed.resumed_from == 10
+    assert fresh.posterior.num_stored == 0  # fit discards a stored set (drawn under other hyperparameters)
+    for a, b in zip(state(straight), state(fresh)):
+        np.testing.assert_array_equal(a, b)
+    assert h_resumed.elbo == h_straight.elbo
+
+
+def test_collect_samples_stores_the_set_that_predictions_mix_over(rng):
+    X, Y = _toy(rng, n=30)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=5, seed=0, window_size=6)
+    post = model.posterior
+    # before any step: the chain's current state
+    drawn = post._drawn_members(4, SeededNoise(0))
+    np.testing.assert_array_equal(drawn[1].numpy(), np.zeros((4, 5, 1)))
+    # a window of 4 states (as fit leaves it): predictions draw its members
+    for k in range(4):
+        for V in post.inducing_outputs:
+            V.assign(rng.normal(size=V.shape))
+        post.push_window()
+    window = [w.numpy() for w in post.window]
+    drawn = post._drawn_members(40, SeededNoise(1))
+    hits = [int(np.flatnonzero(np.abs(window[0] - m).max(axis=(1, 2)) == 0)[0]) for m in drawn[0].numpy()]
+    assert set(hits) == {0, 1, 2, 3}
+    for g2 in post.gradient_square:
+        g2.assign(rng.uniform(0.5, 2.0, size=g2.shape))
+    g2 = [v.numpy().copy() for v in post.gradient_square]
+    hypers = [v.numpy().copy() for v in model.trainable_variables]
+
+    samples = dg.collect_samples(model, (X, Y), num_samples=3, thin=4, seed=0, progress=False)
+    assert [s.shape.as_list() for s in samples] == [[3, 5, 2], [3, 5, 1]]
+    assert post.num_stored == 3
+    for a, b in zip(hypers, model.trainable_variables):
+        np.testing.assert_array_equal(a, b.numpy())  # hyperparameters frozen
+    for a, b in zip(g2, post.gradient_square):
+        np.testing.assert_array_equal(a, b.numpy())  # adaptation off
+    assert int(post.window_count.numpy()) == 4 + 12
+    np.testing.assert_array_equal(samples[1][-1].numpy(), post.inducing_outputs[1].numpy())  # the last state
+    drawn = post._drawn_members(60, SeededNoise(2))
+    hits = [int(np.flatnonzero(np.abs(samples[0].numpy() - m).max(axis=(1, 2)) == 0)[0]) for m in drawn[0].numpy()]
+    assert set(hits) == {0, 1, 2}  # uniform over the stored samples, each one drawn
+    # the model's predictions mix over them: the log density is the logsumexp of their components
+    lpd = model.predict_log_density((X, Y), num_samples=8, seed=3).numpy()
+    mean, var = model.predict_f_components(X, num_samples=8, seed=3)
+    sd = np.sqrt(var.numpy()[..., 0] + model.likelihood.variance.numpy())
+    comp = -0.5 * np.log(2 * np.pi) - np.log(sd) - 0.5 * ((Y[:, 0] - mean.numpy()[..., 0]) / sd) ** 2
+    np.testing.assert_allclose(lpd, np.logaddexp.reduce(comp, axis=0) - np.log(8), rtol=1e-10)
+    assert [s.shape.as_list() for s in model.sample_layers(X, 4, seed=0)] == [[4, 30, 2], [4, 30, 1]]
+    assert np.isfinite(dg.metrics.test_log_likelihood(model, X, Y, 1.0))
+
+
+def test_bad_input_is_refused_before_anything_runs(rng):
+    X, Y = _toy(rng, n=20)
+    variational = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
+    with pytest.raises(ValueError, match="collect_samples needs a sampling posterior.*MeanFieldPosterior"):
+        dg.collect_samples(variational, (X, Y), progress=False)
+    model = dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=5, seed=0)
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="num_samples must be at least 1"):
+            dg.collect_samples(model, (X, Y), num_samples=bad, progress=False)
+        with pytest.raises(ValueError, match="thin must be at least 1"):
+            dg.collect_samples(model, (X, Y), thin=bad, progress=False)
+    with pytest.raises(TypeError, match="thin must be an integer"):
+        dg.collect_samples(model, (X, Y), thin=2.5, progress=False)
+    with pytest.raises(ValueError, match="natgrad_gamma does not apply to a sampling posterior"):
+        dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, progress=False)
+    with pytest.raises(ValueError, match="kl_schedule does not apply to a sampling posterior"):
+        dg.fit(model, (X, Y), steps=1, kl_schedule="linear", progress=False)
+    assert int(model.posterior.window_count.numpy()) == 0 and not np.any(model.posterior.inducing_outputs[0].numpy())
+    with pytest.raises(ValueError, match="does not accept option.*step_sise.*accepted options: step_size, "
+                                         "momentum_decay, window_size"):
+        dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=5, step_sise=0.1)
+    with pytest.raises(ValueError, match="step_size must be a positive"):
+        dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=5, step_size=0.0)
+    with pytest.raises(ValueError, match="momentum_decay must be in"):
+        dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=5, momentum_decay=1.5)
+    with pytest.raises(ValueError, match="window_size must be at least 1"):
+        dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=5, window_size=0)
