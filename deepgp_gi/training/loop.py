@@ -138,6 +138,16 @@ def fit(
 ) -> History:
     """Maximise ``model``'s ELBO with Adam (or a KL-tempered ELBO, see ``kl_schedule``).
 
+    A sampling posterior (``posterior="sghmc"``) is trained by
+    :class:`~deepgp_gi.training.step.SamplerStep` instead: each step moves its chain of inducing
+    outputs ``V`` by one scale-adapted SGHMC step and then takes one Adam step on the
+    hyperparameters with ``V`` from the window of the last states (Havasi et al. 2018); the
+    history then records the log joint ``log p(V) + (N / B) sum_batch log p(y | V)`` of the
+    chain's state (``history.elbo``, full-data units; ``history.elbo_per_datapoint`` per data point)
+    in place of the ELBO, a checkpoint holds the chain (momenta, adaptation statistics, window), and
+    ``natgrad_gamma``, ``kl_schedule`` and ``strategy`` are refused. A sample set stored by
+    :func:`~deepgp_gi.collect_samples` is discarded (it was drawn under the old hyperparameters).
+
     :param model: a :class:`~deepgp_gi.DeepGP`.
     :param data: ``(X, Y)`` arrays, or a ``tf.data.Dataset`` of ``(X, Y)`` batches (then
         ``model.num_data`` must be set; the dataset is cycled through as often as ``steps`` needs,
