@@ -1,4 +1,5 @@
-# deepgp_gi: `make demo` runs the main job, `make test` runs the test suite.
+# deepgp_gi: `make demo` runs the main job, `make test` the fast test suite, `make test-all` every test
+# but the GPU ones.
 # Both create .venv (Python 3.11) if it is missing and install the package into it.
 PYTHON ?= python3.11
 VENV := .venv
@@ -8,7 +9,7 @@ export TF_USE_LEGACY_KERAS := 1
 # environment sets one; 2 would still let `E0000 ... cuInit` through without a GPU), and the test
 # suite, benchmarks and notebook runner each default to 2.
 
-.PHONY: demo test test-slow test-gpu bench notebooks install clean
+.PHONY: demo test test-all test-slow test-gpu bench notebooks install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -23,11 +24,19 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/deepgp-gi demo
 
+# The fast suite (setup.cfg's addopts: `-m "not slow and not gpu"`): a few minutes on 2 CPU cores.
 test: install
 	$(BIN)/python -m pytest -q
 
+# Every test but the GPU ones: the fast suite and the `slow` tests (training runs, long oracles,
+# XLA-vs-plain checks of every family, notebook execution, tf.distribute subprocesses, benchmark
+# scripts end to end).
+test-all: install
+	$(BIN)/python -m pytest -q -m "not gpu"
+
+# The `slow` tests alone (`make test` + `make test-slow` = `make test-all`).
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m "slow and not gpu"
 
 # The GPU tests (ELBO on the GPU against the CPU, short fits on the GPU); skipped without a GPU.
 test-gpu: install

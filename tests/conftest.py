@@ -12,6 +12,24 @@ import pytest  # noqa: E402
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Long tests of files this suite does not otherwise edit, marked ``slow`` here so that ``make test``
+# leaves them to ``make test-all``: {file name: test function names}.
+SLOW_TESTS = {
+    # each check runs tests/distributed_check.py in a fresh process (2 logical CPU replicas)
+    "test_distributed.py": ("test_mirrored_strategy_equals_one_device",),
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of ``SLOW_TESTS`` ``slow`` before ``-m`` selects (tryfirst: this runs before
+    pytest's own deselection by marker)."""
+    for item in items:
+        names = SLOW_TESTS.get(os.path.basename(str(item.fspath)), ())
+        if getattr(item, "originalname", item.name) in names:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def load_script():
     """``load_script("benchmarks/uci.py")``: a script of the repository imported as a module, by

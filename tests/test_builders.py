@@ -47,6 +47,7 @@ def test_pca_mean_function_projects_on_top_singular_vectors(rng):
     np.testing.assert_allclose(wide[:, 6:], 0.0)
 
 
+@pytest.mark.slow  # 80 steps at depth 3 per family: `make test-all`
 @pytest.mark.parametrize("posterior", ["mean_field", "fully_coupled", "stripes_arrow", "global", "local"])
 def test_every_family_builds_and_trains(posterior, rng):
     X, Y = _data(rng)

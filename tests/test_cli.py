@@ -97,6 +97,7 @@ def test_parse_splits():
         cli.parse_splits("a:b", 20)
 
 
+@pytest.mark.slow  # trains two splits end to end: `make test-all`
 def test_uci_runs_appends_and_resumes(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     argv = ["uci", "--dataset", "yacht", "--posterior", "mean_field", "--depth", "2", "--splits", "0:2",

@@ -22,6 +22,7 @@ OURS = ["deepgp_gi mean_field", "deepgp_gi mean_field (XLA)"]
 PEERS = ["gpflux DSVI", "gpflux DSVI (XLA)"] if HAS_GPFLUX else []
 
 
+@pytest.mark.slow  # times and profiles four steps, plain and XLA: `make test-all`
 def test_tiny_grid_end_to_end(bench, tmp_path):
     md, jsonl = tmp_path / "gpu.md", tmp_path / "gpu.jsonl"
     argv = TINY + ["--profile", "--profile-steps", "2", "--out", str(md)]
@@ -186,6 +187,7 @@ def test_a_failing_step_is_recorded_not_fatal(bench, tmp_path):
     assert "## Failures" in table
 
 
+@pytest.mark.slow  # compiles a deep GP step plain and with XLA: `make test-all`
 def test_a_failed_factorisation_in_a_model_step_is_a_failure_line(bench, load_script):
     """The timed deepgp_gi steps record failed factorisations as fit does (no Assert in the
     step): build_steps reads the record and turns it into a failure, in both modes."""
@@ -209,6 +211,7 @@ def test_a_failed_factorisation_in_a_model_step_is_a_failure_line(bench, load_sc
     assert all(f.startswith("CholeskyError: ") for f in failed.values()), failed
 
 
+@pytest.mark.slow  # runs and profiles the benchmark twice: `make test-all`
 def test_accelerator_branch_counts_one_batched_ladder_per_factorisation(bench, tmp_path):
     """``--accelerator-branch`` traces safe_cholesky as on a GPU: each factorisation is followed by
     its jitter ladder, one batched Cholesky (so twice the host branch's Cholesky kernels), the

@@ -13,6 +13,7 @@ def images(load_script):
     return load_script("benchmarks/images.py")
 
 
+@pytest.mark.slow  # trains a conv net end to end: `make test-all`
 def test_digits_sweep_resume_and_report(images, tmp_path):
     out = tmp_path / "digits.jsonl"
     args = ["sweep", "--steps", "2", "--seeds", "0", "--posteriors", "global", "--priors", "neal",
@@ -53,6 +54,7 @@ def test_mnist_mode_reads_local_files(images, tmp_path):
         images.main(["sweep", "--dataset", "mnist", "--out", str(tmp_path / "x.jsonl")])  # --path required
 
 
+@pytest.mark.slow  # trains three conv nets end to end: `make test-all`
 def test_posterior_options_reach_the_model_and_the_cell_key(images, tmp_path, monkeypatch):
     import deepgp_gi as dg
 

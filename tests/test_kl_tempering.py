@@ -13,16 +13,7 @@ from deepgp_gi.training import LinearSchedule, PaperSchedule, batch_indices
 from deepgp_gi.training.batches import step_noise
 from deepgp_gi.training.loop import _trainable_variables
 from deepgp_gi.training.step import TrainStep
-
-
-def _toy(rng, n=40):
-    X = rng.uniform(-2, 2, size=(n, 2))
-    Y = np.sin(2 * X[:, :1]) * np.cos(X[:, 1:]) + 0.1 * rng.normal(size=(n, 1))
-    return X, Y
-
-
-def _values(model):
-    return [v.numpy().copy() for v in model.trainable_variables]
+from fit_checks import parameter_values, toy_regression
 
 
 # ------------------------------------------------------------------------------------ schedules
@@ -78,7 +69,7 @@ def _oracle_terms(model, X_b, Y_b, num_samples, noise):
 
 @pytest.mark.parametrize("kind", ["gp-mean_field", "bnn-global"])
 def test_elbo_terms_are_the_ell_and_kl_of_the_elbo(rng, kind):
-    X, Y = _toy(rng)
+    X, Y = toy_regression(rng, 40)
     if kind == "gp-mean_field":
         model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
     else:
@@ -95,7 +86,7 @@ def test_elbo_terms_are_the_ell_and_kl_of_the_elbo(rng, kind):
 
 @pytest.mark.parametrize("kind", ["gp-mean_field", "bnn-global"])
 def test_tempered_gradient_is_ell_gradient_at_zero_and_elbo_gradient_at_one(rng, kind):
-    X, Y = _toy(rng)
+    X, Y = toy_regression(rng, 40)
     if kind == "gp-mean_field":
         model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
     else:
@@ -129,7 +120,7 @@ def test_tempered_gradient_is_ell_gradient_at_zero_and_elbo_gradient_at_one(rng,
 
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 def test_a_changing_weight_does_not_retrace_the_step(rng, jit_compile):
-    X, Y = _toy(rng, n=20)
+    X, Y = toy_regression(rng, 20)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
     variables = _trainable_variables(model)
     optimizer = dg.training.adam(0.01, variables)
@@ -144,7 +135,7 @@ def test_a_changing_weight_does_not_retrace_the_step(rng, jit_compile):
 def test_history_elbo_is_the_untempered_elbo(rng):
     """The first logged ELBO is the model's ELBO at the initial parameters on step 0's minibatch
     and draws, whatever the weight; the tempered objective it did not report differs."""
-    X, Y = _toy(rng)
+    X, Y = toy_regression(rng, 40)
     seed, batch = 4, 16
     for beta in (0.0, 0.5):
         model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
@@ -159,7 +150,7 @@ def test_history_elbo_is_the_untempered_elbo(rng):
 
 
 def test_fit_with_schedules_trains_and_records_the_weight(rng):
-    X, Y = _toy(rng, n=30)
+    X, Y = toy_regression(rng, 30)
     model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
     # "paper": steps_per_epoch = ceil(30 / 10) = 3, so the weight is 0 for steps 0..29, 0.1 from 30
     history = dg.fit(model, (X, Y), steps=36, batch_size=10, seed=1, progress=False, log_every=3,
@@ -179,12 +170,12 @@ def test_fit_with_schedules_trains_and_records_the_weight(rng):
     ones = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
     h_ones = dg.fit(ones, (X, Y), steps=5, seed=1, progress=False, log_every=1, kl_schedule=lambda step: 1.0)
     assert h_plain.kl_weight == [1.0] * 5 and h_plain.elbo == h_ones.elbo
-    for a, b in zip(_values(plain), _values(ones)):
+    for a, b in zip(parameter_values(plain), parameter_values(ones)):
         np.testing.assert_array_equal(a, b)
 
 
 def test_paper_schedule_on_a_dataset_uses_its_length(rng):
-    X, Y = _toy(rng, n=20)
+    X, Y = toy_regression(rng, 20)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
     finite = tf.data.Dataset.from_tensor_slices((X, Y)).batch(10)  # 2 batches per epoch
     history = dg.fit(model, finite, steps=22, seed=0, progress=False, log_every=1, kl_schedule="paper")
@@ -193,17 +184,8 @@ def test_paper_schedule_on_a_dataset_uses_its_length(rng):
         dg.fit(model, finite.repeat(), steps=2, seed=0, progress=False, kl_schedule="paper")
 
 
-def test_tempered_fit_with_xla_matches_the_plain_step(rng):
-    X, Y = _toy(rng)
-    histories, values = [], []
-    for jit in (False, True):
-        model = dg.build_bnn(X, Y, hidden=(8,), posterior="global", num_inducing=8, seed=0)
-        histories.append(dg.fit(model, (X, Y), steps=5, batch_size=20, seed=3, progress=False, log_every=1,
-                                jit_compile=jit, kl_schedule=LinearSchedule(4)))
-        values.append(_values(model))
-    np.testing.assert_allclose(histories[1].elbo, histories[0].elbo, rtol=1e-8)
-    for a, b in zip(values[1], values[0]):
-        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-8)
+# A tempered fit under XLA equals the plain one: tests/test_training.py, test_xla_step_matches_plain_step
+# case "bnn-global-tempered".
 
 
 @pytest.mark.parametrize("beta", [0.5, 0.25])
@@ -234,7 +216,7 @@ def test_natural_gradient_step_of_size_one_over_beta_reaches_the_tempered_optimu
 
 # --------------------------------------------------------------------------------- resuming
 def test_resumed_tempered_fit_continues_the_schedule(rng, tmp_path):
-    X, Y = _toy(rng)
+    X, Y = toy_regression(rng, 40)
     schedule = LinearSchedule(12, start=0.1)
     kwargs = dict(steps=20, batch_size=25, seed=9, progress=False, log_every=2, kl_schedule=schedule)
     straight = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
@@ -248,7 +230,7 @@ def test_resumed_tempered_fit_continues_the_schedule(rng, tmp_path):
     assert h_resumed.step == h_straight.step
     assert h_resumed.kl_weight == h_straight.kl_weight == [schedule(s - 1) for s in h_straight.step]
     np.testing.assert_allclose(h_resumed.elbo, h_straight.elbo, rtol=1e-12)
-    for a, b in zip(_values(straight), _values(fresh)):
+    for a, b in zip(parameter_values(straight), parameter_values(fresh)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
     # resuming the same checkpoint with another schedule (or none) would mix two runs
@@ -259,7 +241,7 @@ def test_resumed_tempered_fit_continues_the_schedule(rng, tmp_path):
 
 
 def test_a_history_saved_before_tempering_resumes_with_weight_one(rng, tmp_path):
-    X, Y = _toy(rng, n=20)
+    X, Y = toy_regression(rng, 20)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
     dg.fit(model, (X, Y), steps=4, seed=2, progress=False, log_every=2, checkpoint_dir=tmp_path, checkpoint_every=2)
     saved = json.loads((tmp_path / "history.json").read_text())
@@ -272,9 +254,9 @@ def test_a_history_saved_before_tempering_resumes_with_weight_one(rng, tmp_path)
 
 # ---------------------------------------------------------------------------------- bad input
 def test_bad_kl_schedules_are_refused(rng, tmp_path):
-    X, Y = _toy(rng, n=20)
+    X, Y = toy_regression(rng, 20)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
-    before = _values(model)
+    before = parameter_values(model)
 
     def fit(schedule, **kw):
         return dg.fit(model, (X, Y), steps=6, seed=0, progress=False, log_every=1, kl_schedule=schedule, **kw)
@@ -290,7 +272,7 @@ def test_bad_kl_schedules_are_refused(rng, tmp_path):
     for value in ("0.5", None, True, np.array([0.5])):
         with pytest.raises(TypeError, match="kl_schedule returned .* at step 0"):
             fit(lambda step, v=value: v)
-    for a, b in zip(before, _values(model)):  # nothing was trained
+    for a, b in zip(before, parameter_values(model)):  # nothing was trained
         np.testing.assert_array_equal(a, b)
     # a value that goes wrong later is caught before the step that would use it
     with pytest.raises(ValueError, match="kl_schedule gave 2.0 at step 3"):

@@ -1,5 +1,6 @@
 """Every notebook (``notebooks/NN_*.py``, jupytext percent scripts) runs top to bottom in a fresh
-kernel in its quick setting (``DEEPGP_GI_QUICK=1``); any cell error fails the test.
+kernel in its quick setting (``DEEPGP_GI_QUICK=1``); any cell error fails the test. The runs are
+marked ``slow``: ``make test-all`` executes them, ``make test`` does not.
 
 Needs the ``notebooks`` extra (jupytext, nbclient, ipykernel, matplotlib), which ``dev`` includes;
 without it the tests are skipped with the reason.
@@ -31,6 +32,7 @@ def test_notebooks_exist():
     assert NOTEBOOKS, "no notebooks/NN_*.py found"
 
 
+@pytest.mark.slow  # tens of seconds each (a fresh kernel imports TensorFlow and trains): `make test-all`
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_in_quick_mode(path, monkeypatch):
     runner = _runner()

@@ -9,6 +9,7 @@ def bench(load_script):
     return load_script("benchmarks/star_offdiagonal.py")
 
 
+@pytest.mark.slow  # trains two variants end to end: `make test-all`
 def test_runs_resumes_and_writes_the_table(bench, tmp_path):
     out, md = tmp_path / "s.jsonl", tmp_path / "s.md"
     argv = ["--dataset", "yacht", "--steps", "1", "--every", "1", "--variants", "plain,preconditioned",

@@ -36,6 +36,7 @@ SCHEMA = {"model", "dataset", "posterior", "depth", "prior", "hidden", "num_indu
           "test_ll", "rmse", "trace"}
 
 
+@pytest.mark.slow  # trains one configuration end to end: `make test-all`
 def test_sweep_and_report_end_to_end(uci, tmp_path, capsys):
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(TINY)

@@ -32,6 +32,7 @@ from deepgp_gi.posteriors.inducing_weights import (  # noqa: E402
     FFGInducingPosterior,
 )
 from deepgp_gi.priors import NealPrior  # noqa: E402
+from fit_checks import assert_xla_fit_matches_plain  # noqa: E402  (tests/ is on sys.path under pytest)
 from test_convolutional import _images  # noqa: E402  (tests/posteriors is on sys.path under pytest)
 
 CLASSES = {"ffg_u": FFGInducingPosterior, "ensemble_u": EnsembleInducingPosterior,
@@ -234,25 +235,17 @@ def _small_net(X, Y, posterior):
     return dg.DeepGP(layers, gpflow.likelihoods.Softmax(3), posterior=post, num_data=len(X))
 
 
-def _xla_pair(posterior):
-    X, Y = _images(30)
-    X = (X - X.mean()) / X.std()
-    return X, Y, _small_net(X, Y, posterior), _small_net(X, Y, posterior)
-
-
 @pytest.mark.parametrize("posterior", ["ffg_u", pytest.param("ensemble_u", marks=pytest.mark.slow)])
 def test_conv_training_step_compiles_and_equals_plain_step(posterior):
     """The conv net's training step under XLA (jit_compile=True) gives the same ELBOs and
     parameters as the plain tf.function step."""
-    X, Y, plain, xla = _xla_pair(posterior)
-    h_plain = dg.fit(plain, (X, Y), steps=3, batch_size=15, learning_rate=1e-2, seed=3, progress=False, log_every=1)
-    h_xla = dg.fit(xla, (X, Y), steps=3, batch_size=15, learning_rate=1e-2, seed=3, progress=False, log_every=1,
-                   jit_compile=True)
-    np.testing.assert_allclose(h_xla.elbo, h_plain.elbo, rtol=1e-8)
-    for a, b in zip(xla.trainable_variables, plain.trainable_variables):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-7, atol=1e-8)
+    X, Y = _images(30)
+    X = (X - X.mean()) / X.std()
+    assert_xla_fit_matches_plain(lambda: _small_net(X, Y, posterior), (X, Y), values_rtol=1e-7, steps=3,
+                                 batch_size=15, learning_rate=1e-2, seed=3, log_every=1)
 
 
+@pytest.mark.slow  # 40 training steps per family: `make test-all`
 @pytest.mark.parametrize("posterior", ["ffg_u", "ensemble_u", "ensemble_w"])
 def test_conv_inducing_weights_train(posterior):
     """A short run raises the ELBO (the KL-free objective for the ensembles)."""

@@ -37,6 +37,7 @@ from deepgp_gi.posteriors.pseudo_data import (  # noqa: E402
     pseudo_data_posterior,
     sample_weights,
 )
+from fit_checks import assert_xla_fit_matches_plain  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
 def _reference(X, V, lam, k, padding):
@@ -232,8 +233,19 @@ def test_inducing_batch_norm_uses_inducing_rows_only():
         bn.apply(tf.constant(F), 0)
 
 
-@pytest.mark.parametrize("posterior", ["global", "factorised", pytest.param("factorised_global", marks=pytest.mark.slow),
-                                       pytest.param("local", marks=pytest.mark.slow)])
+def test_conv_gi_xla_step_equals_plain_step_on_a_small_lenet():
+    """The fast twin of the test below: a small LeNet with global inducing (autocorrelation Grams,
+    the conv GI path) gives the same ELBOs and parameters under XLA as with the plain step."""
+    X, Y = _images(20)
+    X = (X - X.mean()) / X.std()
+    assert_xla_fit_matches_plain(
+        lambda: build_conv_bnn(X, Y, architecture="lenet", channels=(2, 2), hidden=(4,), posterior="global",
+                               num_inducing=4, seed=1),
+        (X, Y), values_rtol=1e-7, steps=2, batch_size=10, learning_rate=1e-2, seed=3, log_every=1)
+
+
+@pytest.mark.slow  # a ResNet step compiled with XLA per family, then 40 steps: `make test-all`
+@pytest.mark.parametrize("posterior", ["global", "factorised", "factorised_global", "local"])
 def test_conv_training_step_compiles_and_equals_plain_step(posterior):
     """The conv net's training step runs under tf.function and under XLA (jit_compile=True) with
     the same ELBOs and parameters, and a short run raises the ELBO."""
@@ -243,14 +255,9 @@ def test_conv_training_step_compiles_and_equals_plain_step(posterior):
     def build():
         return build_conv_bnn(X, Y, architecture="resnet", channels=4, posterior=posterior, num_inducing=8, seed=1)
 
-    plain, xla = build(), build()
-    before = plain.elbo((X, Y), 8, seed=SeededNoise(1)).numpy()
-    h_plain = dg.fit(plain, (X, Y), steps=4, batch_size=15, learning_rate=1e-2, seed=3, progress=False, log_every=1)
-    h_xla = dg.fit(xla, (X, Y), steps=4, batch_size=15, learning_rate=1e-2, seed=3, progress=False, log_every=1,
-                   jit_compile=True)
-    np.testing.assert_allclose(h_xla.elbo, h_plain.elbo, rtol=1e-8)
-    for a, b in zip(xla.trainable_variables, plain.trainable_variables):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-7, atol=1e-8)
+    before = build().elbo((X, Y), 8, seed=SeededNoise(1)).numpy()
+    plain, _ = assert_xla_fit_matches_plain(build, (X, Y), values_rtol=1e-7, steps=4, batch_size=15,
+                                            learning_rate=1e-2, seed=3, log_every=1)
     dg.fit(plain, (X, Y), steps=40, learning_rate=1e-2, seed=4, progress=False)
     after = plain.elbo((X, Y), 8, seed=SeededNoise(1)).numpy()
     assert np.isfinite(after) and after > before + 1.0, (before, after)

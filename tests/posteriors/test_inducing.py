@@ -754,6 +754,7 @@ def test_bad_arguments_name_the_argument():
 # ================================================================================ training
 
 
+@pytest.mark.slow  # 300 Adam steps for each of two models: `make test-all`
 def test_gi_trains_to_a_higher_elbo_than_mean_field():
     """Same data, kernels, likelihood, Adam steps and seeds: 2-layer GI beats DSVI mean-field.
 

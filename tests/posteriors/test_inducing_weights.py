@@ -317,6 +317,7 @@ def test_build_bnn_unknown_option_names_it():
         build_bnn(X, Y, hidden=(3,), posterior="ensemble_u", sd_max=0.1)
 
 
+@pytest.mark.slow  # 200 Adam steps per family: `make test-all`
 @pytest.mark.parametrize("posterior", ["ffg_u", "ensemble_u"])
 def test_build_bnn_trains(rng, posterior):
     """build_bnn(posterior=...) on a small regression set: the ELBO rises over 200 Adam steps."""
