@@ -39,6 +39,7 @@ def test_help_prints_nothing_on_stderr_and_does_not_import_tensorflow():
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == "False", out.stdout + out.stderr
 
 
+@pytest.mark.slow  # a uci job in a fresh process: `make test-all`
 def test_a_uci_job_prints_no_tensorflow_logs(tmp_path):
     argv = ["uci", "--dataset", "yacht", "--splits", "0", "--steps", "5", "--num-inducing", "5", "--test-samples", "2",
             "--no-progress", "--out", str(tmp_path / "r.jsonl")]
@@ -49,6 +50,7 @@ def test_a_uci_job_prints_no_tensorflow_logs(tmp_path):
     assert "mean_field-2" in out.stdout and "nan" not in out.stdout
 
 
+@pytest.mark.slow  # fresh processes that import TensorFlow: `make test-all`
 def test_verbose_and_a_users_level_leave_tensorflow_logging_alone():
     probe = ("import os, sys\nfrom deepgp_gi import cli\ncli._import_tensorflow(verbose=sys.argv[1] == 'v')\n"
              "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))")

@@ -118,7 +118,7 @@ def test_tempered_gradient_is_ell_gradient_at_zero_and_elbo_gradient_at_one(rng,
     assert max(float(np.max(np.abs(a.numpy() - b.numpy()))) for a, b in zip(grads[0.0], grads[1.0])) > 1e-3
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["graph", "xla"])
 def test_a_changing_weight_does_not_retrace_the_step(rng, jit_compile):
     X, Y = toy_regression(rng, 20)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)

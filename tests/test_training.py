@@ -48,6 +48,7 @@ def test_same_seed_same_result_and_elbo_improves(rng):
     assert runs[0][1].elbo[-1] > runs[0][1].elbo[0]
 
 
+@pytest.mark.slow  # three fits; `make test` resumes a fit in test_kl_tempering.py (the same path, tempered)
 def test_resumed_fit_equals_uninterrupted(rng, tmp_path):
     X, Y = toy_regression(rng, 60)
     straight = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
@@ -142,7 +143,7 @@ def _broken_model(X, Y):
     return model
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["graph", "xla"])
 def test_fit_raises_cholesky_error_and_saves_nothing(rng, tmp_path, jit_compile):
     X, Y = toy_regression(rng, 30)
     model = _broken_model(X, Y)

@@ -233,18 +233,9 @@ def test_inducing_batch_norm_uses_inducing_rows_only():
         bn.apply(tf.constant(F), 0)
 
 
-def test_conv_gi_xla_step_equals_plain_step_on_a_small_lenet():
-    """The fast twin of the test below: a small LeNet with global inducing (autocorrelation Grams,
-    the conv GI path) gives the same ELBOs and parameters under XLA as with the plain step."""
-    X, Y = _images(20)
-    X = (X - X.mean()) / X.std()
-    assert_xla_fit_matches_plain(
-        lambda: build_conv_bnn(X, Y, architecture="lenet", channels=(2, 2), hidden=(4,), posterior="global",
-                               num_inducing=4, seed=1),
-        (X, Y), values_rtol=1e-7, steps=2, batch_size=10, learning_rate=1e-2, seed=3, log_every=1)
-
-
-@pytest.mark.slow  # a ResNet step compiled with XLA per family, then 40 steps: `make test-all`
+# A ResNet step compiled with XLA per family, then 40 steps: `make test-all`. In `make test` the conv
+# XLA step is test_conv_inducing_weights.py's small net with ffg_u.
+@pytest.mark.slow
 @pytest.mark.parametrize("posterior", ["global", "factorised", "factorised_global", "local"])
 def test_conv_training_step_compiles_and_equals_plain_step(posterior):
     """The conv net's training step runs under tf.function and under XLA (jit_compile=True) with

@@ -172,6 +172,7 @@ def test_at_the_prior_kl_is_zero_and_weights_are_prior_samples(rng):
 def _fd_check(post, X, Y, noise, rtol=1e-5):
     lik = gpflow.likelihoods.Gaussian(variance=0.3)
 
+    @tf.function(autograph=False)  # traced once: the ~100 evaluations below reuse the graph
     def objective():
         prop = post.propagate(X, 2, seed=noise)
         ell = tf.reduce_sum(lik.variational_expectations(X, prop.mean, prop.var, Y[None]), axis=-1)
