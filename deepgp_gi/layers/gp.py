@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .kernels import WeightKernel, batched_K, batched_K_diag, batched_K_sym, check_kernel_supported
-from .priors import NealPrior, WeightPrior, make_prior
+from ..kernels import WeightKernel, batched_K, batched_K_diag, batched_K_sym, check_kernel_supported
+from ..priors import NealPrior, WeightPrior, make_prior
 
 __all__ = ["GPLayer", "DenseLayer"]
 
