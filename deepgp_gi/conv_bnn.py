@@ -8,10 +8,10 @@ Two architectures:
 * ``"resnet"``: the paper's small ResNet (App. O), ``conv - relu - [block] - avgpool2 - [block] -
   avgpool2 - [block] - global avgpool - dense``, with ``block = x + relu(conv(relu(conv(x))))``,
   32 channels and ``3 x 3`` kernels; ``batch_norm=True`` puts an
-  :class:`~deepgp_gi.conv_layers.InducingBatchNorm` after every convolution (inducing families).
+  :class:`~deepgp_gi.layers.InducingBatchNorm` after every convolution (inducing families).
 
 Every convolution is stride 1 with "same" padding. See :mod:`deepgp_gi.posteriors.convolutional`
-for the posteriors and :mod:`deepgp_gi.conv_layers` for the layers.
+for the posteriors and :mod:`deepgp_gi.layers.convolutional` for the layers.
 """
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ from typing import Optional, Sequence, Union
 import gpflow
 import numpy as np
 
-from .conv_layers import (
+from .families import CONV_BNN_FAMILIES, check_options
+from .initialisation import pseudo_targets, weight_prior_factory
+from .layers import (
     Activation,
     AveragePool2D,
     Conv2DLayer,
+    DenseLayer,
     Flatten,
     GlobalAveragePool2D,
     InducingBatchNorm,
     ResidualBlock,
 )
-from .families import CONV_BNN_FAMILIES, check_options
-from .initialisation import pseudo_targets, weight_prior_factory
-from .layers import DenseLayer
 from .models import DeepGP
 from .priors import WeightPrior
 from .validation import as_data_array, check_bool, check_choice, check_data_pair, check_positive_int, check_seed

@@ -184,7 +184,7 @@ def convolutional_network(posterior_class, layers, X, Y, num_inducing, seed, *, 
     :func:`global_inducing_rows` (their pseudo-outputs the one-hot labels) for the global
     families, ``N(0, 1)`` local inducing images and features on the layers for ``"local"``
     (:func:`local_inducing_images`)."""
-    from .conv_layers import weighted_layers
+    from .layers import weighted_layers
 
     rng = np.random.default_rng(seed)
     U0 = pseudo = None
@@ -201,7 +201,7 @@ def local_inducing_images(layers, rng: np.random.Generator) -> None:
     """Put ``N(0, 1)`` local inducing inputs on a convolutional network's weighted layers: a
     convolution gets ``ceil(D / (H' W'))`` images (the fewest whose patch rows can pin down its
     ``D`` weights), a dense layer ``D`` feature rows."""
-    from .conv_layers import Conv2DLayer, weighted_layers
+    from .layers import Conv2DLayer, weighted_layers
 
     dtype = gpflow.default_float()
     for layer in weighted_layers(layers):

@@ -11,7 +11,7 @@ from check_shapes import check_shapes
 from gpflow.models.model import BayesianModel
 from gpflow.models.training_mixins import ExternalDataTrainingLossMixin
 
-from .layers import GPLayer
+from .layers import GPLayer, ShapedLayer
 from .likelihoods import check_targets, expected_log_likelihood, mixture_log_density, predict_mean_and_var
 from .noise import NoiseLike
 from .posteriors import DeepPosterior
@@ -102,7 +102,8 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
     @property
     def input_shape(self) -> Tuple[int, ...]:
         """The shape of one input row: ``(D,)``, or ``(H, W, C)`` for a convolutional network."""
-        return tuple(getattr(self.layers[0], "input_shape", (self.input_dim,)))
+        first = self.layers[0]
+        return tuple(first.input_shape) if isinstance(first, ShapedLayer) else (self.input_dim,)
 
     @property
     def output_dim(self) -> int:

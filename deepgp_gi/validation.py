@@ -207,12 +207,15 @@ def per_layer_floats(value, name: str, depth: int, default) -> list:
 
 
 def check_layer_chain(layers) -> list:
-    """At least one layer, each a deepgp_gi layer, each input width the previous output width."""
+    """At least one layer, each a deepgp_gi layer (:class:`~deepgp_gi.layers.Layer`), each input
+    width the previous output width."""
+    from .layers import Layer  # not at the top: deepgp_gi.layers imports this module (via priors)
+
     layers = list(layers)
     if len(layers) < 1:
         raise ValueError("layers must contain at least one layer (depth >= 1)")
     for i, layer in enumerate(layers):
-        if not hasattr(layer, "output_dim") or not hasattr(layer, "input_dim"):
+        if not isinstance(layer, Layer):
             raise TypeError(f"layers[{i}] is a {type(layer).__name__}, not a deepgp_gi layer")
         if i and layer.input_dim != layers[i - 1].output_dim:
             raise ValueError(

@@ -29,3 +29,32 @@ def test_weight_kernel_is_feature_inner_product(rng):
     layer = DenseLayer(3, 2, activation="tanh")
     assert (layer.input_dim, layer.output_dim, layer.fan_in, layer.inducing_variable) == (3, 2, 4, None)
     np.testing.assert_array_equal(layer.mean(F), np.zeros((2, 5, 2)))
+
+
+def test_layer_kinds_are_classes_not_attributes():
+    """The posteriors and the network walk tell layers apart by their base classes: an object
+    with a weighted layer's attributes is not a weighted layer, nor a layer at all."""
+    import gpflow
+
+    from deepgp_gi.layers import Conv2DLayer, Flatten, GPLayer, Layer, WeightedLayer, is_convolution, is_weighted
+    from deepgp_gi.posteriors.weight_space import has_feature_map
+    from deepgp_gi.validation import check_layer_chain
+
+    class LooksWeighted:
+        input_dim, output_dim, fan_in, prior, kernel_size = 3, 2, 4, None, 3
+
+        def features(self, F):
+            return F
+
+        def gram(self, U, precision):
+            return U
+
+    dense, conv = DenseLayer(3, 2), Conv2DLayer((4, 4, 1), 2)
+    gp = GPLayer(gpflow.kernels.SquaredExponential(), 2, 3)
+    assert all(isinstance(layer, WeightedLayer) for layer in (dense, conv))
+    assert all(isinstance(layer, Layer) for layer in (dense, conv, gp, Flatten((4, 4, 2))))
+    assert [has_feature_map(x) for x in (dense, conv, gp, LooksWeighted())] == [True, True, False, False]
+    assert [is_weighted(x) for x in (dense, conv, gp, LooksWeighted())] == [True, True, False, False]
+    assert [is_convolution(x) for x in (dense, conv, LooksWeighted())] == [False, True, False]
+    with pytest.raises(TypeError, match="not a deepgp_gi layer"):
+        check_layer_chain([LooksWeighted()])

@@ -1,5 +1,21 @@
-"""Layers are the prior: :mod:`~deepgp_gi.layers.gp` (GPLayer, DenseLayer) and
-:mod:`~deepgp_gi.layers.convolutional` (the layers of convolutional BNNs)."""
+"""Layers are the prior: a kernel, a mean function and a width per layer.
+
+* :mod:`~deepgp_gi.layers.gp`: :class:`GPLayer`, a layer of a deep GP.
+* :mod:`~deepgp_gi.layers.dense`: :class:`DenseLayer`, a fully-connected BNN layer seen as a
+  deep-GP layer with the weight-induced kernel (docs/algorithms.md, "BNNs as deep GPs").
+* :mod:`~deepgp_gi.layers.convolutional`: the layers of convolutional BNNs
+  (:class:`Conv2DLayer`, pooling, :class:`Flatten`, :class:`Activation`, :class:`ResidualBlock`,
+  :class:`InducingBatchNorm`).
+* :mod:`~deepgp_gi.layers.network`: walking a stack of layers (:func:`weighted_layers`,
+  :func:`run_layers`, :func:`check_network`).
+* :mod:`~deepgp_gi.layers.base`: :class:`Layer`, the base of every layer, and
+  :class:`WeightedLayer`, the base of the layers with weights under a weight prior (DenseLayer,
+  Conv2DLayer), which the posteriors recognise by ``isinstance``.
+
+A layer holds no variational parameters; those belong to the posterior object
+(:mod:`deepgp_gi.posteriors`).
+"""
+from .base import Layer, WeightedLayer
 from .convolutional import (
     Activation,
     AveragePool2D,
@@ -9,13 +25,30 @@ from .convolutional import (
     GlobalAveragePool2D,
     InducingBatchNorm,
     ResidualBlock,
-    apply_weights,
-    check_network,
-    is_convolution,
-    is_weighted,
-    run_layers,
-    weighted_layers,
+    ShapedLayer,
 )
-from .gp import DenseLayer, GPLayer
+from .dense import DenseLayer
+from .gp import GPLayer
+from .network import apply_weights, check_network, is_convolution, is_weighted, run_layers, weighted_layers
 
-__all__ = ["GPLayer", "DenseLayer", "Conv2DLayer", "Activation", "AveragePool2D", "GlobalAveragePool2D", "Flatten", "ResidualBlock", "InducingBatchNorm", "DeterministicLayer", "is_weighted", "weighted_layers", "is_convolution", "apply_weights", "run_layers", "check_network"]
+__all__ = [
+    "Layer",
+    "WeightedLayer",
+    "GPLayer",
+    "DenseLayer",
+    "Conv2DLayer",
+    "Activation",
+    "AveragePool2D",
+    "GlobalAveragePool2D",
+    "Flatten",
+    "ResidualBlock",
+    "InducingBatchNorm",
+    "DeterministicLayer",
+    "ShapedLayer",
+    "is_weighted",
+    "weighted_layers",
+    "is_convolution",
+    "apply_weights",
+    "run_layers",
+    "check_network",
+]

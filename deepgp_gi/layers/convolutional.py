@@ -16,12 +16,12 @@ layer chain like any other, ``input_dim``/``output_dim``: the size of the last a
   :class:`InducingBatchNorm` (normalised with statistics of the inducing rows only, App. O).
 
 A network ends with a :class:`~deepgp_gi.layers.DenseLayer` after :class:`Flatten` or
-:class:`GlobalAveragePool2D`. The posteriors of such stacks live in
-:mod:`deepgp_gi.posteriors.convolutional`.
+:class:`GlobalAveragePool2D`; :mod:`deepgp_gi.layers.network` walks and checks such stacks. The
+posteriors of such stacks live in :mod:`deepgp_gi.posteriors.convolutional`.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -30,6 +30,7 @@ import tensorflow as tf
 from ..autocorrelation import check_padding, output_size, patch_cross, patch_gram
 from ..kernels import get_activation
 from ..priors import NealPrior, WeightPrior, make_prior
+from .base import Layer, WeightedLayer
 
 __all__ = [
     "Conv2DLayer",
@@ -40,12 +41,7 @@ __all__ = [
     "ResidualBlock",
     "InducingBatchNorm",
     "DeterministicLayer",
-    "is_weighted",
-    "weighted_layers",
-    "is_convolution",
-    "apply_weights",
-    "run_layers",
-    "check_network",
+    "ShapedLayer",
 ]
 
 
@@ -72,8 +68,9 @@ def _positive_int(value, name: str) -> int:
     return int(value)
 
 
-class _ShapedLayer(gpflow.Module):
-    """Shapes without the row axis, and the last axis as ``input_dim``/``output_dim``."""
+class ShapedLayer(Layer):
+    """A layer of image rows: ``input_shape``/``output_shape`` without the row axis, and their last
+    axis as ``input_dim``/``output_dim``."""
 
     input_shape: Tuple[int, ...]
     output_shape: Tuple[int, ...]
@@ -87,7 +84,7 @@ class _ShapedLayer(gpflow.Module):
         return self.output_shape[-1]
 
 
-class Conv2DLayer(_ShapedLayer):
+class Conv2DLayer(ShapedLayer, WeightedLayer):
     """A stride-1 ``k x k`` convolution with bias as a deep-GP layer (the convolutional
     weight-induced kernel): ``F_out = conv(F_in, W) + b``.
 
@@ -177,7 +174,7 @@ class Conv2DLayer(_ShapedLayer):
         return tf.stack(outs)
 
 
-class DeterministicLayer(_ShapedLayer):
+class DeterministicLayer(ShapedLayer):
     """A layer without weights: ``apply(F, num_inducing)`` maps every row the same way (only
     :class:`InducingBatchNorm` reads ``num_inducing``, the number of inducing rows on top)."""
 
@@ -276,7 +273,7 @@ class InducingBatchNorm(DeterministicLayer):
         return (F - mean) * tf.math.rsqrt(var + tf.constant(self.epsilon, F.dtype))
 
 
-class ResidualBlock(_ShapedLayer):
+class ResidualBlock(ShapedLayer):
     """``F + body(F)`` with an identity shortcut; ``body`` is a list of layers with the same
     output shape as input shape (e.g. conv-relu-conv-relu, App. O)."""
 
@@ -294,81 +291,3 @@ class ResidualBlock(_ShapedLayer):
                              f"{body[-1].output_shape}")
         self.body = body
         self.input_shape = self.output_shape = tuple(body[0].input_shape)
-
-
-def is_weighted(layer) -> bool:
-    """Whether the layer has weights (a posterior over them): Conv2DLayer or DenseLayer."""
-    return hasattr(layer, "fan_in") and hasattr(layer, "prior")
-
-
-def weighted_layers(layers: Sequence) -> List:
-    """The weighted layers of a stack in the order the forward pass meets them (residual bodies
-    included)."""
-    out = []
-    for layer in layers:
-        if isinstance(layer, ResidualBlock):
-            out.extend(weighted_layers(layer.body))
-        elif is_weighted(layer):
-            out.append(layer)
-    return out
-
-
-def is_convolution(layer) -> bool:
-    """Whether the layer is a convolution (a weighted layer acting on images by ``apply``)."""
-    return hasattr(layer, "kernel_size") and hasattr(layer, "gram")
-
-
-def apply_weights(layer, Phi: tf.Tensor, W: tf.Tensor, transpose: bool = False) -> tf.Tensor:
-    """A weighted layer's output for sampled weights: a convolution's ``apply(Phi, W)``
-    (``[S, R, H', W', C_out]``) or a dense layer's ``Phi @ W`` (``[S, R, P]``).
-
-    :param Phi: the layer's features (``layer.features(F)``).
-    :param W: ``[S, D, P]`` (library layout; ``D`` = fan-in with the bias row), or ``[S, P, D]``
-        (paper layout, rows are units) if ``transpose``.
-    """
-    if is_convolution(layer):
-        return layer.apply(Phi, tf.linalg.matrix_transpose(W) if transpose else W)
-    return tf.linalg.matmul(Phi, W, transpose_b=transpose)
-
-
-def run_layers(layers: Sequence, H: tf.Tensor, weighted_step: Callable, num_inducing: int = 0) -> tf.Tensor:
-    """Push rows ``H`` ``[S, R, ...]`` through a stack in forward order: a weighted layer maps
-    ``H`` by ``weighted_step(layer, H)`` (the posterior samples its weights there), a residual
-    block adds its body's output to its input, and a deterministic layer applies itself
-    (``num_inducing`` inducing rows on top, for :class:`InducingBatchNorm`). Weighted layers are
-    met in the order of :func:`weighted_layers`."""
-    for layer in layers:
-        if isinstance(layer, ResidualBlock):
-            H = H + run_layers(layer.body, H, weighted_step, num_inducing)
-        elif is_weighted(layer):
-            H = weighted_step(layer, H)
-        else:
-            H = layer.apply(H, num_inducing)
-    return H
-
-
-def check_network(layers: Sequence, family: str, inducing_rows: bool = False) -> List:
-    """Check that ``layers`` form a convolutional network a posterior ``family`` can run and
-    return its weighted layers: at least one weighted layer, a DenseLayer last, and otherwise
-    only deterministic layers and residual blocks of them; :class:`InducingBatchNorm` only when
-    the family propagates inducing rows (``inducing_rows``)."""
-
-    def check(layer):
-        if isinstance(layer, ResidualBlock):
-            for inner in layer.body:
-                check(inner)
-        elif not is_weighted(layer) and not isinstance(layer, DeterministicLayer):
-            raise TypeError(f"{type(layer).__name__} is not a layer of a convolutional network")
-        elif isinstance(layer, InducingBatchNorm) and not inducing_rows:
-            raise ValueError(f"InducingBatchNorm needs propagated inducing rows; the {family!r} family "
-                             "has none (use global or factorised_global, or drop the batch norm)")
-
-    layers = list(layers)
-    weighted = weighted_layers(layers)
-    if not weighted:
-        raise ValueError("the network has no weighted layer")
-    if is_convolution(layers[-1]) or not is_weighted(layers[-1]):
-        raise ValueError("the last layer of a convolutional network must be a DenseLayer")
-    for layer in layers:
-        check(layer)
-    return weighted

@@ -26,6 +26,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from ..conv_layers import check_network, is_convolution
+from ..layers import WeightedLayer
 from ..linalg import safe_cholesky
 from ..validation import check_finite_array, per_layer_list
 from .base import DeepPosterior
@@ -45,8 +46,9 @@ __all__ = [
 
 
 def has_feature_map(layer) -> bool:
-    """Whether the layer's kernel is an explicit finite feature map with a weight prior (BNN)."""
-    return hasattr(layer, "features") and hasattr(layer, "fan_in") and hasattr(layer, "prior")
+    """Whether the layer's kernel is an explicit finite feature map with a weight prior (BNN): a
+    :class:`~deepgp_gi.layers.WeightedLayer` (DenseLayer, Conv2DLayer)."""
+    return isinstance(layer, WeightedLayer)
 
 
 # ============================================================================ the posterior base

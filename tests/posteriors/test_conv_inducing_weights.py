@@ -23,8 +23,14 @@ import tensorflow as tf  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
 from deepgp_gi.conv_bnn import build_conv_bnn  # noqa: E402
-from deepgp_gi.conv_layers import Activation, AveragePool2D, Conv2DLayer, Flatten, InducingBatchNorm  # noqa: E402
-from deepgp_gi.layers import DenseLayer  # noqa: E402
+from deepgp_gi.layers import (  # noqa: E402
+    Activation,
+    AveragePool2D,
+    Conv2DLayer,
+    DenseLayer,
+    Flatten,
+    InducingBatchNorm,
+)
 from deepgp_gi.noise import FixedNoise, SeededNoise  # noqa: E402
 from deepgp_gi.posteriors.inducing_weights import (  # noqa: E402
     EnsembleInducingPosterior,

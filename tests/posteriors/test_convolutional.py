@@ -24,8 +24,7 @@ from scipy.stats import multivariate_normal  # noqa: E402
 import deepgp_gi as dg  # noqa: E402
 from deepgp_gi.autocorrelation import patch_cross, patch_gram, patch_matrix  # noqa: E402
 from deepgp_gi.conv_bnn import build_conv_bnn  # noqa: E402
-from deepgp_gi.conv_layers import Conv2DLayer, Flatten, InducingBatchNorm  # noqa: E402
-from deepgp_gi.layers import DenseLayer  # noqa: E402
+from deepgp_gi.layers import Conv2DLayer, DenseLayer, Flatten, InducingBatchNorm  # noqa: E402
 from deepgp_gi.noise import SeededNoise  # noqa: E402
 from deepgp_gi.posteriors.convolutional import ConvNetPosterior  # noqa: E402
 from deepgp_gi.posteriors.weight_space import factorised_kl  # noqa: E402
