@@ -10,7 +10,9 @@ Per-layer attribution: a posterior parameter whose path starts with a per-layer 
 (``.weights[1]``, ``.inducing_weights[0].z_rows``, ``.u_means[2]``, ``.scale_posteriors[0]``,
 ``.pseudo_data[1]``, ...) belongs to that layer; a posterior class may map other attributes to a
 layer with ``_LAYER_OF_ATTRIBUTE = {"attribute": layer_index}`` (negative indices count from the
-end); everything else (global inducing inputs, a joint fully-coupled ``q``) is ``"shared"``.
+end); everything else (global inducing inputs, a joint fully-coupled ``q``) is ``"shared"``. A
+posterior that holds state besides its parameters (a sampler's momenta, window and samples) names
+the attributes that count in ``_COUNTED_ATTRIBUTES``.
 A posterior whose lists index only some of its layers (a convolutional network's weighted
 layers) names them in ``_parameter_layers``; ``layer_j`` is then its ``j``-th weighted layer.
 """
@@ -49,9 +51,12 @@ def parameter_count(model, per_layer: bool = False) -> Union[int, Dict[str, int]
     counts = {f"layer_{l}": 0 for l in range(L)}
     counts["shared"] = 0
     overrides = getattr(posterior, "_LAYER_OF_ATTRIBUTE", {})
+    counted = getattr(posterior, "_COUNTED_ATTRIBUTES", None)
     for path, param in gpflow.utilities.parameter_dict(posterior).items():
-        size = int(np.prod(param.shape))
         match = _PATH.match(path)
+        if counted is not None and (match is None or match.group("attr") not in counted):
+            continue
+        size = int(np.prod(param.shape))
         layer: Optional[int] = None
         if match is not None:
             if match.group("index") is not None:

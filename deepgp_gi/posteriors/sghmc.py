@@ -5,10 +5,10 @@ inducing outputs ``V_l`` ``[M, D_l]`` (prior ``N(0, I)``, ``U_l = L_K V_l``), mo
 stochastic-gradient Hamiltonian Monte Carlo (Springenberg et al. 2016), and the samples it keeps.
 
 **The target.** ``log p(V) + (N / B) sum_batch log p(y_n | V)``: the last layer's ``f`` is
-integrated out in closed form for a Gaussian likelihood (``log N(y | mu, s + sigma^2)``, GPflow's
-``predict_log_density``), by GPflow's quadrature for the other likelihoods with a closed form or
-quadrature, and by the sampled ``f`` (``log p(y | f)``) for Monte Carlo likelihoods (Softmax); the
-hidden layers' outputs are sampled (one draw per step and sample, as in the paper, so for
+integrated out by GPflow's ``predict_log_density`` (in closed form for a Gaussian likelihood,
+``log N(y | mu, s + sigma^2)``; by its closed form or Gauss-Hermite quadrature for the other
+likelihoods), except for Monte Carlo likelihoods (Softmax), which see the last layer's sampled
+``f`` (``log p(y | f)``, the model's usual Monte Carlo path); the hidden layers' outputs are sampled (one draw per step and sample, as in the paper, so for
 depth > 1 the gradient is that of ``log p(y | V, F_hidden)``, the paper's estimator). The
 minibatch term is an unbiased estimate of the full-data sum.
 
@@ -31,7 +31,7 @@ and the injected variance ``2 eps^2 alpha M^-1`` (``Minv`` above is ``N M^-1``),
 samples the target at temperature 1. Feeding the *summed* loss ``U`` with this noise (a known
 error of a public port) samples at temperature ``1 / N``; ``tests/posteriors/test_sghmc.py``
 checks the temperature against the exact posterior. The term ``-eps^4 I`` of the noise and the
-gradient-noise estimate ``B_hat`` are taken as 0, as in both papers' code.
+gradient-noise estimate ``B_hat`` are taken as 0, as in the reference code.
 
 **Where the code and the paper differ, and what is followed here.**
 
@@ -41,7 +41,13 @@ gradient-noise estimate ``B_hat`` are taken as 0, as in both papers' code.
   ``alpha = 0.05``, statistics started at 1) mean what they mean there.
 * Adaptation: the paper adapts the preconditioner and friction during burn-in. The code adapts
   at every step of training (``fit``) and stops adapting while collecting samples; this module
-  does the same (``fit`` adapts, :func:`~deepgp_gi.collect_samples` does not). In the code the
+  does the same (``fit`` adapts, :func:`~deepgp_gi.collect_samples` does not). While the
+  statistics adapt, the preconditioner depends on the recent states, and the chain is not exact:
+  on a smooth target the gradient barely changes between steps, ``xi`` stays near 1, ``g2``
+  follows the last few gradients; on a 200-coordinate Gaussian target (``_quadratic_chain`` in
+  ``tests/posteriors/test_sghmc.py``) the variance came out about 2.8 times too large while
+  adapting, and right (0.99) once the statistics were fixed.
+  So samples come from ``collect_samples``, not from ``fit``'s window. In the code the
   order of the reads and writes of the statistics in one step is left to TensorFlow 1's
   scheduler; here all reads precede the writes (Springenberg's Theano update semantics).
 * Start: ``V = 0``, momenta 0 (the code's start; the paper does not state one).
@@ -141,6 +147,8 @@ class SGHMCPosterior(DeepPosterior):
 
     #: ``fit`` trains a sampler's hyperparameters with :class:`~deepgp_gi.training.step.SamplerStep`
     is_sampler = True
+    #: :func:`~deepgp_gi.parameter_count` counts the state of one sample, ``sum_l M D_l``
+    _COUNTED_ATTRIBUTES = ("inducing_outputs",)
 
     def __init__(self, layers: Sequence, step_size: float = STEP_SIZE, momentum_decay: float = MOMENTUM_DECAY,
                  window_size: int = WINDOW_SIZE, name: Optional[str] = None):

@@ -78,14 +78,23 @@ def test_the_chain_samples_the_exact_posterior():
 
 @pytest.mark.slow
 def test_a_minibatch_chain_samples_the_full_batch_posterior():
-    """Batches of 10 of the 40 points: the same exact posterior, and the same as the full-batch
-    chain's samples (means within half a posterior SD of each other)."""
-    z_mini, ratio_mini, S_mini = _chain_against_exact(steps=5000, num_samples=1000, thin=10, batch_size=10)
-    z_full, ratio_full, S_full = _chain_against_exact(steps=5000, num_samples=1000, thin=10)
-    assert np.max(np.abs(z_mini)) < 1.0 and np.mean(np.abs(z_mini)) < 0.5, z_mini
-    assert 0.7 <= ratio_mini <= 1.3, ratio_mini
-    assert np.mean(np.abs(z_mini - z_full)) < 0.5, (z_mini, z_full)
-    assert 0.7 <= ratio_mini / ratio_full <= 1.4, (ratio_mini, ratio_full)
+    """Batches of 10 of the 40 points sample the same posterior as the full batch.
+
+    With the default step size the weakly determined directions of V (precision ~1, against ~500
+    for the strongest) mix slowly, over thousands of steps (the diagonal preconditioner is set by
+    the strong directions' gradients), so each chain's mean carries a Monte Carlo error of a few
+    tenths of a posterior SD there. The two chains share their seed, so their momentum noise is
+    the same draw at every step and they differ only by the minibatch gradients: their means must
+    agree closely (a minibatch-specific bias would show here), each must be near the exact mean,
+    and both covariances must give tr(P C)/M in [0.7, 1.3] (a likelihood term scaled by 1 instead
+    of N / B would give about 3)."""
+    z_mini, ratio_mini, _ = _chain_against_exact(steps=5000, num_samples=1000, thin=10, batch_size=10)
+    z_full, ratio_full, _ = _chain_against_exact(steps=5000, num_samples=1000, thin=10)
+    print("minibatch z", z_mini.round(2), "tr(PC)/M", round(ratio_mini, 3))
+    print("full batch z", z_full.round(2), "tr(PC)/M", round(ratio_full, 3))
+    assert np.mean(np.abs(z_mini - z_full)) < 0.5 and np.max(np.abs(z_mini - z_full)) < 0.75, (z_mini, z_full)
+    assert np.mean(np.abs(z_mini)) < 1.0 and np.max(np.abs(z_mini)) < 1.5, z_mini
+    assert 0.7 <= ratio_mini <= 1.3 and 0.7 <= ratio_full <= 1.3, (ratio_mini, ratio_full)
 
 
 # --------------------------------------------------------------------------- the update
@@ -146,6 +155,46 @@ def test_the_scale_adapted_update_is_springenbergs_step_for_step():
         np.testing.assert_array_equal(window[k % 7], got[k])
 
 
+def _quadratic_chain(loss_scale, *, N=100, K=200, burn=1000, steps=7000, measure_from=3000, seed=0):
+    """``K`` independent coordinates with target ``N(c, 1 / P)``, ``P = N q + 1``: the chain fed the
+    gradient of ``loss_scale * U`` (``1 / N``: the per-point loss the update expects; ``1``: the
+    summed loss), noise for the per-point loss, adapting for ``burn`` steps (as ``fit``) and then
+    not (as ``collect_samples``; while the statistics adapt, the preconditioner depends on the
+    recent states and the chain is not exact). Returns ``mean((theta - c)^2 P)`` from
+    ``measure_from`` on: 1 at temperature 1."""
+    rng = np.random.default_rng(seed)
+    q = rng.uniform(0.5, 2.0, size=K)
+    c = rng.normal(size=K)
+    P = N * q + 1.0
+    state = SamplerState(*(tf.constant(v) for v in (np.zeros(K), np.zeros(K), np.ones(K), np.ones(K), np.ones(K))))
+    zs = tf.constant(rng.normal(size=(steps, K)))
+
+    @tf.function(autograph=False)
+    def run(state, zs):
+        def body(t, theta, p, xi, g, g2, acc):
+            state = SamplerState(theta, p, xi, g, g2)
+            grad = loss_scale * P * (theta - c)
+            options = dict(step_size=0.01, momentum_decay=0.05, num_data=N)
+            adapted = scale_adapted_sghmc(state, grad, zs[t], adapt=True, **options)
+            fixed = scale_adapted_sghmc(state, grad, zs[t], adapt=False, **options)
+            new = [tf.where(t < burn, a, b) for a, b in zip(adapted, fixed)]
+            acc = acc + tf.where(t >= measure_from, tf.reduce_mean(tf.square(new[0] - c) * P), 0.0)
+            return (t + 1,) + tuple(new) + (acc,)
+
+        out = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0),) + tuple(state)
+                            + (tf.constant(0.0, tf.float64),))
+        return out[-1] / (steps - measure_from)
+
+    return float(run(state, zs))
+
+
+def test_a_chain_fed_the_summed_loss_samples_at_temperature_one_over_n():
+    """The public port's error (the summed loss with the per-point loss's noise) gives
+    ``E[(theta - c)^2 P] ~ 1 / N``; the update as used (per-point loss) gives 1."""
+    assert 0.88 < _quadratic_chain(1.0 / 100) < 1.12
+    assert _quadratic_chain(1.0) < 0.03
+
+
 def test_the_update_without_adaptation_keeps_the_statistics():
     state = SamplerState(*(tf.constant(np.full((3, 2), v)) for v in (0.5, 0.1, 2.0, 0.3, 4.0)))
     grad, z = tf.constant(np.full((3, 2), 0.7)), tf.constant(np.full((3, 2), -1.0))
@@ -175,6 +224,32 @@ def test_the_family_is_in_the_table_and_builds_the_usual_layers(rng):
     # DeepGP(layers, lik, "sghmc") builds it with the defaults
     by_name = dg.DeepGP(model.layers, model.likelihood, "sghmc")
     assert by_name.posterior.window_size == 100 and by_name.posterior.step_size == 0.01
+    # the count is one sample's state and the layers' inducing inputs (not momenta, window, samples)
+    assert dg.parameter_count(model, per_layer=True) == {"layer_0": 7 * 2 + 7 * 2, "layer_1": 7 * 1 + 7 * 2,
+                                                         "shared": 0, "total": 49}
+    assert "window_count" in gpflow.utilities.tabulate_module_summary(model)
+
+
+def test_the_sampler_step_holds_no_host_synchronising_op(rng):
+    """As every family's Adam step (tests/test_step_graph.py): no Assert, If, While, CheckNumerics,
+    Where, ... in the traced SGHMC + Adam step."""
+    from deepgp_gi import linalg
+    from deepgp_gi.training.step import SamplerStep
+
+    sync = {"Assert", "Print", "PrintV2", "If", "StatelessIf", "While", "StatelessWhile", "PyFunc",
+            "PyFuncStateless", "EagerPyFunc", "CheckNumerics", "CheckNumericsV2", "Where", "Unique", "UniqueV2",
+            "DynamicPartition"}
+    X, Y = _toy(rng, n=20)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=5, seed=0)
+    variables = _trainable_variables(model)
+    step = SamplerStep(model, dg.training.adam(0.01, variables), variables, tf.Variable(0, dtype=tf.int64),
+                       num_samples=1, seed=0)
+    with linalg.accelerator_branch():
+        graph = step._compiled.get_concrete_function(tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y),
+                                                     step.kl_weight_tensor(1.0)).graph.as_graph_def()
+    ops = [node.op for node in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+    assert "Cholesky" in ops and "ResourceScatterNdUpdate" in ops
+    assert not sync & set(ops), sync & set(ops)
 
 
 def test_the_chain_is_never_adams(rng):
