@@ -60,6 +60,7 @@ def collect_samples(
         )
     num_samples = check_positive_int(num_samples, "num_samples")
     thin = check_positive_int(thin, "thin")
+    num_hidden_samples = check_positive_int(num_hidden_samples, "num_hidden_samples")
     seed = check_seed(seed, "seed")
     if seed is None:
         seed = int(np.random.default_rng().integers(0, 2**31 - 1))

@@ -358,6 +358,8 @@ def test_bad_input_is_refused_before_anything_runs(rng):
             dg.collect_samples(model, (X, Y), thin=bad, progress=False)
     with pytest.raises(TypeError, match="thin must be an integer"):
         dg.collect_samples(model, (X, Y), thin=2.5, progress=False)
+    with pytest.raises(ValueError, match="num_hidden_samples must be at least 1"):
+        dg.collect_samples(model, (X, Y), num_hidden_samples=0, progress=False)
     with pytest.raises(ValueError, match="natgrad_gamma does not apply to a sampling posterior"):
         dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, progress=False)
     with pytest.raises(ValueError, match="kl_schedule does not apply to a sampling posterior"):
