@@ -55,7 +55,8 @@ gradient-noise estimate ``B_hat`` are taken as 0, as in the reference code.
   state in a window of the last ``window_size`` (100) states, then takes one Adam step on the
   hyperparameters with ``V`` set to a uniformly drawn window member, as in the code. The code's
   Adam minimises the per-point loss; ``fit`` minimises the summed one (Adam is invariant to the
-  scale up to its epsilon), as for every other family.
+  scale up to its epsilon), as for every other family. The code draws a second minibatch for the
+  Adam step; here both halves of a step use the step's minibatch (``fit``'s one batch stream).
 
 **Prediction.** :meth:`SGHMCPosterior.propagate` draws ``S`` members of the sample set uniformly
 (with replacement; noise name ``"sghmc/index"``): the stored samples after
