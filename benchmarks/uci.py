@@ -117,7 +117,13 @@ def read_records(path: str) -> List[Dict]:
 
 
 def done_set(path: str) -> set:
-    return {(config_key(r), int(r["split"])) for r in read_lines(path)}
+    """``(configuration key, split)`` of every line in the ``*.jsonl`` files of ``path``'s folder (the
+    report reads them all, so a task finished into any of them is done; two sweeps with disjoint
+    ``--only`` groups can run side by side into two files of one folder)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    files = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".jsonl")] \
+        if os.path.isdir(folder) else []
+    return {(config_key(r), int(r["split"])) for f in files for r in read_lines(f)}
 
 
 def code_commit() -> str:

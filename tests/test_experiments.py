@@ -57,3 +57,17 @@ def test_every_family_has_a_positive_evaluation_budget_and_fully_coupled_the_sma
     budgets = {name: f.eval_row_samples for name, f in DEEP_GP_FAMILIES.items()}
     assert all(isinstance(b, int) and b > 0 for b in budgets.values())
     assert budgets["fully_coupled"] == min(budgets.values()) < budgets["mean_field"]
+
+
+@pytest.mark.slow
+def test_run_split_collects_a_sampling_familys_sample_set():
+    """A sampling family (sghmc) is trained, its sample set collected (SAMPLER_COLLECT), and scored
+    over the samples; it has no ELBO, so the record's is NaN."""
+    import math
+
+    from deepgp_gi.experiments import SAMPLER_COLLECT, run_split
+
+    r = run_split(dict(dataset="yacht", posterior="sghmc", depth=2, steps=40, num_inducing=8), 0)
+    assert r["collected"] == SAMPLER_COLLECT and r["collect_time_s"] > 0
+    assert math.isfinite(r["test_ll"]) and math.isfinite(r["rmse"]) and math.isnan(r["elbo_per_datapoint"])
+    assert r["train_time_s"] >= r["collect_time_s"]
