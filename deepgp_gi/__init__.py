@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 # The modules and names the package exports, in the order they were imported eagerly:
 # name -> the module (relative to the package) that defines it.
-_MODULES = ("autocorrelation", "conv_layers", "datasets", "families", "kernels", "layers", "linalg", "metrics",
+_MODULES = ("autocorrelation", "datasets", "families", "kernels", "layers", "linalg", "metrics",
             "noise", "posteriors", "priors")
 _NAMES = {"build_bnn": "bnn", "build_deep_gp": "builders", "build_conv_bnn": "conv_bnn", "WeightKernel": "kernels",
           "DenseLayer": "layers", "GPLayer": "layers", "safe_cholesky": "linalg", "DeepGP": "models",
@@ -32,7 +32,7 @@ _NAMES = {"build_bnn": "bnn", "build_deep_gp": "builders", "build_conv_bnn": "co
 _loading = False
 
 if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from . import autocorrelation, conv_layers, datasets, families, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E501,F401
+    from . import autocorrelation, datasets, families, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E501,F401
     from .bnn import build_bnn  # noqa: F401
     from .builders import build_deep_gp  # noqa: F401
     from .conv_bnn import build_conv_bnn  # noqa: F401
@@ -95,7 +95,6 @@ __all__ = [
     "parameter_count",
     "parameter_table",
     "autocorrelation",
-    "conv_layers",
     "datasets",
     "families",
     "kernels",

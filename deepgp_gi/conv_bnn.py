@@ -142,7 +142,7 @@ def build_conv_bnn(
     :param channels: lenet: the two conv widths (``(6, 16)``); resnet: the width (32).
     :param hidden: lenet's dense hidden widths (``(120, 84)``).
     :param kernel_size: lenet 5, resnet 3.
-    :param batch_norm: resnet only: :class:`~deepgp_gi.conv_layers.InducingBatchNorm` after each
+    :param batch_norm: resnet only: :class:`~deepgp_gi.layers.InducingBatchNorm` after each
         convolution (global and factorised_global only).
     :param seed: seeds the shuffle choosing ``U_0`` and every random initial value.
     :param posterior_options: ``log_precision_init``, ``dense_precision``, ``kl``, ``rho`` of

@@ -114,6 +114,18 @@ _FFG_U = ("lambda_init", "lambda_max", "sd_init", "sd_max", "d_init", "jitter")
 _ENSEMBLE_U = ("num_members", "lambda_init", "lambda_max", "d_init", "jitter", "member_spread", "prior_regulariser")
 _ENSEMBLE_W = ("num_members", "prior_regulariser")
 
+#: The inducing-weight families (Ritter et al. 2021) and their weight-space baseline: the same
+#: entries in the dense and the convolutional BNN tables (they put matrix-normal inducing weights
+#: on every weighted layer, dense or convolutional).
+_INDUCING_WEIGHT_FAMILIES = (
+    Family("ffg_u", FFGInducingPosterior, init.inducing_weights, _FFG_U, None,
+           "inducing weights, factorised Gaussian q(U) (FFG-U, Ritter et al. 2021)"),
+    Family("ensemble_u", EnsembleInducingPosterior, init.inducing_weights, _ENSEMBLE_U, None,
+           "inducing weights, ensemble of point masses q(U) (Ensemble-U)"),
+    Family("ensemble_w", EnsembleWeightPosterior, init.ensemble_weights, _ENSEMBLE_W, None,
+           "ensemble of point-mass weights (Ensemble-W)"),
+)
+
 #: BNN families (``build_bnn(posterior=...)``, ``DeepGP(dense_layers, ..., posterior=...)``).
 BNN_FAMILIES: Dict[str, Family] = {
     f.name: f
@@ -130,13 +142,7 @@ BNN_FAMILIES: Dict[str, Family] = {
         Family("random_global", RandomGlobalPosterior, init.factorised_below_global,
                ("precision", "kl", "last_layer", "rho"), None,
                "prior lower layers, global-inducing last layer (rand->gi)"),
-        Family("ffg_u", FFGInducingPosterior, init.inducing_weights, _FFG_U, None,
-               "inducing weights, factorised Gaussian q(U) (FFG-U, Ritter et al. 2021)"),
-        Family("ensemble_u", EnsembleInducingPosterior, init.inducing_weights, _ENSEMBLE_U, None,
-               "inducing weights, ensemble of point masses q(U) (Ensemble-U)"),
-        Family("ensemble_w", EnsembleWeightPosterior, init.ensemble_weights, _ENSEMBLE_W, None,
-               "ensemble of point-mass weights (Ensemble-W)"),
-    )
+    ) + _INDUCING_WEIGHT_FAMILIES
 }
 
 _CONV = ("log_precision_init", "dense_precision", "kl", "rho")
@@ -159,13 +165,7 @@ CONV_BNN_FAMILIES: Dict[str, Family] = {
         Family("factorised_global", ConvNetPosterior, init.convolutional_network, _CONV, None,
                "factorised lower layers, global-inducing last layer (fac->gi)",
                initialiser_options={"network_family": "factorised_global"}),
-        Family("ffg_u", FFGInducingPosterior, init.inducing_weights, _FFG_U, None,
-               "inducing weights, factorised Gaussian q(U) (FFG-U, Ritter et al. 2021)"),
-        Family("ensemble_u", EnsembleInducingPosterior, init.inducing_weights, _ENSEMBLE_U, None,
-               "inducing weights, ensemble of point masses q(U) (Ensemble-U)"),
-        Family("ensemble_w", EnsembleWeightPosterior, init.ensemble_weights, _ENSEMBLE_W, None,
-               "ensemble of point-mass weights (Ensemble-W)"),
-    )
+    ) + _INDUCING_WEIGHT_FAMILIES
 }
 
 

@@ -1,7 +1,7 @@
 """Posteriors of convolutional BNNs (docs/algorithms.md, "Convolutional global inducing";
 O&A 2021 §2.2, App. C, N, O).
 
-A convolutional network is a stack of :mod:`deepgp_gi.conv_layers` layers ending in a
+A convolutional network is a stack of :mod:`deepgp_gi.layers` layers ending in a
 :class:`~deepgp_gi.layers.DenseLayer`. Its weighted layers (convolutions and dense layers) each
 get one of three weight posteriors, with the maths of the fully-connected families:
 
@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
-from ..conv_layers import apply_weights, check_network, is_convolution, run_layers
+from ..layers import apply_weights, check_network, is_convolution, run_layers
 from ..noise import NoiseLike, NoiseSource
 from ..validation import check_choice, check_finite_array, check_positive_float, per_layer_floats, per_layer_list
 from .base import DeepPosterior, Propagation

@@ -21,11 +21,11 @@ matrix. The dense layers of the library use ``Phi @ W^T`` (weights ``[S, d_in, d
 are units).
 
 Convolutional networks. The three posteriors also take a convolutional network
-(:func:`~deepgp_gi.conv_layers.check_network`; :func:`~deepgp_gi.conv_bnn.build_conv_bnn`): every
+(:func:`~deepgp_gi.layers.check_network`; :func:`~deepgp_gi.conv_bnn.build_conv_bnn`): every
 weighted layer ``j`` (convolutions and dense layers, in forward order) gets the maths above, a
 ``k x k`` convolution with its filter as the ``[C_out, k k C_in + 1]`` matrix (``d_out = C_out``,
 ``d_in`` its fan-in with the bias), applied as the transposed ``[S, k k C_in + 1, C_out]`` filter
-(:func:`~deepgp_gi.conv_layers.apply_weights`). Layer indices ``l`` below are weighted-layer
+(:func:`~deepgp_gi.layers.apply_weights`). Layer indices ``l`` below are weighted-layer
 indices.
 
 Relative jitter. ``jitter`` (default 1e-4, as the reference code) is folded into the diagonals:
@@ -67,7 +67,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from check_shapes import check_shapes, inherit_check_shapes
 
-from ..conv_layers import apply_weights, is_convolution, run_layers
+from ..layers import apply_weights, is_convolution, run_layers
 from ..linalg import safe_cholesky
 from ..noise import NoiseSource
 from ..validation import check_bool, check_nonnegative_float, check_positive_float, check_positive_int
@@ -369,7 +369,7 @@ def _check_options(num_inducing, lambda_init, lambda_max, d_init, jitter):
 
 class _SampledWeightPosterior(WeightSpacePosterior):
     """The forward pass shared by the inducing-weight families and Ensemble-W, on a
-    fully-connected or a convolutional network (:func:`~deepgp_gi.conv_layers.run_layers`).
+    fully-connected or a convolutional network (:func:`~deepgp_gi.layers.run_layers`).
 
     Weighted layer ``j`` (a DenseLayer or a Conv2DLayer) gets one weight sample per Monte Carlo
     sample from :meth:`_layer_weights`; a convolution's filter is the ``[C_out, k k C_in + 1]``

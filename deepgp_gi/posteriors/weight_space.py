@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..conv_layers import check_network, is_convolution
+from ..layers import check_network, is_convolution
 from ..layers import WeightedLayer
 from ..linalg import safe_cholesky
 from ..validation import check_finite_array, per_layer_list
@@ -58,7 +58,7 @@ class WeightSpacePosterior(DeepPosterior, PriorPrecisions):
     """Checks that every layer is a DenseLayer and sets up the prior precisions.
 
     A subclass with ``_CONV_NETWORKS = True`` also accepts a convolutional network
-    (:func:`~deepgp_gi.conv_layers.check_network`: convolutions, deterministic layers, residual
+    (:func:`~deepgp_gi.layers.check_network`: convolutions, deterministic layers, residual
     blocks, a DenseLayer last); its per-layer lists, the prior precisions and
     ``parameter_count``'s ``layer_j`` then index the weighted layers (:attr:`weighted`), which are
     the layers themselves for a fully-connected network.
