@@ -162,6 +162,13 @@ def check_seed(seed, name: str = "seed") -> Optional[int]:
     return seed
 
 
+def resolve_seed(seed, name: str = "seed") -> int:
+    """:func:`check_seed`, with ``None`` replaced by a freshly drawn seed (for runs that record the
+    seed they used)."""
+    seed = check_seed(seed, name)
+    return int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
+
+
 def check_finite_array(value, name: str, *, ndim: Optional[int] = None, shape: Optional[Tuple[int, ...]] = None):
     """A finite real float64 NumPy array, optionally of rank ``ndim`` or exactly ``shape``."""
     if isinstance(value, (tf.Tensor, tf.Variable)):

@@ -88,11 +88,7 @@ def pointwise_log_density(model, X_test, Y_test, y_std: float = 1.0, num_samples
                           seed=None) -> np.ndarray:
     """``[N]``: each test point's log predictive density in the original units of Y
     (:func:`test_log_likelihood` is their mean; arguments as there)."""
-    num_samples = check_positive_int(num_samples, "num_samples")
-    seed = check_seed(seed, "seed")
-    _check_scale(y_std)
-    X, Y = model.check_data((X_test, Y_test), names=("X_test", "Y_test"))
-    X, Y = X.numpy(), Y.numpy()
+    X, Y, num_samples, seed = _test_arguments(model, X_test, Y_test, y_std, num_samples, seed)
     lpd = predict_in_chunks(
         lambda s: model.predict_log_density((X[s], Y[s]), num_samples, chunk_seed(seed, s.start, chunk_size)).numpy(),
         X, chunk_size,
@@ -153,11 +149,7 @@ def calibration_curve(pit, levels=None):
 def rmse(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000, seed=None):
     """Root-mean-square error of the predictive mixture mean, in the original units of Y
     (``seed`` as in :func:`test_log_likelihood`)."""
-    num_samples = check_positive_int(num_samples, "num_samples")
-    seed = check_seed(seed, "seed")
-    _check_scale(y_std)
-    X, Y = model.check_data((X_test, Y_test), names=("X_test", "Y_test"))
-    X, Y = X.numpy(), Y.numpy()
+    X, Y, num_samples, seed = _test_arguments(model, X_test, Y_test, y_std, num_samples, seed)
     mean = predict_in_chunks(
         lambda s: model.predict_y(X[s], num_samples, chunk_seed(seed, s.start, chunk_size))[0].numpy(), X, chunk_size
     )
@@ -200,6 +192,16 @@ def evaluate_dataset(model, dataset, y_std: float = 1.0, num_samples: int = 100,
 def _check_scale(y_std):
     if not (np.ndim(y_std) == 0 and np.isfinite(y_std) and y_std > 0):
         raise ValueError(f"y_std must be a positive finite number, got {y_std!r}")
+
+
+def _test_arguments(model, X_test, Y_test, y_std, num_samples, seed):
+    """The checked arguments of a regression metric: ``(X [N, D], Y [N, P])`` as NumPy arrays of the
+    model's dtype, ``num_samples`` and ``seed``."""
+    num_samples = check_positive_int(num_samples, "num_samples")
+    seed = check_seed(seed, "seed")
+    _check_scale(y_std)
+    X, Y = model.check_data((X_test, Y_test), names=("X_test", "Y_test"))
+    return X.numpy(), Y.numpy(), num_samples, seed
 
 
 # ---------------------------------------------------------------------------------- classification

@@ -11,7 +11,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from ..models import DeepGP
-from ..validation import check_positive_float, check_positive_int, check_seed
+from ..validation import check_positive_float, check_positive_int, resolve_seed
 from .batches import array_batches, dataset_batches
 from .checkpoint import Checkpointer
 from .history import History
@@ -45,9 +45,7 @@ def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_sampl
     num_samples = check_positive_int(num_samples, "num_samples")
     log_every = check_positive_int(log_every, "log_every")
     learning_rate = check_positive_float(learning_rate, "learning_rate")
-    seed = check_seed(seed, "seed")
-    if seed is None:
-        seed = int(np.random.default_rng().integers(0, 2**31 - 1))
+    seed = resolve_seed(seed, "seed")
     common = dict(steps=steps, num_samples=num_samples, log_every=log_every, learning_rate=learning_rate, seed=seed)
 
     if isinstance(data, tf.data.Dataset):

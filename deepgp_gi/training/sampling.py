@@ -8,7 +8,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from ..models import DeepGP
-from ..validation import check_positive_int, check_seed
+from ..validation import check_positive_int, resolve_seed
 from .step import SamplerStep
 
 __all__ = ["collect_samples"]
@@ -61,9 +61,7 @@ def collect_samples(
     num_samples = check_positive_int(num_samples, "num_samples")
     thin = check_positive_int(thin, "thin")
     num_hidden_samples = check_positive_int(num_hidden_samples, "num_hidden_samples")
-    seed = check_seed(seed, "seed")
-    if seed is None:
-        seed = int(np.random.default_rng().integers(0, 2**31 - 1))
+    seed = resolve_seed(seed, "seed")
     if not isinstance(jit_compile, bool):
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
     from .loop import _batches, _check_arguments
