@@ -88,6 +88,10 @@ def _fmt(pair, digits=2) -> str:
     return uci._fmt(m, se, digits)
 
 
+def _paper(p) -> str:
+    return f"{p[0]:.2f} ± {p[1]:.2f}" if p else "—"
+
+
 def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> List[str]:
     lines = [f"### {dataset}", ""]
     ours = sorted((s for s in rows if s["dataset"] == dataset), key=lambda s: (s["posterior"], s["depth"]))
@@ -95,16 +99,16 @@ def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> Lis
         lines += ["No finished runs yet.", ""]
     else:
         lines += ["| family | depth | splits | steps | batch | test LL | O&A Tab. 10 | within 2 SE | RMSE | ELBO/N | "
-                  "ms/step | train time |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "O&A ELBO/N | ms/step | train time |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in ours:
-            paper = s.get("paper_test_ll")
-            paper_txt = f"{paper[0]:.2f} ± {paper[1]:.2f}" if paper else "—"
+            paper_txt = _paper(s.get("paper_test_ll"))
             ok = s.get("ok_test_ll")
             verdict = "—" if ok is None else ("yes" if ok else "**no**")
             lines.append(
                 f"| {s['posterior']} | {s['depth']} | {len(s['splits'])} | {s['steps']:,} | {s['batch_size'] or 'full'} | "
                 f"{_fmt(s['test_ll'])} | {paper_txt} | {verdict} | {_fmt(s['rmse'], 3)} | "
-                f"{_fmt(s['elbo_per_datapoint'])} | {s['ms_per_step']:.1f} | {s['train_time_s'] / 60:.1f} min |")
+                f"{_fmt(s['elbo_per_datapoint'])} | {_paper(s.get('paper_elbo_per_datapoint'))} | {s['ms_per_step']:.1f} | "
+                f"{s['train_time_s'] / 60:.1f} min |")
         lines.append("")
     pub = [p for p in published if p["dataset"] == dataset]
     if pub:
