@@ -240,6 +240,7 @@ def test_resumed_tempered_fit_continues_the_schedule(rng, tmp_path):
                checkpoint_every=4)
 
 
+@pytest.mark.slow  # two fits with checkpoints: `make test-all`
 def test_a_history_saved_before_tempering_resumes_with_weight_one(rng, tmp_path):
     X, Y = toy_regression(rng, 20)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)

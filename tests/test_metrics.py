@@ -189,6 +189,7 @@ def test_confident_model_metrics(rng):
     np.testing.assert_allclose(dg.metrics.ece(model, X, Y, 10, seed=0), abs(zero - probs[:, 0].mean()), rtol=1e-12)
 
 
+@pytest.mark.slow  # trains 100 steps first: `make test-all`
 def test_bernoulli_model_has_two_class_probabilities(rng):
     X = rng.normal(size=(25, 2))
     Y = (X[:, :1] > 0).astype(float)

@@ -241,7 +241,8 @@ def _small_net(X, Y, posterior):
     return dg.DeepGP(layers, gpflow.likelihoods.Softmax(3), posterior=post, num_data=len(X))
 
 
-@pytest.mark.parametrize("posterior", ["ffg_u", pytest.param("ensemble_u", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a conv step compiled with XLA per family: `make test-all`
+@pytest.mark.parametrize("posterior", ["ffg_u", "ensemble_u"])
 def test_conv_training_step_compiles_and_equals_plain_step(posterior):
     """The conv net's training step under XLA (jit_compile=True) gives the same ELBOs and
     parameters as the plain tf.function step."""

@@ -232,9 +232,7 @@ def test_inducing_batch_norm_uses_inducing_rows_only():
         bn.apply(tf.constant(F), 0)
 
 
-# A ResNet step compiled with XLA per family, then 40 steps: `make test-all`. In `make test` the conv
-# XLA step is test_conv_inducing_weights.py's small net with ffg_u.
-@pytest.mark.slow
+@pytest.mark.slow  # a ResNet step compiled with XLA per family, then 40 steps: `make test-all`
 @pytest.mark.parametrize("posterior", ["global", "factorised", "factorised_global", "local"])
 def test_conv_training_step_compiles_and_equals_plain_step(posterior):
     """The conv net's training step runs under tf.function and under XLA (jit_compile=True) with

@@ -179,6 +179,7 @@ def test_set_trainable_freezes_kernel(rng):
     assert len(model.trainable_variables) < before
 
 
+@pytest.mark.slow  # 30 L-BFGS iterations in eager mode: `make test-all`
 def test_gpflow_scipy_optimiser_through_training_loss_closure(rng):
     model, _, X, Y = _one_layer(rng, True)
     start = model.elbo((X, Y)).numpy()

@@ -341,6 +341,7 @@ def test_spatial_iw_bad_input():
         inverse_wishart_log_prob(np.eye(2)[None], np.eye(2), 0.5)
 
 
+@pytest.mark.slow  # compiles the draw with XLA: `make test-all`
 def test_spatial_iw_sample_is_the_same_under_xla():
     q = _spatial_q(4, 0.3, seed=0)
 
