@@ -48,8 +48,8 @@ def test_every_listed_option_is_accepted_by_its_family(rng):
                   log_precision_hidden=-3.0, log_precision_output=0.5, log_precision=-1.0,
                   local_reparameterisation=False, lambda_init=2e-3, lambda_max=0.5, sd_init=2e-3, sd_max=0.5,
                   d_init=2e-3, jitter=1e-5, num_members=3, member_spread=0.2, prior_regulariser=True,
-                  precondition_offdiagonal=False, last_layer="sampled", step_size=0.02, momentum_decay=0.1,
-                  window_size=10)
+                  precondition_offdiagonal=False, offdiagonal_step=0.5, last_layer="sampled", step_size=0.02,
+                  momentum_decay=0.1, window_size=10)
     for name, family in DEEP_GP_FAMILIES.items():
         model = dg.build_deep_gp(X, Y, depth=2, posterior=name, num_inducing=5, inner_width=1,
                                  **{k: values[k] for k in family.options})

@@ -27,11 +27,12 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 from check_shapes import check_shapes, inherit_check_shapes
 
 from ..layers import GPLayer
 from ..linalg import add_jitter, safe_cholesky
-from ..validation import check_bool
+from ..validation import check_bool, check_positive_float
 from .base import DeepPosterior, Propagation
 from .conditionals import (
     inducing_cholesky,
@@ -541,6 +542,18 @@ class StripesArrowPosterior(_StructuredPosterior):
         and the output row has ``tau (L-1)`` such blocks against one diagonal block. Whitened
         and divided by ``sqrt(n_i)``, the jitter of a whole row costs what that of one diagonal
         block costs. See ``docs/structured.md`` ("Training STAR with Adam").
+    :param offdiagonal_step: how far one Adam step moves an entry of the stored stripe and
+        arrow blocks, relative to the learning rate: the optimiser updates ``B / offdiagonal_step``
+        (a ``Scale`` transform of the two parameters). ``B``, the storage above and the ELBO at
+        given ``R`` do not depend on it. Default ``None``: ``1 / sqrt(M)`` with the preconditioned
+        storage, 1 (Lindinger et al.'s steps) with the plain one. Near zero the blocks' gradient
+        is Monte Carlo noise and Adam moves every entry by about its step; the variance and KL
+        that a block row's jitter adds grow with the row's ``M`` columns, and with steps of 1 the
+        preconditioned STAR fell well below mean-field in its first few hundred steps on
+        concrete (docs/structured.md, "The first steps"). A value other than 1 gives each
+        unconstrained variable a leading axis of length 1, so a checkpoint written with steps of
+        1 (every STAR checkpoint before this option) fails to restore with a shape error instead
+        of restoring blocks of the wrong size; build with ``offdiagonal_step=1.0`` to restore one.
     """
 
     def __init__(
@@ -551,6 +564,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         stripes: bool = True,
         arrow: bool = True,
         precondition_offdiagonal: bool = True,
+        offdiagonal_step: Optional[float] = None,
         name: Optional[str] = None,
     ):
         super().__init__(layers, whiten, inner_scale, name)
@@ -584,17 +598,29 @@ class StripesArrowPosterior(_StructuredPosterior):
         self.diag = gpflow.Parameter(
             diag, transform=gpflow.utilities.triangular(), dtype=self.dtype, name="diag"
         )
+        if offdiagonal_step is None:
+            offdiagonal_step = 1.0 / np.sqrt(M) if self.precondition_offdiagonal else 1.0
+        self.offdiagonal_step = check_positive_float(offdiagonal_step, "offdiagonal_step")
         self.stripes = (
-            gpflow.Parameter(
-                np.zeros((tau * (L - 1) * (L - 2) // 2, M, M)), dtype=self.dtype, name="stripes"
-            )
+            self._offdiagonal_parameter(tau * (L - 1) * (L - 2) // 2, "stripes")
             if self.use_stripes
             else None
         )
         self.arrow = (
-            gpflow.Parameter(np.zeros((tau * (L - 1), M, M)), dtype=self.dtype, name="arrow")
-            if self.use_arrow
-            else None
+            self._offdiagonal_parameter(tau * (L - 1), "arrow") if self.use_arrow else None
+        )
+
+    def _offdiagonal_parameter(self, count: int, name: str) -> gpflow.Parameter:
+        """``count`` stored off-diagonal blocks ``[count, M, M]``, zero, with Adam's steps scaled by
+        ``offdiagonal_step`` (the unconstrained variable is ``[1, count, M, M]`` then)."""
+        M = self.num_inducing
+        shape = [count, M, M]
+        if self.offdiagonal_step == 1.0:
+            return gpflow.Parameter(np.zeros(shape), dtype=self.dtype, name=name)
+        step = tfp.bijectors.Scale(tf.constant(self.offdiagonal_step, self.dtype))
+        layout = tfp.bijectors.Reshape(event_shape_out=shape, event_shape_in=[1] + shape)
+        return gpflow.Parameter(
+            np.zeros(shape), transform=tfp.bijectors.Chain([step, layout]), dtype=self.dtype, name=name
         )
 
     # ---------------------------------------------------------------- dense views (tests, tools)
