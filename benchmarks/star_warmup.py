@@ -214,10 +214,17 @@ def _means(records):
     return {k: (float(np.mean(v)), len(v)) for k, v in acc.items()}
 
 
-def write_md(records, path, command):
+#: the steps shown in the markdown table (those recorded)
+TABLE_STEPS = (100, 250, 300, 500, 1000, 1500, 2000, 3000, 4000, 5000, 6000)
+
+
+def write_md(records, path):
     means = _means(records)
+    commands = sorted({r["command"] for r in records if "command" in r})
     lines = ["# STAR's first steps against mean-field (depth 3, Adam 0.01)", "",
-             f"Regenerate: `{command}`", "",
+             "Regenerate (the commands that wrote the lines; `--report-only` rewrites this file and the plot):", ""]
+    lines += [f"    {c}" for c in commands] + [""]
+    lines += [
              "ELBO per datapoint on the full training set (fixed evaluation noise), averaged over the seeds "
              "(their number in brackets); every variant of a seed starts from the same model and sees the same "
              "minibatches and training noise. `benchmarks/star_warmup.py` describes the settings.", ""]
@@ -225,8 +232,7 @@ def write_md(records, path, command):
         steps = sorted({k[2] for k in means if k[0] == setting})
         if not steps:
             continue
-        shown = [s for s in steps if s % 1000 == 0 or s == steps[0] or s == steps[-1]]
-        shown = sorted(set(shown))
+        shown = [s for s in steps if s in TABLE_STEPS]
         lines += [f"## {setting}", "", "| variant | " + " | ".join(f"{s:,}" for s in shown) + " |",
                   "|---|" + "---|" * len(shown)]
         for v, (_, _, label) in VARIANTS.items():
@@ -235,6 +241,23 @@ def write_md(records, path, command):
                 continue
             lines.append(f"| {label} | " + " | ".join("—" if c is None else f"{c[0]:.3f} ({c[1]})" for c in cells)
                          + " |")
+        lines += ["", "Diagnostics (means over the seeds; per datapoint; rms = root-mean-square entry; the arrow's "
+                  "step is its change in the interval's last Adam step):", "",
+                  "| variant | step | ELL/N | KL/N | off-diagonal gain | off-diagonal KL/N | arrow rms, R | "
+                  "arrow rms, L_K^-1 R | arrow step, R | arrow step, L_K^-1 R |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        keys = ("ell", "kl", "offdiag_gain", "kl_offdiag", "arrow_R_rms", "arrow_white_rms", "arrow_step_R",
+                "arrow_step_white")
+        for v, (_, _, label) in VARIANTS.items():
+            for step in sorted({steps[0], 500, 2000, steps[-1]} & set(steps)):
+                rows = [r for r in records if (r["setting"], r["variant"], r["step"]) == (setting, v, step)]
+                if not rows:
+                    continue
+                cells = []
+                for k in keys:
+                    vals = [r[k] for r in rows if r.get(k) is not None]
+                    cells.append("—" if not vals else f"{sum(vals) / len(vals):.3g}")
+                lines.append(f"| {label} | {step:,} | " + " | ".join(cells) + " |")
         lines.append("")
     with open(path, "w") as fh:
         fh.write("\n".join(lines))
@@ -297,7 +320,7 @@ def main(argv=None):
             for v in variants:
                 run(args, args.setting, v, seed, done, command)
     records = read_json_lines(args.out)
-    write_md(records, args.md, command)
+    write_md(records, args.md)
     plot(records, args.plot)
     return 0
 
