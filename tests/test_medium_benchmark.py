@@ -54,3 +54,20 @@ def test_the_published_table_parses():
     rows = medium.load_published()
     assert {r["dataset"] for r in rows} == set(medium.MEDIUM)
     assert max(r["test_ll"] for r in rows if r["dataset"] == "protein") == pytest.approx(-2.43)
+
+
+def test_the_readme_block_is_replaced_between_its_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    start, end = medium.README_MARKERS
+    readme.write_text(f"intro\n{start}\nold table\n{end}\nrest\n")
+    medium.replace_between_markers(str(readme), "| new | table |")
+    assert readme.read_text() == f"intro\n{start}\n| new | table |\n{end}\nrest\n"
+    (tmp_path / "bare.md").write_text("no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        medium.replace_between_markers(str(tmp_path / "bare.md"), "x")
+
+
+def test_a_family_without_an_elbo_is_not_ranked_on_it():
+    rows = [_row("kin8nm", "sghmc", 2, 1.41, float("nan"), 15, 37), _row("kin8nm", "mean_field", 2, 1.33, -0.16, 28, 85)]
+    line = [line for line in medium.decision_table(rows) if "| any |" in line][0]
+    assert "| sghmc (1 / 1) | mean_field (1 / 1) |" in line
