@@ -158,12 +158,6 @@ def test_fit_with_schedules_trains_and_records_the_weight(rng):
     assert history.step == list(range(3, 37, 3))
     assert history.kl_weight == [PaperSchedule(3)(s - 1) for s in history.step]
     assert history.kl_weight[9] == 0.0 and history.kl_weight[10] == pytest.approx(0.1)
-    # "linear": 0 to 1 over the first ceil(60 / 10) = 6 steps
-    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
-    history = dg.fit(model, (X, Y), steps=60, seed=1, progress=False, log_every=1, kl_schedule="linear")
-    np.testing.assert_allclose(history.kl_weight[:8], [0, 1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1, 1], rtol=1e-15)
-    assert history.elbo[-1] > history.elbo[0] and np.all(np.isfinite(history.elbo))
-    assert json.loads(history.to_json())["kl_weight"] == history.kl_weight
     # without a schedule the weight is 1 and the run is bit-for-bit the one with weight 1 throughout
     plain = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
     h_plain = dg.fit(plain, (X, Y), steps=5, seed=1, progress=False, log_every=1)
@@ -172,6 +166,17 @@ def test_fit_with_schedules_trains_and_records_the_weight(rng):
     assert h_plain.kl_weight == [1.0] * 5 and h_plain.elbo == h_ones.elbo
     for a, b in zip(parameter_values(plain), parameter_values(ones)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow  # 60 steps, each logged: `make test-all`
+def test_fit_with_the_linear_schedule_by_name_trains_and_records_the_weight(rng):
+    X, Y = toy_regression(rng, 30)
+    # "linear": 0 to 1 over the first ceil(60 / 10) = 6 steps
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
+    history = dg.fit(model, (X, Y), steps=60, seed=1, progress=False, log_every=1, kl_schedule="linear")
+    np.testing.assert_allclose(history.kl_weight[:8], [0, 1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1, 1], rtol=1e-15)
+    assert history.elbo[-1] > history.elbo[0] and np.all(np.isfinite(history.elbo))
+    assert json.loads(history.to_json())["kl_weight"] == history.kl_weight
 
 
 def test_paper_schedule_on_a_dataset_uses_its_length(rng):

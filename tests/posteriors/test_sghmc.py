@@ -262,6 +262,7 @@ def test_the_chain_is_never_adams(rng):
     assert not any(id(v) in chain for v in _trainable_variables(model))
 
 
+@pytest.mark.slow  # three fits with checkpoints: `make test-all` (fit drives the chain in make test too)
 def test_fit_moves_the_chain_and_a_resumed_chain_ends_where_an_uninterrupted_one_ends(rng, tmp_path):
     """Each step moves every layer's V and adapts the statistics, Adam moves the hyperparameters
     that are not frozen (``set_trainable(layer, False)`` freezes a layer's, not its V); a run

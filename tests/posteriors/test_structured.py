@@ -618,6 +618,7 @@ def test_a_checkpoint_with_full_offdiagonal_steps_fails_to_restore_into_the_defa
         tf.train.Checkpoint(posterior=StripesArrowPosterior(layers)).restore(path).expect_partial()
 
 
+@pytest.mark.slow  # 100 Adam steps for each of two depth-3 models: `make test-all`
 def test_star_first_adam_steps_keep_up_with_mean_field():
     # benchmarks/star_warmup.py's toy, seed 0, 100 steps of dg.fit's Adam: with full steps on the
     # preconditioned blocks (offdiagonal_step=1) STAR's ELBO was 3.0 nats per point below
