@@ -35,6 +35,7 @@ def test_batches_cover_each_epoch_once():
     assert [len(i) for i in idx[:5]] == [5, 5, 5, 5, 3]
 
 
+@pytest.mark.slow  # two 60-step fits; make test has bit-for-bit reruns in the resume tests: `make test-all`
 def test_same_seed_same_result_and_elbo_improves(rng):
     X, Y = toy_regression(rng, 60)
     runs = []
