@@ -28,15 +28,14 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# Every test but the GPU ones: the fast suite and the `slow` tests (training runs, long oracles,
-# XLA-vs-plain checks of every family, notebook execution, tf.distribute subprocesses, benchmark
-# scripts end to end).
+# The rest after `make test`: the `slow` tests (training runs, long oracles, XLA-vs-plain checks of
+# every family, notebook execution, tf.distribute subprocesses, benchmark scripts end to end).
+# `make test` + `make test-all` run every test but the GPU ones; `.ci/run` runs both.
 test-all: install
-	$(BIN)/python -m pytest -q -m "not gpu"
-
-# The `slow` tests alone (`make test` + `make test-slow` = `make test-all`).
-test-slow: install
 	$(BIN)/python -m pytest -q -m "slow and not gpu"
+
+# The old name of test-all.
+test-slow: test-all
 
 # The GPU tests (ELBO on the GPU against the CPU, short fits on the GPU); skipped without a GPU.
 test-gpu: install

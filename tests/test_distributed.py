@@ -44,6 +44,9 @@ def test_every_family_of_every_table_trains_the_same_on_two_replicas():
     assert kinds == {"deep_gp", "deep_gp_softmax", "bnn", "conv_bnn"}
     for line in lines:
         assert line["ok"], line
+        if "refused" in line:  # a sampling family: fit refuses a strategy before training, naming it
+            assert "strategy" in line["refused"], line
+            continue
         assert line["same_parameters"], line
         assert line["trained"] > 1e-3, line  # the steps moved the parameters
         assert line["elbo_rel"] < 1e-9 and line["param_rel"] < 1e-9, line
