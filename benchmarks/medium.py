@@ -155,12 +155,15 @@ def decision_table(rows: List[Dict]) -> List[str]:
                     scored = [s for s in fit if s["dataset"] == d and np.isfinite(s[metric][0])]
                     if scored:
                         wins[max(scored, key=lambda s: s[metric][0])["posterior"]] += 1
+                if not wins:  # no row of this group has the metric (a sampling family's ELBO)
+                    picks[metric] = ("—", 0)
+                    continue
                 # ties: the cheaper family (median ms per step)
                 family = max(wins, key=lambda f: (wins[f], -np.median([s["ms_per_step"] for s in fit
                                                                         if s["posterior"] == f])))
                 picks[metric] = (family, wins[family])
             cost = []
-            for family in {picks["test_ll"][0], picks["elbo_per_datapoint"][0]}:
+            for family in {picks["test_ll"][0], picks["elbo_per_datapoint"][0]} - {"—"}:
                 ms = [s["ms_per_step"] for s in fit if s["posterior"] == family]
                 cost.append(f"{family} {np.median(ms):.0f}")
             budget_txt = "any" if math.isinf(budget) else f"≤ {budget / 60:.0f} min"
