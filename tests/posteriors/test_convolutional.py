@@ -296,8 +296,15 @@ def test_spatial_prior_conv_gi_at_the_prior_limit_has_zero_kl():
     np.testing.assert_allclose(post.propagate(X, 3, seed=SeededNoise(4)).kl.numpy(), 0.0, atol=1e-8)
 
 
-@pytest.mark.parametrize("posterior", ["factorised", "local", "global", "factorised_global"])
-@pytest.mark.parametrize("prior", ["scale", "spatial_iw"])
+# make test: every posterior once and every prior twice; make test-all: the other four pairs
+_FAST_PRIOR_PAIRS = {("scale", "factorised"), ("scale", "global"), ("spatial_iw", "local"),
+                     ("spatial_iw", "factorised_global")}
+
+
+@pytest.mark.parametrize("prior, posterior", [
+    pytest.param(prior, posterior, id=f"{prior}-{posterior}",
+                 marks=() if (prior, posterior) in _FAST_PRIOR_PAIRS else pytest.mark.slow)
+    for prior in ("scale", "spatial_iw") for posterior in ("factorised", "local", "global", "factorised_global")])
 def test_random_priors_on_conv_nets_give_finite_gradients(posterior, prior):
     X, Y = _images(10)
     model = build_conv_bnn(X, Y, architecture="resnet", channels=2, posterior=posterior, prior=prior,
