@@ -13,12 +13,12 @@ import json
 from typing import Dict
 
 __all__ = ["CONFIG_KEYS", "DEFAULTS", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "OFFDIAGONAL_DEFAULTS",
-           "LAST_LAYER_CHOICES", "GLOBAL_LAST_LAYER", "normalise_config", "with_legacy_values", "config_key"]
+           "LAST_LAYER_CHOICES", "GLOBAL_LAST_LAYER", "normalise_config", "learning_rate_of", "with_legacy_values", "config_key"]
 
 #: The keys that identify a configuration (together with the split).
 CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
                "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol",
-               "offdiagonal", "last_layer")
+               "offdiagonal", "last_layer", "learning_rate_decay")
 
 #: Values of keys added to :data:`CONFIG_KEYS` later, for result lines written before them: every
 #: earlier line used the random 90/10 splits, every earlier deep GP the softplus transform (the
@@ -49,7 +49,8 @@ GLOBAL_LAST_LAYER = {("gp", "global"), ("bnn", "global"), ("bnn", "factorised_gl
 #: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
-                positive_transform=None, protocol="random", offdiagonal=None, last_layer=None)
+                positive_transform=None, protocol="random", offdiagonal=None, last_layer=None,
+                learning_rate_decay=None)
 
 
 def normalise_config(cfg: Dict) -> Dict:
@@ -64,7 +65,10 @@ def normalise_config(cfg: Dict) -> Dict:
     ``offdiagonal`` (STAR and fully-coupled, else ``None``) is ``"preconditioned"`` or ``"plain"``
     (defaults: :data:`OFFDIAGONAL_DEFAULTS`): their ``precondition_offdiagonal`` option. ``last_layer`` (posteriors with
     a global-inducing last layer, :data:`GLOBAL_LAST_LAYER`, else ``None``) is ``"marginal"``
-    (the default) or ``"sampled"``: their ``last_layer`` option.
+    (the default) or ``"sampled"``: their ``last_layer`` option. ``learning_rate_decay`` is ``None``
+    (a constant learning rate) or ``[rate, every]``: the learning rate is multiplied by ``rate``
+    every ``every`` steps (a staircase, as Lindinger et al.'s 0.98 every 1,000 steps; see
+    :func:`learning_rate_of`).
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -111,6 +115,14 @@ def normalise_config(cfg: Dict) -> Dict:
     for k in ("num_inducing", "steps", "train_samples", "test_samples", "seed"):
         out[k] = int(out[k])
     out["learning_rate"] = float(out["learning_rate"])
+    if out["learning_rate_decay"] is not None:
+        decay = out["learning_rate_decay"]
+        if not (isinstance(decay, (list, tuple)) and len(decay) == 2):
+            raise ValueError(f"learning_rate_decay must be [rate, every], got {decay!r}")
+        rate, every = float(decay[0]), int(decay[1])
+        if not (0.0 < rate <= 1.0) or every < 1 or every != decay[1]:
+            raise ValueError(f"learning_rate_decay must be [rate in (0, 1], every >= 1 steps (an integer)], got {decay!r}")
+        out["learning_rate_decay"] = [rate, every]
     if out["batch_size"] is not None:
         out["batch_size"] = int(out["batch_size"])
     return out
@@ -129,6 +141,19 @@ def with_legacy_values(record: Dict) -> Dict:
         if out.get(k) is None and applies:
             out[k] = v
     return out
+
+
+def learning_rate_of(cfg: Dict):
+    """The ``learning_rate`` argument of :func:`~deepgp_gi.fit` for a normalised configuration: the
+    float ``learning_rate``, or with ``learning_rate_decay = [rate, every]`` a staircase
+    ``ExponentialDecay`` (``learning_rate * rate ** floor(step / every)``)."""
+    if cfg.get("learning_rate_decay") is None:
+        return cfg["learning_rate"]
+    import gpflow
+
+    rate, every = cfg["learning_rate_decay"]
+    return gpflow.keras.tf_keras.optimizers.schedules.ExponentialDecay(
+        cfg["learning_rate"], decay_steps=every, decay_rate=rate, staircase=True)
 
 
 def config_key(cfg: Dict) -> str:

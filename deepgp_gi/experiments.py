@@ -29,7 +29,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .experiment_config import OFFDIAGONAL_DEFAULTS, normalise_config
+from .experiment_config import OFFDIAGONAL_DEFAULTS, learning_rate_of, normalise_config
 from .metrics import estimate_elbo, smooth_trace
 
 # Backwards compatibility: the configuration schema now lives in deepgp_gi.experiment_config and
@@ -117,7 +117,7 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
                           prior=cfg["prior"], num_inducing=cfg["num_inducing"], seed=seed, **options)
     t0 = time.perf_counter()
     history = fit(model, (data.X_train, data.Y_train), steps=cfg["steps"], batch_size=batch_size,
-                  learning_rate=cfg["learning_rate"], num_samples=cfg["train_samples"], seed=seed,
+                  learning_rate=learning_rate_of(cfg), num_samples=cfg["train_samples"], seed=seed,
                   progress=progress, checkpoint_dir=checkpoint_dir)
     sampler = bool(getattr(model.posterior, "is_sampler", False))
     collect_time = 0.0

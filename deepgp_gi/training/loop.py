@@ -1,11 +1,13 @@
 """``fit``: argument checks, then the pieces of :mod:`deepgp_gi.training` tied together."""
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
+import gpflow
 import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
@@ -29,7 +31,7 @@ class _Plan:
     steps: int
     num_samples: int
     log_every: int
-    learning_rate: float
+    learning_rate: Union[float, "LearningRateSchedule"]
     seed: int
     num_data: int
     batch_size: Optional[int]  # None for a tf.data.Dataset
@@ -44,7 +46,7 @@ def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_sampl
     steps = check_positive_int(steps, "steps")
     num_samples = check_positive_int(num_samples, "num_samples")
     log_every = check_positive_int(log_every, "log_every")
-    learning_rate = check_positive_float(learning_rate, "learning_rate")
+    learning_rate = _check_learning_rate(learning_rate)
     seed = resolve_seed(seed, "seed")
     common = dict(steps=steps, num_samples=num_samples, log_every=log_every, learning_rate=learning_rate, seed=seed)
 
@@ -69,6 +71,19 @@ def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_sampl
     if model.num_data is not None and model.num_data != N:
         raise ValueError(f"model.num_data={model.num_data} but the data has N={N} rows")
     return _Plan(num_data=N, batch_size=batch_size, steps_per_epoch=-(-N // batch_size), X=X, Y=Y, **common)
+
+
+LearningRateSchedule = gpflow.keras.tf_keras.optimizers.schedules.LearningRateSchedule
+
+
+def _check_learning_rate(learning_rate):
+    """A positive float, or a Keras learning-rate schedule whose first value is positive and finite."""
+    if not isinstance(learning_rate, LearningRateSchedule):
+        return check_positive_float(learning_rate, "learning_rate")
+    first = float(learning_rate(0))
+    if not (math.isfinite(first) and first > 0):
+        raise ValueError(f"learning_rate is a schedule whose value at step 0 is {first}; it must be positive and finite")
+    return learning_rate
 
 
 def _trainable_variables(model) -> list:
@@ -122,7 +137,7 @@ def fit(
     *,
     steps: int,
     batch_size: Optional[int] = None,
-    learning_rate: float = 0.01,
+    learning_rate: Union[float, LearningRateSchedule] = 0.01,
     num_samples: int = 1,
     seed: Optional[int] = None,
     progress: bool = True,
@@ -152,7 +167,11 @@ def fit(
         and a resumed run skips the batches already used, across passes).
     :param steps: total number of optimisation steps (a resumed run does the remainder).
     :param batch_size: minibatch size for array data; ``None`` means the full data set.
-    :param learning_rate: Adam's learning rate.
+    :param learning_rate: Adam's learning rate: a positive float, or a Keras learning-rate
+        schedule of the optimiser's step (e.g. Lindinger et al.'s 0.005 decayed by 0.98 every
+        1,000 steps: ``tf_keras.optimizers.schedules.ExponentialDecay(0.005, 1000, 0.98,
+        staircase=True)``); the optimiser's step count is in every checkpoint, so a resumed run
+        continues the schedule.
     :param num_samples: Monte Carlo samples per step.
     :param seed: seeds minibatches and Monte Carlo noise; ``None`` draws one (recorded in the
         returned history).
