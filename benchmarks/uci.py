@@ -350,6 +350,18 @@ def steps_to_within(steps, values, tol: float) -> Optional[int]:
     return int(steps[int(np.nonzero(v >= final - tol)[0][0])])
 
 
+def _protocol_marks(s: Dict) -> List[str]:
+    """A deep GP's training protocol where it is not the sweep's usual one sample at a constant
+    learning rate, e.g. ``5 samples, lr 0.005 x0.98/1000`` (Lindinger et al.'s)."""
+    marks = []
+    if s.get("train_samples", 1) != 1:
+        marks.append(f"{s['train_samples']} samples")
+    decay = s.get("learning_rate_decay")
+    if decay:
+        marks.append(f"lr {s['learning_rate']:g} x{decay[0]:g}/{decay[1]}")
+    return marks
+
+
 def _method(s: Dict) -> str:
     """The row's method; a deep GP trained with another positive transform than its family's
     current default is marked, e.g. ``global (softplus)``, and a STAR posterior with plain
@@ -368,6 +380,7 @@ def _method(s: Dict) -> str:
             marks.append(s["offdiagonal"])
         if s.get("last_layer") == "sampled":
             marks.append("U_L sampled")
+        marks += _protocol_marks(s)
         return f"{s['posterior']} ({', '.join(marks)})" if marks else s["posterior"]
     marks = [s["prior"]] + (["W_L sampled"] if s.get("last_layer") == "sampled" else [])
     return f"{s['posterior']} ({', '.join(marks)})"
@@ -591,15 +604,17 @@ def render_extrapolation(records: List[Dict]) -> str:
     for (d, depth, steps, method), star in sorted(runs.items()):
         if not method.startswith("stripes_arrow"):
             continue
+        protocol = _protocol_marks(star[0])
         for (d2, depth2, steps2, rival), rs in sorted(runs.items()):
-            if (d2, depth2, steps2) != (d, depth, steps) or rival.startswith("stripes_arrow"):
+            if (d2, depth2, steps2) != (d, depth, steps) or rival.startswith("stripes_arrow") \
+                    or _protocol_marks(rs[0]) != protocol:
                 continue
             by_split = {r["split"]: r for r in rs}
             freqs = [star_beats_frequency(r, by_split[r["split"]]) for r in star if r["split"] in by_split]
             if not freqs:
                 continue
             m, se, n = mean_se(freqs)
-            paper = LINDINGER_STAR_BEATS_MF.get(d) if rival == "mean_field" else None
+            paper = LINDINGER_STAR_BEATS_MF.get(d) if rival.split(" (")[0] == "mean_field" else None
             out.append(f"| {d} | {depth} | {steps} | {method} | {rival} | {n} | {_fmt(m, se)} | "
                        f"{_fmt(*paper) if paper else '—'} |")
     out += ["", "Plot: `calibration.png` (observed against nominal coverage, pooled over splits).", ""]

@@ -275,6 +275,33 @@ def test_extrapolation_section_against_hand_computation(uci, tmp_path):
         uci.star_beats_frequency(bad, lines[1])
 
 
+def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paired_among_themselves(uci, tmp_path):
+    rng = np.random.default_rng(1)
+    pts = {}
+    lines = []
+    for protocol in ("ours", "lindinger"):
+        extra = {"train_samples": 5, "learning_rate_decay": [0.98, 1000]} if protocol == "lindinger" else {}
+        for post in ("stripes_arrow", "mean_field"):
+            pts[protocol, post] = rng.normal(size=40)
+            off = {"offdiagonal": "preconditioned"} if post == "stripes_arrow" else {}
+            lines.append(_line(0, 0.005, float(pts[protocol, post].mean()), -0.5, 3.0, dataset="concrete",
+                               posterior=post, protocol="extrapolation", test_ll_points=pts[protocol, post].tolist(),
+                               test_pit=rng.uniform(size=40).tolist(), **extra, **off))
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "x.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep")]) == 0
+    extra = (tmp_path / "rep" / "uci.md").read_text().split("## Extrapolation")[1]
+    mark = "5 samples, lr 0.005 x0.98/1000"
+    for protocol, suffix in (("ours", ""), ("lindinger", f" ({mark})")):
+        f = np.mean(pts[protocol, "stripes_arrow"] > pts[protocol, "mean_field"])
+        assert (f"| concrete | 2 | 100 | stripes_arrow{suffix} | mean_field{suffix} | 1 | {f:.2f} (1 split) | "
+                "0.57 ± 0.04 |") in extra
+    # no row pairs one protocol's STAR with the other's mean-field
+    assert f"| stripes_arrow | mean_field ({mark}) |" not in extra
+    assert f"| stripes_arrow ({mark}) | mean_field |" not in extra
+
+
 def test_calibration_plot_draws_each_configuration_once(uci, tmp_path, monkeypatch):
     """The report's extrapolation lines of one method at two step budgets (and the plain-STAR
     variant) are different configurations: each is one line, in a panel of its dataset and step
