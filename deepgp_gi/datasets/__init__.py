@@ -9,7 +9,10 @@
   inputs ``[N, H, W, C]`` in [0, 1] and integer class labels ``[N, 1]``: the 8x8 handwritten
   digits, bundled as ``deepgp_gi/data/digits/`` (see ``LICENSE.md`` there), with 20 seeded
   stratified splits (:func:`load_digits`); readers for MNIST and CIFAR-10 files the user already
-  has (:func:`load_mnist`, :func:`load_cifar10`): nothing is downloaded.
+  has (:func:`read_mnist_idx`, :func:`load_cifar10`).
+* :mod:`~deepgp_gi.datasets.mnist`: :func:`load_mnist` reads MNIST where
+  ``python tools/fetch_mnist.py`` put it (``~/.cache/deepgp_gi/mnist.npz`` or ``$DEEPGP_GI_DATA``),
+  with no argument, or a file or folder it is given.
 * :mod:`~deepgp_gi.datasets.toys`: :func:`gap_regression` (the 1D "gap" data of Ober & Aitchison,
   2021) and :func:`deep_linear` (Bayesian linear regression with a closed-form evidence,
   :func:`deep_linear_log_evidence`).
@@ -27,9 +30,10 @@ from .images import (
     load_cifar10,
     load_digits,
     load_digits_raw,
-    load_mnist,
+    read_mnist_idx,
     standardise_images,
 )
+from .mnist import MNIST_FETCH_COMMAND, MNIST_LABEL_COUNTS, data_home, default_mnist_path, load_mnist
 from .shards import read_shards, shard_info, write_shards
 from .toys import DeepLinearData, deep_linear, deep_linear_log_evidence, gap_regression
 from .uci import PROTOCOLS, UCI_FOLDERS, UCI_NAMES, extrapolation_split, load_uci, load_uci_raw
@@ -48,6 +52,11 @@ __all__ = [
     "standardise_images",
     "digits_split",
     "load_mnist",
+    "read_mnist_idx",
+    "MNIST_FETCH_COMMAND",
+    "MNIST_LABEL_COUNTS",
+    "data_home",
+    "default_mnist_path",
     "load_cifar10",
     "write_shards",
     "read_shards",

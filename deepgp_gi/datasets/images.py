@@ -3,8 +3,9 @@
 Each loader returns a :class:`~deepgp_gi.datasets.UCIDataset` with inputs ``[N, H, W, C]`` in
 [0, 1] and integer class labels ``[N, 1]``. The digits are bundled as ``deepgp_gi/data/digits/``
 (see ``LICENSE.md`` there), with 20 seeded stratified splits (:func:`load_digits`);
-:func:`load_mnist` and :func:`load_cifar10` read files the user already has: nothing is
-downloaded. :func:`standardise_images` is the input scaling of the image benchmarks.
+:func:`read_mnist_idx` and :func:`load_cifar10` read files the user already has: nothing is
+downloaded (:func:`~deepgp_gi.datasets.load_mnist` also reads the arrays ``tools/fetch_mnist.py``
+fetches, see :mod:`.mnist`). :func:`standardise_images` is the input scaling of the image benchmarks.
 
 Plain NumPy (float64); nothing here touches TensorFlow.
 """
@@ -27,7 +28,7 @@ __all__ = [
     "load_digits_raw",
     "standardise_images",
     "digits_split",
-    "load_mnist",
+    "read_mnist_idx",
     "load_cifar10",
 ]
 
@@ -208,10 +209,11 @@ def _check_labels(labels: np.ndarray, num_classes: int, where: str) -> None:
                          f"0..{num_classes - 1}")
 
 
-def load_mnist(path: PathLike) -> UCIDataset:
+def read_mnist_idx(path: PathLike) -> UCIDataset:
     """Read MNIST from the four IDX files in folder ``path``; the official 60,000/10,000 split.
 
-    Nothing is downloaded: ``path`` must hold ``train-images-idx3-ubyte``,
+    :func:`~deepgp_gi.datasets.load_mnist` calls this for a folder of IDX files (and with no
+    argument reads the arrays ``tools/fetch_mnist.py`` wrote instead). Nothing is downloaded: ``path`` must hold ``train-images-idx3-ubyte``,
     ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``, each
     possibly gzip-compressed with a ``.gz`` suffix (the uncompressed file is used when both
     exist). The IDX headers are checked (magic numbers 0x00000803 for images and 0x00000801 for
