@@ -162,6 +162,25 @@ def _clamp_diag(cov: tf.Tensor) -> tf.Tensor:
     return cov + tf.linalg.diag(tf.maximum(d, 0.0) - d)
 
 
+def _project_rows(A: tf.Tensor, rows: tf.Tensor) -> List[tf.Tensor]:
+    """``b_k = A^T rows_k`` per block column ``k``: ``A`` ``[S, M, N]`` (whitened projections of
+    the points), ``rows`` ``[K, tau, M, M]`` (whitened row blocks, ``tau`` positions each); returns
+    ``K`` tensors ``[S, N, tau, M]``, ``b_k[s, n, t] = rows_k[t]^T A[s, :, n]``. One matrix product
+    ``[N, M] x [M, tau M]`` per ``k``; the blocks are laid out for it by a transpose of the
+    parameters, not of the data-sized result."""
+    K, tau, M = rows.shape[0], tf.shape(rows)[1], tf.shape(rows)[2]
+    W = tf.reshape(tf.transpose(rows, [0, 2, 1, 3]), [K, M, tau * M])  # [K, M (row m), tau M (t, col j)]
+    out_shape = tf.concat([tf.shape(A)[:1], tf.shape(A)[2:], [tau, M]], axis=0)
+    return [tf.reshape(tf.linalg.matmul(A, W_k, transpose_a=True), out_shape) for W_k in tf.unstack(W)]
+
+
+def _block_dots(b: Sequence[tf.Tensor], b_prev: Sequence[tf.Tensor]) -> tf.Tensor:
+    """``sum_k b[k] . b_prev[k]`` over the last axis, ``[S, N, tau]``: the covariance
+    ``s~_t^{l l'}`` between a layer's outputs and an earlier layer's at each position, from their
+    per-column products, paired in order (the shorter list ends the sum)."""
+    return tf.add_n([tf.reduce_sum(x * y, axis=-1) for x, y in zip(b, b_prev)])
+
+
 # --------------------------------------------------------------------------- shared base
 class _StructuredPosterior(DeepPosterior):
     """Validation and initial values shared by the fully-coupled and STAR posteriors."""
@@ -725,6 +744,11 @@ class StripesArrowPosterior(_StructuredPosterior):
         Theorem 1 are ``s~_t^{l l'} = sum_{k <= l'} b^l_{k,t} . b^{l'}_{k,t}`` (+ ``c^l`` on the
         diagonal); the output's are ``s~_t^{L l'} = sum_{k <= l'} b^L_{k,t} . b^{l'}_{k,t}`` from
         the arrow blocks and ``s~^{LL} = |b^L_L|^2 + sum_{k,t} |b^L_{k,t}|^2 + c^L``.
+
+        Each block column ``k`` of a layer's rows is one matrix product for all ``tau`` positions
+        (:func:`_project_rows`), and the products ``b^l_k`` are kept per ``k``, so the sums over
+        ``k <= l'`` take whole tensors, never slices of a larger one (a slice's gradient writes a
+        zero-padded copy of the whole tensor).
         """
         S = num_samples
         source, F = self._start(X, S, seed)
@@ -735,7 +759,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         mu = tf.convert_to_tensor(self.q_mu)
         track = self.use_stripes or self.use_arrow  # whether later layers condition on this one
         samples: List[tf.Tensor] = []
-        projected: List[tf.Tensor] = []  # [S, N, K_l, tau, M] per hidden layer
+        projected: List[List[tf.Tensor]] = []  # per hidden layer, b^l_k [S, N, tau, M] for k = first .. l
         white = []  # (L_K or None, whitened means, whitened row blocks) per layer, shared with the KL
         chol = None  # [S, N, tau, l, l]
         eps_prev = None  # [S, N, tau, l]
@@ -744,18 +768,14 @@ class StripesArrowPosterior(_StructuredPosterior):
             terms = _layer_terms(self.layers[l], F, prior_chols[l])
             Lk = terms.prior_chol
             rows = self._white_hidden_rows(Lk, diag, l)  # [K, tau, M, M]
-            b = tf.einsum("smn,ktmj->snktj", terms.A, rows)
+            b = _project_rows(terms.A, rows)  # K x [S, N, tau, M]
             mu_l = self._white_mean(Lk, mu[tau * l : tau * (l + 1)])
             white.append((None if self.whiten else Lk, mu_l, tf.reshape(rows, [-1, M, M])))
-            mean = terms.mean + tf.einsum("smn,tm->snt", terms.A, mu_l)
-            var = tf.reduce_sum(tf.square(b), axis=[2, 4]) + terms.prior_var[..., None]  # [S,N,tau]
+            mean = terms.mean + tf.linalg.matmul(terms.A, mu_l, transpose_a=True, transpose_b=True)
+            var = tf.add_n([tf.reduce_sum(tf.square(b_k), axis=-1) for b_k in b]) + terms.prior_var[..., None]
             G = None
             if self.use_stripes and l > 0:
-                blocks = [
-                    tf.einsum("snktj,snktj->snt", b[:, :, : lp + 1], projected[lp])
-                    for lp in range(l)
-                ]
-                cross = tf.stack(blocks, axis=-1)  # [S, N, tau, l]
+                cross = tf.stack([_block_dots(b, projected[lp]) for lp in range(l)], axis=-1)  # [S, N, tau, l]
                 G, shift = whiten_cross_covariance(chol, cross[..., None, :], eps_prev)
                 mean = mean + shift[..., 0]
                 var = var - tf.reduce_sum(tf.square(G), axis=[-2, -1])
@@ -777,26 +797,20 @@ class StripesArrowPosterior(_StructuredPosterior):
         terms = _layer_terms(self.layers[L - 1], F, prior_chols[L - 1])
         Lk = terms.prior_chol
         mu_white = self._white_mean(Lk, mu[T - 1 :])  # [1, M]
-        mu_out = mu_white[0]
-        mean = terms.mean + tf.einsum("smn,m->sn", terms.A, mu_out)[..., None]  # [S, N, 1]
+        mean = terms.mean + tf.linalg.matmul(terms.A, mu_white, transpose_a=True, transpose_b=True)  # [S, N, 1]
         own_white = self._white(Lk, diag[T - 1 :])  # [1, M, M]
-        b_own = tf.einsum("smn,mj->snj", terms.A, own_white[0])
+        b_own = tf.linalg.matmul(terms.A, own_white[0], transpose_a=True)  # [S, N, M]
         var = tf.reduce_sum(tf.square(b_own), axis=-1) + terms.prior_var  # [S, N]
         out_rows = own_white
         if self.use_arrow:
-            arrow = self._white_arrow(Lk)
+            arrow = self._white_arrow(Lk)  # [L-1, tau, M, M]
             out_rows = tf.concat([tf.reshape(arrow, [-1, M, M]), own_white], axis=0)
-            b_out = tf.einsum("smn,ktmj->snktj", terms.A, arrow)  # [S, N, L-1, tau, M]
-            var = var + tf.reduce_sum(tf.square(b_out), axis=[2, 3, 4])
-            blocks = [
-                tf.einsum(
-                    "snktj,snktj->snt",
-                    b_out[:, :, self._first_block_layer(lp) : lp + 1],
-                    projected[lp],
-                )
+            b_out = _project_rows(terms.A, arrow)  # L-1 x [S, N, tau, M]
+            var = var + tf.add_n([tf.reduce_sum(tf.square(b_k), axis=[-2, -1]) for b_k in b_out])
+            cross = tf.stack([
+                _block_dots(b_out[self._first_block_layer(lp) : lp + 1], projected[lp])
                 for lp in range(L - 1)
-            ]
-            cross = tf.stack(blocks, axis=-1)  # [S, N, tau, L-1]
+            ], axis=-1)  # [S, N, tau, L-1]
             G, shift = whiten_cross_covariance(chol, cross[..., None, :], eps_prev)
             mean = mean + tf.reduce_sum(shift[..., 0], axis=-1)[..., None]
             var = var - tf.reduce_sum(tf.square(G), axis=[-3, -2, -1])
