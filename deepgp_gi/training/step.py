@@ -40,7 +40,10 @@ def tempered_loss(ell, kl, kl_weight, log_prior):
 
 class TrainStep:
     """One optimisation step; call it with ``(step, X_b, Y_b)`` and optionally the KL weight
-    ``kl_weight`` (default 1: no tempering); it returns the (untempered) ELBO estimate."""
+    ``kl_weight`` (default 1: no tempering); it returns the (untempered) ELBO estimate.
+
+    ``importance_samples``: K of a latent-variable model's importance-weighted bound
+    (:class:`~deepgp_gi.latent.LatentDeepGP`), passed to its ``elbo_terms``; ``None`` for a plain model."""
 
     def __init__(
         self,
@@ -51,6 +54,7 @@ class TrainStep:
         *,
         num_samples: int,
         seed: int,
+        importance_samples=None,
         jit_compile: bool = False,
     ):
         self.model = model
@@ -59,6 +63,7 @@ class TrainStep:
         self.step_counter = step_counter
         self.num_samples = num_samples
         self.seed = seed
+        self.elbo_options = {} if importance_samples is None else {"importance_samples": importance_samples}
         self.jit_compile = jit_compile
         self.failure_code = tf.Variable(0, dtype=tf.int32, trainable=False, name="cholesky_failure")
         self.failure_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="cholesky_failure_step")
@@ -90,7 +95,7 @@ class TrainStep:
         """``(loss, elbo)`` for one minibatch with step ``step``'s noise: the loss is
         ``-(mean_s[ell_s - kl_weight * kl_s] + log prior)``, the ELBO ``mean_s[ell_s - kl_s]``."""
         # the noise source is the third positional argument (the keyword is seed=)
-        ell, kl = self.model.elbo_terms((X_b, Y_b), self.num_samples, step_noise(self.seed, step))
+        ell, kl = self.model.elbo_terms((X_b, Y_b), self.num_samples, step_noise(self.seed, step), **self.elbo_options)
         return tempered_loss(ell, kl, kl_weight, self.model.log_prior_density())
 
     def loss_and_gradients(self, step, X_b, Y_b, kl_weight=None):
