@@ -38,6 +38,7 @@ class _Plan:
     steps_per_epoch: Optional[int]  # None for a tf.data.Dataset of unknown or infinite length
     X: Optional[tf.Tensor] = None
     Y: Optional[tf.Tensor] = None
+    importance_samples: Optional[int] = None  # K of a latent-variable model's bound
 
 
 def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_samples, seed, log_every) -> _Plan:
@@ -125,6 +126,22 @@ def _check_sampler_options(model, *, natgrad_gamma, kl_schedule, strategy) -> No
         raise ValueError(f"strategy is not supported for a sampling posterior ({family}) yet")
 
 
+def _check_importance_samples(model, importance_samples, *, strategy) -> Optional[int]:
+    """``importance_samples`` (K) needs a latent-variable model; ``None`` leaves the model's default (K = 1)."""
+    from ..latent import LatentDeepGP
+
+    latent = isinstance(model, LatentDeepGP)
+    if latent and strategy is not None:
+        raise ValueError("strategy is not supported for a latent-variable model (LatentDeepGP) yet")
+    if importance_samples is None:
+        return None
+    K = check_positive_int(importance_samples, "importance_samples")
+    if not latent:
+        raise ValueError(f"importance_samples={K} needs a latent-variable model (build_deep_gp(..., latent_dim=...)); "
+                         f"this {type(model).__name__} has no latent input to draw K times")
+    return K
+
+
 def _batches(plan: _Plan, data, start: int, dtype: tf.DType) -> tf.data.Dataset:
     if plan.batch_size is None:
         return dataset_batches(data, start, plan.steps, dtype)
@@ -148,6 +165,7 @@ def fit(
     natgrad_gamma: Optional[float] = None,
     strategy: Optional[tf.distribute.Strategy] = None,
     kl_schedule: Union[None, str, Callable[[int], float]] = None,
+    importance_samples: Optional[int] = None,
 ) -> History:
     """Maximise ``model``'s ELBO with Adam (or a KL-tempered ELBO, see ``kl_schedule``).
 
@@ -204,6 +222,10 @@ def fit(
         ``history.kl_weight`` records the weight of each logged step. The weight depends on the
         global step only, so a resumed run continues the schedule; resuming with a schedule whose
         values differ from the recorded ones is an error.
+    :param importance_samples: K, for a latent-variable model (``build_deep_gp(..., latent_dim=...)``,
+        :class:`~deepgp_gi.latent.LatentDeepGP`): train the importance-weighted bound with K draws of
+        the latent variable per data point (the history records that bound); ``None`` or 1 is the ELBO.
+        A plain model refuses it.
     :return: a :class:`History`.
     :raises deepgp_gi.linalg.CholeskyError: a factorisation failed in a step (checked before
         every log entry and checkpoint, and at the end, so no broken state is logged or saved).
@@ -216,6 +238,7 @@ def fit(
     if not isinstance(jit_compile, bool):
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
     _check_sampler_options(model, natgrad_gamma=natgrad_gamma, kl_schedule=kl_schedule, strategy=strategy)
+    plan.importance_samples = _check_importance_samples(model, importance_samples, strategy=strategy)
     schedule = resolve_kl_schedule(kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch)
     if strategy is None:
         return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
@@ -276,7 +299,8 @@ def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, stra
         return history
 
     batches = _batches(plan, data, start, model.dtype)
-    options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile)
+    options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile,
+                   importance_samples=plan.importance_samples)
     if strategy is not None:
         train_step = DistributedStep(model, optimizer, variables, step_counter, strategy=strategy, **options)
     elif _is_sampler(model):
