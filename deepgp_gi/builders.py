@@ -138,6 +138,8 @@ def build_deep_gp(
     inner_width: Optional[int] = None,
     seed: Optional[int] = None,
     positive_transform: Optional[str] = None,
+    latent_dim: Optional[int] = None,
+    encoder=None,
     **posterior_options,
 ) -> DeepGP:
     """A deep GP with the papers' defaults and initialisation.
@@ -159,6 +161,16 @@ def build_deep_gp(
         ``"global"`` and ``"local"`` (bayesfunc's log-lengthscales and log-height), ``"softplus"``
         for the others (GPflow). With softplus, global inducing on UCI energy needs the full
         20,000 steps to grow lengthscales from 2 to 100+; see ``docs/global_inducing.md``.
+    :param latent_dim: ``D_w``: if given, a latent-variable deep GP
+        (:class:`~deepgp_gi.latent.LatentDeepGP`, Salimbeni et al. 2019): the first layer sees
+        ``[x, w]`` with ``p(w) = N(0, I)`` and an amortised ``q(w | x, y)``; train it on the
+        importance-weighted bound with ``fit(..., importance_samples=K)``. The inducing inputs get
+        ``D_w`` more columns, ``N(0, 1)`` draws (learned); the first layer's mean function ignores
+        ``w``. Families: :data:`~deepgp_gi.latent.LATENT_FAMILIES` (a sampling family is refused,
+        saying why).
+    :param encoder: the ``tf.Module`` computing ``q(w | x, y)`` (contract:
+        :mod:`deepgp_gi.layers.latent`); default the paper's MLP (two hidden layers of 20 tanh
+        units). Needs ``latent_dim``.
     :param posterior_options: options of the family (e.g. ``whiten=True`` for mean-field,
         ``precision="diagonal"`` for global inducing); each family's accepted options are listed
         in its table entry, and anything else raises a ``ValueError`` naming them.
@@ -177,6 +189,13 @@ def build_deep_gp(
     Y = as_data_array(Y, "Y", dtype).numpy()
     check_data_pair(X, Y)
     N, D = X.shape
+    if encoder is not None and latent_dim is None:
+        raise ValueError("encoder is for a latent-variable model: give latent_dim too")
+    if latent_dim is not None:
+        from .latent import check_latent_family
+
+        latent_dim = check_positive_int(latent_dim, "latent_dim")
+        check_latent_family(posterior, family.posterior_class)
     if inner_width is None:
         inner_width = min(30, D)
     inner_width = check_positive_int(inner_width, "inner_width")
@@ -196,7 +215,20 @@ def build_deep_gp(
         Z = np.random.default_rng(seed).standard_normal((num_inducing, D))
     else:
         Z = None
-    layers = build_layers(X, output_dim, depth, inner_width, Z, positive_transform=positive_transform)
+    X_layers, X_init = X, X
+    if latent_dim is not None:  # [x, w]: N(0, 1) latent columns for the inducing rows, zeros for the mean maps
+        from .latent import with_latent_columns
+
+        rng = np.random.default_rng(None if seed is None else seed + 1)
+        Z = None if Z is None else with_latent_columns(Z, latent_dim, rng)
+        X_layers, X_init = with_latent_columns(X, latent_dim, None), with_latent_columns(X, latent_dim, rng)
+    layers = build_layers(X_layers, output_dim, depth, inner_width, Z, positive_transform=positive_transform)
     targets = pseudo_targets(Y, likelihood, output_dim)
-    post = family.build_posterior(layers, X, targets, num_inducing, seed, **posterior_options)
+    post = family.build_posterior(layers, X_init, targets, num_inducing, seed, **posterior_options)
+    if latent_dim is not None:
+        from .latent import LatentDeepGP
+        from .layers.latent import LatentVariableLayer
+
+        latent = LatentVariableLayer(D, Y.shape[1], latent_dim, encoder=encoder, seed=seed, name="latent")
+        return LatentDeepGP(layers, likelihood, post, latent, num_data=N)
     return DeepGP(layers, likelihood, post, num_data=N)
