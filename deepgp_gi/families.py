@@ -44,6 +44,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 from . import initialisation as init
 from .posteriors import (
+    BSGPPosterior,
     EnsembleInducingPosterior,
     EnsembleWeightPosterior,
     FactorisedGlobalPosterior,
@@ -108,6 +109,11 @@ DEEP_GP_FAMILIES: Dict[str, Family] = {
                "normal", "local inducing with pseudo-data (Ober & Aitchison 2021)", positive_transform="exp"),
         Family("sghmc", SGHMCPosterior, init.sghmc_chain, ("step_size", "momentum_decay", "window_size"), "kmeans",
                "SGHMC samples of the inducing outputs (Havasi et al. 2018)", positive_transform="exp"),
+        Family("bsgp", BSGPPosterior, init.sghmc_chain,
+               ("step_size", "momentum_decay", "window_size", "inducing_prior", "log_lengthscale_prior",
+                "log_variance_prior"), "kmeans",
+               "BSGP: SGHMC samples of the inducing outputs, inducing inputs and kernel hyperparameters "
+               "(Rossi et al. 2021)", positive_transform="exp"),
     )
 }
 

@@ -22,11 +22,13 @@ The *family* modules each define posteriors from the kit and import no other fam
 inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi),
 :mod:`.convolutional` (convolutional BNNs), :mod:`.inducing_weights` (FFG-U, Ensemble-U,
 Ensemble-W; Ritter et al. 2021) and :mod:`.sghmc` (SGHMC samples of a deep GP's inducing outputs,
-Havasi et al. 2018: a sampler, not a variational family).
+Havasi et al. 2018: a sampler, not a variational family), and :mod:`.bsgp` (BSGP, Rossi et al. 2021:
+SGHMC's sampler over the inducing inputs and kernel hyperparameters too, a subclass of SGHMC's).
 
 The name tables (``"mean_field"`` -> class and initialiser) are in :mod:`deepgp_gi.families`.
 """
 from .base import DeepPosterior, Propagation
+from .bsgp import BSGPPosterior
 from .factorised import FactorisedGlobalPosterior, FactorisedWeightPosterior, RandomGlobalPosterior
 from .inducing import GlobalInducingPosterior, LocalInducingPosterior
 from .inducing_weights import EnsembleInducingPosterior, EnsembleWeightPosterior, FFGInducingPosterior
@@ -51,6 +53,7 @@ __all__ = [
     "EnsembleInducingPosterior",
     "EnsembleWeightPosterior",
     "SGHMCPosterior",
+    "BSGPPosterior",
     "PseudoData",
     "ScalePosterior",
     "SpatialIWPosterior",

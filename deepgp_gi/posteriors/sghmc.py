@@ -161,26 +161,43 @@ class SGHMCPosterior(DeepPosterior):
             raise ValueError(f"momentum_decay must be in (0, 1], got {momentum_decay!r}")
         self.window_size = check_positive_int(window_size, "window_size")
         dtype = gpflow.default_float()
-
-        def state(value, shape, name):
-            return [tf.Variable(tf.fill(s, tf.constant(value, dtype)), trainable=False, name=f"{name}_{l}")
-                    for l, s in enumerate(shape)]
-
         shapes = [[layer.num_inducing, layer.output_dim] for layer in self.layers]
-        self.inducing_outputs = state(0.0, shapes, "V")
+        self.inducing_outputs = [tf.Variable(tf.zeros(s, dtype), trainable=False, name=f"V_{l}")
+                                 for l, s in enumerate(shapes)]
+        self._build_chain_state(dtype)
+
+    def _build_chain_state(self, dtype) -> None:
+        """Momenta, adaptation statistics, window and sample store, one of each per chain variable
+        (:meth:`chain_variables`), as non-trainable variables."""
+
+        def state(value, shapes, name):
+            return [tf.Variable(tf.fill(s, tf.constant(value, dtype)), trainable=False, name=f"{name}_{k}")
+                    for k, s in enumerate(shapes)]
+
+        shapes = [v.shape.as_list() for v in self.chain_variables()]
         self.momenta = state(0.0, shapes, "momentum")
         self.adaptation_window = state(1.0, shapes, "xi")
         self.gradient_mean = state(1.0, shapes, "g")
         self.gradient_square = state(1.0, shapes, "g2")
         self.window = state(0.0, [[self.window_size] + s for s in shapes], "window")
         self.window_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="window_count")
-        self.samples = [tf.Variable(tf.zeros([0] + s, dtype), trainable=False, shape=[None] + s, name=f"samples_{l}")
-                        for l, s in enumerate(shapes)]
+        self.samples = [tf.Variable(tf.zeros([0] + s, dtype), trainable=False, shape=[None] + s, name=f"samples_{k}")
+                        for k, s in enumerate(shapes)]
 
     # ------------------------------------------------------------------ the state
+    def chain_variables(self) -> List[tf.Variable]:
+        """The variables the chain moves, in the order of every per-variable list of the state
+        (momenta, statistics, window, samples): here every layer's ``V_l``. A subclass that samples
+        more (:class:`~deepgp_gi.posteriors.bsgp.BSGPPosterior`) appends its variables."""
+        return list(self.inducing_outputs)
+
+    def chain_moves(self) -> List[bool]:
+        """Whether each chain variable is moved by :meth:`sghmc_step` (every ``V_l`` always is)."""
+        return [True] * len(self.chain_variables())
+
     def sampler_variables(self) -> List[tf.Variable]:
         """Every variable of the chain and its samples (never an optimiser's)."""
-        return (list(self.inducing_outputs) + list(self.momenta) + list(self.adaptation_window)
+        return (self.chain_variables() + list(self.momenta) + list(self.adaptation_window)
                 + list(self.gradient_mean) + list(self.gradient_square) + list(self.window)
                 + [self.window_count] + list(self.samples))
 
@@ -200,18 +217,19 @@ class SGHMCPosterior(DeepPosterior):
     def push_window(self) -> None:
         """Store the chain's current state in the window (a ring buffer of the last states)."""
         slot = tf.cast(self.window_count % self.window_size, tf.int32)
-        for W, V in zip(self.window, self.inducing_outputs):
+        for W, V in zip(self.window, self.chain_variables()):
             W.scatter_nd_update([[slot]], V[None])
         self.window_count.assign_add(1)
 
     def window_member(self, z: tf.Tensor) -> List[tf.Tensor]:
         """The window member that the standard-normal draw ``z`` (a scalar) picks uniformly among
-        the filled slots, one ``[M, D_l]`` per layer."""
+        the filled slots, one value per chain variable (``[M, D_l]`` per layer for SGHMC)."""
         i = uniform_index(z, self.window_filled())
         return [tf.gather(W, i) for W in self.window]
 
     def store_samples(self, samples: Sequence) -> None:
-        """Keep ``samples`` (one ``[S, M, D_l]`` per layer) as the sample set predictions use."""
+        """Keep ``samples`` (one ``[S, ...]`` per chain variable; SGHMC: ``[S, M, D_l]`` per layer) as
+        the sample set predictions use."""
         for var, value in zip(self.samples, samples):
             var.assign(tf.cast(value, var.dtype))
 
@@ -221,33 +239,35 @@ class SGHMCPosterior(DeepPosterior):
             var.assign(tf.zeros([0] + var.shape[1:].as_list(), var.dtype))
 
     def sample_set(self) -> List[tf.Tensor]:
-        """What predictions mix over, one ``[K, M, D_l]`` tensor per layer: the stored samples, or
+        """What predictions mix over, one ``[K, ...]`` tensor per chain variable: the stored samples, or
         (before :func:`~deepgp_gi.collect_samples`) the filled window, or the current state."""
         if self.num_stored:
             return [tf.convert_to_tensor(s) for s in self.samples]
         filled = int(self.window_filled().numpy()) if tf.executing_eagerly() else None
         if filled:
             return [W[:filled] for W in self.window]
-        return [V[None] for V in self.inducing_outputs]
+        return [V[None] for V in self.chain_variables()]
 
     def sghmc_step(self, grads: Sequence[tf.Tensor], noise, num_data, adapt: bool) -> None:
         """Move the chain one scale-adapted SGHMC step (:func:`scale_adapted_sghmc`) with the
-        per-point-loss gradients ``grads`` (one per layer), draws ``"sghmc/{l}"`` from ``noise``,
-        and push the new state into the window."""
-        for l, grad in enumerate(grads):
-            V = self.inducing_outputs[l]
-            state = SamplerState(V, self.momenta[l], self.adaptation_window[l], self.gradient_mean[l],
-                                 self.gradient_square[l])
+        per-point-loss gradients ``grads`` (one per chain variable), draws ``"sghmc/{k}"`` from
+        ``noise`` (``k`` the chain variable's index), and push the new state into the window. A
+        variable that :meth:`chain_moves` marks as held keeps its value and statistics."""
+        for k, (theta, grad, moves) in enumerate(zip(self.chain_variables(), grads, self.chain_moves())):
+            if not moves:
+                continue
+            state = SamplerState(theta, self.momenta[k], self.adaptation_window[k], self.gradient_mean[k],
+                                 self.gradient_square[k])
             state = SamplerState(*(tf.convert_to_tensor(s) for s in state))
-            z = noise.normal(f"sghmc/{l}", tf.shape(V), V.dtype)
+            z = noise.normal(f"sghmc/{k}", tf.shape(theta), theta.dtype)
             new = scale_adapted_sghmc(state, grad, z, step_size=self.step_size, momentum_decay=self.momentum_decay,
                                       num_data=num_data, adapt=adapt)
-            V.assign(new.theta)
-            self.momenta[l].assign(new.p)
+            theta.assign(new.theta)
+            self.momenta[k].assign(new.p)
             if adapt:
-                self.adaptation_window[l].assign(new.xi)
-                self.gradient_mean[l].assign(new.g)
-                self.gradient_square[l].assign(new.g2)
+                self.adaptation_window[k].assign(new.xi)
+                self.gradient_mean[k].assign(new.g)
+                self.gradient_square[k].assign(new.g2)
         self.push_window()
 
     # ------------------------------------------------------------------ densities and propagation
@@ -284,7 +304,7 @@ class SGHMCPosterior(DeepPosterior):
 
     def _drawn_members(self, num_samples: int, source) -> List[tf.Tensor]:
         """``S`` uniform draws from the sample set (stored samples, else the filled window, else the
-        current state), one ``[S, M, D_l]`` per layer; branch-free (no ``tf.cond``), so a traced
+        current state), one ``[S, ...]`` per chain variable; branch-free (no ``tf.cond``), so a traced
         step holds no host-synchronising op."""
         stored = tf.shape(self.samples[0])[0]
         filled = self.window_filled()
@@ -293,8 +313,11 @@ class SGHMCPosterior(DeepPosterior):
         count = tf.where(stored > 0, stored, tf.where(filled > 0, filled, 1))
         z = source.normal("sghmc/index", [num_samples], self.dtype)
         idx = start + uniform_index(z, count)
-        return [tf.gather(tf.concat([tf.convert_to_tensor(s), tf.convert_to_tensor(W), V[None]], axis=0), idx)
-                for s, W, V in zip(self.samples, self.window, self.inducing_outputs)]
+        # the members are data to a prediction: no gradient flows back into the chain (BSGP's chain
+        # holds trainable GPflow variables; a gradient through the gather would also add a Where op)
+        return [tf.stop_gradient(tf.gather(tf.concat([tf.convert_to_tensor(s), tf.convert_to_tensor(W), V[None]],
+                                                     axis=0), idx))
+                for s, W, V in zip(self.samples, self.window, self.chain_variables())]
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:

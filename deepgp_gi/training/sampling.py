@@ -29,7 +29,7 @@ def collect_samples(
     jit_compile: bool = False,
     progress: bool = True,
 ) -> List[tf.Tensor]:
-    """Continue the chain of a sampling posterior (``posterior="sghmc"``) for
+    """Continue the chain of a sampling posterior (``posterior="sghmc"`` or ``"bsgp"``) for
     ``num_samples * thin`` steps and keep every ``thin``-th state (Havasi et al. 2018: 100 samples
     50 steps apart after training).
 
@@ -49,7 +49,8 @@ def collect_samples(
     :param num_hidden_samples: hidden-layer draws per gradient (``fit``'s ``num_samples``).
     :param jit_compile: compile the step with XLA.
     :param progress: show a progress bar.
-    :return: one ``[num_samples, M, D_l]`` tensor of whitened inducing outputs per layer.
+    :return: one ``[num_samples, M, D_l]`` tensor of whitened inducing outputs per layer (a family
+        that samples more, ``posterior="bsgp"``, stores the rest of each sample on the posterior).
     """
     if not isinstance(model, DeepGP):
         raise TypeError(f"model must be a deepgp_gi.DeepGP, got {type(model).__name__}")
@@ -72,7 +73,7 @@ def collect_samples(
     posterior = model.posterior
     step = SamplerStep(model, None, [], tf.Variable(0, dtype=tf.int64, trainable=False), adapt=False,
                        stream=_COLLECT_STREAM, num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile)
-    kept: List[List[tf.Tensor]] = [[] for _ in posterior.inducing_outputs]
+    kept: List[List[tf.Tensor]] = [[] for _ in posterior.chain_variables()]
     bar = tqdm(total=steps, disable=not progress, desc="collect_samples", dynamic_ncols=True)
     done = 0
     try:
@@ -84,7 +85,7 @@ def collect_samples(
                 value = float(log_joint.numpy())
                 if not np.isfinite(value):
                     raise FloatingPointError(f"the log joint became {value} at collection step {done}")
-                for store, V in zip(kept, posterior.inducing_outputs):
+                for store, V in zip(kept, posterior.chain_variables()):
                     store.append(tf.identity(V.read_value()))
             bar.update(1)
     finally:
@@ -93,5 +94,5 @@ def collect_samples(
         raise ValueError(f"the data ran out after step {done} of {steps}: the tf.data.Dataset yielded no more batches")
     step.raise_if_failed()
     samples = [tf.stack(store) for store in kept]
-    posterior.store_samples(samples)
-    return samples
+    posterior.store_samples(samples)  # the whole chain state (BSGP: V, Z and hyperparameters)
+    return samples[:len(posterior.inducing_outputs)]

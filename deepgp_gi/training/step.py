@@ -222,10 +222,12 @@ class SamplerStep(TrainStep):
         return tuple(SeededNoise(tf.random.experimental.stateless_fold_in(base, k, alg="philox")) for k in (1, 2))
 
     def log_joint_terms(self, X_b, Y_b, V, noise):
-        """``(log-likelihood [S], -log p(V) [S])`` of the minibatch for inducing outputs ``V`` (one
-        ``[M, D_l]`` per layer): the log-likelihood is ``(N / B) sum_batch log p(y | V)`` with the
-        last layer's ``f`` integrated out (:func:`~deepgp_gi.likelihoods.predictive_log_density`
-        of the model's likelihood moments) and the hidden layers sampled."""
+        """``(log-likelihood [S], -log p(V) [S])`` of the minibatch for the chain state ``V`` (one
+        value per chain variable: ``[M, D_l]`` per layer for SGHMC; BSGP's also holds the inducing
+        inputs and kernel hyperparameters, and its ``-log p`` their priors): the log-likelihood is
+        ``(N / B) sum_batch log p(y | V)`` with the last layer's ``f`` integrated out
+        (:func:`~deepgp_gi.likelihoods.predictive_log_density` of the model's likelihood moments)
+        and the hidden layers sampled."""
         from ..likelihoods import predictive_log_density
         from ..models import _rows
 
@@ -244,7 +246,7 @@ class SamplerStep(TrainStep):
 
     def objective(self, step, X_b, Y_b, kl_weight=1.0):
         """``(loss, log joint)`` of the hyperparameter step with the chain's current state."""
-        ll, neg_log_prior = self.log_joint_terms(X_b, Y_b, self.model.posterior.inducing_outputs,
+        ll, neg_log_prior = self.log_joint_terms(X_b, Y_b, self.model.posterior.chain_variables(),
                                                  self.step_sources(step)[1])
         return tempered_loss(ll, neg_log_prior, 1.0, self.model.log_prior_density())
 
@@ -253,7 +255,7 @@ class SamplerStep(TrainStep):
         chain_noise, hyper_noise = self.step_sources(step)
         N = self.num_data(X_b)
         with cholesky_checks() as checks:
-            state = list(posterior.inducing_outputs)
+            state = posterior.chain_variables()
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(state)
                 ll, neg_log_prior = self.log_joint_terms(X_b, Y_b, state, chain_noise)
