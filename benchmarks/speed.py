@@ -84,6 +84,44 @@ def model_step(model, X, Y, jit_compile=False):
     return step
 
 
+def fit_step(model, X, Y, jit_compile=False):
+    """The step ``fit`` trains ``model`` with, on fixed data: ``TrainStep`` (Adam on the ELBO, or on
+    a latent-variable model's bound), or ``SamplerStep`` for a sampling family (one SGHMC move of
+    the chain, then an Adam step on the hyperparameters); fit's optimiser and variables, seed 0,
+    one Monte Carlo sample, the step counter advancing every call."""
+    from deepgp_gi.training.loop import _is_sampler, _trainable_variables
+    from deepgp_gi.training.step import SamplerStep, TrainStep
+
+    variables = _trainable_variables(model)
+    counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+    kind = SamplerStep if _is_sampler(model) else TrainStep
+    train_step = kind(model, dg.training.adam(0.01, variables), variables, counter, num_samples=1, seed=0,
+                      jit_compile=jit_compile)
+    Xt, Yt = tf.constant(X), tf.constant(Y)
+    calls = iter(range(1 << 62))
+
+    def step():
+        return train_step(tf.constant(next(calls), tf.int64), Xt, Yt)
+
+    step.raise_if_failed = train_step.raise_if_failed
+    return step
+
+
+def sampling_and_latent_families():
+    """``(label, family, build options)`` of every deep-GP family ``fit`` trains otherwise than by
+    Adam on the ELBO of a plain model: the sampling families of the family table (their
+    posterior class has ``is_sampler``) and a latent-variable model (``latent_dim=1``) of every
+    family in ``deepgp_gi.latent.LATENT_FAMILIES``, when the package has them."""
+    out = [(name, name, {}) for name, family in DEEP_GP_POSTERIORS.items()
+           if getattr(family.posterior_class, "is_sampler", False)]
+    try:
+        from deepgp_gi.latent import LATENT_FAMILIES
+    except ImportError:  # a tree without latent-variable models
+        LATENT_FAMILIES = ()
+    out += [(f"latent {name}", name, {"latent_dim": 1}) for name in LATENT_FAMILIES if name in DEEP_GP_POSTERIORS]
+    return out
+
+
 def ours(X, Y, depth, posterior, num_inducing, jit_compile=False, **options):
     model = dg.build_deep_gp(X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing, seed=0, **options)
     return model_step(model, X, Y, jit_compile)
@@ -177,6 +215,17 @@ def sections(quick: bool):
                 for name in ("mean_field", "stripes_arrow", "fully_coupled")
             }
             out.append(("structured", dict(batch=512, depth=3, M=M, inner_width=5), makers))
+    for batch in (1000, 10000):
+        X, Y = kin8nm_inputs(batch)
+        build = lambda name, X=X, Y=Y, **o: dg.build_deep_gp(X, Y, depth=3, posterior=name, num_inducing=100,
+                                                             seed=0, **o)
+        makers = {"mean_field": lambda X=X, Y=Y: fit_step(build("mean_field"), X, Y)}
+        for label, name, options in sampling_and_latent_families():
+            if batch > 1000 and options and name != "mean_field":  # latent models of the costlier families: batch 1000
+                continue
+            makers[label] = lambda X=X, Y=Y, n=name, o=options: fit_step(build(n, **o), X, Y)
+        if len(makers) > 1:
+            out.append(("sampling", dict(batch=batch, depth=3, M=100), makers))
     X, Y = kin8nm_inputs(1000)
     makers = {f"deepgp_gi bnn {p}": (lambda p=p: ours_bnn(X, Y, p, 100))
               for p in ("factorised", "global", "factorised_global")}
@@ -204,7 +253,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="3 rounds of 3 steps (smoke test)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps-per-round", type=int, default=10)
-    parser.add_argument("--only", default=None, help="run only this section (dsvi, structured, bnn, xla)")
+    parser.add_argument("--only", default=None, help="run only this section (dsvi, structured, sampling, bnn, xla)")
     parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
@@ -270,6 +319,21 @@ def write_markdown(jsonl, command):
         Ms = np.log([l["config"]["M"] for l in structured])
         md += ["", "Fitted slope of log time against log M: " + ", ".join(
             f"{n}: {np.polyfit(Ms, np.log([l['ms_per_step'][n] for l in structured]), 1)[0]:.2f}" for n in names), ""]
+    sampling = [l for l in lines if l["section"] == "sampling"]
+    if sampling:
+        names = list(dict.fromkeys(n for l in sampling for n in l["ms_per_step"]))
+        md += ["## Sampling and latent-variable families against mean-field (fit's own steps; depth 3, M = 100)", "",
+               _provenance(sampling), "",
+               "Each model is timed with the step `fit` trains it with (`TrainStep`, or `SamplerStep` for a "
+               "sampling family: an SGHMC move of the chain and an Adam step on the hyperparameters); the "
+               "ratio is to mean-field's `TrainStep` in the same run.", "",
+               "| batch | " + " | ".join(names) + " | " + " | ".join(f"{n} / mean_field" for n in names[1:]) + " |",
+               "|---|" + "---|" * (2 * len(names) - 1)]
+        for l in sampling:
+            t = l["ms_per_step"]
+            md.append(f"| {l['config']['batch']} | " + " | ".join(f"{t.get(n, float('nan')):.1f}" for n in names)
+                      + " | " + " | ".join(f"{t.get(n, float('nan')) / t['mean_field']:.2f}" for n in names[1:]) + " |")
+        md.append("")
     bnn = [l for l in lines if l["section"] == "bnn"]
     if bnn:
         t = bnn[0]["ms_per_step"]

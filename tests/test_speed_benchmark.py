@@ -1,0 +1,38 @@
+"""benchmarks/speed.py: the step it times for a family is the step ``fit`` trains that family with."""
+import numpy as np
+import pytest
+
+import deepgp_gi as dg
+
+
+@pytest.fixture
+def speed(load_script):
+    return load_script("benchmarks/speed.py")
+
+
+def data(n=12, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 2)), rng.normal(size=(n, 1))
+
+
+def test_sampling_families_come_from_the_family_table(speed):
+    rows = speed.sampling_and_latent_families()
+    sampling = [name for name, family in dg.families.DEEP_GP_FAMILIES.items()
+                if getattr(family.posterior_class, "is_sampler", False)]
+    assert "sghmc" in sampling
+    assert [label for label, _, options in rows if not options] == sampling
+    assert all(name in dg.families.DEEP_GP_FAMILIES for _, name, _ in rows)
+
+
+@pytest.mark.slow  # two fits and two timed steps, about 10 s each: `make test-all`
+@pytest.mark.parametrize("posterior", ["mean_field", "sghmc"])
+def test_fit_step_repeats_fit(speed, posterior):
+    """Three calls of fit_step give the values fit logs for its first three full-batch steps
+    (seed 0, one sample): the same step class, variables, optimiser and noise stream."""
+    X, Y = data()
+    build = lambda: dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=4, inner_width=2, seed=0)  # noqa: E731
+    step = speed.fit_step(build(), X, Y)
+    timed = [float(step()) for _ in range(3)]
+    history = dg.fit(build(), (X, Y), steps=3, seed=0, progress=False, log_every=1)
+    np.testing.assert_allclose(timed, history.elbo, rtol=1e-10)
+    step.raise_if_failed()
