@@ -18,7 +18,7 @@ __all__ = ["CONFIG_KEYS", "DEFAULTS", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "O
 #: The keys that identify a configuration (together with the split).
 CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
                "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol",
-               "offdiagonal", "last_layer", "learning_rate_decay")
+               "offdiagonal", "last_layer", "learning_rate_decay", "latent_dim", "importance_samples")
 
 #: Values of keys added to :data:`CONFIG_KEYS` later, for result lines written before them: every
 #: earlier line used the random 90/10 splits, every earlier deep GP the softplus transform (the
@@ -50,7 +50,7 @@ GLOBAL_LAST_LAYER = {("gp", "global"), ("bnn", "global"), ("bnn", "factorised_gl
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
                 positive_transform=None, protocol="random", offdiagonal=None, last_layer=None,
-                learning_rate_decay=None)
+                learning_rate_decay=None, latent_dim=None, importance_samples=None)
 
 
 def normalise_config(cfg: Dict) -> Dict:
@@ -68,7 +68,10 @@ def normalise_config(cfg: Dict) -> Dict:
     (the default) or ``"sampled"``: their ``last_layer`` option. ``learning_rate_decay`` is ``None``
     (a constant learning rate) or ``[rate, every]``: the learning rate is multiplied by ``rate``
     every ``every`` steps (a staircase, as Lindinger et al.'s 0.98 every 1,000 steps; see
-    :func:`learning_rate_of`).
+    :func:`learning_rate_of`). ``latent_dim`` (deep GPs only) is ``None`` (a plain deep GP) or ``D_w >= 1``:
+    a latent-variable deep GP (``build_deep_gp(..., latent_dim=D_w)``), trained on the importance-weighted
+    bound with ``importance_samples`` (K, default 1) draws per point; a plain model has
+    ``importance_samples = None``. Lines written before these keys read as plain models (both ``None``).
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -125,7 +128,24 @@ def normalise_config(cfg: Dict) -> Dict:
         out["learning_rate_decay"] = [rate, every]
     if out["batch_size"] is not None:
         out["batch_size"] = int(out["batch_size"])
+    _normalise_latent(out)
     return out
+
+
+def _normalise_latent(out: Dict) -> None:
+    """``latent_dim`` and ``importance_samples`` in place (see :func:`normalise_config`)."""
+    from .validation import check_positive_int
+
+    if out["latent_dim"] is None:
+        if out["importance_samples"] is not None:
+            raise ValueError(f"importance_samples={out['importance_samples']!r} needs a latent-variable deep GP: "
+                             "set latent_dim too")
+        return
+    if out["model"] != "gp":
+        raise ValueError(f"latent_dim applies to deep GPs (model 'gp') only, got model {out['model']!r}")
+    out["latent_dim"] = check_positive_int(out["latent_dim"], "latent_dim")
+    K = 1 if out["importance_samples"] is None else out["importance_samples"]
+    out["importance_samples"] = check_positive_int(K, "importance_samples")
 
 
 def with_legacy_values(record: Dict) -> Dict:

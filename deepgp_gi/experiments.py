@@ -19,6 +19,10 @@
   comparisons of methods and calibration curves;
 * ``trace``: the training ELBO per datapoint against step, averaged over blocks of steps (the raw
   one-sample minibatch estimates are noisy), for convergence plots.
+
+A latent-variable deep GP (``latent_dim``) trains on its importance-weighted bound with
+``importance_samples`` draws per point, which ``trace`` and ``final_train_elbo_per_datapoint``
+record; ``elbo_per_datapoint`` is its ordinary ELBO (K = 1), comparable with the plain models'.
 """
 from __future__ import annotations
 
