@@ -41,7 +41,7 @@ def _write_idx(path, array, magic):
         f.write(header + array.astype(np.uint8).tobytes())
 
 
-def test_mnist_mode_reads_local_files(images, tmp_path):
+def test_mnist_mode_reads_local_files(images, tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     folder = tmp_path / "mnist"
     folder.mkdir()
@@ -51,7 +51,11 @@ def test_mnist_mode_reads_local_files(images, tmp_path):
     data = images.load("mnist", str(folder), 0)
     assert data.X_train.shape == (12, 28, 28, 1) and data.X_test.shape == (4, 28, 28, 1)
     with pytest.raises(SystemExit):
-        images.main(["sweep", "--dataset", "mnist", "--out", str(tmp_path / "x.jsonl")])  # --path required
+        images.main(["sweep", "--dataset", "cifar10", "--out", str(tmp_path / "x.jsonl")])  # --path required
+    # MNIST without --path reads what tools/fetch_mnist.py wrote, and names that command when nothing is there
+    monkeypatch.setenv("DEEPGP_GI_DATA", str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match="python tools/fetch_mnist.py"):
+        images.load("mnist", None, 0)
 
 
 @pytest.mark.slow  # trains three conv nets end to end: `make test-all`
