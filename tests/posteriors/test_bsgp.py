@@ -132,6 +132,24 @@ def test_each_sample_has_its_own_inducing_inputs_and_kernel(rng):
     np.testing.assert_allclose(ours.var.numpy(), theirs.var.numpy(), rtol=1e-10, atol=1e-13)
 
 
+def test_float32_gives_the_float64_log_prior_and_conditional(rng):
+    """The same layers and state in float32 (GPflow's default float set to it) give float64's log
+    prior and conditional mean and variance to float32 precision."""
+    X, Y = _toy(rng, n=10)
+    out = {}
+    for dtype in (np.float64, np.float32):
+        with gpflow.config.as_context(gpflow.config.Config(float=dtype, jitter=1e-4)):
+            model = dg.build_deep_gp(X.astype(dtype), Y.astype(dtype), depth=1, posterior="bsgp", num_inducing=4,
+                                     seed=0)
+            post = model.posterior
+            state = [tf.cast(x, dtype) for x in _random_state(post, np.random.default_rng(5), S=2)]
+            prop = post.propagate_given(X.astype(dtype), state, 2, SeededNoise(0))
+            assert prop.mean.dtype == dtype and post.log_prior(state).dtype == dtype
+            out[dtype] = [post.log_prior(state).numpy(), prop.mean.numpy(), prop.var.numpy()]
+    for a, b in zip(out[np.float64], out[np.float32]):
+        np.testing.assert_allclose(b, a, rtol=2e-4, atol=2e-5)
+
+
 # --------------------------------------------------------------------------- the chain
 
 def _oracle_problem(M=6, N=40, **options):
