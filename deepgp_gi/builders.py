@@ -151,7 +151,8 @@ def build_deep_gp(
         ``"fully_coupled"``, ``"stripes_arrow"``, ``"global"``, ``"local"``).
     :param num_inducing: M, per layer (local families) or at the input (global inducing).
     :param likelihood: a GPflow likelihood; default Gaussian with variance 0.01.
-    :param inner_width: width of the inner layers; default ``min(30, D)``.
+    :param inner_width: width of the inner layers; default ``min(30, D)`` (``min(30, D + D_w)`` with
+        ``latent_dim``).
     :param seed: seeds the k-means / inducing-point initialisation.
     :param positive_transform: transform of the positive hyperparameters the builder creates (the
         kernels' variances and lengthscales, the white noise and the default likelihood's
@@ -165,8 +166,9 @@ def build_deep_gp(
         (:class:`~deepgp_gi.latent.LatentDeepGP`, Salimbeni et al. 2019): the first layer sees
         ``[x, w]`` with ``p(w) = N(0, I)`` and an amortised ``q(w | x, y)``; train it on the
         importance-weighted bound with ``fit(..., importance_samples=K)``. The inducing inputs get
-        ``D_w`` more columns, ``N(0, 1)`` draws (learned); the first layer's mean function ignores
-        ``w``. Families: :data:`~deepgp_gi.latent.LATENT_FAMILIES` (a sampling family is refused,
+        ``D_w`` more columns, ``N(0, 1)`` draws (learned); the inner layers are ``D + D_w`` wide by
+        default and the first one's mean function passes ``w`` on (it drops ``w`` when they are
+        narrower). Families: :data:`~deepgp_gi.latent.LATENT_FAMILIES` (a sampling family is refused,
         saying why).
     :param encoder: the ``tf.Module`` computing ``q(w | x, y)`` (contract:
         :mod:`deepgp_gi.layers.latent`); default the paper's MLP (two hidden layers of 20 tanh
@@ -196,8 +198,8 @@ def build_deep_gp(
 
         latent_dim = check_positive_int(latent_dim, "latent_dim")
         check_latent_family(posterior, family.posterior_class)
-    if inner_width is None:
-        inner_width = min(30, D)
+    if inner_width is None:  # a latent model's inner layers carry [x, w] (identity mean maps)
+        inner_width = min(30, D + (latent_dim or 0))
     inner_width = check_positive_int(inner_width, "inner_width")
     if likelihood is None:
         with positive_transform_context(positive_transform):

@@ -231,9 +231,10 @@ def test_hidden_rows_of_a_point_have_the_joint_covariance_of_q(rng):
     X, Y = pm_sine(rng, 8)
     model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=6, latent_dim=1, seed=0)
     post, layer = model.posterior, model.layers[0]
-    post.q_mu[0].assign(rng.standard_normal((6, 1)))
+    assert layer.output_dim == 2  # D + D_w wide; unit 0 is checked
+    post.q_mu[0].assign(rng.standard_normal((6, 2)))
     q_sqrt = random_lower(rng, 6, diag=0.5)
-    post.q_sqrt[0].assign(q_sqrt[None])
+    post.q_sqrt[0].assign(np.stack([q_sqrt, random_lower(rng, 6)]))
     K, S = 4, 20000
     w = np.array([-1.5, -0.3, 0.4, 1.2])
     noise = FixedNoise({"f/latent": np.broadcast_to(w[None, None, :, None], (S, 1, K, 1))}, fallback=SeededNoise(1))
@@ -279,7 +280,7 @@ def test_predictions_draw_w_from_the_prior_and_mix(rng):
     X, Y = pm_sine(rng, 10)
     model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=6, latent_dim=2, seed=0)
     layers = model.sample_layers(X, 7, seed=5)
-    assert [t.shape.as_list() for t in layers] == [[7, 10, 2], [7, 10, 1], [7, 10, 1]]
+    assert [t.shape.as_list() for t in layers] == [[7, 10, 2], [7, 10, 3], [7, 10, 1]]
     w = SeededNoise(5).normal("f/latent", [7, 10, 1, 2], tf.float64).numpy()[:, :, 0]
     np.testing.assert_array_equal(layers[0].numpy(), w)
     mean, var = (t.numpy() for t in model.predict_f_components(X, 7, seed=5))
