@@ -66,7 +66,8 @@ def _records(folder: str) -> List[Dict]:
 
 
 def _label(s: Dict) -> str:
-    return f"{s['posterior']}-{s['depth']}"
+    latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
+    return f"{s['posterior']}-{s['depth']}{latent}"
 
 
 def _train_time(rows: List[Dict]) -> float:

@@ -242,7 +242,7 @@ def cmd_sweep(args) -> int:
 METRICS = (("test_ll", "test LL"), ("rmse", "RMSE"), ("elbo_per_datapoint", "ELBO/N"))
 _ROW_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
              "train_samples", "test_samples", "positive_transform", "protocol", "offdiagonal",
-             "last_layer")
+             "last_layer", "latent_dim", "importance_samples")
 
 
 def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:
@@ -352,8 +352,11 @@ def steps_to_within(steps, values, tol: float) -> Optional[int]:
 
 def _protocol_marks(s: Dict) -> List[str]:
     """A deep GP's training protocol where it is not the sweep's usual one sample at a constant
-    learning rate, e.g. ``5 samples, lr 0.005 x0.98/1000`` (Lindinger et al.'s)."""
+    learning rate, e.g. ``5 samples, lr 0.005 x0.98/1000`` (Lindinger et al.'s), and a latent-variable
+    model's latent dimension and importance samples, e.g. ``latent 1, K=5``."""
     marks = []
+    if s.get("latent_dim"):
+        marks.append(f"latent {s['latent_dim']}, K={s.get('importance_samples') or 1}")
     if s.get("train_samples", 1) != 1:
         marks.append(f"{s['train_samples']} samples")
     decay = s.get("learning_rate_decay")

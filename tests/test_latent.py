@@ -381,3 +381,26 @@ def test_latent_model_beats_plain_on_pm_sine(rng):
     lp_plain = float(np.mean(plain.predict_log_density((Xt, Yt), 200, seed=1)))
     lp_latent = float(np.mean(latent.predict_log_density((Xt, Yt), 200, seed=1)))
     assert lp_latent > lp_plain + 0.3, (lp_latent, lp_plain)
+
+
+def test_benchmark_configurations_keep_latent_models_apart(load_script):
+    """latent_dim and importance_samples are configuration keys: normalised, refused where they do
+    not apply, and a report row of a latent model is not merged with the plain one."""
+    from deepgp_gi.experiment_config import config_key, normalise_config
+
+    plain = normalise_config({"dataset": "kin8nm", "posterior": "mean_field"})
+    latent = normalise_config({"dataset": "kin8nm", "posterior": "mean_field", "latent_dim": 1, "importance_samples": 5})
+    assert (plain["latent_dim"], plain["importance_samples"]) == (None, None)
+    assert (latent["latent_dim"], latent["importance_samples"]) == (1, 5)
+    assert normalise_config({"dataset": "kin8nm", "latent_dim": 2})["importance_samples"] == 1
+    assert config_key(plain) != config_key(latent)
+    old_line = {k: v for k, v in plain.items() if k not in ("latent_dim", "importance_samples")}
+    assert config_key(old_line) == config_key(plain)  # lines written before the keys are plain models
+    with pytest.raises(ValueError, match="needs a latent-variable deep GP"):
+        normalise_config({"dataset": "kin8nm", "importance_samples": 5})
+    with pytest.raises(ValueError, match="latent_dim applies to deep GPs"):
+        normalise_config({"dataset": "kin8nm", "model": "bnn", "latent_dim": 1})
+    uci = load_script("benchmarks/uci.py")
+    rows = [dict(cfg, split=0, elbo_per_datapoint=0.0) for cfg in (plain, latent)]
+    assert len(uci.select_runs(rows)) == 2
+    assert [uci._method(r) for r in rows] == ["mean_field", "mean_field (latent 1, K=5)"]
