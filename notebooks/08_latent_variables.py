@@ -140,6 +140,15 @@ for name, (_, (Xt, Yt)) in DATA.items():
           f"difference {results[name, 'latent'] - results[name, 'plain']:+.3f}")
 
 # %% [markdown]
+# In the full setting (2,000 steps) the latent model gains 0.66 nats per test point on the
+# bimodal set (-0.458 against -1.117) and 0.32 on the heteroscedastic one (-0.313 against -0.630).
+# The images show why: on the bimodal set the plain model puts one band across the middle, between
+# the two branches, while the latent model follows both; on the heteroscedastic set the plain
+# model's band has one width everywhere, the latent model's widens to the right as the noise does.
+# A latent step cost about twice a plain one here (143 s against 68 to 83 s for 2,000 steps, K = 5,
+# on a shared, loaded machine).
+
+# %% [markdown]
 # ## The bound against K
 #
 # The trained latent models' importance-weighted bound per data point (full training set, 4 draws
@@ -162,3 +171,9 @@ ax.set_ylabel("bound per data point")
 ax.legend()
 plt.tight_layout()
 plt.show()
+
+# %% [markdown]
+# In the full setting the bound rises with K on both sets, steeply at first: bimodal from -2.65
+# (K = 1) to -1.33 (K = 5) and -1.25 (K = 50) per point, heteroscedastic from -1.21 to -0.70 and
+# -0.66. Most of the gain over the ordinary ELBO is there at K = 5, the value the model was
+# trained with.
