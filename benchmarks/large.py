@@ -23,8 +23,9 @@ ELBO per row (estimated on 10,000 fixed training rows, 10 samples), the test log
 RMSE (the 10,000 test rows, 32 samples), the minibatch ELBO trace and the peak RSS. ``fit``
 checkpoints every chunk (and in between), so the command can be stopped and restarted at will: a
 chunk already in the results file is skipped, a chunk that was interrupted resumes from its
-checkpoint. ``report`` writes ``large.md`` (table) and ``large.png`` (ELBO and test LL against
-wall time, the true test log density as the ceiling line).
+checkpoint; a larger ``--steps`` with the same chunk length (``--steps 12000 --chunks 12``)
+continues a finished run from its last checkpoint. ``report`` writes ``large.md`` (table) and
+``large.png`` (ELBO and test LL against wall time, the true test log density as the ceiling line).
 
     nice -n 5 python benchmarks/large.py                      # run (resumable), then report
     python benchmarks/large.py report                         # the table and plot from the lines so far
@@ -173,7 +174,7 @@ def worker(cfg: dict) -> None:
     model.num_data = N
     natgrad = cfg["natgrad_gamma"] if cfg["config"] == "mean_field_natgrad" else None
     ckpt = os.path.join(cfg["work_dir"], "checkpoints", cfg["key"])
-    done = {r["step"] for r in _read_lines(cfg["results"]) if r["key"] == cfg["key"]}
+    done = {r["step"] for r in _read_lines(cfg["results"]) if r["key"] == cfg["key"] and "step" in r}
     steps = cfg["steps"]
     ends = [int(round(steps * (k + 1) / cfg["chunks"])) for k in range(cfg["chunks"])]
     start = 0
@@ -185,9 +186,17 @@ def worker(cfg: dict) -> None:
         stream = dg.datasets.read_shards(shards, cfg["batch"], shuffle=True, seed=1 + start, repeat=True)
         data = _placeholders_then(stream, (X_probe[:cfg["batch"]], Y_probe[:cfg["batch"]]), start)
         t0 = time.perf_counter()
-        history = dg.fit(model, data, steps=end, seed=0, learning_rate=cfg["lr"], natgrad_gamma=natgrad,
-                         checkpoint_dir=ckpt, checkpoint_every=max(1, (end - start) // 4),
-                         log_every=max(1, steps // 400), progress=cfg["progress"])
+        try:
+            history = dg.fit(model, data, steps=end, seed=0, learning_rate=cfg["lr"], natgrad_gamma=natgrad,
+                             checkpoint_dir=ckpt, checkpoint_every=max(1, (end - start) // 4),
+                             log_every=max(1, steps // cfg["chunks"] // 60), progress=cfg["progress"])
+        except (ValueError, FloatingPointError, tf.errors.InvalidArgumentError, dg.linalg.CholeskyError) as err:
+            # recorded for the report; the same settings replay the same steps, so a rerun fails the same way
+            with open(cfg["results"], "a") as fh:
+                fh.write(json.dumps(dict(key=cfg["key"], config=cfg["config"], failed_in=[start, end],
+                                         natgrad_gamma=natgrad, error=f"{type(err).__name__}: {str(err)[:300]}",
+                                         command=cfg["command"])) + "\n")
+            raise
         fit_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         ell, kl = model.elbo_terms((X_probe, Y_probe), 10, seed=end)
@@ -230,6 +239,8 @@ def run_config(cfg: dict) -> None:
 
 def report(results: str, out_md: str, out_png: str | None, data_info: dict | None = None) -> str:
     rows = _read_lines(results)
+    failures = [r for r in rows if "failed_in" in r]
+    rows = [r for r in rows if "step" in r]
     if not rows:
         raise SystemExit(f"{results} holds no results yet")
     by_key: dict = {}
@@ -272,7 +283,7 @@ def report(results: str, out_md: str, out_png: str | None, data_info: dict | Non
             return f"{last[name] - prev[name]:+.4f}" if prev else ""
 
         gap = f"{ceiling - last['test_ll']:.4f}" if ceiling is not None else ""
-        lines.append(f"| {LABELS[last['config']]} | {last['step']:,} / {last['steps_total']:,} | "
+        lines.append(f"| {LABELS[last['config']]} | {last['step']:,} | "
                      f"{last['train_wall_s']:.0f} | {last['elbo_per_row']:.4f} | {change('elbo_per_row')} | "
                      f"{last['test_ll']:.4f} | {change('test_ll')} | {gap} | {last['peak_rss_mb']:.0f} |")
     lines += [
@@ -284,9 +295,14 @@ def report(results: str, out_md: str, out_png: str | None, data_info: dict | Non
     for key in order:
         for r in by_key[key]:
             gap = f"{ceiling - r['test_ll']:.4f}" if ceiling is not None else ""
-            lines.append(f"| {LABELS[r['config']]} | {r['step']:,} / {r['steps_total']:,} | {r['epochs']:.2f} | "
+            lines.append(f"| {LABELS[r['config']]} | {r['step']:,} | {r['epochs']:.2f} | "
                          f"{r['train_wall_s']:.0f} | {r['elbo_per_row']:.4f} | {r['test_ll']:.4f} ± {r['test_ll_se']:.4f} | "
                          f"{gap} | {r['test_rmse']:.4f} | {r['noise_sd_fit']:.4f} | {r['peak_rss_mb']:.0f} |")
+    if failures:
+        lines += ["", "Runs that failed (the same settings replay the same steps and fail again):", ""]
+        lines += [f"* {LABELS[f['config']]}" + (f" (gamma {f['natgrad_gamma']:g})" if f.get("natgrad_gamma") else "")
+                  + f", within steps {f['failed_in'][0]:,} to {f['failed_in'][1]:,}: {f['error'].splitlines()[0][:200]}"
+                  f" (command: `{f['command']}`)" for f in failures]
     text = "\n".join(lines) + "\n"
     if out_png:
         _plot(by_key, ceiling, out_png)
@@ -344,7 +360,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--num-inducing", type=int, default=50)
     parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--natgrad-gamma", type=float, default=0.05)
+    parser.add_argument("--natgrad-gamma", type=float, default=0.01)
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--work-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "deepgp_gi", "large"),
                         help="shards, test rows and checkpoints")
@@ -365,18 +381,24 @@ def main(argv=None) -> int:
         parser.error(f"--steps ({args.steps}) must be at least --chunks ({args.chunks})")
     os.makedirs(args.work_dir, exist_ok=True)
     info = make_data(args.work_dir, args.rows, args.features)
+    failed = []
     if args.action == "run":
         command = "python " + " ".join(shlex.quote(a) for a in ["benchmarks/large.py"] + argv)
         for name in configs:
-            key = f"{name}-n{args.rows}-M{args.num_inducing}-b{args.batch}-s{args.steps}-lr{args.lr:g}" + (
+            # the key leaves out --steps: a larger --steps with the same chunk length continues a finished run
+            key = f"{name}-n{args.rows}-M{args.num_inducing}-b{args.batch}-lr{args.lr:g}" + (
                 f"-g{args.natgrad_gamma:g}" if name == "mean_field_natgrad" else "")
             cfg = dict(config=name, key=key, shards=info["shards"], test=info["test"], M=args.num_inducing,
                        batch=args.batch, lr=args.lr, natgrad_gamma=args.natgrad_gamma, steps=args.steps,
                        chunks=args.chunks, work_dir=args.work_dir, results=args.results, command=command,
                        progress=not args.no_progress)
-            run_config(cfg)
+            try:
+                run_config(cfg)
+            except RuntimeError as err:  # the others still run; the report lists the failure
+                print(err, file=sys.stderr, flush=True)
+                failed.append(key)
     print(report(args.results, args.out, args.plot, info))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

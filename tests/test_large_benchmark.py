@@ -62,4 +62,9 @@ def test_fast_run_resumes_and_reports(large, tmp_path):
     assert len((tmp_path / "large.jsonl").read_text().splitlines()) == len(rows)
     text = (tmp_path / "large.md").read_text()
     assert f"{info['true_test_ll']:.4f}" in text and "python benchmarks/large.py --fast" in text
-    assert "| global inducing, Adam | 20 / 20 |" in text and (tmp_path / "large.png").stat().st_size > 0
+    assert "| global inducing, Adam | 20 | 1.33 |" in text and (tmp_path / "large.png").stat().st_size > 0
+    # a larger --steps with the same chunk length continues from the last checkpoint: one more chunk each
+    assert large.main(args + ["--steps", "30", "--chunks", "3", "--configs", "mean_field_adam"]) == 0
+    more = [json.loads(line) for line in (tmp_path / "large.jsonl").read_text().splitlines()]
+    assert more[:len(rows)] == rows and [(r["config"], r["step"]) for r in more[len(rows):]] == [("mean_field_adam", 30)]
+    assert more[-1]["train_wall_s"] > rows[1]["train_wall_s"]  # the clock continues from the checkpoint's
