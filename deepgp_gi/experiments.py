@@ -111,6 +111,8 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
             options["precondition_offdiagonal"] = cfg["offdiagonal"] == "preconditioned"
         if cfg["posterior"] == "global":
             options["last_layer"] = cfg["last_layer"]
+        if cfg["latent_dim"] is not None:  # a latent-variable deep GP, trained on the K-sample bound
+            options["latent_dim"] = cfg["latent_dim"]
         model = build_deep_gp(data.X_train, data.Y_train, depth=cfg["depth"], posterior=cfg["posterior"],
                               num_inducing=M, seed=seed, positive_transform=cfg["positive_transform"], **options)
     else:
@@ -122,7 +124,7 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     t0 = time.perf_counter()
     history = fit(model, (data.X_train, data.Y_train), steps=cfg["steps"], batch_size=batch_size,
                   learning_rate=learning_rate_of(cfg), num_samples=cfg["train_samples"], seed=seed,
-                  progress=progress, checkpoint_dir=checkpoint_dir)
+                  progress=progress, checkpoint_dir=checkpoint_dir, importance_samples=cfg["importance_samples"])
     sampler = bool(getattr(model.posterior, "is_sampler", False))
     collect_time = 0.0
     if sampler:  # the sample set the predictions mix over (Havasi et al.'s 100 samples, 50 steps apart)

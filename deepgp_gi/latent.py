@@ -213,7 +213,9 @@ def _pseudo_data_draw(post, S: int, source: NoiseSource, dtype) -> InducingDraw:
     if any(post.weight_space):
         raise ValueError("a latent-variable model takes GP layers only (the posterior has weight-space layers)")
     is_global = isinstance(post, GlobalInducingPosterior)
-    marginal_last = getattr(post, "last_layer", "marginal") == "marginal"
+    # as the family's propagate: global inducing per its last_layer option, local inducing integrates
+    # U_L out exactly when its KL is analytic
+    marginal_last = (post.last_layer == "marginal") if is_global else post.kl_mode == "analytic"
     inputs, chols, weights, terms = [], [], [], []
     last_variance = None
     if is_global:
