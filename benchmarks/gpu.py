@@ -65,7 +65,7 @@ import tensorflow as tf  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
 from deepgp_gi.families import DEEP_GP_FAMILIES  # noqa: E402
-from speed import gpflux_dsvi, kin8nm_inputs, ours, raise_if_step_failed, time_models  # noqa: E402
+from speed import fit_step, gpflux_dsvi, kin8nm_inputs, ours, raise_if_step_failed, time_models  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 DEFAULT_OUT = os.path.join(RESULTS, "gpu.md")
@@ -532,8 +532,19 @@ def makers_for(X, Y, depth: int, M: int, names: List[str]) -> Dict[str, Callable
         if family is None:
             makers[name] = lambda jit=jit: gpflux_dsvi(X, Y, depth, M, jit_compile=jit)
         else:
-            makers[name] = lambda f=family, jit=jit: ours(X, Y, depth, f, M, jit_compile=jit)
+            makers[name] = lambda f=family, jit=jit: family_step(X, Y, depth, f, M, jit)
     return makers
+
+
+def family_step(X, Y, depth: int, family: str, M: int, jit_compile: bool):
+    """A family's compiled step: ``speed.ours`` (Adam on the ELBO), or for a sampling family, which
+    has no ELBO, ``fit``'s own step (``speed.fit_step``: an SGHMC move and an Adam step)."""
+    import deepgp_gi as dg
+
+    if getattr(dg.families.DEEP_GP_FAMILIES[family].posterior_class, "is_sampler", False):
+        model = dg.build_deep_gp(X, Y, depth=depth, posterior=family, num_inducing=M, seed=0)
+        return fit_step(model, X, Y, jit_compile)
+    return ours(X, Y, depth, family, M, jit_compile=jit_compile)
 
 
 def elbo_float32_vs_float64(X, Y, depth: int, M: int, family: str) -> Dict[str, float]:

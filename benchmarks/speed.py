@@ -208,6 +208,10 @@ def sections(quick: bool):
                     makers[f"deepgp_gi {name}"] = lambda X=X, Y=Y, d=depth, n=name: ours(X, Y, d, n, 100)
             out.append(("dsvi", dict(batch=batch, depth=depth, M=100), makers))
     if "stripes_arrow" in DEEP_GP_POSTERIORS:
+        X, Y = kin8nm_inputs(1000)
+        makers = {f"deepgp_gi {name}": (lambda n=name: ours(X, Y, 3, n, 100)) for name in ("mean_field", "stripes_arrow")}
+        makers["gpflux DSVI (whiten=True)"] = lambda: gpflux_dsvi(X, Y, 3, 100)
+        out.append(("star", dict(batch=1000, depth=3, M=100), makers))
         X, Y = kin8nm_inputs(512)
         for M in (32, 64, 128, 256):
             makers = {
@@ -230,17 +234,17 @@ def sections(quick: bool):
     makers = {f"deepgp_gi bnn {p}": (lambda p=p: ours_bnn(X, Y, p, 100))
               for p in ("factorised", "global", "factorised_global")}
     out.append(("bnn", dict(batch=1000, hidden=[50, 50], M=100), makers))
-    for family in ("mean_field", "fully_coupled", "stripes_arrow", "global", "local"):
+    for family in DEEP_GP_POSTERIORS:  # every deep-GP family of the table, with fit's own step
         M = 32 if family == "fully_coupled" else 50
         makers = {
-            mode: (lambda f=family, M=M, jit=(mode == "xla"): model_step(
+            mode: (lambda f=family, M=M, jit=(mode == "xla"): fit_step(
                 dg.build_deep_gp(X, Y, depth=2, posterior=f, num_inducing=M, inner_width=4, seed=0), X, Y, jit))
             for mode in ("plain", "xla")
         }
         out.append(("xla", dict(kind="deep GP", family=family, batch=1000, depth=2, M=M, inner_width=4), makers))
-    for family in ("factorised", "global", "factorised_global"):
+    for family in ("factorised", "local", "global", "factorised_global"):
         makers = {
-            mode: (lambda f=family, jit=(mode == "xla"): model_step(
+            mode: (lambda f=family, jit=(mode == "xla"): fit_step(
                 dg.build_bnn(X, Y, hidden=(50, 50), posterior=f, num_inducing=100, seed=0), X, Y, jit))
             for mode in ("plain", "xla")
         }
@@ -253,7 +257,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="3 rounds of 3 steps (smoke test)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps-per-round", type=int, default=10)
-    parser.add_argument("--only", default=None, help="run only this section (dsvi, structured, sampling, bnn, xla)")
+    parser.add_argument("--only", default=None, help="run only this section (dsvi, star, structured, sampling, bnn, xla)")
     parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
@@ -307,6 +311,15 @@ def write_markdown(jsonl, command):
                       + " | ".join(f"{t.get(n, float('nan')):.1f}" for n in names)
                       + f" | {t['deepgp_gi mean_field (whiten=False)'] / ref:.2f} | {t['deepgp_gi mean_field (whiten=True)'] / ref:.2f} |")
         md.append("")
+    star = [l for l in lines if l["section"] == "star"]
+    if star:
+        t = star[0]["ms_per_step"]
+        md += ["## STAR against mean-field and GPflux (kin8nm inputs, depth 3, M = 100, inner width 8, batch 1000)", "",
+               _provenance(star), "", "| " + " | ".join(t) + " | STAR / mean-field | mean-field / GPflux |",
+               "|" + "---|" * (len(t) + 2),
+               "| " + " | ".join(f"{v:.1f}" for v in t.values())
+               + f" | {t['deepgp_gi stripes_arrow'] / t['deepgp_gi mean_field']:.2f}"
+               + f" | {t['deepgp_gi mean_field'] / t['gpflux DSVI (whiten=True)']:.2f} |", ""]
     structured = [l for l in lines if l["section"] == "structured"]
     if structured:
         names = list(structured[0]["ms_per_step"])
@@ -342,6 +355,9 @@ def write_markdown(jsonl, command):
     xla = [l for l in lines if l["section"] == "xla"]
     if xla:
         md += ["## Plain against XLA (`jit_compile=True`), CPU (kin8nm inputs, batch 1000)", "", _provenance(xla), "",
+               "Each family's `fit` step (`TrainStep`, or `SamplerStep` for a sampling family), compiled plainly "
+               "and with XLA; `fit(jit_compile=\"auto\")` compiles with XLA where the ratio is below 1 "
+               "(docs/performance.md).", "",
                "| model | family | M | plain | XLA | XLA / plain |", "|---|---|---|---|---|---|"]
         for l in xla:
             t, c = l["ms_per_step"], l["config"]
