@@ -330,12 +330,14 @@ def _plot(by_key: dict, ceiling, path: str) -> None:
                      color=line.get_color(), label=label)
     if ceiling is not None:
         for ax in axes:
-            ax.axhline(ceiling, color="k", ls="--", lw=1, label="true test log density")
+            ax.axhline(ceiling, color="k", ls="--", lw=1, label="true log density per row")
     lows = [r["test_ll"] for rs in by_key.values() for r in rs]
     top = ceiling if ceiling is not None else max(lows)
-    for ax, name in zip(axes, ("ELBO / row (line: minibatch estimates; dots: 10,000 fixed rows)", "test log-likelihood")):
+    titles = ("ELBO / row (line: minibatch estimates; dots: 10,000 fixed rows)", "test log-likelihood (10,000 rows)")
+    for ax, name, title in zip(axes, ("ELBO / row", "test log-likelihood"), titles):
         ax.set_xlabel("training wall time (s)")
         ax.set_ylabel(name)
+        ax.set_title(title, fontsize=9)
         ax.set_ylim(top - max(1.0, 1.2 * (top - np.percentile(lows, 10))), top + 0.15)
         ax.grid(alpha=0.3)
     axes[1].legend(fontsize=8, loc="lower right")
