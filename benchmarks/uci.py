@@ -404,7 +404,9 @@ def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
            "or 10,000 (BNN) steps. *≤2SE*: |ours − paper| ≤ 2·sqrt(SE_ours² + SE_paper²); `*`: only one split "
            "of ours, whose SE is then taken as the paper's split-to-split standard deviation SE_paper·√n_paper "
            "(n_paper = 20 for O&A, 10 for Lindinger); a paper SE printed as 0.00 counts as 0.005. "
-           "stripes_arrow is compared with Lindinger et al. (2020) Table 1 (M = 128). Test LL and RMSE are in "
+           "stripes_arrow and sghmc are compared with Lindinger et al. (2020) Table 1 (M = 128; their SGHMC "
+           "rerun), bsgp with Rossi et al. (2021) supplement Table 2 (80/20 splits, number not stated: no "
+           "one-split verdict); the samplers have no ELBO. Test LL and RMSE are in "
            "original units (S = 100); the ELBO per datapoint is on normalised targets and estimated to a "
            "standard error below 0.01 per line.", ""]
     for model, title in (("gp", "Deep GPs"), ("bnn", "BNNs (2 × 50 ReLU)")):
