@@ -70,6 +70,7 @@ CONFIGS = [
     "gp:mean_field:3:1000:100",
     "gp:fully_coupled:2:512:32",
     "gp:stripes_arrow:3:512:64",
+    "gp:stripes_arrow:3:1000:100",
     "gp:global:3:1000:100",
     "gp:local:3:1000:100",
     "bnn:factorised:2:1000:100",
