@@ -280,7 +280,7 @@ def main(argv=None):
         result = time_models(makers, rounds, per)
         line = dict(section=section, config=config, ms_per_step=result, rounds=rounds, steps_per_round=per,
                     commit=commit, command=command, machine=f"{platform.machine()} {os.cpu_count()} cores",
-                    tensorflow=tf.__version__)
+                    tensorflow=tf.__version__, load_average=os.getloadavg()[0])
         print(json.dumps(line), flush=True)
         with open(jsonl, "a") as fh:
             fh.write(json.dumps(line) + "\n")
@@ -288,7 +288,12 @@ def main(argv=None):
 
 
 def _provenance(lines):
-    return f"Command: `{lines[0]['command']}` (commit {lines[0]['commit']}, {lines[0]['rounds']} rounds x {lines[0]['steps_per_round']} steps)."
+    text = (f"Command: `{lines[0]['command']}` (commit {lines[0]['commit']}, {lines[0]['rounds']} rounds x "
+            f"{lines[0]['steps_per_round']} steps).")
+    loads = [l["load_average"] for l in lines if "load_average" in l]
+    if loads:  # the 1-minute load average as each configuration finished (os.getloadavg)
+        text += f" Load average as the configurations finished: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores."
+    return text
 
 
 def write_markdown(jsonl, command):
