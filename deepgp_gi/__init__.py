@@ -26,7 +26,7 @@ _MODULES = ("autocorrelation", "datasets", "families", "kernels", "layers", "lin
             "noise", "posteriors", "priors")
 _NAMES = {"build_bnn": "bnn", "build_deep_gp": "builders", "build_conv_bnn": "conv_bnn", "WeightKernel": "kernels",
           "DenseLayer": "layers", "GPLayer": "layers", "safe_cholesky": "linalg", "DeepGP": "models",
-          "parameter_count": "posteriors.counting", "parameter_table": "posteriors.counting",
+          "LatentDeepGP": "latent", "parameter_count": "posteriors.counting", "parameter_table": "posteriors.counting",
           "History": "training", "KLSchedule": "training", "LinearSchedule": "training",
           "PaperSchedule": "training", "fit": "training", "collect_samples": "training"}
 _loading = False
@@ -40,6 +40,7 @@ if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .layers import DenseLayer, GPLayer  # noqa: F401
     from .linalg import safe_cholesky  # noqa: F401
     from .models import DeepGP  # noqa: F401
+    from .latent import LatentDeepGP  # noqa: F401
     from .posteriors.counting import parameter_count, parameter_table  # noqa: F401
     from .training import (  # noqa: F401
         History, KLSchedule, LinearSchedule, PaperSchedule, collect_samples, fit,
@@ -79,6 +80,7 @@ def __dir__():
 
 __all__ = [
     "DeepGP",
+    "LatentDeepGP",
     "DenseLayer",
     "GPLayer",
     "WeightKernel",

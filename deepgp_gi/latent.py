@@ -452,8 +452,8 @@ class LatentDeepGP(DeepGP):
         return bound, tf.broadcast_to(g.kl, tf.shape(bound))
 
     # ------------------------------------------------------------------ prediction
-    def sample_layers(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *, noise: NoiseLike = None
-                      ) -> List[tf.Tensor]:
+    def sample_layers(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
+                      noise: NoiseLike = None) -> List[tf.Tensor]:
         """``[w, F_1, ..., F_L]``: the latent coordinate ``[S, N, D_w]`` drawn from the prior, then
         one ``[S, N, N_l]`` tensor of joint samples per layer."""
         return self._predictive_propagation(Xnew, num_samples, _resolve_seed(seed, noise, "sample_layers")).samples
@@ -466,7 +466,8 @@ class LatentDeepGP(DeepGP):
         return prop.mean, prop.var
 
     @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
-    def predict_y(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *, noise: NoiseLike = None):
+    def predict_y(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
+                  noise: NoiseLike = None):
         """Moments of the predictive mixture over ``w`` (prior) and ``f`` draws, noise included."""
         Xnew = self.check_inputs(Xnew)
         prop = self._predictive_propagation(Xnew, num_samples, _resolve_seed(seed, noise, "predict_y"))

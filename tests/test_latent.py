@@ -182,7 +182,8 @@ def _collapse_hidden(model, rng, tiny=1e-100):
         post.q_mu.assign(0.5 * rng.standard_normal(TM))
         post.q_sqrt.assign(R)
     elif isinstance(post, dg.posteriors.StripesArrowPosterior):
-        diag = np.stack([tiny * np.eye(post.num_inducing)] * (post.num_units - 1) + [random_lower(rng, post.num_inducing)])
+        M = post.num_inducing
+        diag = np.stack([tiny * np.eye(M)] * (post.num_units - 1) + [random_lower(rng, M)])
         post.diag.assign(diag)
         post.q_mu.assign(0.5 * rng.standard_normal(post.q_mu.shape))
     # global and local inducing draw U from the same noise as their own propagate: no change needed
@@ -390,7 +391,8 @@ def test_benchmark_configurations_keep_latent_models_apart(load_script):
     from deepgp_gi.experiment_config import config_key, normalise_config
 
     plain = normalise_config({"dataset": "kin8nm", "posterior": "mean_field"})
-    latent = normalise_config({"dataset": "kin8nm", "posterior": "mean_field", "latent_dim": 1, "importance_samples": 5})
+    latent = normalise_config({"dataset": "kin8nm", "posterior": "mean_field", "latent_dim": 1,
+                               "importance_samples": 5})
     assert (plain["latent_dim"], plain["importance_samples"]) == (None, None)
     assert (latent["latent_dim"], latent["importance_samples"]) == (1, 5)
     assert normalise_config({"dataset": "kin8nm", "latent_dim": 2})["importance_samples"] == 1

@@ -101,7 +101,8 @@ class LatentVariableLayer(Layer):
         if encoder is None:
             encoder = Encoder(self.data_dim + self.target_dim, self.latent_dim, seed=seed, name="encoder")
         elif not isinstance(encoder, tf.Module) or not callable(encoder):
-            raise TypeError(f"encoder must be a callable tf.Module (e.g. a gpflow.Module), got {type(encoder).__name__}")
+            raise TypeError("encoder must be a callable tf.Module (e.g. a gpflow.Module), got "
+                            f"{type(encoder).__name__}")
         self.encoder = encoder
         self._check_encoder()
 
@@ -128,7 +129,8 @@ class LatentVariableLayer(Layer):
             shape = t.shape
             if shape.rank != 2 or (shape[-1] is not None and shape[-1] != self.latent_dim) or (
                     rows is not None and shape[0] is not None and shape[0] != rows):
-                raise ValueError(f"encoder must return {expected}; its {what} has shape {shape.as_list() if shape.rank is not None else shape} "
+                got = shape.as_list() if shape.rank is not None else shape
+                raise ValueError(f"encoder must return {expected}; its {what} has shape {got} "
                                  f"for inputs of shape {inputs.shape.as_list()}")
             if t.dtype != inputs.dtype:
                 raise ValueError(f"encoder returned a {what} of dtype {t.dtype.name} for {inputs.dtype.name} inputs")
