@@ -204,7 +204,7 @@ def test_fit_argument_checks(rng):
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
     with pytest.raises(TypeError, match="seed must be an integer or None"):
         dg.fit(model, (X, Y), steps=1, seed=1.5, progress=False)
-    with pytest.raises(TypeError, match="jit_compile must be True or False"):
+    with pytest.raises(TypeError, match="jit_compile must be True, False or 'auto'"):
         dg.fit(model, (X, Y), steps=1, seed=1, progress=False, jit_compile="yes")
 
 

@@ -16,6 +16,7 @@ from ..models import DeepGP
 from ..validation import check_positive_float, check_positive_int, resolve_seed
 from .batches import array_batches, dataset_batches
 from .checkpoint import Checkpointer
+from .compilation import resolve_jit_compile
 from .history import History
 from .optimizers import adam
 from .step import DistributedStep, NaturalGradientStep, SamplerStep, TrainStep
@@ -161,7 +162,7 @@ def fit(
     checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
     checkpoint_every: Optional[int] = None,
     log_every: int = 10,
-    jit_compile: bool = False,
+    jit_compile: Union[bool, str] = "auto",
     natgrad_gamma: Optional[float] = None,
     strategy: Optional[tf.distribute.Strategy] = None,
     kl_schedule: Union[None, str, Callable[[int], float]] = None,
@@ -198,7 +199,10 @@ def fit(
         with the same arguments resumes from the latest checkpoint there.
     :param checkpoint_every: steps between checkpoints (default ``max(100, steps // 20)``).
     :param log_every: steps between entries of the history (and progress-bar updates).
-    :param jit_compile: compile the training step with XLA (``tf.function(jit_compile=True)``).
+    :param jit_compile: compile the training step with XLA (``tf.function(jit_compile=True)``):
+        ``True``, ``False``, or ``"auto"`` (default): XLA only for a family measured faster with it
+        on this kind of device (:mod:`deepgp_gi.training.compilation`, docs/performance.md), plain
+        otherwise, and plain with natural gradients or a strategy.
     :param natgrad_gamma: if given, the posterior's Gaussian blocks (mean-field ``q(U_l)``, the
         fully-coupled ``q(f_M)``) take
         natural-gradient steps of this size and only the other variables use Adam, in one step;
@@ -235,8 +239,7 @@ def fit(
         model, data, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
         num_samples=num_samples, seed=seed, log_every=log_every,
     )
-    if not isinstance(jit_compile, bool):
-        raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
+    jit_compile = resolve_jit_compile(jit_compile, model, natgrad=natgrad_gamma is not None, strategy=strategy)
     _check_sampler_options(model, natgrad_gamma=natgrad_gamma, kl_schedule=kl_schedule, strategy=strategy)
     plan.importance_samples = _check_importance_samples(model, importance_samples, strategy=strategy)
     schedule = resolve_kl_schedule(kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch)
