@@ -194,7 +194,7 @@ def worker(cfg: dict) -> None:
             # recorded for the report; the same settings replay the same steps, so a rerun fails the same way
             with open(cfg["results"], "a") as fh:
                 fh.write(json.dumps(dict(key=cfg["key"], config=cfg["config"], failed_in=[start, end],
-                                         natgrad_gamma=natgrad, error=f"{type(err).__name__}: {str(err)[:300]}",
+                                         natgrad_gamma=natgrad, error=_last_line(err),
                                          command=cfg["command"])) + "\n")
             raise
         fit_s = time.perf_counter() - t0
@@ -218,6 +218,13 @@ def worker(cfg: dict) -> None:
             fh.write(json.dumps(row) + "\n")
         print(json.dumps({k: v for k, v in row.items() if not k.startswith("trace")}), flush=True)
         start = end
+
+
+def _last_line(err: Exception) -> str:
+    """The message of ``err`` without TensorFlow's trace of where the op was defined: its last line
+    that is not a node name."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith("[[")]
+    return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:400]
 
 
 def _read_lines(path: str) -> list:
@@ -301,7 +308,7 @@ def report(results: str, out_md: str, out_png: str | None, data_info: dict | Non
     if failures:
         lines += ["", "Runs that failed (the same settings replay the same steps and fail again):", ""]
         lines += [f"* {LABELS[f['config']]}" + (f" (gamma {f['natgrad_gamma']:g})" if f.get("natgrad_gamma") else "")
-                  + f", within steps {f['failed_in'][0]:,} to {f['failed_in'][1]:,}: {f['error'].splitlines()[0][:200]}"
+                  + f", within steps {f['failed_in'][0]:,} to {f['failed_in'][1]:,}: {f['error']}"
                   f" (command: `{f['command']}`)" for f in failures]
     text = "\n".join(lines) + "\n"
     if out_png:
