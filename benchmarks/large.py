@@ -295,7 +295,7 @@ def report(results: str, out_md: str, out_png: str | None, data_info: dict | Non
             return f"{last[name] - prev[name]:+.4f}" if prev else ""
 
         gap = f"{ceiling - last['test_ll']:.4f}" if ceiling is not None else ""
-        lines.append(f"| {LABELS[last['config']]} | {last['step']:,} | "
+        lines.append(f"| {_label(last)} | {last['step']:,} | "
                      f"{last['train_wall_s']:.0f} | {last['elbo_per_row']:.4f} | {change('elbo_per_row')} | "
                      f"{last['test_ll']:.4f} | {change('test_ll')} | {gap} | {last['peak_rss_mb']:.0f} |")
     lines += [
@@ -307,7 +307,7 @@ def report(results: str, out_md: str, out_png: str | None, data_info: dict | Non
     for key in order:
         for r in by_key[key]:
             gap = f"{ceiling - r['test_ll']:.4f}" if ceiling is not None else ""
-            lines.append(f"| {LABELS[r['config']]} | {r['step']:,} | {r['epochs']:.2f} | "
+            lines.append(f"| {_label(r)} | {r['step']:,} | {r['epochs']:.2f} | "
                          f"{r['train_wall_s']:.0f} | {r['elbo_per_row']:.4f} | {r['test_ll']:.4f} ± {r['test_ll_se']:.4f} | "
                          f"{gap} | {r['test_rmse']:.4f} | {r['noise_sd_fit']:.4f} | {r['peak_rss_mb']:.0f} |")
     if failures:
@@ -324,6 +324,10 @@ def report(results: str, out_md: str, out_png: str | None, data_info: dict | Non
     return text
 
 
+def _label(row: dict) -> str:
+    return LABELS[row["config"]] + (f" (gamma {row['natgrad_gamma']:g})" if row.get("natgrad_gamma") else "")
+
+
 def _plot(by_key: dict, ceiling, path: str) -> None:
     import matplotlib
 
@@ -332,7 +336,7 @@ def _plot(by_key: dict, ceiling, path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for key, rs in by_key.items():
-        label = LABELS[rs[0]["config"]]
+        label = _label(rs[0])
         wall = [w for r in rs for w in r["trace_wall_s"]]
         elbo = [e for r in rs for e in r["trace_elbo_per_row"]]
         line, = axes[0].plot(wall, elbo, lw=0.6, alpha=0.5)
