@@ -302,7 +302,11 @@ def write_markdown(jsonl, command):
     md = ["# Training-step speed", "", f"Machine: {lines[0]['machine'] if lines else ''}, TensorFlow {tf.__version__}. "
           "Each section names the command and commit that produced it.", "",
           "Median ms per compiled Adam step (ELBO + gradient + update, 1 Monte Carlo sample, float64), "
-          "models alternated round by round in one process.", ""]
+          "models alternated round by round in one process.", "",
+          "A section that gives a load average was timed under that load (the 1-minute average as each "
+          "configuration finished, `os.getloadavg`): on a loaded machine each step takes longer and only "
+          "the ratios between the models of one configuration mean anything, and those scatter between "
+          "runs.", ""]
     dsvi = [l for l in lines if l["section"] == "dsvi"]
     if dsvi:
         names = list(dict.fromkeys(n for l in dsvi for n in l["ms_per_step"]))
@@ -361,7 +365,8 @@ def write_markdown(jsonl, command):
     if xla:
         md += ["## Plain against XLA (`jit_compile=True`), CPU (kin8nm inputs, batch 1000)", "", _provenance(xla), "",
                "Each family's `fit` step (`TrainStep`, or `SamplerStep` for a sampling family), compiled plainly "
-               "and with XLA; `fit(jit_compile=\"auto\")` compiles with XLA where the ratio is below 1 "
+               "and with XLA; `fit(jit_compile=\"auto\")` compiles with XLA only the families in "
+               "`deepgp_gi.training.compilation.XLA_FASTER`, entered from repeated measurements "
                "(docs/performance.md).", "",
                "| model | family | M | plain | XLA | XLA / plain |", "|---|---|---|---|---|---|"]
         for l in xla:
