@@ -192,6 +192,60 @@ def time_models(makers, rounds, steps_per_round, check_failures=True):
     return {name: float(np.median(v)) for name, v in times.items()}
 
 
+def paired_ratio(make_a, make_b, rounds: int, steps_per_round: int) -> dict:
+    """Step time of B against A, timed in pairs: each round times ``steps_per_round`` steps of one
+    right after the other (A first in even rounds, B first in odd ones). Returns the median ms of
+    each, the ratio of the medians, and the median and quartiles of the per-round ratios B / A,
+    which follow the load of the moment less than the medians do."""
+    steps = {"a": make_a(), "b": make_b()}
+    for step in steps.values():
+        for _ in range(3):
+            step()
+    times = {"a": [], "b": []}
+    for r in range(rounds):
+        for name in ("a", "b") if r % 2 == 0 else ("b", "a"):
+            t0 = time.perf_counter()
+            for _ in range(steps_per_round):
+                loss = steps[name]()
+            loss.numpy()
+            times[name].append((time.perf_counter() - t0) / steps_per_round * 1e3)
+    for step in steps.values():
+        raise_if_step_failed(step)
+    ratios = np.array(times["b"]) / np.array(times["a"])
+    return dict(median_ms_a=float(np.median(times["a"])), median_ms_b=float(np.median(times["b"])),
+                ratio_of_medians=float(np.median(times["b"]) / np.median(times["a"])),
+                median_paired_ratio=float(np.median(ratios)),
+                paired_ratio_quartiles=[float(np.percentile(ratios, 25)), float(np.percentile(ratios, 75))])
+
+
+def star_pairs(specs: str, rounds: int, steps_per_round: int) -> None:
+    """``--star-pairs batch:M:inner_width,...``: STAR against mean-field at depth 3 by
+    :func:`paired_ratio`, one JSON line per configuration."""
+    for spec in specs.split(","):
+        batch, M, width = (int(x) for x in spec.split(":"))
+        X, Y = kin8nm_inputs(batch)
+        result = paired_ratio(lambda: ours(X, Y, 3, "mean_field", M, inner_width=width),
+                              lambda: ours(X, Y, 3, "stripes_arrow", M, inner_width=width), rounds, steps_per_round)
+        print(json.dumps(dict(pair="stripes_arrow / mean_field", batch=batch, depth=3, M=M, inner_width=width,
+                              rounds=rounds, steps_per_round=steps_per_round, **result)), flush=True)
+
+
+def xla_pairs(families: str, rounds: int, steps_per_round: int) -> None:
+    """``--xla-pairs family,...`` (``bnn:name`` for a 2 x 50 BNN): each family's ``fit`` step plain
+    and with XLA at depth 3, M = 100, batch 1000, alternated by :func:`time_models`; one JSON line
+    per family."""
+    X, Y = kin8nm_inputs(1000)
+    for family in families.split(","):
+        if family.startswith("bnn:"):
+            build = lambda f=family[4:]: dg.build_bnn(X, Y, hidden=(50, 50), posterior=f, num_inducing=100, seed=0)
+        else:
+            build = lambda f=family: dg.build_deep_gp(X, Y, depth=3, posterior=f, num_inducing=100, seed=0)
+        r = time_models({"plain": lambda: fit_step(build(), X, Y, False), "xla": lambda: fit_step(build(), X, Y, True)},
+                        rounds, steps_per_round)
+        print(json.dumps(dict(family=family, depth=3, M=100, batch=1000, rounds=rounds, steps_per_round=steps_per_round,
+                              ms=r, ratio=r["xla"] / r["plain"])), flush=True)
+
+
 def sections(quick: bool):
     """(section, config, {model name: maker}) for every configuration."""
     out = []
@@ -259,8 +313,18 @@ def main(argv=None):
     parser.add_argument("--steps-per-round", type=int, default=10)
     parser.add_argument("--only", default=None, help="run only this section (dsvi, star, structured, sampling, bnn, xla)")
     parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
+    parser.add_argument("--star-pairs", default=None, metavar="BATCH:M:WIDTH,...",
+                        help="only time STAR against mean-field in paired rounds (printed, not written)")
+    parser.add_argument("--xla-pairs", default=None, metavar="FAMILY,...",
+                        help="only time these families' fit steps plain against XLA, depth 3 (printed)")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
+    if args.star_pairs or args.xla_pairs:
+        if args.star_pairs:
+            star_pairs(args.star_pairs, rounds, per)
+        if args.xla_pairs:
+            xla_pairs(args.xla_pairs, rounds, per)
+        return
     os.makedirs(RESULTS, exist_ok=True)
     jsonl = os.path.join(RESULTS, "speed.jsonl")
     command = "python benchmarks/speed.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))

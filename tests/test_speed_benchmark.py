@@ -1,6 +1,7 @@
 """benchmarks/speed.py: the step it times for a family is the step ``fit`` trains that family with."""
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import deepgp_gi as dg
 
@@ -36,3 +37,21 @@ def test_fit_step_repeats_fit(speed, posterior):
     history = dg.fit(build(), (X, Y), steps=3, seed=0, progress=False, log_every=1)
     np.testing.assert_allclose(timed, history.elbo, rtol=1e-10)
     step.raise_if_failed()
+
+
+def test_paired_ratio_of_steps_with_known_times(speed):
+    """Two 'steps' that sleep 2 ms and 6 ms: the paired ratio is about 3 and each median about
+    its sleep (generous bounds: the machine may be loaded)."""
+    import time as _time
+
+    def sleeper(seconds):
+        def step():
+            _time.sleep(seconds)
+            return tf.constant(0.0)
+        return lambda: step
+
+    result = speed.paired_ratio(sleeper(0.002), sleeper(0.006), rounds=6, steps_per_round=2)
+    assert 2.0 < result["median_ms_a"] < 6.0 and 6.0 < result["median_ms_b"] < 12.0
+    assert 1.8 < result["median_paired_ratio"] < 3.5 and 1.8 < result["ratio_of_medians"] < 3.5
+    low, high = result["paired_ratio_quartiles"]
+    assert low <= result["median_paired_ratio"] <= high
