@@ -246,6 +246,24 @@ def xla_pairs(families: str, rounds: int, steps_per_round: int) -> None:
                               ms=r, ratio=r["xla"] / r["plain"])), flush=True)
 
 
+def count_ops(depth: int = 3, M: int = 100, batch: int = 1000) -> None:
+    """``--count-ops``: executed ops per step (``benchmarks/gpu.py``'s profiler count) of GPflux's
+    DSVI step and of every deep-GP family's benchmark step (:func:`model_step`; none for a sampling
+    family, which has no ELBO) and ``fit`` step (:func:`fit_step`); one JSON line per model."""
+    from gpu import executed_ops_per_step, heavy_counts
+
+    X, Y = kin8nm_inputs(batch)
+    print(json.dumps(dict(model="gpflux DSVI", benchmark_step=executed_ops_per_step(gpflux_dsvi(X, Y, depth, M), 2).total)),
+          flush=True)
+    for name, family in DEEP_GP_POSTERIORS.items():
+        build = lambda n=name: dg.build_deep_gp(X, Y, depth=depth, posterior=n, num_inducing=M, seed=0)
+        sampler = getattr(family.posterior_class, "is_sampler", False)
+        bench = None if sampler else executed_ops_per_step(model_step(build(), X, Y), 2).total
+        fit = executed_ops_per_step(fit_step(build(), X, Y), 2)
+        print(json.dumps(dict(model=name, depth=depth, M=M, batch=batch, benchmark_step=bench, fit_step=fit.total,
+                              heavy=heavy_counts(fit.by_type))), flush=True)
+
+
 def sections(quick: bool):
     """(section, config, {model name: maker}) for every configuration."""
     out = []
@@ -315,11 +333,15 @@ def main(argv=None):
     parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
     parser.add_argument("--star-pairs", default=None, metavar="BATCH:M:WIDTH,...",
                         help="only time STAR against mean-field in paired rounds (printed, not written)")
+    parser.add_argument("--count-ops", action="store_true",
+                        help="only count executed ops per step (depth 3, M = 100, batch 1000; printed)")
     parser.add_argument("--xla-pairs", default=None, metavar="FAMILY,...",
                         help="only time these families' fit steps plain against XLA, depth 3 (printed)")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
-    if args.star_pairs or args.xla_pairs:
+    if args.star_pairs or args.xla_pairs or args.count_ops:
+        if args.count_ops:
+            count_ops()
         if args.star_pairs:
             star_pairs(args.star_pairs, rounds, per)
         if args.xla_pairs:
