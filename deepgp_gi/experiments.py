@@ -12,8 +12,9 @@
   how its sample set is collected (recorded as ``collected``, timed as ``collect_time_s``);
 * ``test_ll`` and ``rmse`` in the original units of the targets, from ``test_samples`` samples of
   the predictive mixture (the papers use S = 100);
-* ``train_time_s``, ``ms_per_step`` (training wall time per Adam step after the first logged
-  step, i.e. without tracing/compilation) and ``eval_time_s``;
+* ``train_time_s`` (the whole training, every process of a resumed run included), ``ms_per_step``
+  (training wall time per Adam step after the first logged step, i.e. without
+  tracing/compilation) and ``eval_time_s``;
 * for the extrapolation protocol, ``test_ll_points`` (each test point's log predictive density,
   original units) and ``test_pit`` (each test target's predictive CDF value), for point-by-point
   comparisons of methods and calibration curves;
@@ -134,7 +135,9 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
         collect_samples(model, (data.X_train, data.Y_train), num_samples=SAMPLER_COLLECT["num_samples"],
                         thin=SAMPLER_COLLECT["thin"], seed=seed, batch_size=batch_size, progress=progress)
         collect_time = time.perf_counter() - t_collect
-    train_time = time.perf_counter() - t0
+    # a run resumed from a checkpoint: its history's clock covers the earlier processes too, this
+    # process's clock only the rest
+    train_time = max(time.perf_counter() - t0, (history.wall_time[-1] if history.wall_time else 0.0) + collect_time)
     w, s = history.wall_time, history.step
     ms_per_step = 1000.0 * (w[-1] - w[0]) / (s[-1] - s[0]) if len(s) > 1 and s[-1] > s[0] else float("nan")
 

@@ -71,3 +71,27 @@ def test_run_split_collects_a_sampling_familys_sample_set():
     assert r["collected"] == SAMPLER_COLLECT and r["collect_time_s"] > 0
     assert math.isfinite(r["test_ll"]) and math.isfinite(r["rmse"]) and math.isnan(r["elbo_per_datapoint"])
     assert r["train_time_s"] >= r["collect_time_s"]
+
+
+@pytest.mark.slow  # two run_split calls: `make test-all`
+def test_a_resumed_run_records_the_training_time_of_every_process(tmp_path, monkeypatch):
+    """run_split's train_time_s counts the earlier processes of a run resumed from its checkpoint
+    (the history's clock), not only the last one's."""
+    import deepgp_gi.experiments as experiments
+    from deepgp_gi.training.checkpoint import Checkpointer
+
+    cfg = dict(dataset="yacht", posterior="mean_field", depth=1, steps=20, num_inducing=5, test_samples=2)
+    first = experiments.run_split(cfg, 0, checkpoint_dir=str(tmp_path))
+    # the checkpoint holds all 20 steps: the rerun restores it and trains no further, so its own
+    # process spends almost nothing on training; pretend the earlier process took 1,000 s
+    real_restore = Checkpointer.restore
+
+    def slow_restore(self, history, log_every):
+        start = real_restore(self, history, log_every)
+        history.wall_time = [t + 1000.0 for t in history.wall_time]
+        return start
+
+    monkeypatch.setattr(Checkpointer, "restore", slow_restore)
+    again = experiments.run_split(cfg, 0, checkpoint_dir=str(tmp_path))
+    assert again["test_ll"] == first["test_ll"]
+    assert 1000.0 < again["train_time_s"] < 1000.0 + first["train_time_s"] + 5.0
