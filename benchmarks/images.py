@@ -141,7 +141,8 @@ def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
         "parameters": dg.parameter_count(model),
     }
     row.update(evaluate(model, Xte, Yte, args.test_samples))
-    row["command"] = " ".join([os.path.basename(sys.executable)] + sys.argv)
+    # the home folder as ~, so the recorded command reads the same on any machine
+    row["command"] = " ".join([os.path.basename(sys.executable)] + sys.argv).replace(os.path.expanduser("~"), "~")
     return row
 
 
