@@ -8,7 +8,7 @@
 * ``elbo_per_datapoint``: the final ELBO divided by N, estimated on the full training set from
   independent Monte Carlo draws until its standard error is below ``elbo_se_target``
   (``elbo_se_per_datapoint`` and ``elbo_samples`` say how far that went); NaN for a sampling
-  family (``posterior="sghmc"``), which has no ELBO: after training, :data:`SAMPLER_COLLECT` says
+  family (``posterior="sghmc"`` or ``"bsgp"``), which has no ELBO: after training, :data:`SAMPLER_COLLECT` says
   how its sample set is collected (recorded as ``collected``, timed as ``collect_time_s``);
 * ``test_ll`` and ``rmse`` in the original units of the targets, from ``test_samples`` samples of
   the predictive mixture (the papers use S = 100);
