@@ -65,9 +65,17 @@ def _records(folder: str) -> List[Dict]:
     return out
 
 
-def _label(s: Dict) -> str:
+def _family(s: Dict) -> str:
+    """The row's family as the decision table and the plot tell them apart: the posterior, and a
+    latent-variable model's latent width and K after it (``mean_field+w1K5``)."""
     latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
-    return f"{s['posterior']}-{s['depth']}{latent}"
+    return f"{s['posterior']}{latent}"
+
+
+def _label(s: Dict) -> str:
+    family = _family(s)
+    posterior, _, latent = family.partition("+")
+    return f"{posterior}-{s['depth']}" + (f"+{latent}" if latent else "")
 
 
 def _train_time(rows: List[Dict]) -> float:
@@ -155,20 +163,20 @@ def decision_table(rows: List[Dict]) -> List[str]:
                 for d in datasets:  # a sampling family has no ELBO (NaN): it is not ranked on it
                     scored = [s for s in fit if s["dataset"] == d and np.isfinite(s[metric][0])]
                     if scored:
-                        wins[max(scored, key=lambda s: s[metric][0])["posterior"]] += 1
+                        wins[_family(max(scored, key=lambda s: s[metric][0]))] += 1
                 if not wins:  # no row of this group has the metric (a sampling family's ELBO)
                     picks[metric] = ("—", 0)
                     continue
                 # ties: the cheaper family (median ms per step)
                 family = max(wins, key=lambda f: (wins[f], -np.median([s["ms_per_step"] for s in fit
-                                                                        if s["posterior"] == f])))
+                                                                        if _family(s) == f])))
                 picks[metric] = (family, wins[family])
             cost = []
             for family in {picks["test_ll"][0], picks["elbo_per_datapoint"][0]} - {"—"}:
-                ms = [s["ms_per_step"] for s in fit if s["posterior"] == family]
+                ms = [s["ms_per_step"] for s in fit if _family(s) == family]
                 cost.append(f"{family} {np.median(ms):.0f}")
             budget_txt = "any" if math.isinf(budget) else f"≤ {budget / 60:.0f} min"
-            families = ", ".join(sorted({s["posterior"] for s in fit}))
+            families = ", ".join(sorted({_family(s) for s in fit}))
             lines.append(f"| {size} | {depth} | {budget_txt} | {picks['test_ll'][0]} ({picks['test_ll'][1]} / "
                          f"{len(datasets)}) | {picks['elbo_per_datapoint'][0]} ({picks['elbo_per_datapoint'][1]} / "
                          f"{len(datasets)}) | {', '.join(sorted(cost))} | {families} |")
@@ -185,14 +193,14 @@ def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
     if not medium:
         return False
     fig, axes = plt.subplots(2, 2, figsize=(10, 8))
-    families = sorted({s["posterior"] for s in medium})
+    families = sorted({_family(s) for s in medium})
     colours = {f: plt.cm.tab10(i) for i, f in enumerate(families)}
     markers = {2: "o", 3: "s", 4: "^", 5: "D"}
     for ax, dataset in zip(axes.ravel(), MEDIUM):
         for s in (s for s in medium if s["dataset"] == dataset):
             m, se = s["test_ll"]
             ax.errorbar(s["train_time_s"] / 60, m, yerr=0 if not np.isfinite(se) else se, fmt=markers.get(s["depth"], "x"),
-                        color=colours[s["posterior"]], capsize=3, markersize=7)
+                        color=colours[_family(s)], capsize=3, markersize=7)
         pub = [p for p in published if p["dataset"] == dataset]
         if pub:
             best = max(pub, key=lambda p: p["test_ll"])

@@ -71,3 +71,15 @@ def test_a_family_without_an_elbo_is_not_ranked_on_it():
     rows = [_row("kin8nm", "sghmc", 2, 1.41, float("nan"), 15, 37), _row("kin8nm", "mean_field", 2, 1.33, -0.16, 28, 85)]
     line = [line for line in medium.decision_table(rows) if "| any |" in line][0]
     assert "| sghmc (1 / 1) | mean_field (1 / 1) |" in line
+
+
+def test_a_latent_variable_model_is_its_own_family_in_the_decision_table():
+    latent = dict(_row("kin8nm", "mean_field", 2, 1.40, -0.30, 10, 300), latent_dim=1, importance_samples=5)
+    rows = [_row("kin8nm", "mean_field", 2, 1.30, -0.20, 10, 90), latent,
+            _row("power", "mean_field", 2, -2.70, 0.01, 10, 90)]
+    line = [line for line in medium.decision_table(rows) if "| any |" in line][0]
+    # the latent model wins kin8nm's test LL, the plain one power's (the tie goes to the cheaper plain
+    # model) and both ELBOs; their costs stay apart
+    assert "| mean_field (1 / 2) | mean_field (2 / 2) |" in line
+    assert "mean_field 90" in line and "| mean_field, mean_field+w1K5 |" in line
+    assert medium._label(latent) == "mean_field-2+w1K5"
