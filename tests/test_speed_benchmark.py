@@ -39,19 +39,32 @@ def test_fit_step_repeats_fit(speed, posterior):
     step.raise_if_failed()
 
 
-def test_paired_ratio_of_steps_with_known_times(speed):
-    """Two 'steps' that sleep 2 ms and 6 ms: the paired ratio is about 3 and each median about
-    its sleep (generous bounds: the machine may be loaded)."""
-    import time as _time
+def test_paired_ratio_of_steps_with_known_times(speed, monkeypatch):
+    """Two 'steps' that advance a fake clock by 2 ms and 6 ms per call, except that round 3 (B first)
+    runs under a load that triples both: the medians are 2 and 6 ms, every paired ratio is 3."""
+    clock = {"now": 0.0, "load": 1.0, "calls": 0}
+    monkeypatch.setattr(speed.time, "perf_counter", lambda: clock["now"])
 
-    def sleeper(seconds):
+    def ticking(ms):
         def step():
-            _time.sleep(seconds)
+            clock["calls"] += 1
+            clock["now"] += ms * 1e-3 * clock["load"]
             return tf.constant(0.0)
         return lambda: step
 
-    result = speed.paired_ratio(sleeper(0.002), sleeper(0.006), rounds=6, steps_per_round=2)
-    assert 2.0 < result["median_ms_a"] < 6.0 and 6.0 < result["median_ms_b"] < 12.0
-    assert 1.8 < result["median_paired_ratio"] < 3.5 and 1.8 < result["ratio_of_medians"] < 3.5
-    low, high = result["paired_ratio_quartiles"]
-    assert low <= result["median_paired_ratio"] <= high
+    def loaded_round():  # rounds start after 3 warm-up calls of each step; 2 steps per side per round
+        calls = clock["calls"] - 6
+        clock["load"] = 3.0 if 3 * 4 <= calls < 4 * 4 else 1.0
+
+    def step_a():
+        loaded_round()
+        return ticking(2.0)()()
+
+    def step_b():
+        loaded_round()
+        return ticking(6.0)()()
+
+    result = speed.paired_ratio(lambda: step_a, lambda: step_b, rounds=6, steps_per_round=2)
+    assert result["median_ms_a"] == pytest.approx(2.0) and result["median_ms_b"] == pytest.approx(6.0)
+    assert result["median_paired_ratio"] == pytest.approx(3.0) and result["ratio_of_medians"] == pytest.approx(3.0)
+    assert result["paired_ratio_quartiles"] == pytest.approx([3.0, 3.0])
