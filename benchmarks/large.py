@@ -13,8 +13,10 @@ configurations train a depth-2 deep GP with M inducing points, each in its own p
 reports its peak RSS):
 
 * ``mean_field_adam``: mean-field q(U), Adam on everything;
-* ``mean_field_natgrad``: mean-field q(U) by natural gradients (gamma ``--natgrad-gamma``), Adam
-  on the rest;
+* ``mean_field_natgrad``: mean-field q(U) by natural gradients (gamma ``--natgrad-gamma``) on the
+  layers ``--natgrad-layers`` names (``last``, the default: the output layer, Adam on the hidden
+  layer's q(U) as on every other variable; ``all``: every layer's q(U), which diverges here at
+  every gamma tried, see ``large.md``);
 * ``global``: global inducing points (O&A 2021), Adam.
 
 Training runs in ``--chunks`` chunks of ``--steps / --chunks`` steps; after each chunk the
@@ -178,6 +180,7 @@ def worker(cfg: dict) -> None:
     model = dg.build_deep_gp(X_probe, Y_probe, depth=2, posterior=posterior, num_inducing=cfg["M"], seed=0)
     model.num_data = N
     natgrad = cfg["natgrad_gamma"] if cfg["config"] == "mean_field_natgrad" else None
+    natgrad_layers = cfg.get("natgrad_layers", "all") if natgrad is not None else "all"
     ckpt = os.path.join(cfg["work_dir"], "checkpoints", cfg["key"])
     done = {r["step"] for r in _read_lines(cfg["results"]) if r["key"] == cfg["key"] and "step" in r}
     steps = cfg["steps"]
@@ -193,13 +196,14 @@ def worker(cfg: dict) -> None:
         t0 = time.perf_counter()
         try:
             history = dg.fit(model, data, steps=end, seed=0, learning_rate=cfg["lr"], natgrad_gamma=natgrad,
-                             checkpoint_dir=ckpt, checkpoint_every=max(1, (end - start) // 4),
+                             natgrad_layers=natgrad_layers, checkpoint_dir=ckpt, checkpoint_every=max(1, (end - start) // 4),
                              log_every=max(1, steps // cfg["chunks"] // 60), progress=cfg["progress"])
         except (ValueError, FloatingPointError, tf.errors.InvalidArgumentError, dg.linalg.CholeskyError) as err:
             # recorded for the report; the same settings replay the same steps, so a rerun fails the same way
             with open(cfg["results"], "a") as fh:
                 fh.write(json.dumps(dict(key=cfg["key"], config=cfg["config"], failed_in=[start, end],
-                                         natgrad_gamma=natgrad, error=_last_line(err),
+                                         natgrad_gamma=natgrad, natgrad_layers=natgrad_layers,
+                                         error=_last_line(err),
                                          command=cfg["command"])) + "\n")
             raise
         fit_s = time.perf_counter() - t0
@@ -210,7 +214,7 @@ def worker(cfg: dict) -> None:
         mean = dg.metrics.predict_in_chunks(lambda s: model.predict_y(X_test[s], 32)[0].numpy(), X_test, 1000)
         row = dict(
             key=cfg["key"], config=cfg["config"], rows=N, M=cfg["M"], batch=cfg["batch"], lr=cfg["lr"],
-            natgrad_gamma=natgrad, steps_total=steps, step=end, epochs=end * cfg["batch"] / N,
+            natgrad_gamma=natgrad, natgrad_layers=natgrad_layers, steps_total=steps, step=end, epochs=end * cfg["batch"] / N,
             train_wall_s=history.wall_time[-1], chunk_fit_s=fit_s, eval_s=time.perf_counter() - t1,
             elbo_per_row=elbo, test_ll=float(np.mean(lpd)), test_ll_se=float(np.std(lpd) / np.sqrt(len(lpd))),
             test_rmse=float(np.sqrt(np.mean((Y_test - mean) ** 2))),
@@ -312,8 +316,7 @@ def report(results: str, out_md: str, out_png: str | None, data_info: dict | Non
                          f"{gap} | {r['test_rmse']:.4f} | {r['noise_sd_fit']:.4f} | {r['peak_rss_mb']:.0f} |")
     if failures:
         lines += ["", "Runs that failed (the same settings replay the same steps and fail again):", ""]
-        lines += [f"* {LABELS[f['config']]}" + (f" (gamma {f['natgrad_gamma']:g})" if f.get("natgrad_gamma") else "")
-                  + f", within steps {f['failed_in'][0]:,} to {f['failed_in'][1]:,}: {f['error']}"
+        lines += [f"* {_label(f)}, within steps {f['failed_in'][0]:,} to {f['failed_in'][1]:,}: {f['error']}"
                   f" (command: `{f['command']}`)" for f in failures]
     text = "\n".join(lines) + "\n"
     if out_png:
@@ -325,7 +328,11 @@ def report(results: str, out_md: str, out_png: str | None, data_info: dict | Non
 
 
 def _label(row: dict) -> str:
-    return LABELS[row["config"]] + (f" (gamma {row['natgrad_gamma']:g})" if row.get("natgrad_gamma") else "")
+    if not row.get("natgrad_gamma"):
+        return LABELS[row["config"]]
+    # rows written before --natgrad-layers existed stepped every layer
+    where = {"all": "every layer", "last": "output layer"}.get(row.get("natgrad_layers", "all"), row.get("natgrad_layers"))
+    return LABELS[row["config"]] + f" ({where}, gamma {row['natgrad_gamma']:g})"
 
 
 def _plot(by_key: dict, ceiling, path: str) -> None:
@@ -378,7 +385,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--num-inducing", type=int, default=50)
     parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--natgrad-gamma", type=float, default=0.01)
+    parser.add_argument("--natgrad-gamma", type=float, default=0.1)
+    parser.add_argument("--natgrad-layers", choices=("last", "all"), default="last",
+                        help="which layers' q(U) take natural-gradient steps (fit's natgrad_layers)")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--work-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "deepgp_gi", "large"),
                         help="shards, test rows and checkpoints")
@@ -405,9 +414,11 @@ def main(argv=None) -> int:
         for name in configs:
             # the key leaves out --steps: a larger --steps with the same chunk length continues a finished run
             key = f"{name}-n{args.rows}-M{args.num_inducing}-b{args.batch}-lr{args.lr:g}" + (
-                f"-g{args.natgrad_gamma:g}" if name == "mean_field_natgrad" else "")
+                f"-g{args.natgrad_gamma:g}" + ("" if args.natgrad_layers == "all" else f"-{args.natgrad_layers}")
+                if name == "mean_field_natgrad" else "")
             cfg = dict(config=name, key=key, shards=info["shards"], test=info["test"], M=args.num_inducing,
-                       batch=args.batch, lr=args.lr, natgrad_gamma=args.natgrad_gamma, steps=args.steps,
+                       batch=args.batch, lr=args.lr, natgrad_gamma=args.natgrad_gamma,
+                       natgrad_layers=args.natgrad_layers, steps=args.steps,
                        chunks=args.chunks, work_dir=args.work_dir, results=args.results, command=command,
                        progress=not args.no_progress)
             try:

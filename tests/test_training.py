@@ -1,11 +1,14 @@
 """fit: reproducible, resumable, minibatched, float32-capable."""
 import gpflow
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import deepgp_gi as dg
 from deepgp_gi.training import LinearSchedule, batch_indices
+from deepgp_gi.training.batches import step_noise
 from fit_checks import assert_xla_fit_matches_plain, parameter_values, toy_regression
 
 
@@ -224,6 +227,83 @@ def test_natural_gradient_step_reaches_the_sgpr_bound_in_one_step(rng, whiten):
     bound = float(sgpr.elbo())
     assert before < bound - 1.0
     np.testing.assert_allclose(float(model.elbo((X, Y), 1, seed=0)), bound, rtol=1e-9)
+
+
+def test_natgrad_on_the_last_layer_reaches_the_sgpr_bound_of_its_inputs(rng):
+    """natgrad_layers="last" with gamma = 1: the output layer's q(U) lands on its optimum given
+    its inputs. The hidden layer is fixed (its kernel, q(v_0)); under the noise of fit's step 0
+    (step_noise(0, 0)) it outputs one draw H, for which the optimal output layer gives SGPR's
+    bound on (H, Y): the model's ELBO under that noise is that bound minus the hidden layer's
+    KL(q(v_0) || N(0, I)) (whitened)."""
+    X = rng.normal(size=(40, 2))
+    Y = np.sin(X[:, :1] - X[:, 1:]) + 0.1 * rng.normal(size=(40, 1))
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=6, inner_width=1, seed=0,
+                             whiten=True)
+    hidden, output = model.layers
+    for module in (hidden, output, model.likelihood):
+        gpflow.set_trainable(module, False)
+    gpflow.set_trainable(model.posterior.q_mu[0], False)
+    gpflow.set_trainable(model.posterior.q_sqrt[0], False)
+    q0 = model.posterior.q_mu[0].numpy().copy()
+    noise = step_noise(0, tf.constant(0, tf.int64))
+    before = float(model.elbo((X, Y), 1, seed=noise))
+    dg.fit(model, (X, Y), steps=1, natgrad_gamma=1.0, natgrad_layers="last", seed=0, progress=False, log_every=1)
+    np.testing.assert_array_equal(model.posterior.q_mu[0].numpy(), q0)
+    H = model.posterior.propagate(X, 1, seed=noise).samples[0][0].numpy()
+    sgpr = gpflow.models.SGPR((H, Y), output.kernel, inducing_variable=output.Z.numpy(),
+                              noise_variance=model.likelihood.variance.numpy())
+    kl_hidden = float(gpflow.kullback_leiblers.gauss_kl(model.posterior.q_mu[0], model.posterior.q_sqrt[0]))
+    target = float(sgpr.elbo()) - kl_hidden
+    assert before < target - 1.0
+    np.testing.assert_allclose(float(model.elbo((X, Y), 1, seed=noise)), target, rtol=1e-9)
+
+
+def test_natgrad_layers_leaves_the_other_blocks_to_adam(rng):
+    """With natgrad_layers="last" the hidden layer's q_sqrt takes Adam's first step (each diagonal
+    entry moves by the learning rate, since Adam's first step is lr * g / (|g| + eps)); with "all"
+    (or naming both layers) a natural-gradient step of size 0.1 from the prior-like start, which
+    moves it by far less."""
+    X, Y = toy_regression(rng, 30)
+    moves = {}
+    for layers in ("last", "all", [1], [-1, 0]):
+        model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, inner_width=2, seed=0)
+        before = np.diagonal(model.posterior.q_sqrt[0].numpy(), axis1=1, axis2=2).copy()
+        dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, natgrad_layers=layers, learning_rate=0.01, seed=0,
+               progress=False, log_every=1)
+        moves[str(layers)] = np.abs(np.diagonal(model.posterior.q_sqrt[0].numpy(), axis1=1, axis2=2) - before)
+    for adam in ("last", "[1]"):
+        np.testing.assert_allclose(moves[adam], 0.01, rtol=1e-5)
+    for natural in ("all", "[-1, 0]"):
+        assert np.max(moves[natural]) < 1e-4
+    np.testing.assert_array_equal(moves["all"], moves["[-1, 0]"])
+
+
+def test_natgrad_layers_bad_settings_are_refused_before_training(rng):
+    X, Y = toy_regression(rng, 20)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, seed=0)
+    q0 = model.posterior.q_mu[1].numpy().copy()
+    cases = [
+        (dict(natgrad_layers="last"), ValueError, "natgrad_layers='last' needs natgrad_gamma"),
+        (dict(natgrad_gamma=0.1, natgrad_layers="first"), ValueError, "natgrad_layers must be 'all', 'last'"),
+        (dict(natgrad_gamma=0.1, natgrad_layers=[]), ValueError, "natgrad_layers is empty"),
+        (dict(natgrad_gamma=0.1, natgrad_layers=[2]), ValueError, "layer 2 does not exist in a depth-2 model"),
+        (dict(natgrad_gamma=0.1, natgrad_layers=[1, -1]), ValueError, "names layer 1 twice"),
+        (dict(natgrad_gamma=0.1, natgrad_layers=[0.5]), TypeError, "sequence of ints"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=re.escape(message)):
+            dg.fit(model, (X, Y), steps=1, progress=False, **kwargs)
+    gpflow.set_trainable(model.posterior.q_sqrt[1], False)
+    with pytest.raises(ValueError, match="one of q_mu, q_sqrt trainable"):
+        dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, natgrad_layers="last", progress=False)
+    gpflow.set_trainable(model.posterior.q_mu[1], False)
+    with pytest.raises(ValueError, match="layer 1, whose q_mu and q_sqrt are not trainable"):
+        dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, natgrad_layers="last", progress=False)
+    np.testing.assert_array_equal(model.posterior.q_mu[1].numpy(), q0)
+    fc = dg.build_deep_gp(X, Y, depth=2, posterior="fully_coupled", num_inducing=5, seed=0,
+                          precondition_offdiagonal=False)
+    with pytest.raises(ValueError, match="one Gaussian block over all 2 layers"):
+        dg.fit(fc, (X, Y), steps=1, natgrad_gamma=0.1, natgrad_layers="last", progress=False)
 
 
 def test_natural_gradients_are_refused_for_families_without_gaussian_blocks(rng):

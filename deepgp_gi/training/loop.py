@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import math
+import operator
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 import gpflow
 import numpy as np
@@ -164,6 +165,7 @@ def fit(
     log_every: int = 10,
     jit_compile: Union[bool, str] = "auto",
     natgrad_gamma: Optional[float] = None,
+    natgrad_layers: Union[str, Sequence[int]] = "all",
     strategy: Optional[tf.distribute.Strategy] = None,
     kl_schedule: Union[None, str, Callable[[int], float]] = None,
     importance_samples: Optional[int] = None,
@@ -207,6 +209,14 @@ def fit(
         fully-coupled ``q(f_M)``) take
         natural-gradient steps of this size and only the other variables use Adam, in one step;
         a family without Gaussian blocks raises a ``ValueError`` saying so.
+    :param natgrad_layers: which mean-field layers' ``q(U_l)`` take the natural-gradient steps:
+        ``"all"`` (default), ``"last"``, or a sequence of layer indices (negative ones count from
+        the output); the others' blocks take Adam with every other variable. A hidden layer's
+        expected log-likelihood is not concave in its inducing outputs, so a natural-gradient
+        step there can leave its precision indefinite (a NaN in the update); ``"last"`` (the
+        output layer, whose Gaussian likelihood is conjugate given the layer's inputs) is the
+        stable choice for a deep model (docs/training.md). A family whose one Gaussian block
+        spans every layer (fully-coupled) accepts only ``"all"``.
     :param strategy: a ``tf.distribute`` strategy (``MirroredStrategy`` over several devices,
         ``MultiWorkerMirroredStrategy`` over machines): build the model inside
         ``strategy.scope()``; ``fit`` enters the scope itself (calling it inside the scope works
@@ -239,20 +249,22 @@ def fit(
         model, data, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
         num_samples=num_samples, seed=seed, log_every=log_every,
     )
+    if natgrad_gamma is None and not (isinstance(natgrad_layers, str) and natgrad_layers == "all"):
+        raise ValueError(f"natgrad_layers={natgrad_layers!r} needs natgrad_gamma (the natural-gradient step size)")
     jit_compile = resolve_jit_compile(jit_compile, model, natgrad=natgrad_gamma is not None, strategy=strategy)
     _check_sampler_options(model, natgrad_gamma=natgrad_gamma, kl_schedule=kl_schedule, strategy=strategy)
     plan.importance_samples = _check_importance_samples(model, importance_samples, strategy=strategy)
     schedule = resolve_kl_schedule(kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch)
     if strategy is None:
         return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
-                    strategy=None, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                    natgrad_layers=natgrad_layers, strategy=None, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
                     progress=progress)
     _check_strategy(model, strategy, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma)
     # the optimiser's slots, the step counter and the failure record are created under the
     # strategy too, whether or not the caller is inside its scope already
     with strategy.scope():
         return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
-                    strategy=strategy, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
+                    natgrad_layers=natgrad_layers, strategy=strategy, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
                     progress=progress)
 
 
@@ -275,7 +287,7 @@ def _check_strategy(model, strategy, *, jit_compile: bool, natgrad_gamma) -> Non
         raise ValueError("jit_compile=True is not combined with a strategy yet; compile per replica later")
 
 
-def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, strategy, checkpoint_dir,
+def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, natgrad_layers, strategy, checkpoint_dir,
          checkpoint_every, progress) -> History:
     """``fit`` after its checks (under the strategy's scope when there is one)."""
 
@@ -283,7 +295,7 @@ def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, stra
     variables = _trainable_variables(model)
     if natgrad_gamma is not None:
         natgrad_gamma = check_positive_float(natgrad_gamma, "natgrad_gamma")
-        blocks = model.posterior.natural_gradient_blocks()
+        blocks = _select_natgrad_blocks(model, natgrad_layers)
         taken = {id(v) for q_mu, q_sqrt in blocks for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)}
         variables = [v for v in variables if id(v) not in taken]
     optimizer = adam(plan.learning_rate, variables)
@@ -316,6 +328,50 @@ def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, stra
                                          gamma=natgrad_gamma, **options)
     _run(plan, batches, train_step, history, checkpointer, start, progress, _KLWeights(schedule, train_step))
     return history
+
+
+def _takes_steps(block) -> bool:
+    """Whether a ``(q_mu, q_sqrt)`` block is trainable (``gpflow.set_trainable(..., False)`` on
+    both keeps it fixed under natural gradients too); one trainable half alone is refused."""
+    flags = [half.unconstrained_variable.trainable for half in block]
+    if flags[0] != flags[1]:
+        raise ValueError("natgrad_gamma: a Gaussian block has one of q_mu, q_sqrt trainable and the other not; "
+                         "natural gradients update both together (set both trainable or neither)")
+    return flags[0]
+
+
+def _select_natgrad_blocks(model, natgrad_layers) -> list:
+    """The trainable Gaussian blocks of the layers ``natgrad_layers`` names (``fit``'s docstring)."""
+    blocks = model.posterior.natural_gradient_blocks()
+    if isinstance(natgrad_layers, str):
+        if natgrad_layers == "all":
+            return [block for block in blocks if _takes_steps(block)]
+        if natgrad_layers != "last":
+            raise ValueError(f"natgrad_layers must be 'all', 'last' or a sequence of layer indices, got {natgrad_layers!r}")
+        layers = [-1]
+    else:
+        try:
+            layers = [operator.index(k) for k in natgrad_layers]
+        except TypeError:
+            raise TypeError(f"natgrad_layers must be 'all', 'last' or a sequence of ints, got {natgrad_layers!r}") from None
+        if not layers:
+            raise ValueError("natgrad_layers is empty: name at least one layer, or leave natgrad_gamma=None")
+    depth = model.posterior.depth
+    if len(blocks) != depth:
+        raise ValueError(
+            f"natgrad_layers={natgrad_layers!r}: {type(model.posterior).__name__} has one Gaussian block over all "
+            f"{depth} layers, so its natural-gradient step cannot be split by layer; use natgrad_layers='all'"
+        )
+    picked = []
+    for k in layers:
+        if not -depth <= k < depth:
+            raise ValueError(f"natgrad_layers: layer {k} does not exist in a depth-{depth} model")
+        if k % depth in picked:
+            raise ValueError(f"natgrad_layers names layer {k % depth} twice")
+        if not _takes_steps(blocks[k]):
+            raise ValueError(f"natgrad_layers names layer {k % depth}, whose q_mu and q_sqrt are not trainable")
+        picked.append(k % depth)
+    return [blocks[k] for k in sorted(picked)]
 
 
 def _check_resumed_kl_weights(history: History, schedule, checkpoint_dir) -> None:
