@@ -265,13 +265,13 @@ def test_natgrad_layers_leaves_the_other_blocks_to_adam(rng):
     moves it by far less."""
     X, Y = toy_regression(rng, 30)
     moves = {}
-    for layers in ("last", "all", [1], [-1, 0]):
+    for layers in ("last", "all", [-1, 0]):
         model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, inner_width=2, seed=0)
         before = np.diagonal(model.posterior.q_sqrt[0].numpy(), axis1=1, axis2=2).copy()
         dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, natgrad_layers=layers, learning_rate=0.01, seed=0,
                progress=False, log_every=1)
         moves[str(layers)] = np.abs(np.diagonal(model.posterior.q_sqrt[0].numpy(), axis1=1, axis2=2) - before)
-    for adam in ("last", "[1]"):
+    for adam in ("last",):
         np.testing.assert_allclose(moves[adam], 0.01, rtol=1e-5)
     for natural in ("all", "[-1, 0]"):
         assert np.max(moves[natural]) < 1e-4
