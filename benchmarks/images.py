@@ -215,7 +215,8 @@ def report(args):
              "Mean ± standard error over seeds (n = number of seeds). Accuracy and ECE in %, test "
              "log-likelihood and ELBO per image in nats; ms/step on the machine that ran the cell "
              "(compare only within one file).", "",
-             f"Produced by `python benchmarks/images.py report --results {args.results} --out {args.out}`; "
+             f"Produced by `python benchmarks/images.py report --results {args.results} --out {args.out}"
+             + (f" --plot {args.plot}" if getattr(args, "plot", None) else "") + "`; "
              "each row's sweep command is in the JSON lines.", ""]
     commands = sorted({r["command"] for r in rows if "command" in r})
     if len(commands) <= 3:
@@ -239,10 +240,54 @@ def report(args):
                      + (f"{g[0]['parameters']:,}" if "parameters" in g[0] else "") + " |")
     if any(r["dataset"] == "mnist" for r in rows):
         lines += ["", "Published LeNet numbers on MNIST:", ""] + [f"* {p}" for p in PUBLISHED_MNIST]
+    if getattr(args, "plot", None):
+        plot(groups, args.plot)
+        lines += ["", f"![accuracy, test log-likelihood and ECE against training time]({os.path.basename(args.plot)})"]
     text = "\n".join(lines) + "\n"
     if args.out:
         Path(args.out).write_text(text)
     print(text)
+
+
+def plot(groups: dict, path: str) -> None:
+    """Accuracy, test log-likelihood and ECE against training time (seconds, mean over seeds), one
+    line per (dataset, net, prior, posterior) through its step budgets, one colour per posterior
+    and one marker per prior."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = {}
+    for (dataset, net, steps, prior, label), g in groups.items():
+        if any("train_seconds" not in r for r in g):
+            continue
+        point = (np.mean([r["train_seconds"] for r in g]), np.mean([r["accuracy"] for r in g]) * 100,
+                 np.mean([r["test_ll"] for r in g]), np.mean([r["ece"] for r in g]) * 100, steps)
+        lines.setdefault((dataset, net, prior, label), []).append(point)
+    labels = sorted({key[3] for key in lines})
+    priors = sorted({key[2] for key in lines})
+    colours = {lab: plt.cm.tab10(i % 10) for i, lab in enumerate(labels)}
+    markers = {pr: "os^Dv"[i % 5] for i, pr in enumerate(priors)}
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for (dataset, net, prior, label), points in sorted(lines.items()):
+        points.sort()
+        t = [p[0] for p in points]
+        name = f"{label}, {prior}" + ("" if len({k[0] for k in lines}) == 1 else f" ({dataset} {net})")
+        for ax, k in zip(axes, (1, 2, 3)):
+            ax.plot(t, [p[k] for p in points], marker=markers[prior], color=colours[label], label=name)
+        for tx, p in zip(t, points):
+            axes[0].annotate(f"{p[4]}", (tx, p[1]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    for ax, title in zip(axes, ("accuracy (%)", "test log-likelihood per image", "ECE (%)")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("training time (s)")
+        ax.grid(alpha=0.3)
+    axes[2].legend(fontsize=8, loc="upper right")
+    fig.suptitle("steps annotated in the first panel; one marker per prior, one colour per posterior; training "
+                 "times from the machine that ran each row (its load differed between rows)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv=None):
@@ -275,6 +320,7 @@ def main(argv=None):
     r = sub.add_parser("report")
     r.add_argument("--results", required=True)
     r.add_argument("--out", default=None)
+    r.add_argument("--plot", default=None, help="also write a PNG of accuracy, test LL and ECE against training time")
     args = parser.parse_args(argv)
     if args.command == "sweep":
         if args.dataset == "cifar10" and not args.path:
