@@ -27,6 +27,8 @@ import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..kernels import constant_diagonal
+from ..layers import GPLayer
 from ..linalg import add_jitter, safe_cholesky
 
 __all__ = [
@@ -108,8 +110,11 @@ def conditional_mean(A: tf.Tensor, a: tf.Tensor, prior_mean: tf.Tensor) -> tf.Te
 
 @check_shapes("F: [S, N, D]", "A: [S, M, N]", "return: [S, N]")
 def residual_variance(layer, F: tf.Tensor, A: tf.Tensor) -> tf.Tensor:
-    """The prior's conditional variance given the inducing outputs, ``k(f, f) - |A_f|^2``."""
-    return layer.K_diag(F) - tf.reduce_sum(tf.square(A), axis=-2)
+    """The prior's conditional variance given the inducing outputs, ``k(f, f) - |A_f|^2`` (a
+    kernel's :func:`~deepgp_gi.kernels.constant_diagonal` broadcasts, with no fill)."""
+    value = constant_diagonal(layer.kernel) if getattr(type(layer), "K_diag", None) is GPLayer.K_diag else None
+    prior = layer.K_diag(F) if value is None else value
+    return prior - tf.reduce_sum(tf.square(A), axis=-2)
 
 
 @check_shapes("R: [P, M, M]", "A: [S, M, N]", "return: [S, N, P]")
