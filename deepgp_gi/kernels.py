@@ -113,10 +113,10 @@ def constant_diagonal(kernel) -> Optional[tf.Tensor]:
 
 def _batched_square_distance(X: tf.Tensor, Z: tf.Tensor) -> tf.Tensor:
     """||x - z||^2 for paired batches: X [..., N, D], Z [..., M, D] -> [..., N, M]."""
-    Xs = tf.reduce_sum(tf.square(X), axis=-1)
-    Zs = tf.reduce_sum(tf.square(Z), axis=-1)
+    Xs = tf.reduce_sum(tf.square(X), axis=-1, keepdims=True)  # [..., N, 1]
+    Zs = tf.expand_dims(tf.reduce_sum(tf.square(Z), axis=-1), -2)  # [..., 1, M]
     cross = tf.matmul(X, Z, transpose_b=True)
-    dist = Xs[..., :, None] + Zs[..., None, :] - 2.0 * cross
+    dist = Xs + Zs - 2.0 * cross
     return tf.maximum(dist, 0.0)
 
 
@@ -165,8 +165,17 @@ def batched_K(kernel: gpflow.kernels.Kernel, X: tf.Tensor, Z: tf.Tensor) -> tf.T
     Either input may lack the sample axis (``[N, D]``), in which case it is shared by every
     sample. White-noise components contribute nothing to a cross-covariance (GPflow's semantics).
     """
-    X, Z = _broadcast_pair(X, Z)
+    if not _broadcasts(kernel):
+        X, Z = _broadcast_pair(X, Z)
     return _cross(kernel, X, Z)
+
+
+def _broadcasts(kernel) -> bool:
+    """Whether :func:`_cross` broadcasts an input without the sample axis by itself (GPflow's
+    kernels here do, through their matrix products; a ``batched_cross`` needs equal batches)."""
+    if isinstance(kernel, (gpflow.kernels.Sum, gpflow.kernels.Product)):
+        return all(_broadcasts(k) for k in kernel.kernels)
+    return not hasattr(kernel, "batched_cross")
 
 
 def _sym(kernel, X):
