@@ -14,7 +14,9 @@ sample.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+import contextlib
+import threading
+from typing import Callable, Iterator, Optional, Union
 
 import gpflow
 import tensorflow as tf
@@ -24,6 +26,8 @@ __all__ = [
     "batched_K",
     "batched_K_diag",
     "batched_K_sym",
+    "constant_diagonal",
+    "shared_parameter_reads",
     "SUPPORTED_KERNELS",
     "WeightKernel",
     "ACTIVATIONS",
@@ -39,17 +43,80 @@ SUPPORTED_KERNELS = (
 )
 
 
+_READS = threading.local()
+
+
+@contextlib.contextmanager
+def shared_parameter_reads() -> Iterator[None]:
+    """Within the block, each kernel parameter this module reads is read (and transformed) once
+    per graph, not once per kernel evaluation: a deep GP's forward pass evaluates a layer's kernel
+    two or three times (``K_uu``, ``K_uf``, the diagonal), each of which would otherwise read the
+    variance and the lengthscales and run their transforms (and their gradients) again. The
+    values are those of the block's first read, so no parameter may be assigned inside the block;
+    ``DeepGP`` opens one around each ``propagate``. Nested blocks share the outer one's reads."""
+    if getattr(_READS, "cache", None) is not None:
+        yield
+        return
+    _READS.cache = {}
+    try:
+        yield
+    finally:
+        _READS.cache = None
+
+
+def _read(parameter) -> tf.Tensor:
+    """The (constrained) value of a parameter, shared within :func:`shared_parameter_reads`."""
+    cache = getattr(_READS, "cache", None)
+    if cache is None:
+        return tf.convert_to_tensor(parameter)
+    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    hit = cache.get((id(parameter), id(graph)))
+    if hit is not None and hit[0] is parameter and hit[1] is graph:
+        return hit[2]
+    value = tf.convert_to_tensor(parameter)
+    cache[(id(parameter), id(graph))] = (parameter, graph, value)
+    return value
+
+
 def _lengthscales(kernel) -> tf.Tensor:
-    """The kernel's lengthscales, read (and transformed) once per kernel evaluation."""
-    return tf.convert_to_tensor(kernel.lengthscales)
+    """The kernel's lengthscales, read (and transformed) once per kernel evaluation, or once per
+    forward pass within :func:`shared_parameter_reads`."""
+    return _read(kernel.lengthscales)
+
+
+def _K_r2(kernel, r2: tf.Tensor) -> tf.Tensor:
+    """``kernel.K_r2(r2)``; for the squared exponential, GPflow's ``variance * exp(-r2 / 2)`` with
+    the variance read through :func:`_read`."""
+    if type(kernel) is gpflow.kernels.SquaredExponential:
+        return _read(kernel.variance) * tf.exp(-0.5 * r2)
+    return kernel.K_r2(r2)
+
+
+def constant_diagonal(kernel) -> Optional[tf.Tensor]:
+    """The scalar ``k(x, x)`` of a kernel whose prior variance does not depend on ``x`` (a
+    stationary kernel, ``White``, ``Constant``, and sums and products of them), else None."""
+    if isinstance(kernel, gpflow.kernels.Sum) or isinstance(kernel, gpflow.kernels.Product):
+        parts = [constant_diagonal(k) for k in kernel.kernels]
+        if any(p is None for p in parts):
+            return None
+        out = parts[0]
+        for p in parts[1:]:
+            out = out + p if isinstance(kernel, gpflow.kernels.Sum) else out * p
+        return out
+    if hasattr(kernel, "batched_cross"):
+        return None
+    if isinstance(kernel, (gpflow.kernels.Stationary, gpflow.kernels.White, gpflow.kernels.Constant)):
+        variance = _read(kernel.variance)
+        return variance if variance.shape.rank == 0 else tf.squeeze(variance)
+    return None
 
 
 def _batched_square_distance(X: tf.Tensor, Z: tf.Tensor) -> tf.Tensor:
     """||x - z||^2 for paired batches: X [..., N, D], Z [..., M, D] -> [..., N, M]."""
-    Xs = tf.reduce_sum(tf.square(X), axis=-1)
-    Zs = tf.reduce_sum(tf.square(Z), axis=-1)
+    Xs = tf.reduce_sum(tf.square(X), axis=-1, keepdims=True)  # [..., N, 1]
+    Zs = tf.expand_dims(tf.reduce_sum(tf.square(Z), axis=-1), -2)  # [..., 1, M]
     cross = tf.matmul(X, Z, transpose_b=True)
-    dist = Xs[..., :, None] + Zs[..., None, :] - 2.0 * cross
+    dist = Xs + Zs - 2.0 * cross
     return tf.maximum(dist, 0.0)
 
 
@@ -66,12 +133,12 @@ def _cross(kernel, X, Z):
     if isinstance(kernel, gpflow.kernels.White):
         return tf.zeros(_pair_shape(X, Z), dtype=X.dtype)
     if isinstance(kernel, gpflow.kernels.Constant):
-        return tf.fill(_pair_shape(X, Z), tf.cast(kernel.variance, X.dtype))
+        return tf.fill(_pair_shape(X, Z), tf.cast(_read(kernel.variance), X.dtype))
     if isinstance(kernel, gpflow.kernels.Linear):
-        return tf.matmul(X * kernel.variance, Z, transpose_b=True)
+        return tf.matmul(X * _read(kernel.variance), Z, transpose_b=True)
     if isinstance(kernel, gpflow.kernels.IsotropicStationary):
         lengthscales = _lengthscales(kernel)
-        return kernel.K_r2(_batched_square_distance(X / lengthscales, Z / lengthscales))
+        return _K_r2(kernel, _batched_square_distance(X / lengthscales, Z / lengthscales))
     raise TypeError(
         f"kernel {type(kernel).__name__} has no sample-batched evaluation; supported: "
         + ", ".join(SUPPORTED_KERNELS)
@@ -98,8 +165,17 @@ def batched_K(kernel: gpflow.kernels.Kernel, X: tf.Tensor, Z: tf.Tensor) -> tf.T
     Either input may lack the sample axis (``[N, D]``), in which case it is shared by every
     sample. White-noise components contribute nothing to a cross-covariance (GPflow's semantics).
     """
-    X, Z = _broadcast_pair(X, Z)
+    if not _broadcasts(kernel):
+        X, Z = _broadcast_pair(X, Z)
     return _cross(kernel, X, Z)
+
+
+def _broadcasts(kernel) -> bool:
+    """Whether :func:`_cross` broadcasts an input without the sample axis by itself (GPflow's
+    kernels here do, through their matrix products; a ``batched_cross`` needs equal batches)."""
+    if isinstance(kernel, (gpflow.kernels.Sum, gpflow.kernels.Product)):
+        return all(_broadcasts(k) for k in kernel.kernels)
+    return not hasattr(kernel, "batched_cross")
 
 
 def _sym(kernel, X):
@@ -114,10 +190,10 @@ def _sym(kernel, X):
         return out
     if isinstance(kernel, gpflow.kernels.White):
         eye = tf.eye(tf.shape(X)[-2], batch_shape=tf.shape(X)[:-2], dtype=X.dtype)
-        return kernel.variance * eye
+        return _read(kernel.variance) * eye
     if isinstance(kernel, gpflow.kernels.IsotropicStationary):
         scaled = X / _lengthscales(kernel)  # one read, one scaling, for both sides
-        return kernel.K_r2(_batched_square_distance(scaled, scaled))
+        return _K_r2(kernel, _batched_square_distance(scaled, scaled))
     return _cross(kernel, X, X)
 
 
@@ -129,9 +205,14 @@ def batched_K_sym(kernel: gpflow.kernels.Kernel, X: tf.Tensor) -> tf.Tensor:
 
 @check_shapes("X: [batch..., N, D]", "return: [batch..., N]")
 def batched_K_diag(kernel: gpflow.kernels.Kernel, X: tf.Tensor) -> tf.Tensor:
-    """Marginal variances ``[S,N,D] -> [S,N]`` (GPflow's ``K_diag`` already batches)."""
+    """Marginal variances ``[S,N,D] -> [S,N]`` (GPflow's ``K_diag`` already batches; a kernel
+    with a :func:`constant_diagonal` is one fill of its scalar)."""
     _check_supported(kernel)
-    return kernel.K_diag(X)
+    value = constant_diagonal(kernel)
+    if value is None:
+        return kernel.K_diag(X)
+    shape = tf.convert_to_tensor(X).shape[:-1]
+    return tf.fill(shape.as_list() if shape.is_fully_defined() else tf.shape(X)[:-1], value)
 
 
 def _check_supported(kernel):

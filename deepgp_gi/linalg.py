@@ -302,44 +302,59 @@ def _ladder(A, L, ok, jitter, scale, ladder, skip):
     return tf.where(ok[..., None, None], L, new_L), tf.where(ok, jitter, new_jitter)
 
 
-def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor]:
-    """(L, jitter used per member) with per-member escalation; no gradient (see safe_cholesky).
+def _jitter_scale(A: tf.Tensor) -> tf.Tensor:
+    """Per member, the mean absolute diagonal of ``A`` (1 where it is 0): the unit of the jitter."""
+    scale = tf.reduce_mean(tf.abs(tf.linalg.diag_part(A)), axis=-1)
+    return tf.where(scale > 0, scale, tf.ones_like(scale))
+
+
+def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
+    """(L, jitter used per member, failed) with per-member escalation; no gradient (see
+    safe_cholesky). ``failed`` is the scalar "some member is still not finite" where the regime
+    knows it without another check, else None.
 
     Three regimes, all without a host round-trip on an accelerator:
 
     * eagerly, each step of the ladder in turn, stopping when every member succeeded;
     * compiled with no GPU visible (tensors live on the host), plain or XLA, a ``tf.cond`` on
-      "every member succeeded": the common case costs nothing beyond the one factorisation, and
-      the full ladder runs only when needed (XLA compiles the ``cond`` to a conditional, whose
-      predicate is already on the host);
+      "every member succeeded": the common case costs nothing beyond the one factorisation and
+      its finiteness check (the jitter's scale, the ladder and the final check are in the other
+      branch), and the full ladder runs only when needed (XLA compiles the ``cond`` to a
+      conditional, whose predicate is already on the host);
     * compiled with a GPU visible: a fixed, branch-free subset of the ladder
       (:func:`compiled_ladder`) selected with ``tf.where``.
     """
     L = tf.linalg.cholesky(A)
     ok = _finite_per_matrix(L)
-    scale = tf.reduce_mean(tf.abs(tf.linalg.diag_part(A)), axis=-1)
-    scale = tf.where(scale > 0, scale, tf.ones_like(scale))
-    jitter = tf.zeros_like(scale)
     if tf.executing_eagerly():
+        scale = _jitter_scale(A)
+        jitter = tf.zeros_like(scale)
         for k in range(max_tries):
             if bool(tf.reduce_all(ok)):
                 break
             L, jitter = _ladder(A, L, ok, jitter, scale, [k], None)
             ok = _finite_per_matrix(L)
-        return L, jitter
+        return L, jitter, None
     if _host_is_the_device():
-        return tf.cond(
-            tf.reduce_all(ok),
-            lambda: (L, jitter),
-            lambda: _ladder(A, L, ok, jitter, scale, range(max_tries), None),
-        )
+        batch = A.shape[:-2]
+        no_jitter = (lambda: tf.zeros(batch, A.dtype)) if batch.is_fully_defined() else (
+            lambda: tf.zeros(tf.shape(A)[:-2], A.dtype))
+
+        def retry():
+            scale = _jitter_scale(A)
+            new_L, jitter = _ladder(A, L, ok, tf.zeros_like(scale), scale, range(max_tries), None)
+            return new_L, jitter, tf.logical_not(tf.reduce_all(_finite_per_matrix(new_L)))
+
+        return tf.cond(tf.reduce_all(ok), lambda: (L, no_jitter(), tf.constant(False)), retry)
     # Members that already succeeded get a stand-in matrix instead of a refactorisation: -I makes
     # TensorFlow's (Eigen) kernel stop at the first pivot, so in the common case the retries cost
     # a few copies, not factorisations. XLA's expander does not stop early and is slow on NaN, so
     # there the stand-in is +I.
+    scale = _jitter_scale(A)
     n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
     skip = (1.0 if _in_xla_context() else -1.0) * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where
-    return _ladder(A, L, ok, jitter, scale, compiled_ladder(max_tries), skip)
+    L, jitter = _ladder(A, L, ok, tf.zeros_like(scale), scale, compiled_ladder(max_tries), skip)
+    return L, jitter, None
 
 
 @check_shapes("A: [batch..., N, N]", "return: [batch..., N, N]")
@@ -376,12 +391,13 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
     if max_tries < 0:
         raise ValueError(f"max_tries must be >= 0, got {max_tries}")
 
-    jitter_out = []
+    jitter_out, failed_out = [], []
 
     @tf.custom_gradient
     def factor(A):
-        L, jitter = _escalated(A, max_tries)
+        L, jitter, failed = _escalated(A, max_tries)
         jitter_out.append(jitter)
+        failed_out.append(failed)
 
         def grad(dL):
             return _cholesky_backward(L, dL)
@@ -389,7 +405,8 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
         return L, grad
 
     L = factor(A)
-    ok = _finite_per_matrix(L)
+    failed = failed_out[0]  # known to the host branch's cond; else checked here
+    ok = _finite_per_matrix(L) if failed is None else None
     rel = base_jitter(A.dtype) * 10.0 ** (max_tries - 1) if max_tries else 0.0
     head = (
         f"safe_cholesky: {name} is not positive definite (shape {A.shape.as_list()}, "
@@ -404,7 +421,8 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
         return L
 
     message = head + tail
-    failed = tf.logical_not(tf.reduce_all(ok))
+    if failed is None:
+        failed = tf.logical_not(tf.reduce_all(ok))
     graph = tf.compat.v1.get_default_graph()
     collectors = [c for c in _active_collectors() if c.graph is graph]
     if collectors:

@@ -11,6 +11,7 @@ from check_shapes import check_shapes
 from gpflow.models.model import BayesianModel
 from gpflow.models.training_mixins import ExternalDataTrainingLossMixin
 
+from .kernels import shared_parameter_reads
 from .layers import GPLayer, ShapedLayer
 from .likelihoods import check_targets, expected_log_likelihood, mixture_log_density, predict_mean_and_var
 from .noise import NoiseLike
@@ -151,10 +152,16 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         return X, Y
 
     # ------------------------------------------------------------------ objective
+    def _propagate(self, X, num_samples, seed):
+        """``posterior.propagate`` with each kernel parameter read once
+        (:func:`~deepgp_gi.kernels.shared_parameter_reads`)."""
+        with shared_parameter_reads():
+            return self.posterior.propagate(X, num_samples, seed)
+
     @check_shapes("X: [N, D, image_shape...]")
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None):
         """``posterior.propagate`` (see :class:`~deepgp_gi.posteriors.Propagation`)."""
-        return self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "propagate"))
+        return self._propagate(X, num_samples, _resolve_seed(seed, noise, "propagate"))
 
     @check_shapes("return: []")
     def elbo(self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None) -> tf.Tensor:
@@ -192,7 +199,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         it (a replica with no rows contributes 0).
         """
         X, Y = self.check_data(data)
-        prop = self.posterior.propagate(X, num_samples, seed)
+        prop = self._propagate(X, num_samples, seed)
         ell = expected_log_likelihood(self.likelihood, _rows(X), *self._likelihood_moments(prop), Y)  # [S, N]
         ell = tf.reduce_sum(ell, axis=-1)
         if self.num_data is not None:
@@ -219,7 +226,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
                       noise: NoiseLike = None) -> List[tf.Tensor]:
         """One ``[S, N, D_l]`` tensor of joint samples per layer."""
         Xnew = self.check_inputs(Xnew)
-        return self.posterior.propagate(Xnew, num_samples, _resolve_seed(seed, noise, "sample_layers")).samples
+        return self._propagate(Xnew, num_samples, _resolve_seed(seed, noise, "sample_layers")).samples
 
     @check_shapes("return: [S, N, P]")
     def predict_f_samples(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
@@ -235,7 +242,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         The variance is exactly 0 for the BNN families that sample the last layer's weights
         (see :class:`~deepgp_gi.posteriors.Propagation`)."""
         Xnew = self.check_inputs(Xnew)
-        prop = self.posterior.propagate(Xnew, num_samples, _resolve_seed(seed, noise, "predict_f_components"))
+        prop = self._propagate(Xnew, num_samples, _resolve_seed(seed, noise, "predict_f_components"))
         return prop.mean, prop.var
 
     @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
@@ -256,7 +263,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """Mean and variance ``[N, P]`` of the predictive mixture, likelihood noise included
         (``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
         Xnew = self.check_inputs(Xnew)
-        prop = self.posterior.propagate(Xnew, num_samples, _resolve_seed(seed, noise, "predict_y"))
+        prop = self._propagate(Xnew, num_samples, _resolve_seed(seed, noise, "predict_y"))
         mean, var = self._likelihood_moments(prop)
         ymean, yvar = predict_mean_and_var(self.likelihood, _rows(Xnew), mean, var)
         return _mixture_moments(ymean, yvar)
@@ -267,7 +274,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """``[N]``: ``logsumexp_s log p(y_n | f_n^(s)) - log S`` (each term exact where possible;
         ``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
         X, Y = self.check_data(data, names=("Xnew", "Ynew"))
-        prop = self.posterior.propagate(X, num_samples, _resolve_seed(seed, noise, "predict_log_density"))
+        prop = self._propagate(X, num_samples, _resolve_seed(seed, noise, "predict_log_density"))
         return mixture_log_density(self.likelihood, _rows(X), *self._likelihood_moments(prop), Y)
 
 

@@ -18,6 +18,8 @@ from typing import Dict, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
+from .linalg import _in_xla_context
+
 __all__ = [
     "NoiseSource",
     "RandomNoise",
@@ -66,78 +68,117 @@ def _name_key(name: str) -> int:
 #: probability > 0.95 for shape >= 1, so all 16 fail with probability < 1e-20).
 GAMMA_PROPOSALS = 16
 
-_M1 = 0x7FEB352D
-_M2 = 0x846CA68B
-_GOLDEN = 0x9E3779B9
-
-
-def _hash32(x: tf.Tensor) -> tf.Tensor:
-    """A 32-bit integer hash (xorshift-multiply, "lowbias32") of uint32 tensors."""
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, tf.uint32)))
-    x = x * tf.constant(_M1, tf.uint32)
-    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(15, tf.uint32)))
-    x = x * tf.constant(_M2, tf.uint32)
-    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(16, tf.uint32)))
-
-
-def derive_key(seed: tf.Tensor, data: int = 0) -> tf.Tensor:
-    """A ``[2]`` uint32 key from an int ``[2]`` seed and an integer (e.g. a draw's name)."""
-    words = tf.bitcast(tf.cast(tf.reshape(seed, [2]), tf.int64), tf.uint32)  # [2, 2]
-    words = tf.reshape(words, [4])
-    d = _hash32(tf.constant(data & 0xFFFFFFFF, tf.uint32) + tf.constant(_GOLDEN, tf.uint32))
-    k0 = _hash32(words[0] ^ _hash32(words[1] ^ d))
-    k1 = _hash32(words[2] ^ _hash32(words[3] ^ (k0 + tf.constant(_GOLDEN, tf.uint32))))
-    return tf.stack([k0, k1])
-
-
+_GOLDEN64 = 0x9E3779B97F4A7C15
 _PHILOX = 1  # TensorFlow's enum value of the Philox-4x32 algorithm
 
 
-def _counter_words(key: tf.Tensor, count, stream: int = 0) -> tf.Tensor:
-    """``[count]`` pseudo-random uint32 words: Philox-4x32 under the 64-bit ``key`` (``[2]``
-    uint32) with its 128-bit counter starting at ``stream * 2^64``, so streams of one key never
-    overlap (a draw would need 2^64 blocks). Philox's full-range integer output is what
-    TensorFlow's kernels and XLA produce identically (its float outputs differ). One op per draw:
-    the key is used as Philox's key directly, with no per-draw seed scrambling."""
-    key64 = tf.reshape(tf.bitcast(key, tf.uint64), [1])
-    counter = tf.constant([0, stream & 0xFFFFFFFFFFFFFFFF], tf.uint64)
+def _mix64(x: int) -> int:
+    """SplitMix64's finaliser: a bijective 64-bit integer hash, evaluated in Python."""
+    x &= 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
+def _philox(shape, key: tf.Tensor, counter: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """Philox-4x32 full-range integers of ``shape`` under a ``[1]`` uint64 key, the 128-bit
+    counter starting at ``counter`` (``[2]`` uint64, low word first)."""
     return tf.raw_ops.StatelessRandomUniformFullIntV2(
-        shape=tf.reshape(count, [1]), key=key64, counter=counter, alg=tf.constant(_PHILOX, tf.int32),
-        dtype=tf.uint32,
+        shape=shape, key=key, counter=counter, alg=tf.constant(_PHILOX, tf.int32), dtype=dtype
     )
 
 
+def derive_key(seed: tf.Tensor, data: int = 0) -> tf.Tensor:
+    """The ``[1]`` uint64 Philox key of an int ``[2]`` seed and an integer (e.g. a draw's name).
+
+    The seed's 128 bits are the counter of one Philox block under a key fixed by ``data`` (hashed
+    in Python), and the block's first 64 bits are the key: two ops per key, and distinct seeds
+    give unrelated keys (Philox is a bijection of its counter for each key).
+    """
+    seed = tf.convert_to_tensor(seed)
+    if seed.dtype != tf.int64:
+        seed = tf.cast(seed, tf.int64)
+    if seed.shape != [2]:
+        seed = tf.reshape(seed, [2])
+    key = tf.constant([_mix64((data & 0xFFFFFFFFFFFFFFFF) ^ _GOLDEN64)], tf.uint64)
+    return _philox([1], key, tf.bitcast(seed, tf.uint64), tf.uint64)
+
+
+def _key64(key: tf.Tensor) -> tf.Tensor:
+    """A key as Philox's ``[1]`` uint64 (:func:`derive_key`'s form; a ``[2]`` uint32 key is
+    reinterpreted)."""
+    key = tf.convert_to_tensor(key)
+    if key.dtype == tf.uint64 and key.shape == [1]:
+        return key
+    return tf.reshape(tf.bitcast(tf.reshape(key, [-1, 2]), tf.uint64) if key.dtype == tf.uint32 else key, [1])
+
+
+def _static_shape(shape):
+    """``shape`` as a list of ints when it is known at trace time (so the generator's shape
+    argument is a constant and no size arithmetic runs), else the int32 tensor."""
+    if isinstance(shape, tf.TensorShape):
+        shape = shape.as_list() if shape.is_fully_defined() else None
+    if isinstance(shape, (list, tuple)) and all(isinstance(d, int) for d in shape):
+        return [int(d) for d in shape]
+    tensor = tf.cast(shape, tf.int32)
+    value = tf.get_static_value(tensor)
+    return tensor if value is None else [int(d) for d in value]
+
+
+def _counter_words(shape, key: tf.Tensor, stream: int = 0) -> tf.Tensor:
+    """Pseudo-random uint32 words of ``shape``: Philox-4x32 under ``key`` with its 128-bit
+    counter starting at ``stream * 2^64``, so streams of one key never overlap (a draw would
+    need 2^64 blocks). Philox's full-range integer output is what TensorFlow's kernels and XLA
+    produce identically (its float outputs differ). One op per draw."""
+    counter = tf.constant([0, stream & 0xFFFFFFFFFFFFFFFF], tf.uint64)
+    return _philox(_static_shape(shape), _key64(key), counter, tf.uint32)
+
+
 def _unit_interval(words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-    """Uniform in the open interval (0, 1): ``(w + 1/2) / 2^32`` in float64; in lower precisions
-    the top 24 bits, so that rounding can never reach 0 or 1."""
+    """Uniform on a grid of the open interval (0, 1), exact in ``dtype``: ``(w + 1/2) 2^-32`` for
+    32-bit words in float64 (a cast and one multiply-add); in lower precisions the top 23 bits,
+    ``(t + 1/2) 2^-23``, whose largest value ``1 - 2^-24`` is still below 1 in float32."""
     if dtype == tf.float64:
-        return (tf.cast(words, tf.float64) + 0.5) / 4294967296.0
-    top = tf.bitwise.right_shift(words, tf.constant(8, tf.uint32))
-    return tf.cast((tf.cast(top, tf.float32) + 0.5) / 16777216.0, dtype)
+        return tf.cast(words, tf.float64) * 2.0**-32 + 2.0**-33
+    top = tf.bitwise.right_shift(words, tf.constant(9, tf.uint32))
+    u = tf.cast(top, tf.float32) * 2.0**-23 + 2.0**-24
+    return u if dtype == tf.float32 else tf.cast(u, dtype)
+
+
+def _ndtri(u: tf.Tensor) -> tf.Tensor:
+    """The standard-normal quantile of ``u``. TensorFlow's kernel (Cephes' ``ndtri``) is accurate
+    to a few ulps; XLA lowers it through its ``ErfInv``, whose float64 error reaches 1e-12 beyond
+    |z| = 4, so in an XLA context one Newton step on the smaller tail probability ``q`` (exact on
+    the grid of :func:`_unit_interval`) brings it back to the kernel's accuracy. XLA fuses the
+    step, and plain execution never runs it."""
+    z = tf.math.ndtri(u)
+    if not _in_xla_context():
+        return z
+    q = tf.minimum(u, 1.0 - u)
+    lower = -tf.abs(z)  # the quantile of q
+    residual = 0.5 * tf.math.erfc(-lower * 0.7071067811865476) - q
+    density = tf.exp(-0.5 * tf.square(lower)) * 0.3989422804014327
+    lower = lower - residual / density
+    return tf.where(u < 0.5, lower, -lower)
 
 
 def counter_uniform(shape, key: tf.Tensor, dtype: tf.DType, stream: int = 0) -> tf.Tensor:
-    """Uniform draws in (0, 1) from Philox integer words (32 random bits each, 24 in float32).
+    """Uniform draws in (0, 1) from Philox integer words (32 random bits each in float64, 23 in
+    lower precisions).
 
     The words are Philox integers and the conversion is ours, so the same key gives the same
     draws eagerly, in a ``tf.function`` and under XLA (TensorFlow's own float draws differ
     between XLA and plain execution).
     """
-    n = tf.reduce_prod(tf.cast(shape, tf.int32))
-    return tf.reshape(_unit_interval(_counter_words(key, n, stream), dtype), shape)
+    return _unit_interval(_counter_words(shape, key, stream), dtype)
 
 
 def counter_normal(shape, key: tf.Tensor, dtype: tf.DType, stream: int = 0) -> tf.Tensor:
-    """Standard normal draws: Box-Muller on pairs of :func:`counter_uniform` words, both the
-    cosine and the sine branch used (the smallest uniform, 2^-33, caps |z| at 6.8)."""
-    n = tf.reduce_prod(tf.cast(shape, tf.int32))
-    half = (n + 1) // 2
-    u = _unit_interval(_counter_words(key, 2 * half, stream), dtype)
-    u1, u2 = u[:half], u[half:]
-    radius = tf.sqrt(-2.0 * tf.math.log(u1))
-    angle = tf.constant(2.0 * 3.141592653589793, dtype) * u2
-    z = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], axis=0)
-    return tf.reshape(z[:n], shape)
+    """Standard normal draws by inversion, ``z = Phi^{-1}(u)`` of one :func:`counter_uniform`
+    per draw (the generator, a cast, a multiply-add and the quantile: five ops in float64). The
+    grid's extreme points cap |z| at 6.34 in float64 (``u = 2^-33``) and 5.33 in float32
+    (``u = 2^-24``)."""
+    return _ndtri(counter_uniform(shape, key, dtype, stream))
 
 
 @tf.custom_gradient
@@ -186,7 +227,7 @@ class SeededNoise(NoiseSource):
 
     Draws are Philox integer words turned into floats here (:func:`counter_normal`), so a seeded
     step gives the same numbers eagerly, in a ``tf.function`` and under XLA (to the last bit in
-    the words, to rounding in ``log``/``cos``).
+    the words, to a few ulps in the normal quantile).
     """
 
     def __init__(self, seed):

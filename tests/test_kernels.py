@@ -50,3 +50,37 @@ def test_each_parameter_is_read_once_per_evaluation():
         graph = tf.function(evaluate).get_concrete_function().graph
         softplus = [op for op in graph.get_operations() if op.type == "Softplus"]
         assert len(softplus) == 2, [op.name for op in softplus]
+
+
+def test_shared_parameter_reads_read_each_parameter_once_per_pass():
+    """Inside ``shared_parameter_reads`` the covariances, the cross-covariances and the diagonal
+    of one kernel read (and softplus) each parameter once in all, with the same values and
+    gradients as separate reads; outside it each evaluation reads its own."""
+    import tensorflow as tf
+
+    from deepgp_gi.kernels import constant_diagonal, shared_parameter_reads
+
+    kernel = gpflow.kernels.SquaredExponential(variance=1.7, lengthscales=[0.5, 1.5, 2.0]) + gpflow.kernels.White(0.1)
+    X = tf.constant(np.random.default_rng(0).normal(size=(2, 5, 3)))
+    Z = tf.constant(np.random.default_rng(1).normal(size=(4, 3)))
+
+    def evaluate():
+        with tf.GradientTape() as tape:
+            value = (tf.reduce_sum(batched_K(kernel, X, Z)) + tf.reduce_sum(batched_K_sym(kernel, Z[None]))
+                     + tf.reduce_sum(batched_K_diag(kernel, X)) + constant_diagonal(kernel))
+        return value, tape.gradient(value, kernel.trainable_variables)
+
+    def shared():
+        with shared_parameter_reads():
+            return evaluate()
+
+    softplus = {}
+    for name, fn in (("separate", evaluate), ("shared", shared)):
+        graph = tf.function(fn).get_concrete_function().graph
+        softplus[name] = sum(op.type == "Softplus" for op in graph.get_operations())
+    assert softplus["shared"] == 3 and softplus["separate"] > 3  # SE variance and lengthscales, White variance
+    (v1, g1), (v2, g2) = evaluate(), shared()
+    np.testing.assert_allclose(v2.numpy(), v1.numpy(), rtol=1e-14)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-12)
+    assert constant_diagonal(gpflow.kernels.Linear()) is None

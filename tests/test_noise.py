@@ -1,6 +1,7 @@
 """Noise sources: the counter-based generator behind SeededNoise and its XLA-safe Gamma draws."""
 import numpy as np
 import pytest
+import scipy.special
 import scipy.stats
 import tensorflow as tf
 
@@ -57,26 +58,52 @@ def test_stateless_gamma_distribution_and_implicit_gradient(alpha):
 
 
 def test_seeded_draws_share_one_key_derivation_per_graph():
-    """A step's draws cost one generator op each: the seed is scrambled once per graph, so ten
-    names add no hashing ops over one name; the streams still differ by name, in and out of the
-    compiled function alike."""
+    """A step's draws cost one generator op each: the seed is turned into a key once per graph
+    (itself one generator op), so ten names add nine generator ops over one name and nothing
+    else; the streams still differ by name, in and out of the compiled function alike."""
     source = SeededNoise(tf.constant([7, 1], tf.int64))
 
-    def hashing_ops(num_names):
+    def graph_ops(num_names):
         @tf.function
         def draws():
             return [source.normal(f"f/{i}", [4], tf.float64) for i in range(num_names)]
 
         graph = draws.get_concrete_function().graph
-        ops = [op.type for op in graph.get_operations()]
-        return ops.count("BitwiseXor"), ops.count("StatelessRandomUniformFullIntV2"), draws()
+        return [op.type for op in graph.get_operations()], draws()
 
-    xor_1, gen_1, _ = hashing_ops(1)
-    xor_10, gen_10, compiled = hashing_ops(10)
-    assert xor_1 > 0 and xor_10 == xor_1 and (gen_1, gen_10) == (1, 10)
+    ops_1, _ = graph_ops(1)
+    ops_10, compiled = graph_ops(10)
+    assert ops_1.count("StatelessRandomUniformFullIntV2") == 2  # the key and the draw
+    assert ops_10.count("StatelessRandomUniformFullIntV2") == 11
+    # per name: the generator, a cast, a multiply-add and the quantile (constants aside)
+    work = lambda ops: [t for t in ops if t not in ("Const", "Identity", "NoOp")]
+    assert len(work(ops_10)) - len(work(ops_1)) == 9 * 5
     eager = [source.normal(f"f/{i}", [4], tf.float64).numpy() for i in range(10)]
     np.testing.assert_array_equal(np.stack([c.numpy() for c in compiled]), np.stack(eager))
     assert len({tuple(e) for e in eager}) == 10
+
+
+@pytest.mark.parametrize("dtype", [tf.float64, tf.float32])
+def test_counter_normal_is_standard_normal_with_a_finite_capped_tail(dtype):
+    """10^5 inverse-CDF draws: KS test and the first four moments of N(0, 1); the grid's extreme
+    words give the largest |z| the generator can produce (2^-33 and 1 - 2^-33 in float64, 2^-24
+    and 1 - 2^-24 in float32), finite and symmetric, eagerly and under XLA."""
+    from deepgp_gi.noise import counter_normal, _ndtri, _unit_interval
+
+    n = 100_000
+    x = counter_normal([n], derive_key(tf.constant([11, 3], tf.int64)), dtype).numpy().astype(np.float64)
+    assert scipy.stats.kstest(x, "norm").pvalue > 1e-3
+    se = 1 / np.sqrt(n)
+    assert abs(x.mean()) < 4.5 * se and abs(x.var() - 1) < 4.5 * np.sqrt(2) * se
+    assert abs(scipy.stats.skew(x)) < 4.5 * np.sqrt(6) * se and abs(scipy.stats.kurtosis(x)) < 4.5 * np.sqrt(24) * se
+    words = tf.constant([0, 2**32 - 1], tf.uint32)
+    cap = {tf.float64: scipy.special.ndtri(2.0**-33), tf.float32: scipy.special.ndtri(2.0**-24)}[dtype]
+    for ends in (_ndtri(_unit_interval(words, dtype)), tf.function(lambda: _ndtri(_unit_interval(words, dtype)),
+                                                                    jit_compile=True)()):
+        ends = ends.numpy().astype(np.float64)
+        assert np.all(np.isfinite(ends)) and ends[0] == -ends[1]
+        np.testing.assert_allclose(ends, [cap, -cap], rtol={tf.float64: 1e-14, tf.float32: 1e-6}[dtype])
+    assert np.abs(x).max() <= -cap
 
 
 def test_seeded_gamma_draws_differ_by_name():

@@ -27,6 +27,8 @@ import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..kernels import constant_diagonal
+from ..layers import GPLayer
 from ..linalg import add_jitter, safe_cholesky
 
 __all__ = [
@@ -60,28 +62,33 @@ def inducing_cholesky(layer, Z: tf.Tensor, name: str = "K_uu") -> tf.Tensor:
     return safe_cholesky(Kuu, name=f"{name} of layer {layer.name}")
 
 
-def inducing_choleskies(layers: Sequence) -> List[tf.Tensor]:
+def inducing_choleskies(layers: Sequence, stacked: bool = False):
     """:func:`inducing_cholesky` of every layer's fixed inducing inputs ``layer.Z``, ``[M_l, M_l]``
     each, with one :func:`safe_cholesky` per distinct ``M_l``: the usual stack of equal-sized
     ``K_uu`` is one batched factorisation (one kernel, one jitter ladder and one gradient) rather
     than one per layer. Each member keeps its own jitter escalation, so the factors are those of
-    the per-layer calls."""
+    the per-layer calls. With ``stacked``, returns ``(factors, stack)``: ``stack`` is the batched
+    factor ``[L, M, M]`` itself when one factorisation covers every layer (for callers that batch
+    their own solves over layers), else None."""
     jitter = gpflow.config.default_jitter()
     Kuus = [layer.K(layer.Z) for layer in layers]
     groups: Dict[object, List[int]] = {}  # a run-time size is a group of its own
     for i, K in enumerate(Kuus):
         groups.setdefault(K.shape[-1] if K.shape[-1] is not None else ("run-time", i), []).append(i)
     out: List[tf.Tensor] = [None] * len(Kuus)  # type: ignore[list-item]
+    stack = None
     for members in groups.values():
         names = ", ".join(layers[i].name for i in members)
         if len(members) == 1:
             (i,) = members
             out[i] = safe_cholesky(add_jitter(Kuus[i], jitter), name=f"K_uu of layer {names}")
             continue
-        stacked = add_jitter(tf.stack([Kuus[i] for i in members]), jitter)
-        for i, L in zip(members, tf.unstack(safe_cholesky(stacked, name=f"K_uu of layers {names}"))):
+        factor = safe_cholesky(add_jitter(tf.stack([Kuus[i] for i in members]), jitter), name=f"K_uu of layers {names}")
+        if len(members) == len(Kuus):
+            stack = factor
+        for i, L in zip(members, tf.unstack(factor)):
             out[i] = L
-    return out
+    return (out, stack) if stacked else out
 
 
 @check_shapes("L_K: [batch..., M, M]", "Kuf: [S, M, N]", "return: [S, M, N]")
@@ -103,8 +110,11 @@ def conditional_mean(A: tf.Tensor, a: tf.Tensor, prior_mean: tf.Tensor) -> tf.Te
 
 @check_shapes("F: [S, N, D]", "A: [S, M, N]", "return: [S, N]")
 def residual_variance(layer, F: tf.Tensor, A: tf.Tensor) -> tf.Tensor:
-    """The prior's conditional variance given the inducing outputs, ``k(f, f) - |A_f|^2``."""
-    return layer.K_diag(F) - tf.reduce_sum(tf.square(A), axis=-2)
+    """The prior's conditional variance given the inducing outputs, ``k(f, f) - |A_f|^2`` (a
+    kernel's :func:`~deepgp_gi.kernels.constant_diagonal` broadcasts, with no fill)."""
+    value = constant_diagonal(layer.kernel) if getattr(type(layer), "K_diag", None) is GPLayer.K_diag else None
+    prior = layer.K_diag(F) if value is None else value
+    return prior - tf.reduce_sum(tf.square(A), axis=-2)
 
 
 @check_shapes("R: [P, M, M]", "A: [S, M, N]", "return: [S, N, P]")

@@ -13,7 +13,6 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
-from gpflow.kullback_leiblers import gauss_kl
 
 from ..layers import GPLayer
 from .base import DeepPosterior, Propagation
@@ -28,7 +27,30 @@ from .conditionals import (
     whitened_projection,
 )
 
-__all__ = ["MeanFieldPosterior"]
+__all__ = ["MeanFieldPosterior", "whitened_kl"]
+
+
+def whitened_kl(means: Sequence[tf.Tensor], roots: Sequence[tf.Tensor]) -> tf.Tensor:
+    """``sum_l KL(N(m'_l, R'_l R'_l^T) || N(0, I))`` for whitened means ``[M_l, P_l]`` and
+    lower-triangular roots ``[P_l, M_l, M_l]``, as one expression over all layers:
+    ``(|m'|^2 + |R'|^2 - sum log diag(R')^2 - sum_l M_l P_l) / 2`` (GPflow's ``gauss_kl`` per
+    layer, summed). Means of equal ``M`` are concatenated along the units and so are roots, so
+    each term is one reduction, not one per layer; ``roots`` may also be fewer tensors than
+    ``means`` (the units of several layers already concatenated)."""
+    def grouped(tensors, axis):
+        groups: dict = {}
+        for t in tensors:
+            groups.setdefault(t.shape[-1 if axis == 0 else 0] if t.shape.rank else id(t), []).append(t)
+        return [g[0] if len(g) == 1 else tf.concat(g, axis=axis) for g in groups.values()]
+
+    terms, size = [], 0
+    for m in grouped(means, -1):
+        terms.append(tf.reduce_sum(tf.square(m)))
+        n = m.shape.num_elements()
+        size = size + (n if n is not None else tf.cast(tf.size(m), m.dtype))
+    for R in grouped(roots, 0):
+        terms += [tf.reduce_sum(tf.square(R)), -tf.reduce_sum(tf.math.log(tf.square(tf.linalg.diag_part(R))))]
+    return 0.5 * (tf.add_n(terms) - size)
 
 
 class MeanFieldPosterior(DeepPosterior):
@@ -106,7 +128,8 @@ class MeanFieldPosterior(DeepPosterior):
         var = residual_variance(layer, F, A)[..., None] + unit_variances(R_white, A)
         return mean, var
 
-    def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None, white=None) -> tf.Tensor:
+    def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None, white=None,
+                      roots: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
         """Sum over layers of ``KL(q(U_l) || p(U_l))`` (analytic, scalar).
 
         Computed in whitened coordinates, ``KL(N(m', R' R'^T) || N(0, I))``, which equals the
@@ -115,28 +138,40 @@ class MeanFieldPosterior(DeepPosterior):
         lower-triangular right-hand side stays lower-triangular). The solves are those of
         :meth:`whitened_parameters`, which :meth:`propagate` shares with the marginals, so a step
         does two M x M solves per layer, not four. ``prior_choleskies`` reuses the layers'
-        ``chol(K_uu)`` and ``white`` the per-layer ``(m', R')`` when the caller has them.
+        ``chol(K_uu)`` and ``white`` the per-layer ``(m', R')`` when the caller has them;
+        ``roots``, the same ``R'`` with the units of layers concatenated (:meth:`_whitened_layers`).
         """
-        terms = []
-        if white is None and not self.whiten and prior_choleskies is None:
-            prior_choleskies = inducing_choleskies(self.layers)
-        for l, layer in enumerate(self.layers):
-            if white is None:
-                if self.whiten:
-                    m_white, R_white = self.q_mu[l], self.q_sqrt[l]
-                else:
-                    m_white, R_white = self.whitened_parameters(l, prior_choleskies[l])
+        if white is None:
+            if self.whiten:
+                white = list(zip(self.q_mu, self.q_sqrt))
             else:
-                m_white, R_white = white[l]
-            terms.append(gauss_kl(m_white, R_white))
-        return tf.add_n(terms)
+                if prior_choleskies is None:
+                    prior_choleskies = inducing_choleskies(self.layers)
+                white = [self.whitened_parameters(l, Lk) for l, Lk in enumerate(prior_choleskies)]
+        return whitened_kl([m for m, _ in white], roots if roots is not None else [R for _, R in white])
+
+    def _whitened_layers(self, choleskies: Sequence[tf.Tensor], stack: Optional[tf.Tensor]):
+        """:meth:`whitened_parameters` of every layer, ``[(m'_l, R'_l)]``, and the roots as
+        :meth:`kl_divergence` takes them (None: the per-layer ones). When one batched factor
+        ``stack`` ``[L, M, M]`` covers the layers, the roots of all layers are whitened by one
+        triangular solve of the concatenated ``[sum_l P_l, M, M]`` roots against the factor
+        gathered per unit (one solve and one gradient, not one per layer), and the KL reads that
+        concatenation."""
+        widths = [q.shape[0] for q in self.q_sqrt]
+        if self.whiten or stack is None or any(w is None for w in widths):
+            return [self.whitened_parameters(l, Lk) for l, Lk in enumerate(choleskies)], None
+        units = np.repeat(np.arange(self.depth), widths)
+        roots = tf.concat([tf.convert_to_tensor(q) for q in self.q_sqrt], axis=0)
+        roots = tf.linalg.triangular_solve(tf.gather(stack, units), roots)
+        means = [tf.linalg.triangular_solve(Lk, q) for Lk, q in zip(choleskies, self.q_mu)]
+        return list(zip(means, tf.split(roots, widths, axis=0))), [roots]
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
-        choleskies = inducing_choleskies(self.layers)  # once per step, one batched factorisation
-        white = [self.whitened_parameters(l, Lk) for l, Lk in enumerate(choleskies)]  # shared with the KL
+        choleskies, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation
+        white, roots = self._whitened_layers(choleskies, stack)  # shared with the KL
         samples = []
         for l in range(self.depth - 1):
             mean, var = self.layer_marginals(l, F, choleskies[l], white[l])
@@ -145,5 +180,5 @@ class MeanFieldPosterior(DeepPosterior):
         mean, var = self.layer_marginals(self.depth - 1, F, choleskies[-1], white[-1])
         var = tf.maximum(var, 0.0)
         samples.append(self.sample_last_layer(mean, var, source))
-        kl = tf.fill([num_samples], self.kl_divergence(white=white))
+        kl = tf.fill([num_samples], self.kl_divergence(white=white, roots=roots))
         return Propagation(samples=samples, mean=mean, var=var, kl=kl)

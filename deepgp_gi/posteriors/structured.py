@@ -247,15 +247,23 @@ class _StructuredPosterior(DeepPosterior):
         """Blockwise KL from the per-layer whitened means and rows of :meth:`_white_terms`:
         ``-TM/2 - log|diag R| + sum_l (U_l log|L_K^l| + |rows_l|_F^2 / 2 + |mu_l|^2 / 2)``.
         :meth:`propagate` passes the whitened blocks it already solved for the marginals, so the
-        KL adds no triangular solve to a step."""
+        KL adds no triangular solve to a step. The squared norms are summed in one addition, and
+        the prior factors of equal size have their log-determinants taken as one stack."""
         num_latent = sum(int(mu.shape[0]) * int(mu.shape[1]) for _, mu, _ in white)
-        kl = -0.5 * tf.cast(num_latent, self.dtype) - self._log_det_q()
-        for Lk, white_mu, white_rows in white:
-            kl += blockwise_kl_terms(None, white_mu, white_rows)
-            if Lk is not None:
+        squares = [tf.reduce_sum(tf.square(t)) for _, mu, rows in white for t in (mu, rows)]
+        terms = [-self._log_det_q(), 0.5 * tf.add_n(squares)]
+        priors = [(Lk, mu) for Lk, mu, _ in white if Lk is not None]
+        stackable = (len(priors) > 1 and len({tuple(Lk.shape.as_list()) for Lk, _ in priors}) == 1
+                     and priors[0][0].shape.is_fully_defined() and all(mu.shape[0] is not None for _, mu in priors))
+        if stackable:
+            log_dets = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.stack([Lk for Lk, _ in priors])))), -1)
+            units = tf.constant([float(mu.shape[0]) for _, mu in priors], self.dtype)
+            terms.append(tf.reduce_sum(units * log_dets))
+        else:
+            for Lk, mu in priors:
                 log_det_p = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
-                kl += tf.cast(tf.shape(white_mu)[0], self.dtype) * log_det_p
-        return kl
+                terms.append(tf.cast(tf.shape(mu)[0], self.dtype) * log_det_p)
+        return tf.add_n(terms) - 0.5 * tf.cast(num_latent, self.dtype)
 
 
 class _GaussianBlockView:

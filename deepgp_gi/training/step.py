@@ -221,11 +221,13 @@ class SamplerStep(TrainStep):
         ``(N / B) sum_batch log p(y | V)`` with the last layer's ``f`` integrated out
         (:func:`~deepgp_gi.likelihoods.predictive_log_density` of the model's likelihood moments)
         and the hidden layers sampled."""
+        from ..kernels import shared_parameter_reads
         from ..likelihoods import predictive_log_density
         from ..models import _rows
 
         X, Y = self.model.check_data((X_b, Y_b))
-        prop = self.model.posterior.propagate_given(X, V, self.num_samples, noise)
+        with shared_parameter_reads():  # each kernel parameter read once per pass
+            prop = self.model.posterior.propagate_given(X, V, self.num_samples, noise)
         ll = tf.reduce_sum(predictive_log_density(self.model.likelihood, _rows(X),
                                                   *self.model._likelihood_moments(prop), Y), axis=-1)
         batch = tf.cast(tf.shape(X)[0], ll.dtype)
