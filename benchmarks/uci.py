@@ -470,6 +470,61 @@ PLOTTED_METRICS = (("test_ll", "test_ll", "test log-likelihood (nats)"),
                    ("elbo_per_datapoint", "elbo", "ELBO per datapoint"))
 
 
+def render_latent_comparison(records: List[Dict]) -> str:
+    """Latent-variable deep GPs (``latent_dim``, trained with ``importance_samples`` K) against the
+    plain model of the same family, depth, inducing points and steps, on the splits both have:
+    test log-likelihood and RMSE of each, the paired difference of test LL (mean ± SE over the
+    common splits), and the latent model's ms per step over the plain one's (each measured in its
+    own sweep, so under whatever load each ran)."""
+    runs = select_runs(records)
+    plain = {}
+    for key, rs in runs.items():
+        r0 = rs[0]
+        if r0["model"] == "gp" and not r0.get("latent_dim"):
+            plain[tuple(json.dumps(r0.get(k)) for k in _ROW_KEYS if k not in ("latent_dim", "importance_samples"))] = rs
+    lines = []
+    for key, rs in runs.items():
+        r0 = rs[0]
+        if r0["model"] != "gp" or not r0.get("latent_dim"):
+            continue
+        match = plain.get(tuple(json.dumps(r0.get(k)) for k in _ROW_KEYS if k not in ("latent_dim", "importance_samples")))
+        by_split = {r["split"]: r for r in (match or [])}
+        common = [r for r in rs if r["split"] in by_split]
+        if not common:
+            lines.append(f"| {r0['dataset']} | {r0['posterior']} | {r0['depth']} | {r0['latent_dim']} | "
+                         f"{r0.get('importance_samples') or 1} | 0 | — | — | — | — | — | no plain run on these splits |")
+            continue
+        diffs = [r["test_ll"] - by_split[r["split"]]["test_ll"] for r in common]
+        d, dse, _ = mean_se(diffs)
+        lat, lse, _ = mean_se(r["test_ll"] for r in common)
+        pl, pse, _ = mean_se(by_split[r["split"]]["test_ll"] for r in common)
+        rmse_l = np.mean([r["rmse"] for r in common])
+        rmse_p = np.mean([by_split[r["split"]]["rmse"] for r in common])
+        cost = np.median([r["ms_per_step"] for r in common]) / np.median([by_split[r["split"]]["ms_per_step"] for r in common])
+        if len(common) == 1:
+            helps = f"{'+' if d > 0 else '−'} (1 split)"
+        else:
+            helps = "yes" if d - 2 * dse > 0 else ("no" if d + 2 * dse < 0 else "unclear")
+        lines.append(f"| {r0['dataset']} | {r0['posterior']} | {r0['depth']} | {r0['latent_dim']} | "
+                     f"{r0.get('importance_samples') or 1} | {len(common)} | {_fmt(pl, pse)} | {_fmt(lat, lse)} | "
+                     f"{_fmt(d, dse)} | {rmse_p:.2f} / {rmse_l:.2f} | {cost:.1f} | {helps} |")
+    if not lines:
+        return ""
+    return "\n".join([
+        "", "## Latent-variable models against the plain family (same splits)", "",
+        f"Regenerate: `{REPORT_COMMAND}`", "",
+        "A latent-variable deep GP (a `latent_dim`-dimensional w per point in front of the first layer, "
+        "trained with the importance-weighted bound, K draws of w per point) against the plain model of the "
+        "same family, depth, M and steps, on the splits both have. *Δ test LL* is latent minus plain, "
+        "mean ± SE over those splits; *helps* says whether Δ is more than two SE above zero (yes), below it "
+        "(no), or neither (unclear); with one split only the sign is given. *cost* is the latent model's "
+        "median ms per step over the plain one's, each from its own sweep (the load of the machine differed).", "",
+        "| dataset | family | depth | latent dim | K | splits | plain test LL | latent test LL | Δ test LL | "
+        "RMSE plain / latent | cost (× plain) | helps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ] + sorted(lines)) + "\n"
+
+
 def plot_metric(rows: List[Dict], metric: str, label: str, path_prefix: str) -> List[str]:
     """One figure per data set, ``{path_prefix}_{dataset}.png``: a row per configuration (model,
     depth, step budget), ours as a filled circle (mean ± SE over splits) and the paper's as an open
@@ -682,6 +737,7 @@ def cmd_report(args) -> int:
     rows = summarise(records, reference)
     os.makedirs(args.out_dir, exist_ok=True)
     text = render_markdown(rows, len(records), files)
+    text += render_latent_comparison(records)
     if extrapolation:
         text += render_extrapolation(extrapolation)
     with open(os.path.join(args.out_dir, "uci.md"), "w") as fh:

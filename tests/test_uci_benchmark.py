@@ -344,3 +344,25 @@ def test_calibration_plot_draws_each_configuration_once(uci, tmp_path, monkeypat
     assert all(label.endswith("-3 (2 splits)") for _, _, label in drawn)
     assert all(len(c) == 1 for c in colours.values()), colours  # one colour per method in every panel
     assert len({c for cs in colours.values() for c in cs}) == 3
+
+
+def test_latent_comparison_pairs_the_plain_family_split_by_split(uci):
+    """Δ test LL is the mean over the common splits of latent minus plain, with its SE; a plain
+    split without a latent partner is left out, and the cost is the ratio of median ms/step."""
+    plain = [_line(k, 0.01, ll, -0.3, 3.0, posterior="mean_field") for k, ll in enumerate([-2.50, -2.40, -2.60, -9.0])]
+    latent = [_line(k, 0.01, ll, -0.3, 2.5, posterior="mean_field", latent_dim=1, importance_samples=5) | {"ms_per_step": 30.0}
+              for k, ll in enumerate([-2.30, -2.25, -2.35])]
+    text = uci.render_latent_comparison(plain + latent)
+    row = [line for line in text.splitlines() if line.startswith("| boston | mean_field |")]
+    assert len(row) == 1
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    diffs = np.array([0.20, 0.15, 0.25])
+    assert cells[5] == "3"
+    assert cells[6] == uci._fmt(np.mean([-2.50, -2.40, -2.60]), np.std([-2.50, -2.40, -2.60], ddof=1) / math.sqrt(3))
+    assert cells[8] == uci._fmt(diffs.mean(), diffs.std(ddof=1) / math.sqrt(3))
+    assert cells[9] == "3.00 / 2.50"
+    assert cells[10] == "3.0"
+    assert cells[11] == "yes"
+    worse = [x | {"test_ll": x["test_ll"] - 1.0} for x in latent]
+    assert uci.render_latent_comparison(plain + worse).splitlines()[-1].endswith("| no |")
+    assert uci.render_latent_comparison(plain) == ""
