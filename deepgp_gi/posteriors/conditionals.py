@@ -38,6 +38,7 @@ __all__ = [
     "conditional_mean",
     "residual_variance",
     "unit_variances",
+    "symmetric_quadratic_forms",
     "sample_rows",
     "layer_mean",
     "require_local_inducing",
@@ -119,9 +120,36 @@ def residual_variance(layer, F: tf.Tensor, A: tf.Tensor) -> tf.Tensor:
 
 @check_shapes("R: [P, M, M]", "A: [S, M, N]", "return: [S, N, P]")
 def unit_variances(R: tf.Tensor, A: tf.Tensor) -> tf.Tensor:
-    """``|R_lambda^T A_f|^2`` per unit: the variance a whitened ``q(a_lambda) = N(., R R^T)`` adds."""
-    RA = tf.linalg.matmul(R, A[:, None], transpose_a=True)  # [S, P, M, N]
-    return tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(RA), axis=-2))
+    """``|R_lambda^T A_f|^2`` per unit: the variance a whitened ``q(a_lambda) = N(., R R^T)`` adds.
+
+    Computed as the quadratic form ``A_f^T C_lambda A_f`` with ``C = R R^T`` (``[P, M, M]``, no data
+    axis) by :func:`symmetric_quadratic_forms`, whose gradient uses the symmetry of ``C``: two
+    data-sized products per unit (forward and one backward) where ``|R^T A|^2`` takes three.
+    """
+    C = tf.linalg.matmul(R, R, transpose_b=True)
+    return tf.linalg.matrix_transpose(symmetric_quadratic_forms(C, A))
+
+
+@tf.custom_gradient
+def symmetric_quadratic_forms(C: tf.Tensor, A: tf.Tensor):
+    """``q[s, p, n] = A[s, :, n]^T C[p] A[s, :, n]`` for symmetric ``C`` ``[P, M, M]`` and ``A``
+    ``[S, M, N]``; returns ``[S, P, N]``.
+
+    The gradient is written out: ``dq/dA = 2 C A`` (the forward product ``C A``, reused: this is
+    where the symmetry of ``C`` enters) and ``dq/dC = A diag(g) A^T`` summed over samples (one
+    product); automatic differentiation of ``sum(A * (C A))`` would form ``C^T (g A)`` as well.
+    Only valid for symmetric ``C`` (``R R^T`` here); ``tests/posteriors/test_conditionals.py``
+    holds values and gradients to automatic differentiation of ``|R^T A|^2``."""
+    CA = tf.linalg.matmul(C, A[:, None])  # [S, P, M, N]
+    forms = tf.reduce_sum(A[:, None] * CA, axis=-2)
+
+    def grad(upstream):  # [S, P, N]
+        weighted = A[:, None] * upstream[:, :, None, :]  # [S, P, M, N]
+        dA = 2.0 * tf.reduce_sum(upstream[:, :, None, :] * CA, axis=1)
+        dC = tf.reduce_sum(tf.linalg.matmul(weighted, A[:, None], transpose_b=True), axis=0)
+        return dC, dA
+
+    return forms, grad
 
 
 @check_shapes("mean: [S, N, P]", "var: [broadcast S, broadcast N, broadcast P]", "eps: [S, N, P]",
