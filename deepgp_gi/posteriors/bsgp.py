@@ -17,8 +17,8 @@ those too and samples all of them with the same chain: the state of layer ``l`` 
 The target is ``log p(V, Z, theta) + (N / B) sum_batch log p(y | V, Z, theta)``, with the same
 likelihood term as SGHMC (the last layer's ``f`` integrated out, the hidden layers sampled). Each
 of the ``4 L`` state variables moves by the scale-adapted update of :func:`~.sghmc.scale_adapted_sghmc`
-with its own momentum and adaptation statistics (:meth:`~.sghmc.SGHMCPosterior.sghmc_step`; the
-update is SGHMC's, not a copy). Only what is left, the likelihood's parameters (and any trainable
+with its own segment of the flat momentum and adaptation statistics
+(:meth:`~.sghmc.SGHMCPosterior.sghmc_step`; the update is SGHMC's, not a copy). Only what is left, the likelihood's parameters (and any trainable
 mean-function parameters; the builders' are fixed), goes through Adam, with the whole state set to
 a uniformly drawn window member (moving-window MCEM, as SGHMC).
 
