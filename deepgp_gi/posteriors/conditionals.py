@@ -104,7 +104,8 @@ def whitened_projection(L_K: tf.Tensor, Kuf: tf.Tensor) -> tf.Tensor:
 
 @check_shapes("A: [S, M, N]", "a: [batch..., M, P]", "prior_mean: [S, N, P]", "return: [S, N, P]")
 def conditional_mean(A: tf.Tensor, a: tf.Tensor, prior_mean: tf.Tensor) -> tf.Tensor:
-    """``m(F) + A^T a`` for whitened inducing outputs ``a`` (``[M, P]`` shared or ``[S, M, P]``)."""
+    """``m(F) + A^T a`` for whitened inducing outputs ``a`` (``[M, P]`` or ``[1, M, P]`` shared, or
+    ``[S, M, P]``)."""
     return prior_mean + tf.linalg.matmul(A, a, transpose_a=True)
 
 
