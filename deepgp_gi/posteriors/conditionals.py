@@ -121,7 +121,7 @@ def residual_variance(layer, F: tf.Tensor, A: tf.Tensor) -> tf.Tensor:
 @check_shapes("R: [P, M, M]", "A: [S, M, N]", "return: [S, N, P]")
 def unit_variances(R: tf.Tensor, A: tf.Tensor) -> tf.Tensor:
     """``|R_lambda^T A_f|^2`` per unit: the variance a whitened ``q(a_lambda) = N(., R R^T)`` adds."""
-    RA = tf.linalg.matmul(R, A[:, None], transpose_a=True)  # [S, P, M, N]
+    RA = tf.linalg.matmul(R, tf.expand_dims(A, 1), transpose_a=True)  # [S, P, M, N]
     return tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(RA), axis=-2))
 
 

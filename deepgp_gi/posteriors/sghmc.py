@@ -220,7 +220,7 @@ class SGHMCPosterior(DeepPosterior):
         """Store the chain's current state in the window (a ring buffer of the last states)."""
         slot = tf.cast(self.window_count % self.window_size, tf.int32)
         for W, V in zip(self.window, self.chain_variables()):
-            W.scatter_nd_update([[slot]], V[None])
+            W.scatter_nd_update([[slot]], tf.expand_dims(V, 0))
         self.window_count.assign_add(1)
 
     def window_member(self, z: tf.Tensor) -> List[tf.Tensor]:
@@ -304,7 +304,7 @@ class SGHMCPosterior(DeepPosterior):
         for l, layer in enumerate(self.layers):
             A = whitened_projection(choleskies[l], layer.K(layer.Z, F))
             mean = conditional_mean(A, V[l], layer.mean(F))
-            var = tf.broadcast_to(residual_variance(layer, F, A)[..., None], tf.shape(mean))
+            var = tf.broadcast_to(tf.expand_dims(residual_variance(layer, F, A), -1), tf.shape(mean))
             if l < self.depth - 1:
                 F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
                 samples.append(F)
@@ -326,8 +326,8 @@ class SGHMCPosterior(DeepPosterior):
         idx = start + uniform_index(z, count)
         # the members are data to a prediction: no gradient flows back into the chain (BSGP's chain
         # holds trainable GPflow variables; a gradient through the gather would also add a Where op)
-        return [tf.stop_gradient(tf.gather(tf.concat([tf.convert_to_tensor(s), tf.convert_to_tensor(W), V[None]],
-                                                     axis=0), idx))
+        return [tf.stop_gradient(tf.gather(
+                    tf.concat([tf.convert_to_tensor(s), tf.convert_to_tensor(W), tf.expand_dims(V, 0)], axis=0), idx))
                 for s, W, V in zip(self.samples, self.window, self.chain_variables())]
 
     @inherit_check_shapes
