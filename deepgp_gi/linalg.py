@@ -82,7 +82,7 @@ def add_jitter(A: tf.Tensor, jitter) -> tf.Tensor:
     n = A.shape[-1]
     if n is not None:
         eye = tf.eye(n, dtype=A.dtype)
-        scaled = jitter * eye if jitter.shape.rank == 0 else jitter[..., None, None] * eye
+        scaled = jitter * eye if jitter.shape.rank == 0 else tf.expand_dims(tf.expand_dims(jitter, -1), -1) * eye
         return A + scaled
     diag = tf.zeros_like(tf.linalg.diag_part(A)) + tf.expand_dims(jitter, -1)
     return A + tf.linalg.diag(diag)
@@ -244,6 +244,12 @@ def _cholesky_backward(L: tf.Tensor, dL: tf.Tensor) -> tf.Tensor:
     return 0.5 * (grad + tf.linalg.adjoint(grad))
 
 
+def _matrix_axes(flags: tf.Tensor) -> tf.Tensor:
+    """``flags[..., None, None]`` as two ``ExpandDims`` (a new-axis slice is a ``StridedSlice``,
+    one more executed op)."""
+    return tf.expand_dims(tf.expand_dims(flags, -1), -1)
+
+
 def compiled_ladder(max_tries: int) -> List[int]:
     """The escalation steps ``k`` tried in compiled code: the first, middle and last of
     ``0 .. max_tries-1`` (eager code tries every ``k`` in turn, stopping at the first success)."""
@@ -287,9 +293,9 @@ def _ladder(A, L, ok, jitter, scale, ladder, skip):
     start = base_jitter(A.dtype)
     steps = tf.constant([start * 10.0**k for k in ladder], A.dtype)
     trials = tf.reshape(steps, [len(ladder)] + [1] * scale.shape.rank) * scale  # [K, batch...]
-    B = add_jitter(A[None], trials)  # [K, batch..., N, N]
+    B = add_jitter(tf.expand_dims(A, 0), trials)  # [K, batch..., N, N]
     if skip is not None:
-        B = tf.where(ok[None, ..., None, None], skip, B)
+        B = tf.where(tf.expand_dims(_matrix_axes(ok), 0), skip, B)
     K = len(ladder)
     factors = tf.linalg.cholesky(B)
     # unstacked once each (three ops), not sliced per rung
@@ -297,9 +303,9 @@ def _ladder(A, L, ok, jitter, scale, ladder, skip):
     factors, trials = tf.unstack(factors, num=K), tf.unstack(trials, num=K)
     new_L, new_jitter = factors[-1], trials[-1]
     for i in reversed(range(K - 1)):
-        new_L = tf.where(tf.expand_dims(tf.expand_dims(worked[i], -1), -1), factors[i], new_L)
+        new_L = tf.where(_matrix_axes(worked[i]), factors[i], new_L)
         new_jitter = tf.where(worked[i], trials[i], new_jitter)
-    return tf.where(ok[..., None, None], L, new_L), tf.where(ok, jitter, new_jitter)
+    return tf.where(_matrix_axes(ok), L, new_L), tf.where(ok, jitter, new_jitter)
 
 
 def _jitter_scale(A: tf.Tensor) -> tf.Tensor:

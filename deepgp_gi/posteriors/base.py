@@ -113,7 +113,7 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
             X = tf.cast(X, self.dtype)
         if top_rows is not None:
             X = tf.concat([tf.cast(tf.convert_to_tensor(top_rows), X.dtype), X], axis=0)
-        return source, tf.broadcast_to(X[None], tf.concat([[num_samples], tf.shape(X)], 0))
+        return source, tf.broadcast_to(tf.expand_dims(X, 0), tf.concat([[num_samples], tf.shape(X)], 0))
 
     def sample_last_layer(self, mean, var, noise_source: NoiseSource) -> tf.Tensor:
         """Draw the last layer's sample from its conditional marginals (name ``f/{L-1}``, ``L``

@@ -17,8 +17,8 @@ those too and samples all of them with the same chain: the state of layer ``l`` 
 The target is ``log p(V, Z, theta) + (N / B) sum_batch log p(y | V, Z, theta)``, with the same
 likelihood term as SGHMC (the last layer's ``f`` integrated out, the hidden layers sampled). Each
 of the ``4 L`` state variables moves by the scale-adapted update of :func:`~.sghmc.scale_adapted_sghmc`
-with its own momentum and adaptation statistics (:meth:`~.sghmc.SGHMCPosterior.sghmc_step`; the
-update is SGHMC's, not a copy). Only what is left, the likelihood's parameters (and any trainable
+with its own segment of the flat momentum and adaptation statistics
+(:meth:`~.sghmc.SGHMCPosterior.sghmc_step`; the update is SGHMC's, not a copy). Only what is left, the likelihood's parameters (and any trainable
 mean-function parameters; the builders' are fixed), goes through Adam, with the whole state set to
 a uniformly drawn window member (moving-window MCEM, as SGHMC).
 
@@ -233,7 +233,7 @@ class BSGPPosterior(SGHMCPosterior):
         ell, var = tf.exp(log_ell), tf.exp(log_var)
         if batched:
             ell = tf.reshape(ell, [tf.shape(ell)[0], 1, -1])
-            var = var[:, None, None]
+            var = tf.reshape(var, [-1, 1, 1])
         Zs = Z / ell
         Kzz = var * _unit_profile(stationary, _batched_square_distance(Zs, Zs))
         white = tf.add_n([tf.convert_to_tensor(w.variance) for w in whites]) if whites else 0.0
@@ -278,9 +278,9 @@ class BSGPPosterior(SGHMCPosterior):
             Kzf = var * _unit_profile(self._stationary(l), _batched_square_distance(Z[l] / ell, F / ell))
             A = whitened_projection(L_K, Kzf)
             mean = conditional_mean(A, V[l], layer.mean(F))
-            prior_var = (var[..., 0] if batched else var) + white  # k(x, x): [S, 1] or a scalar
+            prior_var = (tf.squeeze(var, -1) if batched else var) + white  # k(x, x): [S, 1] or a scalar
             resid = prior_var - tf.reduce_sum(tf.square(A), axis=-2)
-            var_rows = tf.broadcast_to(resid[..., None], tf.shape(mean))
+            var_rows = tf.broadcast_to(tf.expand_dims(resid, -1), tf.shape(mean))
             if l < self.depth - 1:
                 F = sample_rows(mean, var_rows, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
                 samples.append(F)

@@ -105,7 +105,8 @@ def whitened_projection(L_K: tf.Tensor, Kuf: tf.Tensor) -> tf.Tensor:
 
 @check_shapes("A: [S, M, N]", "a: [batch..., M, P]", "prior_mean: [S, N, P]", "return: [S, N, P]")
 def conditional_mean(A: tf.Tensor, a: tf.Tensor, prior_mean: tf.Tensor) -> tf.Tensor:
-    """``m(F) + A^T a`` for whitened inducing outputs ``a`` (``[M, P]`` shared or ``[S, M, P]``)."""
+    """``m(F) + A^T a`` for whitened inducing outputs ``a`` (``[M, P]`` or ``[1, M, P]`` shared, or
+    ``[S, M, P]``)."""
     return prior_mean + tf.linalg.matmul(A, a, transpose_a=True)
 
 
@@ -140,13 +141,14 @@ def symmetric_quadratic_forms(C: tf.Tensor, A: tf.Tensor):
     product); automatic differentiation of ``sum(A * (C A))`` would form ``C^T (g A)`` as well.
     Only valid for symmetric ``C`` (``R R^T`` here); ``tests/posteriors/test_conditionals.py``
     holds values and gradients to automatic differentiation of ``|R^T A|^2``."""
-    CA = tf.linalg.matmul(C, A[:, None])  # [S, P, M, N]
-    forms = tf.reduce_sum(A[:, None] * CA, axis=-2)
+    A1 = tf.expand_dims(A, 1)  # [S, 1, M, N]
+    CA = tf.linalg.matmul(C, A1)  # [S, P, M, N]
+    forms = tf.reduce_sum(A1 * CA, axis=-2)
 
     def grad(upstream):  # [S, P, N]
-        weighted = A[:, None] * upstream[:, :, None, :]  # [S, P, M, N]
-        dA = 2.0 * tf.reduce_sum(upstream[:, :, None, :] * CA, axis=1)
-        dC = tf.reduce_sum(tf.linalg.matmul(weighted, A[:, None], transpose_b=True), axis=0)
+        g = tf.expand_dims(upstream, 2)  # [S, P, 1, N]
+        dA = 2.0 * tf.reduce_sum(g * CA, axis=1)
+        dC = tf.reduce_sum(tf.linalg.matmul(A1 * g, A1, transpose_b=True), axis=0)
         return dC, dA
 
     return forms, grad

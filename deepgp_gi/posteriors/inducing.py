@@ -263,8 +263,14 @@ class GlobalInducingPosterior(_InducingPosterior):
     def propagate_full(self, X, num_samples: int = 1, seed: NoiseLike = None) -> GlobalInducingPropagation:
         """Like :meth:`propagate`, also returning the sampled inducing rows and per-layer terms."""
         S, M = num_samples, self.num_inducing
-        source, H = self._start(X, S, seed, top_rows=self.inducing_inputs)  # [S, M + N, D]
-        dtype = H.dtype
+        source, F = self._start(X, S, seed)  # [S, N, D]
+        dtype = F.dtype
+        inducing_inputs = tf.cast(tf.convert_to_tensor(self.inducing_inputs), dtype)
+        U = tf.broadcast_to(tf.expand_dims(inducing_inputs, 0),
+                            tf.concat([[S], tf.shape(inducing_inputs)], 0))  # [S, M, D]
+        # the rows [U; F] as one tensor only where a weight-space layer needs them (a GP layer uses U
+        # and F apart, and the concatenation, its slices and their gradients would be extra ops)
+        H = None
         jitter = gpflow.config.default_jitter()
         samples, inducing, log_ratios, kls = [], [], [], []
         mean = var = None
@@ -272,12 +278,13 @@ class GlobalInducingPosterior(_InducingPosterior):
             last = l == self.depth - 1
             if self.weight_space[l]:
                 marginal = last and self.last_layer == "marginal"
+                H = tf.concat([U, F], axis=1) if H is None else H  # [S, M + N, D]
                 H, lr, kl, rows_mean, rows_var = self._weight_step(l, layer.features(H), M, S, source, marginal)
                 U, F = H[:, :M], H[:, M:]
                 sample = F
                 mean, var = (rows_mean, rows_var) if marginal else (F, tf.zeros_like(F))
             else:
-                U, F = H[:, :M], H[:, M:]
+                H = None
                 L_K = inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
                 L_B, a_mean = self.pseudo_data[l].posterior(L_K)
                 eps = source.normal(f"u/{l}", [S, M, layer.output_dim], dtype)
@@ -285,11 +292,10 @@ class GlobalInducingPosterior(_InducingPosterior):
                 A = whitened_projection(L_K, layer.K(U, F))
                 prior_mean = layer_mean(layer, F, self.residual_mean)
                 mean = conditional_mean(A, a, prior_mean)
-                var = residual_variance(layer, F, A)[..., None]
+                var = tf.expand_dims(residual_variance(layer, F, A), -1)
                 U = layer_mean(layer, U, self.residual_mean) + tf.linalg.matmul(L_K, a)
                 if not last:
                     F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), dtype), jitter)
-                    H = tf.concat([U, F], axis=1)
                 elif self.last_layer == "marginal":
                     # a coherent draw through the sampled U_L; the ELBO sees U_L integrated out
                     sample = self.sample_last_layer(mean, tf.maximum(var, 0.0), source)
@@ -420,7 +426,8 @@ class LocalInducingPosterior(_InducingPosterior):
         dtype = F.dtype
         Z = tf.cast(tf.convert_to_tensor(layer.inducing_features), dtype)
         M = layer.num_inducing
-        Phi = tf.concat([tf.broadcast_to(Z[None], tf.concat([[S], tf.shape(Z)], 0)), layer.features(F)], axis=1)
+        Z = tf.broadcast_to(tf.expand_dims(Z, 0), tf.concat([[S], tf.shape(Z)], 0))
+        Phi = tf.concat([Z, layer.features(F)], axis=1)
         step = self._weight_step(l, Phi, M, S, source)
         return step.H[:, M:], regulariser(step.log_ratio, step.kl)
 
@@ -452,20 +459,21 @@ class LocalInducingPosterior(_InducingPosterior):
                 continue
             P, M = layer.output_dim, layer.num_inducing
             L_K = prior_chols[l]  # [M, M]
-            L_B, a_mean = self.pseudo_data[l].posterior(L_K[None])  # a sample axis of 1
-            L_B = tf.broadcast_to(L_B, tf.concat([[S], tf.shape(L_B)[1:]], 0))
+            L_B1, a_mean = self.pseudo_data[l].posterior(tf.expand_dims(L_K, 0))  # a sample axis of 1
+            L_B = tf.broadcast_to(L_B1, tf.concat([[S], tf.shape(L_B1)[1:]], 0))
             A = whitened_projection(L_K, layer.K(layer.Z, F))
             prior_mean = layer_mean(layer, F, self.residual_mean)
             if self.kl_mode == "analytic":
-                regularisers.append(tf.fill([S], analytic_kl(L_B[:1], a_mean)[0]))
-                mean = conditional_mean(A, a_mean[0], prior_mean)
-                var = residual_variance(layer, F, A)[..., None] + marginal_variance(L_B, A, P)
+                # the sample axis of 1 broadcasts (no slices, whose gradients would be extra ops)
+                regularisers.append(tf.broadcast_to(analytic_kl(L_B1, a_mean), [S]))
+                mean = conditional_mean(A, a_mean, prior_mean)
+                var = tf.expand_dims(residual_variance(layer, F, A), -1) + marginal_variance(L_B, A, P)
             else:
                 eps = source.normal(f"u/{l}", [S, M, P], dtype)
                 a, lr, _ = draw_weights(L_B, tf.broadcast_to(a_mean, [S, M, P]), eps)
                 regularisers.append(-lr)
                 mean = conditional_mean(A, a, prior_mean)
-                var = tf.broadcast_to(residual_variance(layer, F, A)[..., None], tf.shape(mean))
+                var = tf.broadcast_to(tf.expand_dims(residual_variance(layer, F, A), -1), tf.shape(mean))
             if last:
                 var = tf.maximum(var, 0.0)
                 samples.append(self.sample_last_layer(mean, var, source))

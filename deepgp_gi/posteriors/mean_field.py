@@ -125,7 +125,7 @@ class MeanFieldPosterior(DeepPosterior):
         A = whitened_projection(Lk, layer.K(layer.Z, F))
         m_white, R_white = self.whitened_parameters(l, Lk) if white is None else white
         mean = conditional_mean(A, m_white, layer.mean(F))
-        var = residual_variance(layer, F, A)[..., None] + unit_variances(R_white, A)
+        var = tf.expand_dims(residual_variance(layer, F, A), -1) + unit_variances(R_white, A)
         return mean, var
 
     def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None, white=None,

@@ -181,9 +181,9 @@ def _solve(L: tf.Tensor, rhs: tf.Tensor, adjoint: bool) -> tf.Tensor:
     """
     if L.shape.rank == 3:
         return tf.linalg.triangular_solve(L, rhs, lower=True, adjoint=adjoint)
-    rhs_t = tf.linalg.matrix_transpose(rhs)[..., None]  # [S, P, D, 1]
+    rhs_t = tf.expand_dims(tf.linalg.matrix_transpose(rhs), -1)  # [S, P, D, 1]
     x = tf.linalg.triangular_solve(L, rhs_t, lower=True, adjoint=adjoint)
-    return tf.linalg.matrix_transpose(x[..., 0])
+    return tf.linalg.matrix_transpose(tf.squeeze(x, -1))
 
 
 def _units_logdet(L: tf.Tensor, num_units) -> tf.Tensor:
@@ -231,14 +231,14 @@ def pseudo_data_posterior(
         G = tf.linalg.matmul(C, C, transpose_a=True)  # [S, D, D]
         rhs = tf.linalg.matmul(C, tf.linalg.matmul(full_factor, V, transpose_a=True), transpose_a=True)
     elif diag_precision.shape[0] == 1:
-        lam = diag_precision[0][:, None]  # [M, 1]
+        lam = tf.reshape(diag_precision, [-1, 1])  # [M, 1]
         C = tf.sqrt(lam) * Phi
         G = tf.linalg.matmul(C, C, transpose_a=True)  # [S, D, D]
         rhs = tf.linalg.matmul(Phi, lam * V, transpose_a=True)  # [S, D, P]
     else:
         # Per-unit Gram matrices as one GEMM over the flattened outer products phi_m phi_m^T
         # (about 3x faster forward and backward than a per-unit batched product).
-        outer = tf.reshape(Phi[..., :, None] * Phi[..., None, :], tf.stack([S, M, D * D]))
+        outer = tf.reshape(tf.expand_dims(Phi, -1) * tf.expand_dims(Phi, -2), tf.stack([S, M, D * D]))
         lam = tf.broadcast_to(diag_precision, tf.concat([[S], tf.shape(diag_precision)], 0))  # [S, P, M]
         G = tf.reshape(tf.linalg.matmul(lam, outer), tf.stack([S, -1, D, D]))  # [S, P, D, D]
         rhs = tf.linalg.matmul(Phi, tf.linalg.matrix_transpose(diag_precision) * V, transpose_a=True)
@@ -266,7 +266,7 @@ def gram_posterior(G: tf.Tensor, rhs: tf.Tensor, prior_precision: Optional[tf.Te
     if prior_precision is None:
         prec = add_jitter(G, tf.ones([], dtype))
     elif _is_matrix(prior_precision):
-        P = prior_precision if G.shape.rank == 3 else prior_precision[:, None]
+        P = prior_precision if G.shape.rank == 3 else tf.expand_dims(prior_precision, 1)
         prec = G + P
     else:
         p = tf.reshape(prior_precision, tf.concat([[S], tf.ones([G.shape.rank - 3], tf.int32)], 0))
@@ -342,7 +342,7 @@ def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tens
     if _is_matrix(prior_precision):
         # per unit: tr(P Prec^{-1}) = |L^{-1} L_P|_F^2, mean^T P mean = |L_P^T mean|^2, log|P|.
         L_P = safe_cholesky(prior_precision, name="weight prior precision")
-        rhs = L_P if L.shape.rank == 3 else L_P[:, None]
+        rhs = L_P if L.shape.rank == 3 else tf.expand_dims(L_P, 1)
         trace_p = tf.reduce_sum(tf.square(tf.linalg.triangular_solve(L, rhs, lower=True)), axis=[-2, -1])
         trace_p = tf.cast(P, dtype) * trace_p if L.shape.rank == 3 else tf.reduce_sum(trace_p, axis=-1)
         mahal_p = tf.reduce_sum(tf.square(tf.linalg.matmul(L_P, mean, transpose_a=True)), axis=[-2, -1])
@@ -395,6 +395,6 @@ def marginal_variance(L: tf.Tensor, A: tf.Tensor, num_units: int) -> tf.Tensor:
     if L.shape.rank == 3:
         X = tf.linalg.triangular_solve(L, A, lower=True)  # [S, D, N]
         v = tf.reduce_sum(tf.square(X), axis=-2)
-        return tf.repeat(v[..., None], num_units, axis=-1)
-    X = tf.linalg.triangular_solve(L, A[:, None], lower=True)  # [S, P, D, N]
+        return tf.repeat(tf.expand_dims(v, -1), num_units, axis=-1)
+    X = tf.linalg.triangular_solve(L, tf.expand_dims(A, 1), lower=True)  # [S, P, D, N]
     return tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(X), axis=-2))

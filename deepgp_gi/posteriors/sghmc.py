@@ -167,18 +167,20 @@ class SGHMCPosterior(DeepPosterior):
         self._build_chain_state(dtype)
 
     def _build_chain_state(self, dtype) -> None:
-        """Momenta, adaptation statistics, window and sample store, one of each per chain variable
-        (:meth:`chain_variables`), as non-trainable variables."""
+        """Momenta and adaptation statistics (one flat vector each over every chain variable of
+        :meth:`chain_variables`, in its order: the update runs once over all of them), and the
+        window and sample store (one per chain variable), as non-trainable variables."""
 
         def state(value, shapes, name):
             return [tf.Variable(tf.fill(s, tf.constant(value, dtype)), trainable=False, name=f"{name}_{k}")
                     for k, s in enumerate(shapes)]
 
         shapes = [v.shape.as_list() for v in self.chain_variables()]
-        self.momenta = state(0.0, shapes, "momentum")
-        self.adaptation_window = state(1.0, shapes, "xi")
-        self.gradient_mean = state(1.0, shapes, "g")
-        self.gradient_square = state(1.0, shapes, "g2")
+        flat = [[sum(v.shape.num_elements() for v in self.chain_variables())]]
+        self.momenta = state(0.0, flat, "momentum")
+        self.adaptation_window = state(1.0, flat, "xi")
+        self.gradient_mean = state(1.0, flat, "g")
+        self.gradient_square = state(1.0, flat, "g2")
         self.window = state(0.0, [[self.window_size] + s for s in shapes], "window")
         self.window_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="window_count")
         self.samples = [tf.Variable(tf.zeros([0] + s, dtype), trainable=False, shape=[None] + s, name=f"samples_{k}")
@@ -218,7 +220,7 @@ class SGHMCPosterior(DeepPosterior):
         """Store the chain's current state in the window (a ring buffer of the last states)."""
         slot = tf.cast(self.window_count % self.window_size, tf.int32)
         for W, V in zip(self.window, self.chain_variables()):
-            W.scatter_nd_update([[slot]], V[None])
+            W.scatter_nd_update([[slot]], tf.expand_dims(V, 0))
         self.window_count.assign_add(1)
 
     def window_member(self, z: tf.Tensor) -> List[tf.Tensor]:
@@ -250,24 +252,33 @@ class SGHMCPosterior(DeepPosterior):
 
     def sghmc_step(self, grads: Sequence[tf.Tensor], noise, num_data, adapt: bool) -> None:
         """Move the chain one scale-adapted SGHMC step (:func:`scale_adapted_sghmc`) with the
-        per-point-loss gradients ``grads`` (one per chain variable), draws ``"sghmc/{k}"`` from
-        ``noise`` (``k`` the chain variable's index), and push the new state into the window. A
-        variable that :meth:`chain_moves` marks as held keeps its value and statistics."""
-        for k, (theta, grad, moves) in enumerate(zip(self.chain_variables(), grads, self.chain_moves())):
-            if not moves:
-                continue
-            state = SamplerState(theta, self.momenta[k], self.adaptation_window[k], self.gradient_mean[k],
-                                 self.gradient_square[k])
-            state = SamplerState(*(tf.convert_to_tensor(s) for s in state))
-            z = noise.normal(f"sghmc/{k}", tf.shape(theta), theta.dtype)
-            new = scale_adapted_sghmc(state, grad, z, step_size=self.step_size, momentum_decay=self.momentum_decay,
-                                      num_data=num_data, adapt=adapt)
-            theta.assign(new.theta)
-            self.momenta[k].assign(new.p)
-            if adapt:
-                self.adaptation_window[k].assign(new.xi)
-                self.gradient_mean[k].assign(new.g)
-                self.gradient_square[k].assign(new.g2)
+        per-point-loss gradients ``grads`` (one per chain variable), and push the new state into
+        the window. The update runs once on the chain variables and their gradients flattened and
+        concatenated in :meth:`chain_variables`' order, with one draw ``"sghmc/move"`` of that
+        length from ``noise``. A variable that :meth:`chain_moves` marks as held keeps its value
+        and statistics."""
+        variables, moves = self.chain_variables(), self.chain_moves()
+        sizes = [v.shape.num_elements() for v in variables]
+
+        def flat(values):
+            return tf.concat([tf.reshape(v, [-1]) for v in values], axis=0)
+
+        state = SamplerState(flat(variables), *(tf.convert_to_tensor(s[0]) for s in (
+            self.momenta, self.adaptation_window, self.gradient_mean, self.gradient_square)))
+        z = noise.normal("sghmc/move", [sum(sizes)], self.dtype)
+        new = scale_adapted_sghmc(state, flat(grads), z, step_size=self.step_size,
+                                  momentum_decay=self.momentum_decay, num_data=num_data, adapt=adapt)
+        if not all(moves):
+            held = tf.constant([not m for m, n in zip(moves, sizes) for _ in range(n)])
+            new = SamplerState(*(tf.where(held, old, value) for old, value in zip(state, new)))
+        for theta, value, moving in zip(variables, tf.split(new.theta, sizes), moves):
+            if moving:
+                theta.assign(tf.reshape(value, theta.shape))
+        self.momenta[0].assign(new.p)
+        if adapt:
+            self.adaptation_window[0].assign(new.xi)
+            self.gradient_mean[0].assign(new.g)
+            self.gradient_square[0].assign(new.g2)
         self.push_window()
 
     # ------------------------------------------------------------------ densities and propagation
@@ -293,7 +304,7 @@ class SGHMCPosterior(DeepPosterior):
         for l, layer in enumerate(self.layers):
             A = whitened_projection(choleskies[l], layer.K(layer.Z, F))
             mean = conditional_mean(A, V[l], layer.mean(F))
-            var = tf.broadcast_to(residual_variance(layer, F, A)[..., None], tf.shape(mean))
+            var = tf.broadcast_to(tf.expand_dims(residual_variance(layer, F, A), -1), tf.shape(mean))
             if l < self.depth - 1:
                 F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
                 samples.append(F)
@@ -315,8 +326,8 @@ class SGHMCPosterior(DeepPosterior):
         idx = start + uniform_index(z, count)
         # the members are data to a prediction: no gradient flows back into the chain (BSGP's chain
         # holds trainable GPflow variables; a gradient through the gather would also add a Where op)
-        return [tf.stop_gradient(tf.gather(tf.concat([tf.convert_to_tensor(s), tf.convert_to_tensor(W), V[None]],
-                                                     axis=0), idx))
+        return [tf.stop_gradient(tf.gather(
+                    tf.concat([tf.convert_to_tensor(s), tf.convert_to_tensor(W), tf.expand_dims(V, 0)], axis=0), idx))
                 for s, W, V in zip(self.samples, self.window, self.chain_variables())]
 
     @inherit_check_shapes

@@ -481,7 +481,7 @@ class FullyCoupledPosterior(_StructuredPosterior):
                 G, shift = whiten_cross_covariance(chol, cross, eps_prev)
                 mean = mean + shift
             if l == last:
-                var = tf.reduce_sum(tf.square(B), axis=-1) + terms.prior_var[..., None]
+                var = tf.reduce_sum(tf.square(B), axis=-1) + tf.expand_dims(terms.prior_var, -1)
                 if G is not None:
                     var = var - tf.reduce_sum(tf.square(G), axis=-1)
                 var = tf.maximum(var, 0.0)
@@ -706,7 +706,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         """``L_K^{-1}`` times the row blocks of hidden layer ``l``: ``[K, tau, M, M]`` over
         ``k = first .. l`` (the stripes, then the unit's own diagonal block)."""
         tau, M = self.tau, self.num_inducing
-        own = self._white(Lk, diag[tau * l : tau * (l + 1)])[None]
+        own = tf.expand_dims(self._white(Lk, diag[tau * l : tau * (l + 1)]), 0)
         if not self.use_stripes or l == 0:
             return own
         start = star_stripe_index(l, 0, 0, tau)
@@ -780,12 +780,12 @@ class StripesArrowPosterior(_StructuredPosterior):
             mu_l = self._white_mean(Lk, mu[tau * l : tau * (l + 1)])
             white.append((None if self.whiten else Lk, mu_l, tf.reshape(rows, [-1, M, M])))
             mean = terms.mean + tf.linalg.matmul(terms.A, mu_l, transpose_a=True, transpose_b=True)
-            var = tf.add_n([tf.reduce_sum(tf.square(b_k), axis=-1) for b_k in b]) + terms.prior_var[..., None]
+            var = tf.add_n([tf.reduce_sum(tf.square(b_k), axis=-1) for b_k in b]) + tf.expand_dims(terms.prior_var, -1)
             G = None
             if self.use_stripes and l > 0:
                 cross = tf.stack([_block_dots(b, projected[lp]) for lp in range(l)], axis=-1)  # [S, N, tau, l]
-                G, shift = whiten_cross_covariance(chol, cross[..., None, :], eps_prev)
-                mean = mean + shift[..., 0]
+                G, shift = whiten_cross_covariance(chol, tf.expand_dims(cross, -2), eps_prev)
+                mean = mean + tf.squeeze(shift, -1)
                 var = var - tf.reduce_sum(tf.square(G), axis=[-2, -1])
             sd = tf.sqrt(tf.maximum(var, 0.0) + jitter)
             eps = source.normal(f"f/{l}", tf.shape(mean), dtype)
@@ -795,19 +795,19 @@ class StripesArrowPosterior(_StructuredPosterior):
             if not track:
                 continue
             if chol is None:
-                chol, eps_prev = sd[..., None, None], eps[..., None]
+                chol, eps_prev = tf.expand_dims(tf.expand_dims(sd, -1), -1), tf.expand_dims(eps, -1)
             else:
                 if G is None:  # no stripes: independent of the earlier hidden layers
                     G = tf.zeros(tf.concat([tf.shape(eps_prev)[:-1], [1, l]], 0), dtype=dtype)
-                chol = append_to_cholesky(chol, G, sd[..., None, None])
-                eps_prev = tf.concat([eps_prev, eps[..., None]], axis=-1)
+                chol = append_to_cholesky(chol, G, tf.expand_dims(tf.expand_dims(sd, -1), -1))
+                eps_prev = tf.concat([eps_prev, tf.expand_dims(eps, -1)], axis=-1)
 
         terms = _layer_terms(self.layers[L - 1], F, prior_chols[L - 1])
         Lk = terms.prior_chol
         mu_white = self._white_mean(Lk, mu[T - 1 :])  # [1, M]
         mean = terms.mean + tf.linalg.matmul(terms.A, mu_white, transpose_a=True, transpose_b=True)  # [S, N, 1]
         own_white = self._white(Lk, diag[T - 1 :])  # [1, M, M]
-        b_own = tf.linalg.matmul(terms.A, own_white[0], transpose_a=True)  # [S, N, M]
+        b_own = tf.linalg.matmul(terms.A, tf.squeeze(own_white, 0), transpose_a=True)  # [S, N, M]
         var = tf.reduce_sum(tf.square(b_own), axis=-1) + terms.prior_var  # [S, N]
         out_rows = own_white
         if self.use_arrow:
@@ -819,10 +819,10 @@ class StripesArrowPosterior(_StructuredPosterior):
                 _block_dots(b_out[self._first_block_layer(lp) : lp + 1], projected[lp])
                 for lp in range(L - 1)
             ], axis=-1)  # [S, N, tau, L-1]
-            G, shift = whiten_cross_covariance(chol, cross[..., None, :], eps_prev)
-            mean = mean + tf.reduce_sum(shift[..., 0], axis=-1)[..., None]
+            G, shift = whiten_cross_covariance(chol, tf.expand_dims(cross, -2), eps_prev)
+            mean = mean + tf.reduce_sum(tf.squeeze(shift, -1), axis=-1, keepdims=True)
             var = var - tf.reduce_sum(tf.square(G), axis=[-3, -2, -1])
-        var = tf.maximum(var, 0.0)[..., None]
+        var = tf.expand_dims(tf.maximum(var, 0.0), -1)
         samples.append(self.sample_last_layer(mean, var, source))
         white.append((None if self.whiten else Lk, mu_white, out_rows))
         kl = tf.fill([S], self._kl_from_white(white))

@@ -189,7 +189,7 @@ class SamplerStep(TrainStep):
 
     Draws: step ``t``'s noise source (:func:`~.batches.step_noise`, or ``stream``'s) is split in
     two, one for the chain's move (its hidden-layer draws and the momentum noise
-    ``"sghmc/{l}"``), one for the hyperparameter step (its hidden-layer draws and the window
+    ``"sghmc/move"``), one for the hyperparameter step (its hidden-layer draws and the window
     member, ``"sghmc/window"``); every draw is stateless in ``(seed, t)``.
 
     :param optimizer: Adam on ``variables``, or ``None``: no hyperparameter step (sample collection).

@@ -144,7 +144,7 @@ def test_the_scale_adapted_update_is_springenbergs_step_for_step():
     for t, z in enumerate(zs):
         V = posterior.inducing_outputs[0].numpy()
         grad_per_point = grad_U(V) / N
-        posterior.sghmc_step([tf.constant(grad_per_point)], FixedNoise({"sghmc/0": z}), N, adapt=t < 30)
+        posterior.sghmc_step([tf.constant(grad_per_point)], FixedNoise({"sghmc/move": z.reshape(-1)}), N, adapt=t < 30)
         got.append(posterior.inducing_outputs[0].numpy())
     want = _springenberg_numpy(V0, grad_U, zs, eps=0.05, alpha=0.1, N=N, adapt_steps=30)
     np.testing.assert_allclose(np.array(got), want, rtol=1e-9, atol=1e-12)
@@ -260,6 +260,26 @@ def test_the_chain_is_never_adams(rng):
     gpflow.set_trainable(model, True)  # even then: the chain is not the optimiser's
     assert any(id(v) in chain for v in model.trainable_variables)
     assert not any(id(v) in chain for v in _trainable_variables(model))
+
+
+def test_a_checkpoint_with_per_variable_momenta_and_statistics_fails_to_resume(rng, tmp_path):
+    """The momenta and adaptation statistics are one flat vector each over the chain variables; a
+    checkpoint of the earlier layout (one per chain variable) is refused, not half restored."""
+    X, Y = _toy(rng)
+
+    def build():
+        return dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=6, seed=0, window_size=8)
+
+    old = build()
+    post = old.posterior
+    for name, value in (("momenta", 0.0), ("adaptation_window", 1.0), ("gradient_mean", 1.0),
+                        ("gradient_square", 1.0)):
+        setattr(post, name, [tf.Variable(tf.fill(v.shape, tf.constant(value, tf.float64)), trainable=False)
+                             for v in post.chain_variables()])
+    tf.train.Checkpoint(model=old, step=tf.Variable(5, dtype=tf.int64)).save(str(tmp_path / "ckpt"))
+    with pytest.raises(ValueError, match="does not match this run's model"):
+        dg.fit(build(), (X, Y), steps=10, batch_size=15, seed=4, progress=False, checkpoint_dir=tmp_path,
+               checkpoint_every=5)
 
 
 @pytest.mark.slow  # three fits with checkpoints: `make test-all` (fit drives the chain in make test too)
