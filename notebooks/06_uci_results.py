@@ -191,10 +191,9 @@ md_table(["model", "dataset", "method", "depth", "steps run", "splits", "steps t
 # diagonal are calibrated, below it overconfident), pooled over the splits run.
 
 # %%
-if extrapolation:
-    text = uci.render_extrapolation(extrapolation)
-    display(Markdown(text.split("Plot:")[0]))
-    runs = uci._extrapolation_runs(extrapolation)
+def plot_extrapolation_calibration(records, title):
+    """Coverage against nominal probability per dataset, one line per (method, depth)."""
+    runs = uci._extrapolation_runs(records)
     names = sorted({k[0] for k in runs})
     fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
     for ax, d in zip(axes[0], names):
@@ -203,10 +202,16 @@ if extrapolation:
                 lv, ob = dg_metrics.calibration_curve(np.concatenate([r["test_pit"] for r in rs]))
                 ax.plot(np.r_[0, lv], np.r_[0, ob], "o-", ms=3, color=f"C{i}", label=f"{m}-{depth}, {len(rs)} splits")
         ax.plot([0, 1], [0, 1], "k--", lw=1)
-        ax.set(title=f"{d}, extrapolation", xlabel="nominal coverage", ylabel="observed coverage")
+        ax.set(title=f"{d}, {title}", xlabel="nominal coverage", ylabel="observed coverage")
         ax.legend(fontsize=7)
     plt.tight_layout()
     plt.show()
+
+
+if extrapolation:
+    text = uci.render_extrapolation(extrapolation)
+    display(Markdown(text.split("Plot:")[0]))
+    plot_extrapolation_calibration(extrapolation, "extrapolation")
 else:
     print("no extrapolation lines yet")
 
@@ -400,20 +405,8 @@ if lindinger:
                     if name.startswith("extrapolation-lindinger-"))
     print(f"{len(lindinger)} lines in {LINDINGER.name} (the two groups plan {n_planned} runs)")
     display(Markdown(uci.render_extrapolation(lindinger).split("Plot:")[0].replace("\n## ", "\n### ", 1)))
+    plot_extrapolation_calibration(lindinger, "extrapolation, Lindinger et al.'s protocol")
     runs = uci._extrapolation_runs(lindinger)
-    names = sorted({k[0] for k in runs})
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-    for ax, d in zip(axes[0], names):
-        for i, ((d2, depth, steps, m), rs) in enumerate(sorted(runs.items())):
-            if d2 == d:
-                lv, ob = dg_metrics.calibration_curve(np.concatenate([r["test_pit"] for r in rs]))
-                ax.plot(np.r_[0, lv], np.r_[0, ob], "o-", ms=3, color=f"C{i}", label=f"{m}-{depth}, {len(rs)} splits")
-        ax.plot([0, 1], [0, 1], "k--", lw=1)
-        ax.set(title=f"{d}, extrapolation, Lindinger et al.'s protocol", xlabel="nominal coverage",
-               ylabel="observed coverage")
-        ax.legend(fontsize=7)
-    plt.tight_layout()
-    plt.show()
     comparison = []
     for (d, depth, steps, m), star in sorted(runs.items()):
         if not m.startswith("stripes_arrow"):
