@@ -111,13 +111,25 @@ def constant_diagonal(kernel) -> Optional[tf.Tensor]:
     return None
 
 
-def _batched_square_distance(X: tf.Tensor, Z: tf.Tensor) -> tf.Tensor:
-    """||x - z||^2 for paired batches: X [..., N, D], Z [..., M, D] -> [..., N, M]."""
+def _batched_square_distance(X: tf.Tensor, Z: tf.Tensor, clamp: bool = True) -> tf.Tensor:
+    """||x - z||^2 for paired batches: X [..., N, D], Z [..., M, D] -> [..., N, M].
+
+    Round-off can leave an entry slightly below zero (about -1e-15 relative in float64); with
+    ``clamp`` it is set to zero, which a kernel of ``sqrt(r2)`` (the Matern family) needs. The
+    squared exponential's ``exp(-r2 / 2)`` takes such an entry as it is (a relative change of the
+    same size), and its callers pass ``clamp=False``: the clamp and its gradient's mask are three
+    data-sized ops per kernel evaluation (:func:`_needs_clamp`)."""
     Xs = tf.reduce_sum(tf.square(X), axis=-1, keepdims=True)  # [..., N, 1]
     Zs = tf.expand_dims(tf.reduce_sum(tf.square(Z), axis=-1), -2)  # [..., 1, M]
     cross = tf.matmul(X, Z, transpose_b=True)
     dist = Xs + Zs - 2.0 * cross
-    return tf.maximum(dist, 0.0)
+    return tf.maximum(dist, 0.0) if clamp else dist
+
+
+def _needs_clamp(kernel) -> bool:
+    """Whether ``kernel.K_r2`` needs ``r2 >= 0`` exactly (every kernel but the squared
+    exponential, whose ``exp(-r2 / 2)`` is smooth through zero)."""
+    return type(kernel) is not gpflow.kernels.SquaredExponential
 
 
 def _cross(kernel, X, Z):
@@ -138,7 +150,7 @@ def _cross(kernel, X, Z):
         return tf.matmul(X * _read(kernel.variance), Z, transpose_b=True)
     if isinstance(kernel, gpflow.kernels.IsotropicStationary):
         lengthscales = _lengthscales(kernel)
-        return _K_r2(kernel, _batched_square_distance(X / lengthscales, Z / lengthscales))
+        return _K_r2(kernel, _batched_square_distance(X / lengthscales, Z / lengthscales, _needs_clamp(kernel)))
     raise TypeError(
         f"kernel {type(kernel).__name__} has no sample-batched evaluation; supported: "
         + ", ".join(SUPPORTED_KERNELS)
@@ -193,7 +205,7 @@ def _sym(kernel, X):
         return _read(kernel.variance) * eye
     if isinstance(kernel, gpflow.kernels.IsotropicStationary):
         scaled = X / _lengthscales(kernel)  # one read, one scaling, for both sides
-        return _K_r2(kernel, _batched_square_distance(scaled, scaled))
+        return _K_r2(kernel, _batched_square_distance(scaled, scaled, _needs_clamp(kernel)))
     return _cross(kernel, X, X)
 
 

@@ -84,3 +84,26 @@ def test_shared_parameter_reads_read_each_parameter_once_per_pass():
     for a, b in zip(g1, g2):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-12)
     assert constant_diagonal(gpflow.kernels.Linear()) is None
+
+
+@pytest.mark.parametrize("make", [KERNELS[0], KERNELS[1]], ids=["squared_exponential", "matern52"])
+def test_coincident_inputs_give_the_prior_variance_and_finite_gradients(make, rng):
+    """Rows of X repeated in Z (distance 0 up to round-off, which can leave it slightly negative):
+    the cross-covariance there is the prior variance to 1e-12, and the gradient in the inputs is
+    finite: the squared exponential takes the unclamped distance, the Matern kernel (sqrt of it)
+    the clamped one."""
+    import tensorflow as tf
+
+    kernel = make()
+    X = tf.constant(rng.normal(size=(2, 5, 3)) * 3.0)
+    Z = tf.concat([X[:, :3], tf.constant(rng.normal(size=(2, 2, 3)))], axis=1)
+    with tf.GradientTape() as tape:
+        tape.watch(X)
+        K = batched_K(kernel, X, Z)
+        total = tf.reduce_sum(K)
+    grad = tape.gradient(total, X).numpy()
+    variance = float(kernel.variance.numpy())
+    for s in range(2):
+        np.testing.assert_allclose(np.diag(K.numpy()[s, :3, :3]), variance, rtol=1e-12)
+        np.testing.assert_allclose(K.numpy()[s], kernel.K(X[s], Z[s]), rtol=1e-12, atol=1e-14)
+    assert np.all(np.isfinite(grad))
