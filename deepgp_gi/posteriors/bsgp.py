@@ -70,6 +70,7 @@ import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import gpflow
+import numpy as np
 import tensorflow as tf
 
 from ..kernels import _batched_square_distance
@@ -77,7 +78,7 @@ from ..linalg import add_jitter, safe_cholesky
 from ..validation import check_choice
 from .base import Propagation
 from .conditionals import conditional_mean, sample_rows, whitened_projection
-from .sghmc import MOMENTUM_DECAY, STEP_SIZE, SGHMCPosterior
+from .sghmc import MOMENTUM_DECAY, STEP_SIZE, FixedTerms, FlatGaussianPrior, SGHMCPosterior
 
 __all__ = ["BSGPPosterior", "INDUCING_PRIORS"]
 
@@ -241,6 +242,41 @@ class BSGPPosterior(SGHMCPosterior):
                             name=f"K_uu of layer {self.layers[l].name}")
         return ell, var, white, L_K
 
+    def flat_gaussian_prior(self) -> FlatGaussianPrior:
+        """The prior's Gaussian factors over the flat state: ``N(0, 1)`` on every entry of ``V``
+        (and of ``Z`` under the normal inducing prior; the uniform and determinantal priors have
+        none there), the normal priors on the log lengthscales and log variances."""
+        V, Z, log_ell, log_var = self.split_state(self.chain_variables())
+        normal_Z = self.inducing_prior == "normal"
+        segments = ([(v, 0.0, 1.0) for v in V] + [(z, 0.0, 1.0 if normal_Z else None) for z in Z]
+                    + [(x, *self.log_lengthscale_prior) for x in log_ell]
+                    + [(x, *self.log_variance_prior) for x in log_var])
+        loc, precision, constant = [], [], 0.0
+        for v, mean, sd in segments:
+            n = v.shape.num_elements()
+            loc.append(np.full(n, mean))
+            precision.append(np.full(n, 0.0 if sd is None else sd ** -2.0))
+            if sd is not None:
+                constant -= n * (math.log(sd) + 0.5 * math.log(2.0 * math.pi))
+        loc, precision = np.concatenate(loc), np.concatenate(precision)
+        return FlatGaussianPrior(None if not loc.any() else loc, None if np.all(precision == 1.0) else precision,
+                                 constant)
+
+    def fixed_terms(self, X, num_samples: int = 1) -> Optional[FixedTerms]:
+        """None: every term of a pass depends on the state (``Z`` and the hyperparameters are sampled)."""
+        return None
+
+    def _determinantal_log_prior(self, Z, log_ell, log_var, batched: bool,
+                                 choleskies: Optional[Sequence[tf.Tensor]]) -> tf.Tensor:
+        """``sum_l log det K(Z_l, Z_l)`` (with the white terms and jitter) of the determinantal
+        inducing prior, from the states' ``L_K`` (``choleskies``) when given."""
+        terms = []
+        for l in range(self.depth):
+            L_K = choleskies[l] if choleskies is not None else self._layer_kernel(
+                l, Z[l], log_ell[l], log_var[l], batched)[-1]
+            terms.append(2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_K)), axis=-1))
+        return tf.add_n(terms)
+
     def log_prior(self, state: Sequence, choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
         """``log p(V, Z, theta)`` of a chain state (module docs): a scalar for one state, ``[S]`` for
         per-sample values with a leading axis. ``choleskies`` (the states' ``L_K``) saves their
@@ -254,19 +290,22 @@ class BSGPPosterior(SGHMCPosterior):
             base_rank = self.layers[l].inducing_variable.Z.shape.rank
             if self.inducing_prior == "normal":
                 lp += _normal_log_density(Z[l], 0.0, 1.0, base_rank)
-            elif self.inducing_prior == "determinantal":
-                L_K = choleskies[l] if choleskies is not None else self._layer_kernel(
-                    l, Z[l], log_ell[l], log_var[l], batched)[-1]
-                lp += 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_K)), axis=-1)
             lp += _normal_log_density(log_ell[l], ell_loc, ell_scale, log_ell[l].shape.rank - int(batched))
             lp += _normal_log_density(log_var[l], var_loc, var_scale, 0)
+        if self.inducing_prior == "determinantal":
+            lp += self._determinantal_log_prior(Z, log_ell, log_var, batched, choleskies)
         return lp
 
-    def propagate_given(self, X, state: Sequence, num_samples: int = 1, seed=None) -> Propagation:
+    def propagate_given(self, X, state: Sequence, num_samples: int = 1, seed=None,
+                        fixed: Optional[FixedTerms] = None, gaussian_prior: bool = True) -> Propagation:
         """Push ``X`` through the layers at the chain state ``state`` (:meth:`chain_variables`'
         order; one value shared by the samples, or ``[S, ...]`` per sample): hidden layers sampled
         (noise ``"f/{l}"``), the last layer's conditional marginals returned with a sample; ``kl``
-        is ``-log p(V, Z, theta)`` per sample."""
+        is ``-log p(V, Z, theta)`` per sample. ``fixed`` must be None (:meth:`fixed_terms`);
+        ``gaussian_prior=False`` leaves the prior's Gaussian factors (:meth:`flat_gaussian_prior`)
+        out of ``kl``: what is left is the determinantal prior's, or nothing."""
+        if fixed is not None:
+            raise ValueError("BSGP has no state-free terms to share (fixed_terms is None)")
         V, Z, log_ell, log_var = self.split_state(state)
         batched = tf.convert_to_tensor(V[0]).shape.rank == 3
         source, F = self._start(X, num_samples, seed)
@@ -286,5 +325,11 @@ class BSGPPosterior(SGHMCPosterior):
                 samples.append(F)
         var_rows = tf.maximum(var_rows, 0.0)
         samples.append(self.sample_last_layer(mean, var_rows, source))
-        kl = tf.broadcast_to(-self.log_prior(state, choleskies), [num_samples])
+        if gaussian_prior:
+            kl = tf.broadcast_to(-self.log_prior(state, choleskies), [num_samples])
+        elif self.inducing_prior == "determinantal":
+            kl = tf.broadcast_to(-self._determinantal_log_prior(Z, log_ell, log_var, batched, choleskies),
+                                 [num_samples])
+        else:
+            kl = tf.zeros([num_samples], mean.dtype)
         return Propagation(samples=samples, mean=mean, var=var_rows, kl=kl)
