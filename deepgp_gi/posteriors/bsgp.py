@@ -227,9 +227,11 @@ class BSGPPosterior(SGHMCPosterior):
 
     # ------------------------------------------------------------------ densities and propagation
     def _layer_kernel(self, l: int, Z, log_ell, log_var, batched: bool):
-        """``(lengthscales, variance, white, L_K)`` of layer ``l`` at one state: shaped to broadcast
-        against ``[S, N, D]`` rows when ``batched`` (``[S, 1, D or 1]``, ``[S, 1, 1]``), plain
-        otherwise; ``L_K = chol(sigma^2 k(Z, Z) + (white + jitter) I)``, ``[S, M, M]`` or ``[M, M]``."""
+        """``(lengthscales, variance, white, Z / lengthscales, L_K)`` of layer ``l`` at one state:
+        shaped to broadcast against ``[S, N, D]`` rows when ``batched`` (``[S, 1, D or 1]``,
+        ``[S, 1, 1]``), plain otherwise; ``L_K = chol(sigma^2 k(Z, Z) + (white + jitter) I)``,
+        ``[S, M, M]`` or ``[M, M]``; the scaled ``Z`` serves ``K(Z, F)`` too (one division and
+        one gradient of it)."""
         stationary, whites = self._kernel_parts(l)
         ell, var = tf.exp(log_ell), tf.exp(log_var)
         if batched:
@@ -240,7 +242,7 @@ class BSGPPosterior(SGHMCPosterior):
         white = tf.add_n([tf.convert_to_tensor(w.variance) for w in whites]) if whites else 0.0
         L_K = safe_cholesky(add_jitter(Kzz, white + gpflow.config.default_jitter()),
                             name=f"K_uu of layer {self.layers[l].name}")
-        return ell, var, white, L_K
+        return ell, var, white, Zs, L_K
 
     def flat_gaussian_prior(self) -> FlatGaussianPrior:
         """The prior's Gaussian factors over the flat state: ``N(0, 1)`` on every entry of ``V``
@@ -312,9 +314,9 @@ class BSGPPosterior(SGHMCPosterior):
         jitter = gpflow.config.default_jitter()
         samples, choleskies = [], []
         for l, layer in enumerate(self.layers):
-            ell, var, white, L_K = self._layer_kernel(l, Z[l], log_ell[l], log_var[l], batched)
+            ell, var, white, Zs, L_K = self._layer_kernel(l, Z[l], log_ell[l], log_var[l], batched)
             choleskies.append(L_K)
-            Kzf = var * _unit_profile(self._stationary(l), _batched_square_distance(Z[l] / ell, F / ell))
+            Kzf = var * _unit_profile(self._stationary(l), _batched_square_distance(Zs, F / ell))
             A = whitened_projection(L_K, Kzf)
             mean = conditional_mean(A, V[l], layer.mean(F))
             prior_var = (tf.squeeze(var, -1) if batched else var) + white  # k(x, x): [S, 1] or a scalar
