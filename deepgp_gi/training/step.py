@@ -230,14 +230,15 @@ class SamplerStep(TrainStep):
         super().__init__(model, optimizer, variables, step_counter, **kwargs)
 
     def step_sources(self, step):
-        """``(chain noise, hyperparameter noise)`` of step ``step``: two names spaces of one source."""
+        """``(chain noise, hyperparameter noise)`` of step ``step``: two name spaces of one source."""
         from ..noise import SeededNoise
 
         if self.stream is None:
             source = step_noise(self.seed, step)
         else:
             stream = tf.constant([self.seed, self.stream], tf.int64)
-            source = SeededNoise(tf.random.experimental.stateless_fold_in(stream, tf.cast(step, tf.int64), alg="philox"))
+            seed = tf.random.experimental.stateless_fold_in(stream, tf.cast(step, tf.int64), alg="philox")
+            source = SeededNoise(seed)
         return _Renamed(source, "chain/"), _Renamed(source, "hyper/")
 
     def log_joint_terms(self, X_b, Y_b, V, noise, fixed=None, gaussian_prior=True):
