@@ -70,6 +70,7 @@ import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import gpflow
+import numpy as np
 import tensorflow as tf
 
 from ..kernels import _batched_square_distance
@@ -77,7 +78,7 @@ from ..linalg import add_jitter, safe_cholesky
 from ..validation import check_choice
 from .base import Propagation
 from .conditionals import conditional_mean, sample_rows, whitened_projection
-from .sghmc import MOMENTUM_DECAY, STEP_SIZE, SGHMCPosterior
+from .sghmc import MOMENTUM_DECAY, STEP_SIZE, FixedTerms, FlatGaussianPrior, SGHMCPosterior
 
 __all__ = ["BSGPPosterior", "INDUCING_PRIORS"]
 
@@ -226,9 +227,11 @@ class BSGPPosterior(SGHMCPosterior):
 
     # ------------------------------------------------------------------ densities and propagation
     def _layer_kernel(self, l: int, Z, log_ell, log_var, batched: bool):
-        """``(lengthscales, variance, white, L_K)`` of layer ``l`` at one state: shaped to broadcast
-        against ``[S, N, D]`` rows when ``batched`` (``[S, 1, D or 1]``, ``[S, 1, 1]``), plain
-        otherwise; ``L_K = chol(sigma^2 k(Z, Z) + (white + jitter) I)``, ``[S, M, M]`` or ``[M, M]``."""
+        """``(lengthscales, variance, white, Z / lengthscales, L_K)`` of layer ``l`` at one state:
+        shaped to broadcast against ``[S, N, D]`` rows when ``batched`` (``[S, 1, D or 1]``,
+        ``[S, 1, 1]``), plain otherwise; ``L_K = chol(sigma^2 k(Z, Z) + (white + jitter) I)``,
+        ``[S, M, M]`` or ``[M, M]``; the scaled ``Z`` serves ``K(Z, F)`` too (one division and
+        one gradient of it)."""
         stationary, whites = self._kernel_parts(l)
         ell, var = tf.exp(log_ell), tf.exp(log_var)
         if batched:
@@ -239,7 +242,42 @@ class BSGPPosterior(SGHMCPosterior):
         white = tf.add_n([tf.convert_to_tensor(w.variance) for w in whites]) if whites else 0.0
         L_K = safe_cholesky(add_jitter(Kzz, white + gpflow.config.default_jitter()),
                             name=f"K_uu of layer {self.layers[l].name}")
-        return ell, var, white, L_K
+        return ell, var, white, Zs, L_K
+
+    def flat_gaussian_prior(self) -> FlatGaussianPrior:
+        """The prior's Gaussian factors over the flat state: ``N(0, 1)`` on every entry of ``V``
+        (and of ``Z`` under the normal inducing prior; the uniform and determinantal priors have
+        none there), the normal priors on the log lengthscales and log variances."""
+        V, Z, log_ell, log_var = self.split_state(self.chain_variables())
+        normal_Z = self.inducing_prior == "normal"
+        segments = ([(v, 0.0, 1.0) for v in V] + [(z, 0.0, 1.0 if normal_Z else None) for z in Z]
+                    + [(x, *self.log_lengthscale_prior) for x in log_ell]
+                    + [(x, *self.log_variance_prior) for x in log_var])
+        loc, precision, constant = [], [], 0.0
+        for v, mean, sd in segments:
+            n = v.shape.num_elements()
+            loc.append(np.full(n, mean))
+            precision.append(np.full(n, 0.0 if sd is None else sd ** -2.0))
+            if sd is not None:
+                constant -= n * (math.log(sd) + 0.5 * math.log(2.0 * math.pi))
+        loc, precision = np.concatenate(loc), np.concatenate(precision)
+        return FlatGaussianPrior(None if not loc.any() else loc, None if np.all(precision == 1.0) else precision,
+                                 constant)
+
+    def fixed_terms(self, X, num_samples: int = 1) -> Optional[FixedTerms]:
+        """None: every term of a pass depends on the state (``Z`` and the hyperparameters are sampled)."""
+        return None
+
+    def _determinantal_log_prior(self, Z, log_ell, log_var, batched: bool,
+                                 choleskies: Optional[Sequence[tf.Tensor]]) -> tf.Tensor:
+        """``sum_l log det K(Z_l, Z_l)`` (with the white terms and jitter) of the determinantal
+        inducing prior, from the states' ``L_K`` (``choleskies``) when given."""
+        terms = []
+        for l in range(self.depth):
+            L_K = choleskies[l] if choleskies is not None else self._layer_kernel(
+                l, Z[l], log_ell[l], log_var[l], batched)[-1]
+            terms.append(2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_K)), axis=-1))
+        return tf.add_n(terms)
 
     def log_prior(self, state: Sequence, choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
         """``log p(V, Z, theta)`` of a chain state (module docs): a scalar for one state, ``[S]`` for
@@ -254,28 +292,31 @@ class BSGPPosterior(SGHMCPosterior):
             base_rank = self.layers[l].inducing_variable.Z.shape.rank
             if self.inducing_prior == "normal":
                 lp += _normal_log_density(Z[l], 0.0, 1.0, base_rank)
-            elif self.inducing_prior == "determinantal":
-                L_K = choleskies[l] if choleskies is not None else self._layer_kernel(
-                    l, Z[l], log_ell[l], log_var[l], batched)[-1]
-                lp += 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_K)), axis=-1)
             lp += _normal_log_density(log_ell[l], ell_loc, ell_scale, log_ell[l].shape.rank - int(batched))
             lp += _normal_log_density(log_var[l], var_loc, var_scale, 0)
+        if self.inducing_prior == "determinantal":
+            lp += self._determinantal_log_prior(Z, log_ell, log_var, batched, choleskies)
         return lp
 
-    def propagate_given(self, X, state: Sequence, num_samples: int = 1, seed=None) -> Propagation:
+    def propagate_given(self, X, state: Sequence, num_samples: int = 1, seed=None,
+                        fixed: Optional[FixedTerms] = None, gaussian_prior: bool = True) -> Propagation:
         """Push ``X`` through the layers at the chain state ``state`` (:meth:`chain_variables`'
         order; one value shared by the samples, or ``[S, ...]`` per sample): hidden layers sampled
         (noise ``"f/{l}"``), the last layer's conditional marginals returned with a sample; ``kl``
-        is ``-log p(V, Z, theta)`` per sample."""
+        is ``-log p(V, Z, theta)`` per sample. ``fixed`` must be None (:meth:`fixed_terms`);
+        ``gaussian_prior=False`` leaves the prior's Gaussian factors (:meth:`flat_gaussian_prior`)
+        out of ``kl``: what is left is the determinantal prior's, or nothing."""
+        if fixed is not None:
+            raise ValueError("BSGP has no state-free terms to share (fixed_terms is None)")
         V, Z, log_ell, log_var = self.split_state(state)
         batched = tf.convert_to_tensor(V[0]).shape.rank == 3
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
         samples, choleskies = [], []
         for l, layer in enumerate(self.layers):
-            ell, var, white, L_K = self._layer_kernel(l, Z[l], log_ell[l], log_var[l], batched)
+            ell, var, white, Zs, L_K = self._layer_kernel(l, Z[l], log_ell[l], log_var[l], batched)
             choleskies.append(L_K)
-            Kzf = var * _unit_profile(self._stationary(l), _batched_square_distance(Z[l] / ell, F / ell))
+            Kzf = var * _unit_profile(self._stationary(l), _batched_square_distance(Zs, F / ell))
             A = whitened_projection(L_K, Kzf)
             mean = conditional_mean(A, V[l], layer.mean(F))
             prior_var = (tf.squeeze(var, -1) if batched else var) + white  # k(x, x): [S, 1] or a scalar
@@ -286,5 +327,11 @@ class BSGPPosterior(SGHMCPosterior):
                 samples.append(F)
         var_rows = tf.maximum(var_rows, 0.0)
         samples.append(self.sample_last_layer(mean, var_rows, source))
-        kl = tf.broadcast_to(-self.log_prior(state, choleskies), [num_samples])
+        if gaussian_prior:
+            kl = tf.broadcast_to(-self.log_prior(state, choleskies), [num_samples])
+        elif self.inducing_prior == "determinantal":
+            kl = tf.broadcast_to(-self._determinantal_log_prior(Z, log_ell, log_var, batched, choleskies),
+                                 [num_samples])
+        else:
+            kl = tf.zeros([num_samples], mean.dtype)
         return Propagation(samples=samples, mean=mean, var=var_rows, kl=kl)

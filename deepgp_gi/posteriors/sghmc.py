@@ -73,9 +73,10 @@ to Adam (:meth:`SGHMCPosterior.sampler_variables`).
 from __future__ import annotations
 
 import math
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
+import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
@@ -90,7 +91,7 @@ from .conditionals import (
     whitened_projection,
 )
 
-__all__ = ["SGHMCPosterior", "SamplerState", "scale_adapted_sghmc", "uniform_index"]
+__all__ = ["SGHMCPosterior", "SamplerState", "FixedTerms", "FlatGaussianPrior", "scale_adapted_sghmc", "uniform_index"]
 
 #: Default step size ``eps`` and momentum decay ``alpha`` (Havasi et al.'s code) and window size.
 STEP_SIZE = 0.01
@@ -106,6 +107,27 @@ class SamplerState(NamedTuple):
     xi: object
     g: object
     g2: object
+
+
+class FixedTerms(NamedTuple):
+    """What a pass through the layers computes that does not depend on the chain's inducing outputs
+    ``V`` (:meth:`SGHMCPosterior.fixed_terms`): a sampler step's two passes share it."""
+
+    #: every layer's ``L_K = chol(K(Z, Z) + jitter I)``, ``[M_l, M_l]``
+    choleskies: List[tf.Tensor]
+    #: the first layer's ``(A [S, M, N], m(X) [S, N, D_0], k(x, x) - |A|^2 [S, N])`` on the inputs
+    first: Tuple[tf.Tensor, tf.Tensor, tf.Tensor]
+
+
+class FlatGaussianPrior(NamedTuple):
+    """The Gaussian factors of a chain's prior over its flat state (:meth:`SGHMCPosterior.flat_gaussian_prior`):
+    ``log p_G(theta) = constant - 0.5 sum precision (theta - loc)^2``, NumPy ``[n]`` vectors over the
+    flat state (``None``: all zeros for ``loc``, all ones for ``precision``; a precision of 0
+    marks an entry no Gaussian factor covers)."""
+
+    loc: Optional[np.ndarray]
+    precision: Optional[np.ndarray]
+    constant: float
 
 
 def scale_adapted_sghmc(state: SamplerState, grad, z, *, step_size: float, momentum_decay: float, num_data,
@@ -216,10 +238,13 @@ class SGHMCPosterior(DeepPosterior):
         """How many window slots hold a state, ``min(count, window_size)`` (int32)."""
         return tf.cast(tf.minimum(self.window_count, self.window_size), tf.int32)
 
-    def push_window(self) -> None:
-        """Store the chain's current state in the window (a ring buffer of the last states)."""
+    def push_window(self, values: Optional[Sequence[tf.Tensor]] = None) -> None:
+        """Store the chain's current state in the window (a ring buffer of the last states):
+        ``values`` (one per chain variable, the state just assigned: saves reading it back), or
+        the chain variables."""
+        values = self.chain_variables() if values is None else values
         slot = tf.cast(self.window_count % self.window_size, tf.int32)
-        for W, V in zip(self.window, self.chain_variables()):
+        for W, V in zip(self.window, values):
             W.scatter_nd_update([[slot]], tf.expand_dims(V, 0))
         self.window_count.assign_add(1)
 
@@ -250,36 +275,58 @@ class SGHMCPosterior(DeepPosterior):
             return [W[:filled] for W in self.window]
         return [V[None] for V in self.chain_variables()]
 
+    def flat_state(self, values: Sequence) -> tf.Tensor:
+        """The chain state ``values`` (one per chain variable, :meth:`chain_variables`' order, no
+        sample axis) flattened and concatenated, ``[n]``: the layout of the momenta and statistics."""
+        return tf.concat([tf.reshape(v, [-1]) for v in values], axis=0)
+
     def sghmc_step(self, grads: Sequence[tf.Tensor], noise, num_data, adapt: bool) -> None:
         """Move the chain one scale-adapted SGHMC step (:func:`scale_adapted_sghmc`) with the
         per-point-loss gradients ``grads`` (one per chain variable), and push the new state into
-        the window. The update runs once on the chain variables and their gradients flattened and
-        concatenated in :meth:`chain_variables`' order, with one draw ``"sghmc/move"`` of that
-        length from ``noise``. A variable that :meth:`chain_moves` marks as held keeps its value
-        and statistics."""
+        the window (:meth:`sghmc_move` on the flattened variables and gradients)."""
+        self.sghmc_move(self.flat_state(self.chain_variables()), self.flat_state(grads), noise, num_data, adapt)
+
+    def sghmc_move(self, theta: tf.Tensor, grad: tf.Tensor, noise, num_data, adapt: bool) -> None:
+        """:meth:`sghmc_step` on the flat state ``theta`` ``[n]`` (the chain variables' current values,
+        :meth:`flat_state`) and its flat per-point-loss gradient ``grad`` ``[n]``. The update runs
+        once over every chain variable, with one draw ``"sghmc/move"`` of length ``n`` from
+        ``noise``; the new values are assigned and pushed into the window as computed (not read
+        back). A variable that :meth:`chain_moves` marks as held keeps its value and statistics."""
         variables, moves = self.chain_variables(), self.chain_moves()
         sizes = [v.shape.num_elements() for v in variables]
-
-        def flat(values):
-            return tf.concat([tf.reshape(v, [-1]) for v in values], axis=0)
-
-        state = SamplerState(flat(variables), *(tf.convert_to_tensor(s[0]) for s in (
+        state = SamplerState(theta, *(tf.convert_to_tensor(s[0]) for s in (
             self.momenta, self.adaptation_window, self.gradient_mean, self.gradient_square)))
         z = noise.normal("sghmc/move", [sum(sizes)], self.dtype)
-        new = scale_adapted_sghmc(state, flat(grads), z, step_size=self.step_size,
+        new = scale_adapted_sghmc(state, grad, z, step_size=self.step_size,
                                   momentum_decay=self.momentum_decay, num_data=num_data, adapt=adapt)
         if not all(moves):
             held = tf.constant([not m for m, n in zip(moves, sizes) for _ in range(n)])
             new = SamplerState(*(tf.where(held, old, value) for old, value in zip(state, new)))
-        for theta, value, moving in zip(variables, tf.split(new.theta, sizes), moves):
+        values = [tf.reshape(value, v.shape) for v, value in zip(variables, tf.split(new.theta, sizes))]
+        for theta_var, value, moving in zip(variables, values, moves):
             if moving:
-                theta.assign(tf.reshape(value, theta.shape))
+                theta_var.assign(value)
         self.momenta[0].assign(new.p)
         if adapt:
             self.adaptation_window[0].assign(new.xi)
             self.gradient_mean[0].assign(new.g)
             self.gradient_square[0].assign(new.g2)
-        self.push_window()
+        self.push_window(values)
+
+    def flat_gaussian_prior(self) -> FlatGaussianPrior:
+        """The prior's Gaussian factors over the flat state: SGHMC's ``N(0, I)`` on every ``V_l``."""
+        n = sum(v.shape.num_elements() for v in self.chain_variables())
+        return FlatGaussianPrior(None, None, -0.5 * n * math.log(2.0 * math.pi))
+
+    def gaussian_log_prior(self, theta: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """``(log p_G(theta), precision (theta - loc))`` of the flat state ``theta`` ``[n]``
+        (:meth:`flat_gaussian_prior`): the Gaussian factors' log density (a scalar) and minus its
+        gradient ``[n]``, in closed form (a sampler step adds it to the likelihood's gradient
+        instead of differentiating the factors layer by layer)."""
+        loc, precision, constant = self.flat_gaussian_prior()
+        d = theta if loc is None else theta - tf.constant(loc, theta.dtype)
+        r = d if precision is None else d * tf.constant(precision, theta.dtype)
+        return constant - 0.5 * tf.reduce_sum(d * r), r
 
     # ------------------------------------------------------------------ densities and propagation
     def log_prior(self, V: Sequence[tf.Tensor]) -> tf.Tensor:
@@ -292,25 +339,49 @@ class SGHMCPosterior(DeepPosterior):
             terms.append(-0.5 * tf.reduce_sum(tf.square(v), axis=[-2, -1]) - 0.5 * size * math.log(2.0 * math.pi))
         return tf.add_n(terms)
 
-    def propagate_given(self, X, V: Sequence[tf.Tensor], num_samples: int = 1, seed=None) -> Propagation:
+    def fixed_terms(self, X, num_samples: int = 1) -> Optional[FixedTerms]:
+        """The terms of :meth:`propagate_given` on ``X`` that do not depend on ``V``
+        (:class:`FixedTerms`: the ``K_uu`` factors and the first layer's projection of ``X``), for a
+        caller that passes several ``V`` through the same layers (a sampler step's chain and
+        hyperparameter passes); ``None`` where the chain moves them too (BSGP)."""
+        _, F = self._start(X, num_samples, None)
+        choleskies = inducing_choleskies(self.layers)
+        return FixedTerms(choleskies, self._projection(0, F, choleskies[0]))
+
+    def _projection(self, l: int, F: tf.Tensor, L_K: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Layer ``l``'s ``(A = L_K^{-1} K(Z, F) [S, M, N], m(F) [S, N, D], k(f, f) - |A|^2 [S, N])``."""
+        layer = self.layers[l]
+        A = whitened_projection(L_K, layer.K(layer.Z, F))
+        return A, layer.mean(F), residual_variance(layer, F, A)
+
+    def propagate_given(self, X, V: Sequence[tf.Tensor], num_samples: int = 1, seed=None,
+                        fixed: Optional[FixedTerms] = None, gaussian_prior: bool = True) -> Propagation:
         """Push ``X`` through the layers with the inducing outputs ``V`` (one ``[M, D_l]`` shared
         by the samples, or ``[S, M, D_l]`` per sample, per layer): hidden layers sampled (noise
         ``"f/{l}"``), the last layer's conditional marginals returned with a sample; ``kl`` is
-        ``-log p(V)`` per sample."""
+        ``-log p(V)`` per sample. ``fixed``: :meth:`fixed_terms` of the same ``X`` and
+        ``num_samples``, computed once for several passes. ``gaussian_prior=False`` leaves the
+        prior's Gaussian factors (:meth:`flat_gaussian_prior`, here all of it) out of ``kl``."""
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
-        choleskies = inducing_choleskies(self.layers)
+        choleskies = inducing_choleskies(self.layers) if fixed is None else fixed.choleskies
         samples = []
         for l, layer in enumerate(self.layers):
-            A = whitened_projection(choleskies[l], layer.K(layer.Z, F))
-            mean = conditional_mean(A, V[l], layer.mean(F))
-            var = tf.broadcast_to(tf.expand_dims(residual_variance(layer, F, A), -1), tf.shape(mean))
+            if l == 0 and fixed is not None:
+                A, prior_mean, resid = fixed.first
+            else:
+                A, prior_mean, resid = self._projection(l, F, choleskies[l])
+            mean = conditional_mean(A, V[l], prior_mean)
+            var = tf.broadcast_to(tf.expand_dims(resid, -1), tf.shape(mean))
             if l < self.depth - 1:
                 F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
                 samples.append(F)
         var = tf.maximum(var, 0.0)
         samples.append(self.sample_last_layer(mean, var, source))
-        kl = tf.broadcast_to(-self.log_prior(V), [num_samples])
+        if gaussian_prior:
+            kl = tf.broadcast_to(-self.log_prior(V), [num_samples])
+        else:
+            kl = tf.zeros([num_samples], mean.dtype)
         return Propagation(samples=samples, mean=mean, var=var, kl=kl)
 
     def _drawn_members(self, num_samples: int, source) -> List[tf.Tensor]:

@@ -20,11 +20,13 @@ is the one without tempering to the last bit.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import tensorflow as tf
 
 from ..linalg import cholesky_checks, raise_if_failed
+from ..noise import NoiseSource
 from .batches import step_noise
 
 __all__ = ["TrainStep", "NaturalGradientStep", "DistributedStep", "SamplerStep", "tempered_loss"]
@@ -174,6 +176,21 @@ class NaturalGradientStep(TrainStep):
         return elbo
 
 
+class _Renamed(NoiseSource):
+    """A view of a noise source whose draws are ``source``'s under ``prefix + name``: a sampler
+    step's two halves draw from one :class:`~deepgp_gi.noise.SeededNoise` (one key per step)
+    under distinct names."""
+
+    def __init__(self, source: NoiseSource, prefix: str):
+        self.source, self.prefix = source, prefix
+
+    def normal(self, name, shape, dtype):
+        return self.source.normal(self.prefix + name, shape, dtype)
+
+    def gamma(self, name, shape, alpha, dtype):
+        return self.source.gamma(self.prefix + name, shape, alpha, dtype)
+
+
 class SamplerStep(TrainStep):
     """One step of a sampling family (``posterior="sghmc"``; Havasi et al. 2018's moving-window
     MCEM): one scale-adapted SGHMC step of every layer's inducing outputs ``V``, then one Adam step
@@ -187,10 +204,19 @@ class SamplerStep(TrainStep):
     of the chain's state before its move (full-data units: ``fit``'s ``history.elbo`` records it,
     ``history.elbo_per_datapoint`` per data point).
 
-    Draws: step ``t``'s noise source (:func:`~.batches.step_noise`, or ``stream``'s) is split in
-    two, one for the chain's move (its hidden-layer draws and the momentum noise
-    ``"sghmc/move"``), one for the hyperparameter step (its hidden-layer draws and the window
-    member, ``"sghmc/window"``); every draw is stateless in ``(seed, t)``.
+    How the step saves work (the values are those of the plain formulation): the chain state is
+    read once, and the gradient of the prior's Gaussian factors is added in closed form on the
+    flat state (:meth:`~deepgp_gi.posteriors.sghmc.SGHMCPosterior.gaussian_log_prior`) rather than
+    differentiated layer by layer; where the chain does not move the kernels (SGHMC), the two
+    passes share one read of every kernel parameter and the terms that do not depend on ``V``
+    (:meth:`~deepgp_gi.posteriors.sghmc.SGHMCPosterior.fixed_terms`: the ``K_uu`` factors and the
+    first layer's projection of the batch), computed under the hyperparameters' tape.
+
+    Draws: step ``t``'s noise source (:func:`~.batches.step_noise`, or ``stream``'s) serves both
+    halves under distinct names: ``"chain/..."`` for the chain's move (its hidden-layer draws and
+    the momentum noise ``"chain/sghmc/move"``), ``"hyper/..."`` for the hyperparameter step (its
+    hidden-layer draws and the window member, ``"hyper/sghmc/window"``); every draw is stateless
+    in ``(seed, t)``.
 
     :param optimizer: Adam on ``variables``, or ``None``: no hyperparameter step (sample collection).
     :param adapt: adapt the preconditioner and friction statistics (burn-in: ``fit``) or keep them
@@ -204,30 +230,33 @@ class SamplerStep(TrainStep):
         super().__init__(model, optimizer, variables, step_counter, **kwargs)
 
     def step_sources(self, step):
-        """``(chain noise, hyperparameter noise)`` of step ``step``."""
+        """``(chain noise, hyperparameter noise)`` of step ``step``: two name spaces of one source."""
         from ..noise import SeededNoise
 
         if self.stream is None:
-            base = step_noise(self.seed, step).seed
+            source = step_noise(self.seed, step)
         else:
             stream = tf.constant([self.seed, self.stream], tf.int64)
-            base = tf.random.experimental.stateless_fold_in(stream, tf.cast(step, tf.int64), alg="philox")
-        return tuple(SeededNoise(tf.random.experimental.stateless_fold_in(base, k, alg="philox")) for k in (1, 2))
+            seed = tf.random.experimental.stateless_fold_in(stream, tf.cast(step, tf.int64), alg="philox")
+            source = SeededNoise(seed)
+        return _Renamed(source, "chain/"), _Renamed(source, "hyper/")
 
-    def log_joint_terms(self, X_b, Y_b, V, noise):
+    def log_joint_terms(self, X_b, Y_b, V, noise, fixed=None, gaussian_prior=True):
         """``(log-likelihood [S], -log p(V) [S])`` of the minibatch for the chain state ``V`` (one
         value per chain variable: ``[M, D_l]`` per layer for SGHMC; BSGP's also holds the inducing
         inputs and kernel hyperparameters, and its ``-log p`` their priors): the log-likelihood is
         ``(N / B) sum_batch log p(y | V)`` with the last layer's ``f`` integrated out
         (:func:`~deepgp_gi.likelihoods.predictive_log_density` of the model's likelihood moments)
-        and the hidden layers sampled."""
+        and the hidden layers sampled. ``fixed`` and ``gaussian_prior``: as the posterior's
+        ``propagate_given`` (without the Gaussian factors, ``-log p`` is what is left of it)."""
         from ..kernels import shared_parameter_reads
         from ..likelihoods import predictive_log_density
         from ..models import _rows
 
         X, Y = self.model.check_data((X_b, Y_b))
         with shared_parameter_reads():  # each kernel parameter read once per pass
-            prop = self.model.posterior.propagate_given(X, V, self.num_samples, noise)
+            prop = self.model.posterior.propagate_given(X, V, self.num_samples, noise, fixed=fixed,
+                                                        gaussian_prior=gaussian_prior)
         ll = tf.reduce_sum(predictive_log_density(self.model.likelihood, _rows(X),
                                                   *self.model._likelihood_moments(prop), Y), axis=-1)
         batch = tf.cast(tf.shape(X)[0], ll.dtype)
@@ -246,27 +275,43 @@ class SamplerStep(TrainStep):
         return tempered_loss(ll, neg_log_prior, 1.0, self.model.log_prior_density())
 
     def _step(self, step, X_b, Y_b, kl_weight):
+        from ..kernels import shared_parameter_reads
+
         posterior = self.model.posterior
         chain_noise, hyper_noise = self.step_sources(step)
         N = self.num_data(X_b)
-        with cholesky_checks() as checks:
-            state = posterior.chain_variables()
+        X, _ = self.model.check_data((X_b, Y_b))
+        hyper = self.optimizer is not None
+        with contextlib.ExitStack() as stack:
+            checks = stack.enter_context(cholesky_checks())
+            if hyper:  # records the terms the two passes share, and the hyperparameter pass
+                hyper_tape = stack.enter_context(tf.GradientTape(watch_accessed_variables=False))
+                hyper_tape.watch(self.variables)
+            reads = stack.enter_context(contextlib.ExitStack())
+            reads.enter_context(shared_parameter_reads())  # each kernel parameter read once
+            fixed = posterior.fixed_terms(X, self.num_samples)
+            state = [tf.convert_to_tensor(v) for v in posterior.chain_variables()]  # read once
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(state)
-                ll, neg_log_prior = self.log_joint_terms(X_b, Y_b, state, chain_noise)
-                log_joint = tf.reduce_mean(ll - neg_log_prior)
-                per_point_loss = -log_joint / N
-            grads = tape.gradient(per_point_loss, state)
-            posterior.sghmc_step(grads, chain_noise, N, self.adapt)
-            if self.optimizer is not None:
+                ll, neg_log_prior = self.log_joint_terms(X_b, Y_b, state, chain_noise, fixed, gaussian_prior=False)
+                log_likelihood = tf.reduce_mean(ll - neg_log_prior)  # and the prior's non-Gaussian factors
+                per_point_loss = -log_likelihood / N
+            grads = tape.gradient(per_point_loss, state, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            theta = posterior.flat_state(state)
+            log_prior, neg_prior_grad = posterior.gaussian_log_prior(theta)
+            log_joint = log_likelihood + log_prior
+            if fixed is None:  # the move assigns what the block may have read (BSGP's kernels)
+                reads.close()
+            posterior.sghmc_move(theta, posterior.flat_state(grads) + neg_prior_grad / N, chain_noise, N, self.adapt)
+            if hyper:
                 member = posterior.window_member(hyper_noise.normal("sghmc/window", [], self.model.dtype))
-                with tf.GradientTape(watch_accessed_variables=False) as tape:
-                    tape.watch(self.variables)
-                    ll_h, nlp_h = self.log_joint_terms(X_b, Y_b, member, hyper_noise)
-                    loss, _ = tempered_loss(ll_h, nlp_h, 1.0, self.model.log_prior_density())
-                hyper_grads = tape.gradient(loss, self.variables)
+                # the prior of the member's state does not depend on the hyperparameters
+                ll_h, nlp_h = self.log_joint_terms(X_b, Y_b, member, hyper_noise, fixed, gaussian_prior=False)
+                loss, _ = tempered_loss(ll_h, nlp_h, 1.0, self.model.log_prior_density())
+        if hyper:
+            hyper_grads = hyper_tape.gradient(loss, self.variables)
         status = checks.status()
-        if self.optimizer is not None and self.variables:
+        if hyper and self.variables:
             self.update(hyper_grads)
         self.finish_step(step, status)
         return log_joint

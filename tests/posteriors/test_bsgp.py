@@ -106,6 +106,35 @@ def test_the_log_prior_is_the_hand_computation(rng):
                                -_normal_logpdf(np.concatenate([Z0.ravel(), Z1.ravel()]), 0.0, 1.0), rtol=1e-10)
 
 
+def test_the_flat_gaussian_prior_and_what_is_left_make_the_log_prior(rng):
+    """The sampler step's split of the log prior: the Gaussian factors on the flat state
+    (``gaussian_log_prior``, value and closed-form gradient) plus what ``propagate_given`` leaves
+    in ``kl`` without them (the determinantal prior's log det, or nothing) equal ``log_prior``
+    and its automatic gradient, for each inducing prior and non-default hyperparameter priors."""
+    X, Y = _toy(rng, n=12)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="bsgp", num_inducing=5, seed=0)
+    for options in ({}, {"inducing_prior": "uniform"},
+                    {"inducing_prior": "determinantal", "log_lengthscale_prior": (0.3, 2.0),
+                     "log_variance_prior": (-1.0, 0.5)}):
+        post = BSGPPosterior(model.layers, **options)
+        state = _random_state(post, rng)
+        with tf.GradientTape() as tape:
+            tape.watch(state)
+            want = post.log_prior(state)
+        want_grad = post.flat_state(tape.gradient(want, state, unconnected_gradients=tf.UnconnectedGradients.ZERO))
+        theta = post.flat_state(state)
+        gaussian, neg_grad = post.gaussian_log_prior(theta)
+        with tf.GradientTape() as tape:
+            tape.watch(state)
+            rest = -post.propagate_given(X, state, 1, SeededNoise(0), gaussian_prior=False).kl[0]
+        rest_grad = tape.gradient(rest, state, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        np.testing.assert_allclose((gaussian + rest).numpy(), want.numpy(), rtol=1e-12)
+        np.testing.assert_allclose((post.flat_state(rest_grad) - neg_grad).numpy(), want_grad.numpy(),
+                                   rtol=1e-10, atol=1e-12)
+        if options.get("inducing_prior") != "determinantal":
+            assert float(rest) == 0.0
+
+
 def test_each_sample_has_its_own_inducing_inputs_and_kernel(rng):
     """Depth 1: the conditional of each member of a batch of states is the NumPy conditional at
     that member's V, Z, lengthscales and variance; at the chain's current state (no sample axis)

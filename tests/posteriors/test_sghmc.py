@@ -230,6 +230,28 @@ def test_the_family_is_in_the_table_and_builds_the_usual_layers(rng):
     assert "window_count" in gpflow.utilities.tabulate_module_summary(model)
 
 
+def test_shared_fixed_terms_and_the_flat_prior_give_the_plain_pass(rng):
+    """A pass with the state-free terms computed once (``fixed_terms``: the K_uu factors and the
+    first layer's projection) equals the plain pass on the same noise, and the flat state's
+    Gaussian log prior and its closed-form gradient equal ``log_prior`` and its automatic one."""
+    X, Y = _toy(rng, n=15)
+    model = dg.build_deep_gp(X, Y, depth=3, posterior="sghmc", num_inducing=5, seed=0)
+    post = model.posterior
+    V = [tf.constant(rng.normal(size=v.shape), tf.float64) for v in post.inducing_outputs]
+    noise = FixedNoise({f"f/{l}": rng.normal(size=(2, 15, layer.output_dim)) for l, layer in enumerate(model.layers)})
+    plain = post.propagate_given(X, V, 2, noise)
+    shared = post.propagate_given(X, V, 2, noise, fixed=post.fixed_terms(X, 2), gaussian_prior=False)
+    for a, b in zip(plain.samples + [plain.mean, plain.var], shared.samples + [shared.mean, shared.var]):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(shared.kl.numpy(), np.zeros(2))
+    with tf.GradientTape() as tape:
+        tape.watch(V)
+        want = post.log_prior(V)
+    log_prior, neg_grad = post.gaussian_log_prior(post.flat_state(V))
+    np.testing.assert_allclose(log_prior.numpy(), want.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(-neg_grad.numpy(), post.flat_state(tape.gradient(want, V)).numpy(), rtol=1e-12)
+
+
 def test_the_sampler_step_holds_no_host_synchronising_op(rng):
     """As every family's Adam step (tests/test_step_graph.py): no Assert, If, While, CheckNumerics,
     Where, ... in the traced SGHMC + Adam step."""
