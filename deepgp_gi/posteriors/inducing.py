@@ -72,10 +72,13 @@ from .pseudo_data import (
     LAST_LAYER_MODES,
     PRECISIONS,
     PseudoData,
+    StackedPosterior,
     analytic_kl,
     draw_weights,
     marginal_variance,
     regulariser,
+    stacked_analytic_kl,
+    stacked_posterior,
 )
 from .weight_space import WeightSpaceStep, has_feature_map, weight_space_layer
 
@@ -448,7 +451,13 @@ class LocalInducingPosterior(_InducingPosterior):
         mean = var = None
         gp_layers = [l for l in range(self.depth) if not self.weight_space[l]]
         # every GP layer's chol(K_uu) in one batched factorisation per step
-        prior_chols = dict(zip(gp_layers, inducing_choleskies([self.layers[l] for l in gp_layers])))
+        chols, stack = inducing_choleskies([self.layers[l] for l in gp_layers], stacked=True)
+        prior_chols = dict(zip(gp_layers, chols))
+        stacked = self._stacked_posterior(stack)
+        if stacked is not None:
+            inverse_factors = tf.unstack(stacked.inverse_factors, num=self.depth)
+            if self.kl_mode == "analytic":
+                regularisers.append(tf.broadcast_to(stacked_analytic_kl(stacked), [S]))
         for l, layer in enumerate(self.layers):
             last = l == self.depth - 1
             if self.weight_space[l]:
@@ -459,28 +468,49 @@ class LocalInducingPosterior(_InducingPosterior):
                 continue
             P, M = layer.output_dim, layer.num_inducing
             L_K = prior_chols[l]  # [M, M]
-            L_B1, a_mean = self.pseudo_data[l].posterior(tf.expand_dims(L_K, 0))  # a sample axis of 1
-            L_B = tf.broadcast_to(L_B1, tf.concat([[S], tf.shape(L_B1)[1:]], 0))
+            if stacked is None:
+                L_B1, a_mean = self.pseudo_data[l].posterior(tf.expand_dims(L_K, 0))  # a sample axis of 1
+            else:
+                L_B1, a_mean = None, tf.expand_dims(stacked.means[l], 0)  # [1, M, P]
             A = whitened_projection(L_K, layer.K(layer.Z, F))
             prior_mean = layer_mean(layer, F, self.residual_mean)
             if self.kl_mode == "analytic":
-                # the sample axis of 1 broadcasts (no slices, whose gradients would be extra ops)
-                regularisers.append(tf.broadcast_to(analytic_kl(L_B1, a_mean), [S]))
                 mean = conditional_mean(A, a_mean, prior_mean)
-                var = tf.expand_dims(residual_variance(layer, F, A), -1) + marginal_variance(L_B, A, P)
+                if stacked is None:
+                    # the sample axis of 1 broadcasts (no slices, whose gradients would be extra ops)
+                    regularisers.append(tf.broadcast_to(analytic_kl(L_B1, a_mean), [S]))
+                    L_B = tf.broadcast_to(L_B1, tf.concat([[S], tf.shape(L_B1)[1:]], 0))
+                    var = tf.expand_dims(residual_variance(layer, F, A), -1) + marginal_variance(L_B, A, P)
+                else:
+                    # |L_B^{-1} A|^2 by a product with the stack's inverse factor; [S, N, 1] broadcasts
+                    # over the units (no repeat, whose gradient would be another reduction)
+                    X = tf.linalg.matmul(tf.expand_dims(inverse_factors[l], 0), A)  # [S, M, N]
+                    var = tf.expand_dims(residual_variance(layer, F, A) + tf.reduce_sum(tf.square(X), axis=-2), -1)
             else:
+                if L_B1 is None:
+                    L_B1 = tf.expand_dims(tf.unstack(stacked.factors, num=self.depth)[l], 0)
+                L_B = tf.broadcast_to(L_B1, tf.concat([[S], tf.shape(L_B1)[1:]], 0))
                 eps = source.normal(f"u/{l}", [S, M, P], dtype)
                 a, lr, _ = draw_weights(L_B, tf.broadcast_to(a_mean, [S, M, P]), eps)
                 regularisers.append(-lr)
                 mean = conditional_mean(A, a, prior_mean)
-                var = tf.broadcast_to(tf.expand_dims(residual_variance(layer, F, A), -1), tf.shape(mean))
+                var = tf.expand_dims(residual_variance(layer, F, A), -1)
             if last:
-                var = tf.maximum(var, 0.0)
+                var = tf.broadcast_to(tf.maximum(var, 0.0), tf.shape(mean))
                 samples.append(self.sample_last_layer(mean, var, source))
             else:
                 F = sample_rows(mean, var, source.normal(f"f/{l}", [S, tf.shape(F)[1], P], dtype), jitter)
                 samples.append(F)
         return Propagation(samples=samples, mean=mean, var=var, kl=tf.add_n(regularisers))
+
+    def _stacked_posterior(self, stack: Optional[tf.Tensor]) -> Optional[StackedPosterior]:
+        """Every layer's pseudo-data posterior as one stack (:func:`stacked_posterior`) when the
+        layers allow it: all function-space GP layers, ``precision="full"``, and their ``K_uu``
+        factors one stack ``[L, M, M]`` (equal M; ``stack`` from :func:`inducing_choleskies`).
+        Else None: each layer's own :meth:`PseudoData.posterior`."""
+        if stack is None or any(self.weight_space) or any(pd.kind != "full" for pd in self.pseudo_data):
+            return None
+        return stacked_posterior(self.pseudo_data, stack)
 
 
 # ============================================================================= initialisers

@@ -30,7 +30,7 @@ transforms keep O&A's Adam re-scaling (App. H): the optimiser sees ``log Lambda 
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -54,6 +54,9 @@ __all__ = [
     "draw_weights",
     "marginal_variance",
     "regulariser",
+    "StackedPosterior",
+    "stacked_posterior",
+    "stacked_analytic_kl",
     "KL_MODES",
     "LAST_LAYER_MODES",
 ]
@@ -398,3 +401,74 @@ def marginal_variance(L: tf.Tensor, A: tf.Tensor, num_units: int) -> tf.Tensor:
         return tf.repeat(tf.expand_dims(v, -1), num_units, axis=-1)
     X = tf.linalg.triangular_solve(L, tf.expand_dims(A, 1), lower=True)  # [S, P, D, N]
     return tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(X), axis=-2))
+
+
+# ====================================================================== layers as one stack
+
+
+class StackedPosterior(NamedTuple):
+    """The function-space pseudo-data posteriors of L layers with equal ``M``, as one stack
+    (:func:`stacked_posterior`).
+
+    :ivar factors: ``L_B = chol(I + L_K^T Lambda L_K)`` ``[L, M, M]``.
+    :ivar inverse_factors: ``L_B^{-1}`` ``[L, M, M]``.
+    :ivar means: per layer, the whitened mean ``B^{-1} L_K^T Lambda V`` ``[M, P_l]``.
+    :ivar num_units: per layer, ``P_l``.
+    """
+
+    factors: tf.Tensor
+    inverse_factors: tf.Tensor
+    means: List[tf.Tensor]
+    num_units: Tuple[int, ...]
+
+
+def stacked_factors(pseudo_data: Sequence[PseudoData]) -> tf.Tensor:
+    """Every layer's :meth:`PseudoData.factor` ``R`` as one stack ``[L, M, M]`` (``"full"``
+    precisions of equal ``M``): the normalisation by the mean diagonal runs once over the stack,
+    as a scalar per layer (``sqrt(scale) / mean(diag R)``, then one product), not per layer."""
+    shapes = tf.stack([tf.convert_to_tensor(pd.precision_shape) for pd in pseudo_data])  # [L, M, M]
+    scales = tf.stack([tf.convert_to_tensor(pd.precision_scale) for pd in pseudo_data])  # [L]
+    coefficient = tf.sqrt(scales) / tf.reduce_mean(tf.linalg.diag_part(shapes), axis=-1)
+    return shapes * tf.expand_dims(tf.expand_dims(coefficient, -1), -1)
+
+
+def stacked_posterior(pseudo_data: Sequence[PseudoData], features: tf.Tensor) -> StackedPosterior:
+    """:func:`pseudo_data_posterior` of L function-space layers at once (prior precision 1).
+
+    Every layer's pseudo-data has ``precision="full"`` and the same ``M``; ``features`` is the
+    stack of their ``L_K`` ``[L, M, M]`` (fixed inducing inputs: no sample axis). The Gram
+    matrices, their factorisation, the factors' inverses and the maps ``B^{-1} C^T R^T`` from the
+    pseudo-outputs to the means are batched over the layers; only the products with each layer's
+    ``V`` ``[M, P_l]`` (widths differ) are per layer.
+
+    The inverse ``L_B^{-1}`` is one triangular solve against ``I`` (the analytic KL's trace needs
+    it anyway); the means use it by products instead of two solves per layer. ``B = I + ...`` has
+    eigenvalues >= 1, so ``|L_B^{-1}| <= 1`` and the products are as accurate as the solves.
+    """
+    dtype = features.dtype
+    num_layers, M = len(pseudo_data), features.shape[-1]
+    R = stacked_factors(pseudo_data)  # [L, M, M]
+    C = tf.linalg.matmul(R, features, transpose_a=True)  # R^T L_K
+    prec = add_jitter(tf.linalg.matmul(C, C, transpose_a=True), tf.ones([], dtype))  # I + C^T C
+    L = safe_cholesky(prec, name="pseudo-data posterior precision (stacked layers)")
+    T = tf.linalg.triangular_solve(L, tf.eye(M, batch_shape=[num_layers], dtype=dtype), lower=True)
+    # B^{-1} C^T R^T = T^T (T C^T) R^T, batched; each layer's mean is this map applied to its V
+    maps = tf.linalg.matmul(tf.linalg.matmul(T, tf.linalg.matmul(T, C, transpose_b=True), transpose_a=True),
+                            R, transpose_b=True)
+    means = [tf.linalg.matmul(m, tf.convert_to_tensor(pd.pseudo_outputs))
+             for m, pd in zip(tf.unstack(maps, num=num_layers), pseudo_data)]
+    return StackedPosterior(L, T, means, tuple(pd.num_units for pd in pseudo_data))
+
+
+def stacked_analytic_kl(posterior: StackedPosterior) -> tf.Tensor:
+    """The sum over the layers of :func:`analytic_kl` (scalar): the traces ``|L_B^{-1}|_F^2``
+    and log-determinants as one reduction each over the stack, weighted by the layers' widths."""
+    L, T = posterior.factors, posterior.inverse_factors
+    dtype = L.dtype
+    M = L.shape[-1]
+    units = tf.constant(posterior.num_units, dtype)  # [L]
+    trace = tf.reduce_sum(tf.square(T), axis=[-2, -1])  # [L]
+    logdet = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(L))), axis=-1)  # [L]
+    mahal = tf.add_n([tf.reduce_sum(tf.square(m)) for m in posterior.means])
+    numel = float(M * sum(posterior.num_units))
+    return 0.5 * (tf.reduce_sum(units * trace) + mahal - numel) + tf.reduce_sum(units * logdet)
