@@ -78,6 +78,7 @@ from .pseudo_data import (
     marginal_variance,
     regulariser,
     stacked_analytic_kl,
+    stacked_factors,
     stacked_posterior,
 )
 from .weight_space import WeightSpaceStep, has_feature_map, weight_space_layer
@@ -124,6 +125,23 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
             PseudoData(V, kind, lp, self.rho, name=f"pseudo_data_{l}")
             for l, (V, kind, lp) in enumerate(zip(V_init, self.precision, log_precision_init))
         ]
+
+    def _full_factors(self) -> List[Optional[tf.Tensor]]:
+        """Per layer, the factor ``R`` of a function-space layer with ``precision="full"``, from one
+        :func:`stacked_factors` over the layers that share their ``M`` (the normalisation and its
+        gradient once per stack, not per layer); None for the other layers (and for a lone one,
+        which :meth:`PseudoData.posterior` factors itself)."""
+        groups = {}
+        for l, pd in enumerate(self.pseudo_data):
+            if not self.weight_space[l] and pd.kind == "full":
+                groups.setdefault(pd.num_inducing, []).append(l)
+        factors: List[Optional[tf.Tensor]] = [None] * self.depth
+        for members in groups.values():
+            if len(members) > 1:
+                stack = stacked_factors([self.pseudo_data[l] for l in members])
+                for l, R in zip(members, tf.unstack(stack, num=len(members))):
+                    factors[l] = R
+        return factors
 
     def _weight_step(self, l: int, Phi, num_inducing: int, S: int, source: NoiseSource,
                      marginal: bool = False) -> WeightSpaceStep:
@@ -277,6 +295,7 @@ class GlobalInducingPosterior(_InducingPosterior):
         jitter = gpflow.config.default_jitter()
         samples, inducing, log_ratios, kls = [], [], [], []
         mean = var = None
+        factors = self._full_factors()
         for l, layer in enumerate(self.layers):
             last = l == self.depth - 1
             if self.weight_space[l]:
@@ -289,7 +308,7 @@ class GlobalInducingPosterior(_InducingPosterior):
             else:
                 H = None
                 L_K = inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
-                L_B, a_mean = self.pseudo_data[l].posterior(L_K)
+                L_B, a_mean = self.pseudo_data[l].posterior(L_K, factor=factors[l])
                 eps = source.normal(f"u/{l}", [S, M, layer.output_dim], dtype)
                 a, lr, kl = draw_weights(L_B, a_mean, eps, analytic=self.kl_mode == "analytic")
                 A = whitened_projection(L_K, layer.K(U, F))

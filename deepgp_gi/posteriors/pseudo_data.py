@@ -55,6 +55,7 @@ __all__ = [
     "marginal_variance",
     "regulariser",
     "StackedPosterior",
+    "stacked_factors",
     "stacked_posterior",
     "stacked_analytic_kl",
     "KL_MODES",
@@ -165,11 +166,14 @@ class PseudoData(gpflow.Module):
         else:
             self.precision.unconstrained_variable.assign(np.full(self.precision.shape, log_precision / self.rho))
 
-    def posterior(self, features: tf.Tensor, prior_precision: Optional[tf.Tensor] = None):
-        """:func:`pseudo_data_posterior` of this layer's pseudo-data on ``features`` ``[S, M, D]``."""
+    def posterior(self, features: tf.Tensor, prior_precision: Optional[tf.Tensor] = None,
+                  factor: Optional[tf.Tensor] = None):
+        """:func:`pseudo_data_posterior` of this layer's pseudo-data on ``features`` ``[S, M, D]``;
+        ``factor``: :meth:`factor`'s value where the caller has it (:func:`stacked_factors`)."""
         V = tf.convert_to_tensor(self.pseudo_outputs)
         if self.kind == "full":
-            return pseudo_data_posterior(features, V, prior_precision, full_factor=self.factor())
+            return pseudo_data_posterior(features, V, prior_precision,
+                                         full_factor=self.factor() if factor is None else factor)
         return pseudo_data_posterior(features, V, prior_precision, diag_precision=self.diagonal())
 
 
@@ -229,22 +233,25 @@ def pseudo_data_posterior(
     Phi = features
     dtype = Phi.dtype
     S, M, D = tf.shape(Phi)[0], tf.shape(Phi)[1], tf.shape(Phi)[2]
+    # The sample-free operands get a batch axis of 1: a product whose batch shapes differ reduces
+    # its gradients over the broadcast axes (two more ops), one whose shapes agree (S = 1) does not.
     if full_factor is not None:
-        C = tf.linalg.matmul(full_factor, Phi, transpose_a=True)  # R^T Phi  [S, M, D]
+        C = tf.linalg.matmul(tf.expand_dims(full_factor, 0), Phi, transpose_a=True)  # R^T Phi  [S, M, D]
         G = tf.linalg.matmul(C, C, transpose_a=True)  # [S, D, D]
-        rhs = tf.linalg.matmul(C, tf.linalg.matmul(full_factor, V, transpose_a=True), transpose_a=True)
+        RV = tf.expand_dims(tf.linalg.matmul(full_factor, V, transpose_a=True), 0)  # [1, M, P]
+        rhs = tf.linalg.matmul(C, RV, transpose_a=True)
     elif diag_precision.shape[0] == 1:
         lam = tf.reshape(diag_precision, [-1, 1])  # [M, 1]
         C = tf.sqrt(lam) * Phi
         G = tf.linalg.matmul(C, C, transpose_a=True)  # [S, D, D]
-        rhs = tf.linalg.matmul(Phi, lam * V, transpose_a=True)  # [S, D, P]
+        rhs = tf.linalg.matmul(Phi, tf.expand_dims(lam * V, 0), transpose_a=True)  # [S, D, P]
     else:
         # Per-unit Gram matrices as one GEMM over the flattened outer products phi_m phi_m^T
         # (about 3x faster forward and backward than a per-unit batched product).
         outer = tf.reshape(tf.expand_dims(Phi, -1) * tf.expand_dims(Phi, -2), tf.stack([S, M, D * D]))
         lam = tf.broadcast_to(diag_precision, tf.concat([[S], tf.shape(diag_precision)], 0))  # [S, P, M]
         G = tf.reshape(tf.linalg.matmul(lam, outer), tf.stack([S, -1, D, D]))  # [S, P, D, D]
-        rhs = tf.linalg.matmul(Phi, tf.linalg.matrix_transpose(diag_precision) * V, transpose_a=True)
+        rhs = tf.linalg.matmul(Phi, tf.expand_dims(tf.linalg.matrix_transpose(diag_precision) * V, 0), transpose_a=True)
     return gram_posterior(G, rhs, prior_precision)
 
 
