@@ -75,6 +75,7 @@ from .pseudo_data import (
     StackedPosterior,
     analytic_kl,
     draw_weights,
+    log_ratio,
     marginal_variance,
     regulariser,
     stacked_analytic_kl,
@@ -308,9 +309,13 @@ class GlobalInducingPosterior(_InducingPosterior):
             else:
                 H = None
                 L_K = inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
-                L_B, a_mean = self.pseudo_data[l].posterior(L_K, factor=factors[l])
                 eps = source.normal(f"u/{l}", [S, M, layer.output_dim], dtype)
-                a, lr, kl = draw_weights(L_B, a_mean, eps, analytic=self.kl_mode == "analytic")
+                # the mean only where the analytic KL or the marginal last layer reads it; the draw
+                # is the same either way (it shares the mean's first solve)
+                analytic = self.kl_mode == "analytic"
+                L_B, a_mean, a = self.pseudo_data[l].draw(
+                    L_K, eps, with_mean=analytic or (last and self.last_layer == "marginal"), factor=factors[l])
+                lr, kl = log_ratio(L_B, a, eps), analytic_kl(L_B, a_mean) if analytic else None
                 A = whitened_projection(L_K, layer.K(U, F))
                 prior_mean = layer_mean(layer, F, self.residual_mean)
                 mean = conditional_mean(A, a, prior_mean)

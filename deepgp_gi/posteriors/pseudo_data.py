@@ -47,6 +47,9 @@ __all__ = [
     "rescaled_log_transform",
     "pseudo_data_posterior",
     "gram_posterior",
+    "gram_statistics",
+    "gram_draw",
+    "PosteriorDraw",
     "sample_weights",
     "log_ratio",
     "analytic_kl",
@@ -170,11 +173,19 @@ class PseudoData(gpflow.Module):
                   factor: Optional[tf.Tensor] = None):
         """:func:`pseudo_data_posterior` of this layer's pseudo-data on ``features`` ``[S, M, D]``;
         ``factor``: :meth:`factor`'s value where the caller has it (:func:`stacked_factors`)."""
+        return gram_posterior(*self._statistics(features, factor), prior_precision)
+
+    def draw(self, features: tf.Tensor, z: tf.Tensor, with_mean: bool = False,
+             factor: Optional[tf.Tensor] = None) -> "PosteriorDraw":
+        """:func:`gram_draw` of this layer's pseudo-data on ``features`` ``[S, M, D]`` (prior
+        precision 1) with noise ``z`` ``[S, D, P]``; ``factor`` as in :meth:`posterior`."""
+        return gram_draw(*self._statistics(features, factor), z, with_mean)
+
+    def _statistics(self, features: tf.Tensor, factor: Optional[tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
         V = tf.convert_to_tensor(self.pseudo_outputs)
         if self.kind == "full":
-            return pseudo_data_posterior(features, V, prior_precision,
-                                         full_factor=self.factor() if factor is None else factor)
-        return pseudo_data_posterior(features, V, prior_precision, diag_precision=self.diagonal())
+            return gram_statistics(features, V, full_factor=self.factor() if factor is None else factor)
+        return gram_statistics(features, V, diag_precision=self.diagonal())
 
 
 # ====================================================================================== maths
@@ -228,6 +239,25 @@ def pseudo_data_posterior(
     :return: ``(L, mean)``: ``L = chol(p I + Phi^T Lambda Phi)``, ``[S, D, D]`` if ``Lambda`` is
         shared and ``[S, P, D, D]`` per unit, and ``mean = Prec^{-1} Phi^T Lambda V`` ``[S, D, P]``.
     """
+    return gram_posterior(*gram_statistics(features, V, full_factor, diag_precision), prior_precision)
+
+
+@check_shapes(
+    "features: [S, M, D]",
+    "V: [M, P]",
+    "full_factor: [M, M]",
+    "diag_precision: [Q, M]",
+    "return[1]: [S, D, P]",
+)
+def gram_statistics(
+    features: tf.Tensor,
+    V: tf.Tensor,
+    full_factor: Optional[tf.Tensor] = None,
+    diag_precision: Optional[tf.Tensor] = None,
+) -> Tuple[tf.Tensor, tf.Tensor]:
+    """The sufficient statistics ``(G, rhs)`` of :func:`pseudo_data_posterior`: ``G = Phi^T
+    Lambda Phi`` (``[S, D, D]``, or ``[S, P, D, D]`` per unit) and ``rhs = Phi^T Lambda V``
+    ``[S, D, P]``; arguments as there."""
     if (full_factor is None) == (diag_precision is None):
         raise ValueError("give exactly one of full_factor and diag_precision")
     Phi = features
@@ -252,7 +282,7 @@ def pseudo_data_posterior(
         lam = tf.broadcast_to(diag_precision, tf.concat([[S], tf.shape(diag_precision)], 0))  # [S, P, M]
         G = tf.reshape(tf.linalg.matmul(lam, outer), tf.stack([S, -1, D, D]))  # [S, P, D, D]
         rhs = tf.linalg.matmul(Phi, tf.expand_dims(tf.linalg.matrix_transpose(diag_precision) * V, 0), transpose_a=True)
-    return gram_posterior(G, rhs, prior_precision)
+    return G, rhs
 
 
 def _is_matrix(prior_precision: Optional[tf.Tensor]) -> bool:
@@ -284,6 +314,31 @@ def gram_posterior(G: tf.Tensor, rhs: tf.Tensor, prior_precision: Optional[tf.Te
     L = safe_cholesky(prec, name="pseudo-data posterior precision")
     mean = _solve(L, _solve(L, rhs, adjoint=False), adjoint=True)
     return L, mean
+
+
+class PosteriorDraw(NamedTuple):
+    """What :func:`gram_draw` returns.
+
+    :ivar factor: ``L = chol(I + G)``, as :func:`gram_posterior`'s.
+    :ivar mean: the posterior mean ``[S, D, P]`` if asked for, else None.
+    :ivar weights: the draw ``mean + L^{-T} z`` ``[S, D, P]``.
+    """
+
+    factor: tf.Tensor
+    mean: Optional[tf.Tensor]
+    weights: tf.Tensor
+
+
+def gram_draw(G: tf.Tensor, rhs: tf.Tensor, z: tf.Tensor, with_mean: bool = False) -> PosteriorDraw:
+    """:func:`gram_posterior` (prior precision 1) and the draw of :func:`sample_weights`, the draw
+    computed as ``L^{-T} (L^{-1} rhs + z)``: the mean's first solve is shared, so a caller that
+    needs only the draw (a sampled layer, whose regulariser is the :func:`log_ratio`) runs two
+    triangular solves instead of three, and one that also needs the mean (``with_mean``: the
+    analytic KL, a marginal last layer) gets the same draw with three."""
+    L = safe_cholesky(add_jitter(G, tf.ones([], G.dtype)), name="pseudo-data posterior precision")
+    whitened = _solve(L, rhs, adjoint=False)  # L^{-1} rhs
+    mean = _solve(L, whitened, adjoint=True) if with_mean else None
+    return PosteriorDraw(L, mean, _solve(L, whitened + z, adjoint=True))
 
 
 def _log_prior_weights(w: tf.Tensor, prior_precision: tf.Tensor) -> tf.Tensor:

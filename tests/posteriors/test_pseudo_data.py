@@ -80,3 +80,33 @@ def test_stacked_posterior_equals_the_layers_own(rng, dtype):
     np.testing.assert_allclose(kl, own_kl, **tol)
     for a, b in zip(tape.gradient(stacked_loss, variables + [L_K]), tape.gradient(own_loss, variables + [L_K])):
         np.testing.assert_allclose(a, b, **tol)
+
+
+@pytest.mark.parametrize("kind", ["full", "diagonal", "shared_diagonal"])
+def test_draw_is_the_mean_plus_the_posterior_draw(rng, kind):
+    """``PseudoData.draw`` (the draw by two solves, sharing the mean's first) returns
+    :func:`sample_weights`' draw ``mean + L^{-T} z`` from :meth:`PseudoData.posterior`'s own
+    ``(L, mean)``, with the same gradients; the draw does not depend on ``with_mean``."""
+    import tensorflow as tf
+
+    from deepgp_gi.posteriors.pseudo_data import PseudoData
+
+    S, M, P = 2, 5, 3
+    pd = PseudoData(rng.normal(size=(M, P)), kind, 0.4)
+    Phi = tf.constant(rng.normal(size=(S, M, M)))
+    z = tf.constant(rng.normal(size=(S, M, P)))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(Phi)
+        L, mean = pd.posterior(Phi)
+        reference = sample_weights(L, mean, z)
+        only = pd.draw(Phi, z)
+        both = pd.draw(Phi, z, with_mean=True)
+        loss, loss_ref = tf.reduce_sum(tf.sin(only.weights)), tf.reduce_sum(tf.sin(reference))
+    assert only.mean is None
+    np.testing.assert_array_equal(only.factor, L)
+    np.testing.assert_array_equal(both.mean, mean)
+    np.testing.assert_array_equal(both.weights, only.weights)
+    np.testing.assert_allclose(only.weights, reference, rtol=1e-10, atol=1e-12)
+    sources = [Phi] + list(pd.trainable_variables)
+    for a, b in zip(tape.gradient(loss, sources), tape.gradient(loss_ref, sources)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
