@@ -19,7 +19,9 @@ One routine (:func:`pseudo_data_posterior`) builds ``(L, mean)`` for both; :func
 :func:`log_ratio`, :func:`analytic_kl` and :func:`marginal_variance` act on that pair,
 :func:`draw_weights` bundles a draw with its log-ratio and KL, and :func:`regulariser` picks a
 layer's term of the ELBO (:data:`KL_MODES`). The precision is never
-inverted.
+inverted; :func:`stacked_posterior` (local inducing's layers as one stack) forms the inverse of
+its Cholesky factor, ``L^{-1}``, which the analytic KL's trace needs anyway and whose norm is at
+most 1 in function space (``B = I + ...``).
 
 Layouts: ``L`` is ``[S, D, D]`` when ``Lambda`` is shared by the P units (``"full"`` or
 ``"shared_diagonal"``) and ``[S, P, D, D]`` with one diagonal per unit (``"diagonal"``); ``mean``
