@@ -161,6 +161,27 @@ def test_gradient_matches_finite_differences_after_escalation(rng):
     np.testing.assert_allclose(analytic, numeric, rtol=1e-4)
 
 
+@pytest.mark.parametrize("static", [True, False], ids=["static", "dynamic"])
+def test_cholesky_gradient_equals_tensorflows_for_any_upstream(rng, static):
+    """``_cholesky_backward`` (the mask form with a static size, ``set_diag`` otherwise) against
+    TensorFlow's own Cholesky gradient, for a full (not lower-triangular) upstream gradient."""
+    X = rng.normal(size=(3, 6, 6))
+    A = X @ np.transpose(X, (0, 2, 1)) + 6 * np.eye(6)
+    upstream = rng.normal(size=(3, 6, 6))
+    spec = tf.TensorSpec([3, 6, 6] if static else [None, None, None], tf.float64)
+
+    @tf.function(input_signature=[spec])
+    def both(A):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(A)
+            mine = tf.reduce_sum(safe_cholesky(A) * upstream)
+            ref = tf.reduce_sum(tf.linalg.cholesky(A) * upstream)
+        return tape.gradient(mine, A), tape.gradient(ref, A)
+
+    mine, ref = both(tf.constant(A))
+    np.testing.assert_allclose(mine.numpy(), ref.numpy(), rtol=1e-12, atol=1e-14)
+
+
 def test_compiled_ladder():
     assert linalg.compiled_ladder(6) == [0, 3, 5]
     assert linalg.compiled_ladder(1) == [0]

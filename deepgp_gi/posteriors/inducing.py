@@ -72,10 +72,15 @@ from .pseudo_data import (
     LAST_LAYER_MODES,
     PRECISIONS,
     PseudoData,
+    StackedPosterior,
     analytic_kl,
     draw_weights,
+    log_ratio,
     marginal_variance,
     regulariser,
+    stacked_analytic_kl,
+    stacked_factors,
+    stacked_posterior,
 )
 from .weight_space import WeightSpaceStep, has_feature_map, weight_space_layer
 
@@ -121,6 +126,23 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
             PseudoData(V, kind, lp, self.rho, name=f"pseudo_data_{l}")
             for l, (V, kind, lp) in enumerate(zip(V_init, self.precision, log_precision_init))
         ]
+
+    def _full_factors(self) -> List[Optional[tf.Tensor]]:
+        """Per layer, the factor ``R`` of a function-space layer with ``precision="full"``, from one
+        :func:`stacked_factors` over the layers that share their ``M`` (the normalisation and its
+        gradient once per stack, not per layer); None for the other layers (and for a lone one,
+        which :meth:`PseudoData.posterior` factors itself)."""
+        groups = {}
+        for l, pd in enumerate(self.pseudo_data):
+            if not self.weight_space[l] and pd.kind == "full":
+                groups.setdefault(pd.num_inducing, []).append(l)
+        factors: List[Optional[tf.Tensor]] = [None] * self.depth
+        for members in groups.values():
+            if len(members) > 1:
+                stack = stacked_factors([self.pseudo_data[l] for l in members])
+                for l, R in zip(members, tf.unstack(stack, num=len(members))):
+                    factors[l] = R
+        return factors
 
     def _weight_step(self, l: int, Phi, num_inducing: int, S: int, source: NoiseSource,
                      marginal: bool = False) -> WeightSpaceStep:
@@ -274,6 +296,7 @@ class GlobalInducingPosterior(_InducingPosterior):
         jitter = gpflow.config.default_jitter()
         samples, inducing, log_ratios, kls = [], [], [], []
         mean = var = None
+        factors = self._full_factors()
         for l, layer in enumerate(self.layers):
             last = l == self.depth - 1
             if self.weight_space[l]:
@@ -286,9 +309,13 @@ class GlobalInducingPosterior(_InducingPosterior):
             else:
                 H = None
                 L_K = inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
-                L_B, a_mean = self.pseudo_data[l].posterior(L_K)
                 eps = source.normal(f"u/{l}", [S, M, layer.output_dim], dtype)
-                a, lr, kl = draw_weights(L_B, a_mean, eps, analytic=self.kl_mode == "analytic")
+                # the mean only where the analytic KL or the marginal last layer reads it; the draw
+                # is the same either way (it shares the mean's first solve)
+                analytic = self.kl_mode == "analytic"
+                L_B, a_mean, a = self.pseudo_data[l].draw(
+                    L_K, eps, with_mean=analytic or (last and self.last_layer == "marginal"), factor=factors[l])
+                lr, kl = log_ratio(L_B, a, eps), analytic_kl(L_B, a_mean) if analytic else None
                 A = whitened_projection(L_K, layer.K(U, F))
                 prior_mean = layer_mean(layer, F, self.residual_mean)
                 mean = conditional_mean(A, a, prior_mean)
@@ -448,7 +475,13 @@ class LocalInducingPosterior(_InducingPosterior):
         mean = var = None
         gp_layers = [l for l in range(self.depth) if not self.weight_space[l]]
         # every GP layer's chol(K_uu) in one batched factorisation per step
-        prior_chols = dict(zip(gp_layers, inducing_choleskies([self.layers[l] for l in gp_layers])))
+        chols, stack = inducing_choleskies([self.layers[l] for l in gp_layers], stacked=True)
+        prior_chols = dict(zip(gp_layers, chols))
+        stacked = self._stacked_posterior(stack)
+        if stacked is not None:
+            inverse_factors = tf.unstack(stacked.inverse_factors, num=self.depth)
+            if self.kl_mode == "analytic":
+                regularisers.append(tf.broadcast_to(stacked_analytic_kl(stacked), [S]))
         for l, layer in enumerate(self.layers):
             last = l == self.depth - 1
             if self.weight_space[l]:
@@ -459,28 +492,49 @@ class LocalInducingPosterior(_InducingPosterior):
                 continue
             P, M = layer.output_dim, layer.num_inducing
             L_K = prior_chols[l]  # [M, M]
-            L_B1, a_mean = self.pseudo_data[l].posterior(tf.expand_dims(L_K, 0))  # a sample axis of 1
-            L_B = tf.broadcast_to(L_B1, tf.concat([[S], tf.shape(L_B1)[1:]], 0))
+            if stacked is None:
+                L_B1, a_mean = self.pseudo_data[l].posterior(tf.expand_dims(L_K, 0))  # a sample axis of 1
+            else:
+                L_B1, a_mean = None, tf.expand_dims(stacked.means[l], 0)  # [1, M, P]
             A = whitened_projection(L_K, layer.K(layer.Z, F))
             prior_mean = layer_mean(layer, F, self.residual_mean)
             if self.kl_mode == "analytic":
-                # the sample axis of 1 broadcasts (no slices, whose gradients would be extra ops)
-                regularisers.append(tf.broadcast_to(analytic_kl(L_B1, a_mean), [S]))
                 mean = conditional_mean(A, a_mean, prior_mean)
-                var = tf.expand_dims(residual_variance(layer, F, A), -1) + marginal_variance(L_B, A, P)
+                if stacked is None:
+                    # the sample axis of 1 broadcasts (no slices, whose gradients would be extra ops)
+                    regularisers.append(tf.broadcast_to(analytic_kl(L_B1, a_mean), [S]))
+                    L_B = tf.broadcast_to(L_B1, tf.concat([[S], tf.shape(L_B1)[1:]], 0))
+                    var = tf.expand_dims(residual_variance(layer, F, A), -1) + marginal_variance(L_B, A, P)
+                else:
+                    # |L_B^{-1} A|^2 by a product with the stack's inverse factor; [S, N, 1] broadcasts
+                    # over the units (no repeat, whose gradient would be another reduction)
+                    X = tf.linalg.matmul(tf.expand_dims(inverse_factors[l], 0), A)  # [S, M, N]
+                    var = tf.expand_dims(residual_variance(layer, F, A) + tf.reduce_sum(tf.square(X), axis=-2), -1)
             else:
+                if L_B1 is None:
+                    L_B1 = tf.expand_dims(tf.unstack(stacked.factors, num=self.depth)[l], 0)
+                L_B = tf.broadcast_to(L_B1, tf.concat([[S], tf.shape(L_B1)[1:]], 0))
                 eps = source.normal(f"u/{l}", [S, M, P], dtype)
                 a, lr, _ = draw_weights(L_B, tf.broadcast_to(a_mean, [S, M, P]), eps)
                 regularisers.append(-lr)
                 mean = conditional_mean(A, a, prior_mean)
-                var = tf.broadcast_to(tf.expand_dims(residual_variance(layer, F, A), -1), tf.shape(mean))
+                var = tf.expand_dims(residual_variance(layer, F, A), -1)
             if last:
-                var = tf.maximum(var, 0.0)
+                var = tf.broadcast_to(tf.maximum(var, 0.0), tf.shape(mean))
                 samples.append(self.sample_last_layer(mean, var, source))
             else:
                 F = sample_rows(mean, var, source.normal(f"f/{l}", [S, tf.shape(F)[1], P], dtype), jitter)
                 samples.append(F)
         return Propagation(samples=samples, mean=mean, var=var, kl=tf.add_n(regularisers))
+
+    def _stacked_posterior(self, stack: Optional[tf.Tensor]) -> Optional[StackedPosterior]:
+        """Every layer's pseudo-data posterior as one stack (:func:`stacked_posterior`) when the
+        layers allow it: all function-space GP layers, ``precision="full"``, and their ``K_uu``
+        factors one stack ``[L, M, M]`` (equal M; ``stack`` from :func:`inducing_choleskies`).
+        Else None: each layer's own :meth:`PseudoData.posterior`."""
+        if stack is None or any(self.weight_space) or any(pd.kind != "full" for pd in self.pseudo_data):
+            return None
+        return stacked_posterior(self.pseudo_data, stack)
 
 
 # ============================================================================= initialisers

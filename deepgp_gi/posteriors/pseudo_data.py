@@ -19,7 +19,9 @@ One routine (:func:`pseudo_data_posterior`) builds ``(L, mean)`` for both; :func
 :func:`log_ratio`, :func:`analytic_kl` and :func:`marginal_variance` act on that pair,
 :func:`draw_weights` bundles a draw with its log-ratio and KL, and :func:`regulariser` picks a
 layer's term of the ELBO (:data:`KL_MODES`). The precision is never
-inverted.
+inverted; :func:`stacked_posterior` (local inducing's layers as one stack) forms the inverse of
+its Cholesky factor, ``L^{-1}``, which the analytic KL's trace needs anyway and whose norm is at
+most 1 in function space (``B = I + ...``).
 
 Layouts: ``L`` is ``[S, D, D]`` when ``Lambda`` is shared by the P units (``"full"`` or
 ``"shared_diagonal"``) and ``[S, P, D, D]`` with one diagonal per unit (``"diagonal"``); ``mean``
@@ -30,7 +32,7 @@ transforms keep O&A's Adam re-scaling (App. H): the optimiser sees ``log Lambda 
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -47,6 +49,9 @@ __all__ = [
     "rescaled_log_transform",
     "pseudo_data_posterior",
     "gram_posterior",
+    "gram_statistics",
+    "gram_draw",
+    "PosteriorDraw",
     "sample_weights",
     "log_ratio",
     "analytic_kl",
@@ -54,6 +59,10 @@ __all__ = [
     "draw_weights",
     "marginal_variance",
     "regulariser",
+    "StackedPosterior",
+    "stacked_factors",
+    "stacked_posterior",
+    "stacked_analytic_kl",
     "KL_MODES",
     "LAST_LAYER_MODES",
 ]
@@ -162,12 +171,23 @@ class PseudoData(gpflow.Module):
         else:
             self.precision.unconstrained_variable.assign(np.full(self.precision.shape, log_precision / self.rho))
 
-    def posterior(self, features: tf.Tensor, prior_precision: Optional[tf.Tensor] = None):
-        """:func:`pseudo_data_posterior` of this layer's pseudo-data on ``features`` ``[S, M, D]``."""
+    def posterior(self, features: tf.Tensor, prior_precision: Optional[tf.Tensor] = None,
+                  factor: Optional[tf.Tensor] = None):
+        """:func:`pseudo_data_posterior` of this layer's pseudo-data on ``features`` ``[S, M, D]``;
+        ``factor``: :meth:`factor`'s value where the caller has it (:func:`stacked_factors`)."""
+        return gram_posterior(*self._statistics(features, factor), prior_precision)
+
+    def draw(self, features: tf.Tensor, z: tf.Tensor, with_mean: bool = False,
+             factor: Optional[tf.Tensor] = None) -> "PosteriorDraw":
+        """:func:`gram_draw` of this layer's pseudo-data on ``features`` ``[S, M, D]`` (prior
+        precision 1) with noise ``z`` ``[S, D, P]``; ``factor`` as in :meth:`posterior`."""
+        return gram_draw(*self._statistics(features, factor), z, with_mean)
+
+    def _statistics(self, features: tf.Tensor, factor: Optional[tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
         V = tf.convert_to_tensor(self.pseudo_outputs)
         if self.kind == "full":
-            return pseudo_data_posterior(features, V, prior_precision, full_factor=self.factor())
-        return pseudo_data_posterior(features, V, prior_precision, diag_precision=self.diagonal())
+            return gram_statistics(features, V, full_factor=self.factor() if factor is None else factor)
+        return gram_statistics(features, V, diag_precision=self.diagonal())
 
 
 # ====================================================================================== maths
@@ -221,28 +241,50 @@ def pseudo_data_posterior(
     :return: ``(L, mean)``: ``L = chol(p I + Phi^T Lambda Phi)``, ``[S, D, D]`` if ``Lambda`` is
         shared and ``[S, P, D, D]`` per unit, and ``mean = Prec^{-1} Phi^T Lambda V`` ``[S, D, P]``.
     """
+    return gram_posterior(*gram_statistics(features, V, full_factor, diag_precision), prior_precision)
+
+
+@check_shapes(
+    "features: [S, M, D]",
+    "V: [M, P]",
+    "full_factor: [M, M]",
+    "diag_precision: [Q, M]",
+    "return[1]: [S, D, P]",
+)
+def gram_statistics(
+    features: tf.Tensor,
+    V: tf.Tensor,
+    full_factor: Optional[tf.Tensor] = None,
+    diag_precision: Optional[tf.Tensor] = None,
+) -> Tuple[tf.Tensor, tf.Tensor]:
+    """The sufficient statistics ``(G, rhs)`` of :func:`pseudo_data_posterior`: ``G = Phi^T
+    Lambda Phi`` (``[S, D, D]``, or ``[S, P, D, D]`` per unit) and ``rhs = Phi^T Lambda V``
+    ``[S, D, P]``; arguments as there."""
     if (full_factor is None) == (diag_precision is None):
         raise ValueError("give exactly one of full_factor and diag_precision")
     Phi = features
     dtype = Phi.dtype
     S, M, D = tf.shape(Phi)[0], tf.shape(Phi)[1], tf.shape(Phi)[2]
+    # The sample-free operands get a batch axis of 1: a product whose batch shapes differ reduces
+    # its gradients over the broadcast axes (two more ops), one whose shapes agree (S = 1) does not.
     if full_factor is not None:
-        C = tf.linalg.matmul(full_factor, Phi, transpose_a=True)  # R^T Phi  [S, M, D]
+        C = tf.linalg.matmul(tf.expand_dims(full_factor, 0), Phi, transpose_a=True)  # R^T Phi  [S, M, D]
         G = tf.linalg.matmul(C, C, transpose_a=True)  # [S, D, D]
-        rhs = tf.linalg.matmul(C, tf.linalg.matmul(full_factor, V, transpose_a=True), transpose_a=True)
+        RV = tf.expand_dims(tf.linalg.matmul(full_factor, V, transpose_a=True), 0)  # [1, M, P]
+        rhs = tf.linalg.matmul(C, RV, transpose_a=True)
     elif diag_precision.shape[0] == 1:
         lam = tf.reshape(diag_precision, [-1, 1])  # [M, 1]
         C = tf.sqrt(lam) * Phi
         G = tf.linalg.matmul(C, C, transpose_a=True)  # [S, D, D]
-        rhs = tf.linalg.matmul(Phi, lam * V, transpose_a=True)  # [S, D, P]
+        rhs = tf.linalg.matmul(Phi, tf.expand_dims(lam * V, 0), transpose_a=True)  # [S, D, P]
     else:
         # Per-unit Gram matrices as one GEMM over the flattened outer products phi_m phi_m^T
         # (about 3x faster forward and backward than a per-unit batched product).
         outer = tf.reshape(tf.expand_dims(Phi, -1) * tf.expand_dims(Phi, -2), tf.stack([S, M, D * D]))
         lam = tf.broadcast_to(diag_precision, tf.concat([[S], tf.shape(diag_precision)], 0))  # [S, P, M]
         G = tf.reshape(tf.linalg.matmul(lam, outer), tf.stack([S, -1, D, D]))  # [S, P, D, D]
-        rhs = tf.linalg.matmul(Phi, tf.linalg.matrix_transpose(diag_precision) * V, transpose_a=True)
-    return gram_posterior(G, rhs, prior_precision)
+        rhs = tf.linalg.matmul(Phi, tf.expand_dims(tf.linalg.matrix_transpose(diag_precision) * V, 0), transpose_a=True)
+    return G, rhs
 
 
 def _is_matrix(prior_precision: Optional[tf.Tensor]) -> bool:
@@ -274,6 +316,31 @@ def gram_posterior(G: tf.Tensor, rhs: tf.Tensor, prior_precision: Optional[tf.Te
     L = safe_cholesky(prec, name="pseudo-data posterior precision")
     mean = _solve(L, _solve(L, rhs, adjoint=False), adjoint=True)
     return L, mean
+
+
+class PosteriorDraw(NamedTuple):
+    """What :func:`gram_draw` returns.
+
+    :ivar factor: ``L = chol(I + G)``, as :func:`gram_posterior`'s.
+    :ivar mean: the posterior mean ``[S, D, P]`` if asked for, else None.
+    :ivar weights: the draw ``mean + L^{-T} z`` ``[S, D, P]``.
+    """
+
+    factor: tf.Tensor
+    mean: Optional[tf.Tensor]
+    weights: tf.Tensor
+
+
+def gram_draw(G: tf.Tensor, rhs: tf.Tensor, z: tf.Tensor, with_mean: bool = False) -> PosteriorDraw:
+    """:func:`gram_posterior` (prior precision 1) and the draw of :func:`sample_weights`, the draw
+    computed as ``L^{-T} (L^{-1} rhs + z)``: the mean's first solve is shared, so a caller that
+    needs only the draw (a sampled layer, whose regulariser is the :func:`log_ratio`) runs two
+    triangular solves instead of three, and one that also needs the mean (``with_mean``: the
+    analytic KL, a marginal last layer) gets the same draw with three."""
+    L = safe_cholesky(add_jitter(G, tf.ones([], G.dtype)), name="pseudo-data posterior precision")
+    whitened = _solve(L, rhs, adjoint=False)  # L^{-1} rhs
+    mean = _solve(L, whitened, adjoint=True) if with_mean else None
+    return PosteriorDraw(L, mean, _solve(L, whitened + z, adjoint=True))
 
 
 def _log_prior_weights(w: tf.Tensor, prior_precision: tf.Tensor) -> tf.Tensor:
@@ -398,3 +465,74 @@ def marginal_variance(L: tf.Tensor, A: tf.Tensor, num_units: int) -> tf.Tensor:
         return tf.repeat(tf.expand_dims(v, -1), num_units, axis=-1)
     X = tf.linalg.triangular_solve(L, tf.expand_dims(A, 1), lower=True)  # [S, P, D, N]
     return tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(X), axis=-2))
+
+
+# ====================================================================== layers as one stack
+
+
+class StackedPosterior(NamedTuple):
+    """The function-space pseudo-data posteriors of L layers with equal ``M``, as one stack
+    (:func:`stacked_posterior`).
+
+    :ivar factors: ``L_B = chol(I + L_K^T Lambda L_K)`` ``[L, M, M]``.
+    :ivar inverse_factors: ``L_B^{-1}`` ``[L, M, M]``.
+    :ivar means: per layer, the whitened mean ``B^{-1} L_K^T Lambda V`` ``[M, P_l]``.
+    :ivar num_units: per layer, ``P_l``.
+    """
+
+    factors: tf.Tensor
+    inverse_factors: tf.Tensor
+    means: List[tf.Tensor]
+    num_units: Tuple[int, ...]
+
+
+def stacked_factors(pseudo_data: Sequence[PseudoData]) -> tf.Tensor:
+    """Every layer's :meth:`PseudoData.factor` ``R`` as one stack ``[L, M, M]`` (``"full"``
+    precisions of equal ``M``): the normalisation by the mean diagonal runs once over the stack,
+    as a scalar per layer (``sqrt(scale) / mean(diag R)``, then one product), not per layer."""
+    shapes = tf.stack([tf.convert_to_tensor(pd.precision_shape) for pd in pseudo_data])  # [L, M, M]
+    scales = tf.stack([tf.convert_to_tensor(pd.precision_scale) for pd in pseudo_data])  # [L]
+    coefficient = tf.sqrt(scales) / tf.reduce_mean(tf.linalg.diag_part(shapes), axis=-1)
+    return shapes * tf.expand_dims(tf.expand_dims(coefficient, -1), -1)
+
+
+def stacked_posterior(pseudo_data: Sequence[PseudoData], features: tf.Tensor) -> StackedPosterior:
+    """:func:`pseudo_data_posterior` of L function-space layers at once (prior precision 1).
+
+    Every layer's pseudo-data has ``precision="full"`` and the same ``M``; ``features`` is the
+    stack of their ``L_K`` ``[L, M, M]`` (fixed inducing inputs: no sample axis). The Gram
+    matrices, their factorisation, the factors' inverses and the maps ``B^{-1} C^T R^T`` from the
+    pseudo-outputs to the means are batched over the layers; only the products with each layer's
+    ``V`` ``[M, P_l]`` (widths differ) are per layer.
+
+    The inverse ``L_B^{-1}`` is one triangular solve against ``I`` (the analytic KL's trace needs
+    it anyway); the means use it by products instead of two solves per layer. ``B = I + ...`` has
+    eigenvalues >= 1, so ``|L_B^{-1}| <= 1`` and the products are as accurate as the solves.
+    """
+    dtype = features.dtype
+    num_layers, M = len(pseudo_data), features.shape[-1]
+    R = stacked_factors(pseudo_data)  # [L, M, M]
+    C = tf.linalg.matmul(R, features, transpose_a=True)  # R^T L_K
+    prec = add_jitter(tf.linalg.matmul(C, C, transpose_a=True), tf.ones([], dtype))  # I + C^T C
+    L = safe_cholesky(prec, name="pseudo-data posterior precision (stacked layers)")
+    T = tf.linalg.triangular_solve(L, tf.eye(M, batch_shape=[num_layers], dtype=dtype), lower=True)
+    # B^{-1} C^T R^T = T^T (T C^T) R^T, batched; each layer's mean is this map applied to its V
+    maps = tf.linalg.matmul(tf.linalg.matmul(T, tf.linalg.matmul(T, C, transpose_b=True), transpose_a=True),
+                            R, transpose_b=True)
+    means = [tf.linalg.matmul(m, tf.convert_to_tensor(pd.pseudo_outputs))
+             for m, pd in zip(tf.unstack(maps, num=num_layers), pseudo_data)]
+    return StackedPosterior(L, T, means, tuple(pd.num_units for pd in pseudo_data))
+
+
+def stacked_analytic_kl(posterior: StackedPosterior) -> tf.Tensor:
+    """The sum over the layers of :func:`analytic_kl` (scalar): the traces ``|L_B^{-1}|_F^2``
+    and log-determinants as one reduction each over the stack, weighted by the layers' widths."""
+    L, T = posterior.factors, posterior.inverse_factors
+    dtype = L.dtype
+    M = L.shape[-1]
+    units = tf.constant(posterior.num_units, dtype)  # [L]
+    trace = tf.reduce_sum(tf.square(T), axis=[-2, -1])  # [L]
+    logdet = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(L))), axis=-1)  # [L]
+    mahal = tf.add_n([tf.reduce_sum(tf.square(m)) for m in posterior.means])
+    numel = float(M * sum(posterior.num_units))
+    return 0.5 * (tf.reduce_sum(units * trace) + mahal - numel) + tf.reduce_sum(units * logdet)
