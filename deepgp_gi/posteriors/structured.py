@@ -169,7 +169,9 @@ def _project_rows(A: tf.Tensor, rows: tf.Tensor) -> List[tf.Tensor]:
     ``[N, M] x [M, tau M]`` per ``k``; the blocks are laid out for it by a transpose of the
     parameters, not of the data-sized result."""
     K, tau, M = rows.shape[0], tf.shape(rows)[1], tf.shape(rows)[2]
-    W = tf.reshape(tf.transpose(rows, [0, 2, 1, 3]), [K, M, tau * M])  # [K, M (row m), tau M (t, col j)]
+    # [K, 1, M (row m), tau M (t, col j)]; the axis of 1 matches A's sample axis, so that the
+    # products' gradients in W need no sum over a broadcast axis when S = 1
+    W = tf.reshape(tf.transpose(rows, [0, 2, 1, 3]), [K, 1, M, tau * M])
     out_shape = tf.concat([tf.shape(A)[:1], tf.shape(A)[2:], [tau, M]], axis=0)
     return [tf.reshape(tf.linalg.matmul(A, W_k, transpose_a=True), out_shape) for W_k in tf.unstack(W)]
 
@@ -179,6 +181,23 @@ def _block_dots(b: Sequence[tf.Tensor], b_prev: Sequence[tf.Tensor]) -> tf.Tenso
     ``s~_t^{l l'}`` between a layer's outputs and an earlier layer's at each position, from their
     per-column products, paired in order (the shorter list ends the sum)."""
     return tf.add_n([tf.reduce_sum(x * y, axis=-1) for x, y in zip(b, b_prev)])
+
+
+@tf.custom_gradient
+def half_squared_norm(*tensors: tf.Tensor):
+    """``sum_i |t_i|_F^2 / 2`` (scalar) over tensors of any shapes and one dtype.
+
+    The tensors are flattened into one row and the sum is that row's product with itself (a
+    concatenation and one matrix product), and the gradient ``g t_i`` is written out: one product
+    per tensor, where the automatic gradient of ``sum(square(t_i))`` tiles, multiplies twice and
+    adds per tensor. Used for the blockwise KL's squared norms (parameter-sized tensors)."""
+    flat = tf.concat([tf.reshape(t, [1, -1]) for t in tensors], axis=1)  # [1, K]
+    value = 0.5 * tf.reshape(tf.linalg.matmul(flat, flat, transpose_b=True), [])
+
+    def grad(upstream):
+        return [upstream * t for t in tensors]
+
+    return value, grad
 
 
 # --------------------------------------------------------------------------- shared base
@@ -232,37 +251,44 @@ class _StructuredPosterior(DeepPosterior):
             chols = list(prior_choleskies)
         return self._kl(chols)
 
-    def _kl(self, chols) -> tf.Tensor:
-        return self._kl_from_white(self._white_terms(chols))
-
-    def _white_terms(self, chols) -> List[Tuple[Optional[tf.Tensor], tf.Tensor, tf.Tensor]]:  # pragma: no cover
-        """Per layer ``(L_K or None, L_K^{-1} mu ``[U, M]``, L_K^{-1} rows ``[B, M, W]``)``."""
+    def _kl(self, chols) -> tf.Tensor:  # pragma: no cover - abstract
+        """The KL from per-layer ``chol(K_uu^l)`` (None entries when whitened)."""
         raise NotImplementedError
 
-    def _log_det_q(self) -> tf.Tensor:  # pragma: no cover - abstract
-        """``sum log|diag R|``."""
-        raise NotImplementedError
+    @staticmethod
+    def _log_det_sqrt(blocks: tf.Tensor) -> tf.Tensor:
+        """``sum log|diag|`` of the stored lower-triangular factor(s) ``blocks`` (``R`` or its
+        diagonal blocks), already converted from the parameter by the caller."""
+        return tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(blocks))))
 
-    def _kl_from_white(self, white) -> tf.Tensor:
-        """Blockwise KL from the per-layer whitened means and rows of :meth:`_white_terms`:
-        ``-TM/2 - log|diag R| + sum_l (U_l log|L_K^l| + |rows_l|_F^2 / 2 + |mu_l|^2 / 2)``.
-        :meth:`propagate` passes the whitened blocks it already solved for the marginals, so the
-        KL adds no triangular solve to a step. The squared norms are summed in one addition, and
-        the prior factors of equal size have their log-determinants taken as one stack."""
-        num_latent = sum(int(mu.shape[0]) * int(mu.shape[1]) for _, mu, _ in white)
-        squares = [tf.reduce_sum(tf.square(t)) for _, mu, rows in white for t in (mu, rows)]
-        terms = [-self._log_det_q(), 0.5 * tf.add_n(squares)]
-        priors = [(Lk, mu) for Lk, mu, _ in white if Lk is not None]
-        stackable = (len(priors) > 1 and len({tuple(Lk.shape.as_list()) for Lk, _ in priors}) == 1
-                     and priors[0][0].shape.is_fully_defined() and all(mu.shape[0] is not None for _, mu in priors))
-        if stackable:
-            log_dets = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.stack([Lk for Lk, _ in priors])))), -1)
-            units = tf.constant([float(mu.shape[0]) for _, mu in priors], self.dtype)
-            terms.append(tf.reduce_sum(units * log_dets))
-        else:
-            for Lk, mu in priors:
-                log_det_p = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
-                terms.append(tf.cast(tf.shape(mu)[0], self.dtype) * log_det_p)
+    def _prior_log_det(self, chols, stack: Optional[tf.Tensor] = None) -> Optional[tf.Tensor]:
+        """``sum_l N_l log|diag L_K^l|`` (None when whitened). ``stack`` is the batched factor
+        ``[L, M, M]`` of every layer when :func:`inducing_choleskies` made one; otherwise the
+        factors of equal size have their log-determinants taken as one stack."""
+        if self.whiten:
+            return None
+        units = [float(w) for w in self.widths]
+        if stack is None and len(chols) > 1 and len({tuple(Lk.shape.as_list()) for Lk in chols}) == 1 \
+                and chols[0].shape.is_fully_defined():
+            stack = tf.stack(list(chols))
+        if stack is not None:
+            log_dets = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(stack))), -1)  # [L]
+            return tf.reduce_sum(tf.constant(units, self.dtype) * log_dets)
+        return tf.add_n([u * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
+                         for u, Lk in zip(units, chols)])
+
+    def _blockwise_kl(self, log_det_q: tf.Tensor, white: Sequence[tf.Tensor],
+                      prior_log_det: Optional[tf.Tensor]) -> tf.Tensor:
+        """Blockwise KL ``-TM/2 - log|diag R| + sum_l N_l log|L_K^l| + |white|_F^2 / 2``, where
+        ``white`` holds the whitened unit means and every non-zero block of ``R`` whitened by its
+        row unit's ``L_K`` (any split into tensors: the squared norms are summed over all of them
+        in one product, :func:`half_squared_norm`) and ``prior_log_det`` is
+        :meth:`_prior_log_det`. :meth:`propagate` passes the whitened blocks it already solved for
+        the marginals, so the KL adds no triangular solve to a step."""
+        num_latent = sum(w * m for w, m in zip(self.widths, self.inducing_counts))
+        terms = [half_squared_norm(*white) - log_det_q]
+        if prior_log_det is not None:
+            terms.append(prior_log_det)
         return tf.add_n(terms) - 0.5 * tf.cast(num_latent, self.dtype)
 
 
@@ -430,16 +456,12 @@ class FullyCoupledPosterior(_StructuredPosterior):
         start, end = self.offsets[l], self.offsets[l + 1]
         return tf.reshape(mu[start:end], [self.widths[l], self.inducing_counts[l]])
 
-    def _log_det_q(self) -> tf.Tensor:
-        return tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.convert_to_tensor(self.q_sqrt)))))
-
-    def _white_terms(self, chols):
+    def _kl(self, chols):
         R = tf.convert_to_tensor(self.q_sqrt)
         mu = tf.convert_to_tensor(self.q_mu)
-        return [
-            (Lk, self._white_mean(Lk, self._layer_mean(mu, l)), self._white_rows(Lk, R, l))
-            for l, Lk in enumerate(chols)
-        ]
+        white = [t for l, Lk in enumerate(chols)
+                 for t in (self._white_mean(Lk, self._layer_mean(mu, l)), self._white_rows(Lk, R, l))]
+        return self._blockwise_kl(self._log_det_sqrt(R), white, self._prior_log_det(chols))
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
@@ -457,18 +479,18 @@ class FullyCoupledPosterior(_StructuredPosterior):
         mu = tf.convert_to_tensor(self.q_mu)
         samples: List[tf.Tensor] = []
         projected: List[tf.Tensor] = []  # B^l of the earlier layers
-        white = []  # (L_K or None, whitened mean, whitened rows) per layer, shared with the KL
+        white = []  # whitened means and rows per layer, shared with the KL
         chol = None  # [S, N, T_<l, T_<l]
         eps_prev = None  # [S, N, T_<l]
         last = self.depth - 1
-        prior_chols = inducing_choleskies(self.layers)  # one batched factorisation per step
+        prior_chols, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation per step
         for l, layer in enumerate(self.layers):
             terms = _layer_terms(layer, F, prior_chols[l])
             Lk = terms.prior_chol
             rows = self._white_rows(Lk, R, l)  # [N_l, M_l, off_{l+1}]
             B = tf.einsum("smn,umj->snuj", terms.A, rows)  # [S, N, N_l, off_{l+1}]
             mu_l = self._white_mean(Lk, self._layer_mean(mu, l))
-            white.append((None if self.whiten else Lk, mu_l, rows))
+            white += [mu_l, rows]
             mean = terms.mean + tf.einsum("smn,um->snu", terms.A, mu_l)
             G = None
             if l > 0:
@@ -503,8 +525,8 @@ class FullyCoupledPosterior(_StructuredPosterior):
                 chol = append_to_cholesky(chol, G, chol_new)
                 eps_prev = tf.concat([eps_prev, eps], axis=-1)
         samples.append(self.sample_last_layer(mean, var, source))
-        kl = tf.fill([S], self._kl_from_white(white))
-        return Propagation(samples=samples, mean=mean, var=var, kl=kl)
+        kl = self._blockwise_kl(self._log_det_sqrt(R), white, self._prior_log_det(prior_chols, stack))
+        return Propagation(samples=samples, mean=mean, var=var, kl=tf.fill([S], kl))
 
 
 # --------------------------------------------------------------------------- STAR
@@ -702,47 +724,60 @@ class StripesArrowPosterior(_StructuredPosterior):
             return blocks / tf.cast(self._offdiagonal_count(l), blocks.dtype) ** 0.5
         return self._white(Lk, blocks)
 
-    def _white_hidden_rows(self, Lk: tf.Tensor, diag: tf.Tensor, l: int) -> tf.Tensor:
-        """``L_K^{-1}`` times the row blocks of hidden layer ``l``: ``[K, tau, M, M]`` over
-        ``k = first .. l`` (the stripes, then the unit's own diagonal block)."""
-        tau, M = self.tau, self.num_inducing
-        own = tf.expand_dims(self._white(Lk, diag[tau * l : tau * (l + 1)]), 0)
-        if not self.use_stripes or l == 0:
-            return own
-        start = star_stripe_index(l, 0, 0, tau)
-        stripes = tf.convert_to_tensor(self.stripes)[start : start + tau * l]
-        stripes = self._white_offdiagonal(Lk, tf.reshape(stripes, [l, tau, M, M]), l)
-        return tf.concat([stripes, own], axis=0)
+    def _unit_sizes(self) -> List[int]:
+        """Units per layer, ``[tau, ..., tau, 1]`` (the split of the unit axis into layers)."""
+        return [self.tau] * (self.depth - 1) + [1]
+
+    def _white_units(self, chols, stack: Optional[tf.Tensor], diag: tf.Tensor, mu: tf.Tensor):
+        """``L_K^{-1}`` times every unit's diagonal block and mean, ``([T, M, M], [T, M])``
+        (unchanged when whitened), with ``L_K`` the unit's layer's factor.
+
+        One triangular solve for all units: each block with its mean appended as a column,
+        against the factors gathered per unit from ``stack`` (the batched ``[L, M, M]`` of
+        :func:`inducing_choleskies`; stacked here from ``chols`` when None)."""
+        if self.whiten:
+            return diag, mu
+        M, L = self.num_inducing, self.depth
+        if L == 1:
+            Lk = tf.expand_dims(chols[0], 0)  # [1, M, M]
+        else:
+            if stack is None:
+                stack = tf.stack(list(chols))
+            layer_of_unit = [l for l, n in enumerate(self._unit_sizes()) for _ in range(n)]
+            Lk = tf.gather(stack, layer_of_unit)  # [T, M, M]
+        rhs = tf.concat([diag, tf.expand_dims(mu, -1)], axis=-1)  # [T, M, M + 1]
+        solved = tf.linalg.triangular_solve(Lk, rhs, lower=True)
+        white_diag, white_mu = tf.split(solved, [M, 1], axis=-1)
+        return white_diag, tf.squeeze(white_mu, -1)
+
+    def _white_offdiagonals(self, chols) -> Tuple[List[Optional[tf.Tensor]], Optional[tf.Tensor]]:
+        """``L_K^{-1}`` times the stored off-diagonal blocks: per hidden layer ``l`` its stripes
+        ``[l, tau, M, M]`` (None for layer 0 or without stripes), and the arrow
+        ``[L-1, tau, M, M]`` (None without). ``chols``: the layers' ``L_K`` (None if whitened)."""
+        tau, M, L = self.tau, self.num_inducing, self.depth
+        stripes: List[Optional[tf.Tensor]] = [None] * max(L - 1, 0)
+        if self.use_stripes:
+            sizes = [tau * l for l in range(1, L - 1)]
+            stored = tf.convert_to_tensor(self.stripes)
+            pieces = tf.split(stored, sizes) if len(sizes) > 1 else [stored]
+            for l, piece in zip(range(1, L - 1), pieces):
+                stripes[l] = self._white_offdiagonal(chols[l], tf.reshape(piece, [l, tau, M, M]), l)
+        arrow = None
+        if self.use_arrow:
+            arrow = tf.reshape(tf.convert_to_tensor(self.arrow), [L - 1, tau, M, M])
+            arrow = self._white_offdiagonal(chols[L - 1], arrow, L - 1)
+        return stripes, arrow
 
     def _first_block_layer(self, l: int) -> int:
         """The first hidden layer ``k`` with a non-zero block ``R_{(l,t),(k,t)}``."""
         return 0 if self.use_stripes else l
 
-    def _white_arrow(self, Lk: tf.Tensor) -> tf.Tensor:
-        """``L_K^{-1}`` times the arrow blocks, ``[L-1, tau, M, M]`` (``Lk`` of the output layer)."""
-        M, tau, L = self.num_inducing, self.tau, self.depth
-        arrow = tf.reshape(tf.convert_to_tensor(self.arrow), [L - 1, tau, M, M])
-        return self._white_offdiagonal(Lk, arrow, L - 1)
-
-    def _log_det_q(self) -> tf.Tensor:
-        return tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.convert_to_tensor(self.diag)))))
-
-    def _white_terms(self, chols):
-        """Per layer ``U log|L_K| + |L_K^{-1} rows|_F^2 / 2 + |L_K^{-1} mu|^2 / 2`` needs the
-        whitened unit means and row blocks (stripes, arrow, diagonal blocks)."""
-        tau, T, M, L = self.tau, self.num_units, self.num_inducing, self.depth
+    def _kl(self, chols):
         diag = tf.convert_to_tensor(self.diag)
-        mu = tf.convert_to_tensor(self.q_mu)
-        white = []
-        for l in range(L - 1):
-            rows = tf.reshape(self._white_hidden_rows(chols[l], diag, l), [-1, M, M])
-            white.append((chols[l], self._white_mean(chols[l], mu[tau * l : tau * (l + 1)]), rows))
-        out_rows = self._white(chols[L - 1], diag[T - 1 :])
-        if self.use_arrow:
-            arrow = tf.reshape(self._white_arrow(chols[L - 1]), [-1, M, M])
-            out_rows = tf.concat([arrow, out_rows], axis=0)
-        white.append((chols[L - 1], self._white_mean(chols[L - 1], mu[T - 1 :]), out_rows))
-        return white
+        white_diag, white_mu = self._white_units(chols, None, diag, tf.convert_to_tensor(self.q_mu))
+        stripes, arrow = self._white_offdiagonals(chols)
+        white = [white_mu, white_diag] + [t for t in stripes + [arrow] if t is not None]
+        return self._blockwise_kl(self._log_det_sqrt(diag), white, self._prior_log_det(chols))
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
@@ -762,24 +797,27 @@ class StripesArrowPosterior(_StructuredPosterior):
         source, F = self._start(X, S, seed)
         dtype = F.dtype
         jitter = gpflow.config.default_jitter()
-        tau, T, L, M = self.tau, self.num_units, self.depth, self.num_inducing
+        tau, L = self.tau, self.depth
         diag = tf.convert_to_tensor(self.diag)
-        mu = tf.convert_to_tensor(self.q_mu)
         track = self.use_stripes or self.use_arrow  # whether later layers condition on this one
         samples: List[tf.Tensor] = []
         projected: List[List[tf.Tensor]] = []  # per hidden layer, b^l_k [S, N, tau, M] for k = first .. l
-        white = []  # (L_K or None, whitened means, whitened row blocks) per layer, shared with the KL
         chol = None  # [S, N, tau, l, l]
         eps_prev = None  # [S, N, tau, l]
-        prior_chols = inducing_choleskies(self.layers)  # one batched factorisation per step
+        prior_chols, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation per step
+        white_diag, white_mu = self._white_units(prior_chols, stack, diag, tf.convert_to_tensor(self.q_mu))
+        stripes, arrow = self._white_offdiagonals(prior_chols)
+        # per layer: own blocks [N_l, M, M] and means [N_l, M], given a leading axis of 1 where
+        # they multiply A [S, M, N], so that their products' gradients need no sum over samples
+        own_blocks = tf.split(white_diag, self._unit_sizes()) if L > 1 else [white_diag]
+        unit_means = tf.split(white_mu, self._unit_sizes()) if L > 1 else [white_mu]
         for l in range(L - 1):
             terms = _layer_terms(self.layers[l], F, prior_chols[l])
-            Lk = terms.prior_chol
-            rows = self._white_hidden_rows(Lk, diag, l)  # [K, tau, M, M]
+            own = tf.expand_dims(own_blocks[l], 0)  # [1, tau, M, M]
+            rows = own if stripes[l] is None else tf.concat([stripes[l], own], axis=0)  # [K, tau, M, M]
             b = _project_rows(terms.A, rows)  # K x [S, N, tau, M]
-            mu_l = self._white_mean(Lk, mu[tau * l : tau * (l + 1)])
-            white.append((None if self.whiten else Lk, mu_l, tf.reshape(rows, [-1, M, M])))
-            mean = terms.mean + tf.linalg.matmul(terms.A, mu_l, transpose_a=True, transpose_b=True)
+            mean = terms.mean + tf.linalg.matmul(
+                terms.A, tf.expand_dims(unit_means[l], 0), transpose_a=True, transpose_b=True)
             var = tf.add_n([tf.reduce_sum(tf.square(b_k), axis=-1) for b_k in b]) + tf.expand_dims(terms.prior_var, -1)
             G = None
             if self.use_stripes and l > 0:
@@ -803,16 +841,11 @@ class StripesArrowPosterior(_StructuredPosterior):
                 eps_prev = tf.concat([eps_prev, tf.expand_dims(eps, -1)], axis=-1)
 
         terms = _layer_terms(self.layers[L - 1], F, prior_chols[L - 1])
-        Lk = terms.prior_chol
-        mu_white = self._white_mean(Lk, mu[T - 1 :])  # [1, M]
-        mean = terms.mean + tf.linalg.matmul(terms.A, mu_white, transpose_a=True, transpose_b=True)  # [S, N, 1]
-        own_white = self._white(Lk, diag[T - 1 :])  # [1, M, M]
-        b_own = tf.linalg.matmul(terms.A, tf.squeeze(own_white, 0), transpose_a=True)  # [S, N, M]
+        mean = terms.mean + tf.linalg.matmul(
+            terms.A, tf.expand_dims(unit_means[-1], 0), transpose_a=True, transpose_b=True)  # [S, N, 1]
+        b_own = tf.linalg.matmul(terms.A, own_blocks[-1], transpose_a=True)  # [S, N, M]
         var = tf.reduce_sum(tf.square(b_own), axis=-1) + terms.prior_var  # [S, N]
-        out_rows = own_white
         if self.use_arrow:
-            arrow = self._white_arrow(Lk)  # [L-1, tau, M, M]
-            out_rows = tf.concat([tf.reshape(arrow, [-1, M, M]), own_white], axis=0)
             b_out = _project_rows(terms.A, arrow)  # L-1 x [S, N, tau, M]
             var = var + tf.add_n([tf.reduce_sum(tf.square(b_k), axis=[-2, -1]) for b_k in b_out])
             cross = tf.stack([
@@ -824,6 +857,6 @@ class StripesArrowPosterior(_StructuredPosterior):
             var = var - tf.reduce_sum(tf.square(G), axis=[-3, -2, -1])
         var = tf.expand_dims(tf.maximum(var, 0.0), -1)
         samples.append(self.sample_last_layer(mean, var, source))
-        white.append((None if self.whiten else Lk, mu_white, out_rows))
-        kl = tf.fill([S], self._kl_from_white(white))
-        return Propagation(samples=samples, mean=mean, var=var, kl=kl)
+        white = [white_mu, white_diag] + [t for t in stripes + [arrow] if t is not None]
+        kl = self._blockwise_kl(self._log_det_sqrt(diag), white, self._prior_log_det(prior_chols, stack))
+        return Propagation(samples=samples, mean=mean, var=var, kl=tf.fill([S], kl))
