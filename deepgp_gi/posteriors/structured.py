@@ -424,6 +424,24 @@ class FullyCoupledPosterior(_StructuredPosterior):
         start, end = self.offsets[l], self.offsets[l + 1]
         return tf.reshape(R[start:end, :end], [self.widths[l], self.inducing_counts[l], end])
 
+    def _layer_rows(self, R: tf.Tensor) -> List[tf.Tensor]:
+        """:meth:`_rows` of every layer from one split of ``R`` by layer (one op, and one
+        consumer of ``R`` in the gradient instead of a slice per layer); the last layer's rows
+        need no column slice."""
+        pieces = tf.split(R, np.diff(self.offsets).tolist()) if self.depth > 1 else [R]
+        rows = []
+        for l, piece in enumerate(pieces):
+            end = self.offsets[l + 1]
+            if end < self.num_latent:
+                piece = piece[:, :end]
+            rows.append(tf.reshape(piece, [self.widths[l], self.inducing_counts[l], end]))
+        return rows
+
+    def _layer_means(self, mu: tf.Tensor) -> List[tf.Tensor]:
+        """Every layer's unit means ``[N_l, M_l]`` from one split of ``mu_M``."""
+        pieces = tf.split(mu, np.diff(self.offsets).tolist()) if self.depth > 1 else [mu]
+        return [tf.reshape(p, [w, m]) for p, w, m in zip(pieces, self.widths, self.inducing_counts)]
+
     def _own_and_offdiagonal_masks(self, l: int) -> Tuple[np.ndarray, np.ndarray]:
         """Two ``[N_l, 1, off_{l+1}]`` masks over layer ``l``'s rows: 1 on each unit's own diagonal
         block, and ``1 / sqrt(n_i)`` on its off-diagonal blocks (``n_i`` the units before it)."""
@@ -442,25 +460,27 @@ class FullyCoupledPosterior(_StructuredPosterior):
         own, off = self._row_masks[l]
         return rows * tf.constant(own, rows.dtype), rows * tf.constant(off, rows.dtype)
 
-    def _white_rows(self, Lk: tf.Tensor, R: tf.Tensor, l: int) -> tf.Tensor:
-        """``L_K^{-1}`` times layer ``l``'s rows of ``R`` ``[N_l, M_l, off_{l+1}]``, from the stored
-        ``q_sqrt`` ``R`` (preconditioned: the off-diagonal blocks are already whitened and only
-        rescaled)."""
-        rows = self._rows(R, l)
-        if not self.precondition_offdiagonal:
-            return self._white(Lk, rows)
-        own, off = self._split_rows(rows, l)
-        return self._white(Lk, own) + off
-
-    def _layer_mean(self, mu: tf.Tensor, l: int) -> tf.Tensor:
-        start, end = self.offsets[l], self.offsets[l + 1]
-        return tf.reshape(mu[start:end], [self.widths[l], self.inducing_counts[l]])
+    def _white_layer(self, Lk: Optional[tf.Tensor], rows: tf.Tensor, mu: tf.Tensor, l: int):
+        """``L_K^{-1}`` times layer ``l``'s stored rows ``[N_l, M_l, off_{l+1}]`` and unit means
+        ``[N_l, M_l]``: ``(rows, means)`` whitened (preconditioned storage: the off-diagonal blocks
+        are already whitened and only rescaled). The means ride along as one more column of the
+        rows' triangular solve, so a layer takes one solve (and ``L_K`` one consumer)."""
+        if self.precondition_offdiagonal:
+            own, off = self._split_rows(rows, l)
+        else:
+            own, off = rows, None
+        if not self.whiten:
+            width = own.shape[-1]
+            solved = self._white(Lk, tf.concat([own, tf.expand_dims(mu, -1)], axis=-1))
+            own, mu = tf.split(solved, [width, 1], axis=-1)
+            mu = tf.squeeze(mu, -1)
+        return (own if off is None else own + off), mu
 
     def _kl(self, chols):
         R = tf.convert_to_tensor(self.q_sqrt)
-        mu = tf.convert_to_tensor(self.q_mu)
-        white = [t for l, Lk in enumerate(chols)
-                 for t in (self._white_mean(Lk, self._layer_mean(mu, l)), self._white_rows(Lk, R, l))]
+        white = []
+        for l, (Lk, rows, mu) in enumerate(zip(chols, self._layer_rows(R), self._layer_means(tf.convert_to_tensor(self.q_mu)))):
+            white.extend(self._white_layer(Lk, rows, mu, l))
         return self._blockwise_kl(self._log_det_sqrt(R), white, self._prior_log_det(chols))
 
     @inherit_check_shapes
@@ -484,12 +504,11 @@ class FullyCoupledPosterior(_StructuredPosterior):
         eps_prev = None  # [S, N, T_<l]
         last = self.depth - 1
         prior_chols, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation per step
+        stored_rows, stored_means = self._layer_rows(R), self._layer_means(mu)
         for l, layer in enumerate(self.layers):
             terms = _layer_terms(layer, F, prior_chols[l])
-            Lk = terms.prior_chol
-            rows = self._white_rows(Lk, R, l)  # [N_l, M_l, off_{l+1}]
+            rows, mu_l = self._white_layer(terms.prior_chol, stored_rows[l], stored_means[l], l)  # [N_l, M_l, off_{l+1}], [N_l, M_l]
             B = tf.einsum("smn,umj->snuj", terms.A, rows)  # [S, N, N_l, off_{l+1}]
-            mu_l = self._white_mean(Lk, self._layer_mean(mu, l))
             white += [mu_l, rows]
             mean = terms.mean + tf.einsum("smn,um->snu", terms.A, mu_l)
             G = None
