@@ -48,6 +48,7 @@ __all__ = [
     "whiten_cross_covariance",
     "append_to_cholesky",
     "blockwise_kl_terms",
+    "half_squared_norm",
     "star_unit_index",
     "star_stripe_index",
     "star_arrow_index",
@@ -236,10 +237,6 @@ class _StructuredPosterior(DeepPosterior):
             return blocks
         Lk_b = tf.broadcast_to(Lk, tf.concat([tf.shape(blocks)[:-2], tf.shape(Lk)], 0))
         return tf.linalg.triangular_solve(Lk_b, blocks, lower=True)
-
-    def _white_mean(self, Lk: tf.Tensor, mu: tf.Tensor) -> tf.Tensor:
-        """``L_K^{-1} mu_u`` for unit means ``mu`` ``[U, M]`` (identity if whitened), ``[U, M]``."""
-        return tf.linalg.matrix_transpose(self._white(Lk, tf.linalg.matrix_transpose(mu)))
 
     def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
         """``KL(q(f_M) || p(f_M))`` (scalar), blockwise; optional precomputed ``chol(K_uu^l)``."""

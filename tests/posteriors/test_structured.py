@@ -16,6 +16,7 @@ from deepgp_gi.posteriors.structured import (
     FullyCoupledPosterior,
     StripesArrowPosterior,
     append_to_cholesky,
+    half_squared_norm,
     whiten_cross_covariance,
 )
 
@@ -669,3 +670,26 @@ def test_star_elbo_equals_the_dense_fully_coupled_elbo(L, whiten):
     e_fc = model_for(layers, fc).elbo_per_sample((X, Y), S, noise).numpy()
     np.testing.assert_allclose(e_star, e_fc, rtol=0, atol=1e-10)
     assert np.ptp(e_star) > 1e-3  # the two samples differ: the noise reaches the ELBO
+
+
+# --------------------------------------------------------------------------- helpers of the step
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_half_squared_norm_value_and_written_out_gradient(dtype):
+    """The KL's ``sum_i |t_i|^2 / 2`` (one product over the concatenated tensors) and its
+    written-out gradient ``g t_i`` against numpy, automatic differentiation of
+    ``sum(square(t_i)) / 2`` and finite differences."""
+    rng = np.random.default_rng(0)
+    ts = [tf.constant(rng.normal(size=shape).astype(dtype)) for shape in [(3,), (2, 4), (2, 3, 3)]]
+    expected = 0.5 * sum(np.sum(t.numpy().astype(np.float64) ** 2) for t in ts)
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(half_squared_norm(*ts).numpy(), expected, rtol=rtol)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(ts)
+        ours = 3.0 * half_squared_norm(*ts)
+        auto = 3.0 * 0.5 * tf.add_n([tf.reduce_sum(tf.square(t)) for t in ts])
+    for g, h in zip(tape.gradient(ours, ts), tape.gradient(auto, ts)):
+        np.testing.assert_allclose(g.numpy(), h.numpy(), rtol=rtol)
+    if dtype == np.float64:
+        theoretical, numerical = tf.test.compute_gradient(half_squared_norm, ts)
+        for th, nu in zip(theoretical, numerical):
+            np.testing.assert_allclose(th, nu, atol=1e-7)
