@@ -31,7 +31,7 @@ import tensorflow_probability as tfp
 from check_shapes import check_shapes, inherit_check_shapes
 
 from ..layers import GPLayer
-from ..linalg import add_jitter, safe_cholesky
+from ..linalg import safe_cholesky
 from ..validation import check_bool, check_positive_float
 from .base import DeepPosterior, Propagation
 from .conditionals import (
@@ -77,10 +77,17 @@ def whiten_cross_covariance(chol: tf.Tensor, cross: tf.Tensor, eps: tf.Tensor):
     The conditional covariance of the new outputs is ``S_new - G G^T``. One triangular solve,
     no inverse.
     """
-    Gt = tf.linalg.triangular_solve(chol, tf.linalg.matrix_transpose(cross), lower=True)
-    G = tf.linalg.matrix_transpose(Gt)  # [..., P, K]
-    shift = tf.linalg.matvec(G, eps)  # [..., P]
-    return G, shift
+    Gt, shift = _whiten_transposed_cross(chol, tf.linalg.matrix_transpose(cross), eps)
+    return tf.linalg.matrix_transpose(Gt), shift
+
+
+def _whiten_transposed_cross(chol: tf.Tensor, cross_t: tf.Tensor, eps: tf.Tensor):
+    """:func:`whiten_cross_covariance` from the transposed cross-covariance ``C^T``
+    ``[batch..., K, P]``: returns ``G^T = chol^{-1} C^T`` ``[batch..., K, P]`` and the shift
+    ``G eps`` ``[batch..., P]``. The posteriors form ``C^T`` directly and use ``G^T`` through
+    transposed products, which saves the two transposes (and their gradients)."""
+    Gt = tf.linalg.triangular_solve(chol, cross_t, lower=True)
+    return Gt, tf.linalg.matvec(Gt, eps, adjoint_a=True)
 
 
 @check_shapes(
@@ -153,14 +160,16 @@ def _layer_terms(layer: GPLayer, F: tf.Tensor, Lk: Optional[tf.Tensor] = None) -
     return _LayerTerms(Lk, A, residual_variance(layer, F, A), layer.mean(F))
 
 
-def _clamp_diag(cov: tf.Tensor) -> tf.Tensor:
-    """Clamp the diagonal of covariance matrices at zero (roundoff guard before the jitter).
+def _with_diagonal(cov: tf.Tensor, prior_var: tf.Tensor, jitter: float) -> tf.Tensor:
+    """``cov + diag(c)`` with its diagonal clamped at zero (roundoff guard) and ``jitter`` added:
+    ``cov`` ``[..., P, P]``, ``c`` ``[...]`` added to every diagonal entry.
 
-    Written as the addition of a diagonal (``max(d, 0) - d``), not ``tf.linalg.set_diag``: the
-    gradient of ``set_diag`` on a run-time batch shape runs three ``tf.cond``s (functional ``If``
-    ops, each a function call per step)."""
+    One addition of a diagonal matrix, ``diag(max(d + c, 0) + jitter - d)`` with ``d`` the
+    diagonal of ``cov``, not ``tf.linalg.set_diag``: the gradient of ``set_diag`` on a run-time
+    batch shape runs three ``tf.cond``s (functional ``If`` ops, each a function call per step)."""
     d = tf.linalg.diag_part(cov)
-    return cov + tf.linalg.diag(tf.maximum(d, 0.0) - d)
+    clamped = tf.maximum(d + tf.expand_dims(prior_var, -1), 0.0) + jitter
+    return cov + tf.linalg.diag(clamped - d)
 
 
 def _project_rows(A: tf.Tensor, rows: tf.Tensor) -> List[tf.Tensor]:
@@ -199,6 +208,70 @@ def half_squared_norm(*tensors: tf.Tensor):
         return [upstream * t for t in tensors]
 
     return value, grad
+
+
+@tf.custom_gradient
+def _gram_and_copy(B: tf.Tensor):
+    """``(B B^T, B)`` for ``B`` ``[..., P, W]``: the Gram matrix ``[..., P, P]`` and ``B`` itself,
+    for later products to take instead of ``B``.
+
+    Both operands of ``B B^T`` and every later use of ``B`` add a term to ``B``'s gradient, and an
+    addition of three or more data-sized terms is what grappler's memory optimizer rewrites into a
+    temporary variable with one assignment per term. Here ``B`` has one consumer, the copy takes
+    the later uses, and the gradient is written out: ``(g + g^T) B + g_copy``."""
+    gram = tf.linalg.matmul(B, B, transpose_b=True)
+
+    def grad(g_gram, g_copy):
+        # g_copy - (-(g + g^T)) B: a difference, which grappler does not merge with g_copy's own
+        # addition of terms into one larger AddN (it would for a sum)
+        neg_sym = -(g_gram + tf.linalg.matrix_transpose(g_gram))
+        if g_copy is None:
+            return -tf.linalg.matmul(neg_sym, B)
+        return g_copy - tf.linalg.matmul(neg_sym, B)
+
+    return (gram, tf.identity(B)), grad
+
+
+@tf.custom_gradient
+def _draw_and_copy(chol: tf.Tensor, eps: tf.Tensor):
+    """``(chol @ eps, chol)`` for factors ``chol`` ``[..., P, P]`` and noise ``eps`` ``[..., P]``:
+    the correlated draw ``[..., P]`` and a copy of ``chol`` for the later uses of the factor.
+
+    As :func:`_gram_and_copy`: ``chol`` gets one consumer, and its gradient ``g eps^T + g_copy`` is
+    written as a difference, so that grappler keeps the copy's terms in an addition of their own."""
+    draw = tf.linalg.matvec(chol, eps)
+
+    def grad(g_draw, g_copy):
+        neg_outer = tf.linalg.matmul(tf.expand_dims(-g_draw, -1), tf.expand_dims(eps, -1), transpose_b=True)
+        d_chol = -neg_outer if g_copy is None else g_copy - neg_outer
+        return d_chol, tf.linalg.matvec(chol, g_draw, adjoint_a=True)
+
+    return (draw, tf.identity(chol)), grad
+
+
+@tf.custom_gradient
+def _project_rows_and_means(A: tf.Tensor, rows: tf.Tensor, mu: tf.Tensor):
+    """``(B, m)`` with ``B = A^T rows_u`` ``[S, N, U, W]`` and ``m = A^T mu_u`` ``[S, N, U]`` for
+    ``A`` ``[S, M, N]``, rows ``[U, M, W]`` and means ``[U, M]`` (the same products as the two
+    einsums ``smn,umj->snuj`` and ``smn,um->snu``).
+
+    ``A`` has a third consumer (the residual variance), and grappler's memory optimizer rewrites
+    a gradient addition of three data-sized terms into a temporary variable with one assignment
+    per term; here ``A`` has one consumer for both products and their two terms are a
+    difference."""
+    B = tf.einsum("smn,umj->snuj", A, rows)
+    m = tf.einsum("smn,um->snu", A, mu)
+
+    def grad(g_B, g_m):
+        d_A = None if g_B is None else tf.einsum("snuj,umj->smn", g_B, rows)
+        if g_m is not None:  # d_A - (-g_m)^T mu: a difference, as in _gram_and_copy
+            neg = tf.einsum("snu,um->smn", -g_m, mu)
+            d_A = -neg if d_A is None else d_A - neg
+        d_rows = None if g_B is None else tf.einsum("smn,snuj->umj", A, g_B)
+        d_mu = None if g_m is None else tf.einsum("smn,snu->um", A, g_m)
+        return d_A, d_rows, d_mu
+
+    return (B, m), grad
 
 
 # --------------------------------------------------------------------------- shared base
@@ -258,18 +331,15 @@ class _StructuredPosterior(DeepPosterior):
         diagonal blocks), already converted from the parameter by the caller."""
         return tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(blocks))))
 
-    def _prior_log_det(self, chols, stack: Optional[tf.Tensor] = None) -> Optional[tf.Tensor]:
-        """``sum_l N_l log|diag L_K^l|`` (None when whitened). ``stack`` is the batched factor
-        ``[L, M, M]`` of every layer when :func:`inducing_choleskies` made one; otherwise the
-        factors of equal size have their log-determinants taken as one stack."""
+    def _prior_log_det(self, chols) -> Optional[tf.Tensor]:
+        """``sum_l N_l log|diag L_K^l|`` (None when whitened); the factors of equal size have their
+        log-determinants taken as one stack. (Where a step has ``L_K`` gathered per unit, the
+        same sum is that gather's ``sum log|diag|``, one consumer fewer of the factor.)"""
         if self.whiten:
             return None
         units = [float(w) for w in self.widths]
-        if stack is None and len(chols) > 1 and len({tuple(Lk.shape.as_list()) for Lk in chols}) == 1 \
-                and chols[0].shape.is_fully_defined():
-            stack = tf.stack(list(chols))
-        if stack is not None:
-            log_dets = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(stack))), -1)  # [L]
+        if len(chols) > 1 and len({tuple(Lk.shape.as_list()) for Lk in chols}) == 1 and chols[0].shape.is_fully_defined():
+            log_dets = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.stack(list(chols))))), -1)  # [L]
             return tf.reduce_sum(tf.constant(units, self.dtype) * log_dets)
         return tf.add_n([u * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
                          for u, Lk in zip(units, chols)])
@@ -451,6 +521,54 @@ class FullyCoupledPosterior(_StructuredPosterior):
         scale = np.where(earlier > 0, 1.0 / np.sqrt(np.maximum(earlier, 1)), 0.0)[:, None, None]
         return own, scale * (1.0 - own)
 
+    def _unit_masks(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The masks of :meth:`_own_and_offdiagonal_masks` over every unit's full row,
+        ``[T, 1, TM]`` each (zero beyond a layer's columns, where ``R`` is zero anyway)."""
+        total = self.num_latent
+        pad = lambda mask: np.pad(mask, [(0, 0), (0, 0), (0, total - mask.shape[-1])])
+        return tuple(np.concatenate([pad(masks[i]) for masks in self._row_masks]) for i in (0, 1))
+
+    def _white_blocks(self, R: tf.Tensor, mu: tf.Tensor, chols, stack: Optional[tf.Tensor] = None):
+        """Every layer's whitened rows ``[N_l, M_l, off_{l+1}]`` and unit means ``[N_l, M_l]``
+        (:meth:`_white_layer`), tensors whose squared norms sum to theirs, and the prior's
+        ``sum_l N_l log|diag L_K^l|`` (None when whitened): the KL's parts.
+
+        With equal ``M_l`` (``stack``: the batched ``[L, M, M]`` prior factor, stacked from
+        ``chols`` when None) all units are whitened by one triangular solve of their full rows
+        ``[T, M, TM]`` with the means appended as a column, against ``L_K`` gathered per unit:
+        one solve, mask and split for the whole of ``R`` instead of one per layer; otherwise one
+        solve per layer."""
+        if len(set(self.inducing_counts)) > 1:
+            rows, means = [], []
+            for l, (Lk, r, m) in enumerate(zip(chols, self._layer_rows(R), self._layer_means(mu))):
+                r, m = self._white_layer(Lk, r, m, l)
+                rows.append(r)
+                means.append(m)
+            return rows, means, rows + means, self._prior_log_det(chols)
+        T, M, total = sum(self.widths), self.inducing_counts[0], self.num_latent
+        units = tf.reshape(R, [T, M, total])
+        unit_means = tf.reshape(mu, [T, M])
+        if self.precondition_offdiagonal:
+            own_mask, off_mask = self._unit_masks()
+            own, off = units * tf.constant(own_mask, R.dtype), units * tf.constant(off_mask, R.dtype)
+        else:
+            own, off = units, None
+        prior_log_det = None
+        if not self.whiten:
+            if stack is None:
+                stack = tf.stack(list(chols))
+            layer_of_unit = [l for l, width in enumerate(self.widths) for _ in range(width)]
+            Lk = tf.gather(stack, layer_of_unit)  # [T, M, M]
+            solved = tf.linalg.triangular_solve(Lk, tf.concat([own, tf.expand_dims(unit_means, -1)], axis=-1), lower=True)
+            own, unit_means = tf.split(solved, [total, 1], axis=-1)
+            unit_means = tf.squeeze(unit_means, -1)
+            prior_log_det = self._log_det_sqrt(Lk)  # sum over units = sum_l N_l log|diag L_K^l|
+        white = own if off is None else own + off  # [T, M, TM]
+        pieces = tf.split(white, list(self.widths)) if self.depth > 1 else [white]
+        rows = [p if end == total else p[..., :end] for p, end in zip(pieces, self.offsets[1:])]
+        means = tf.split(unit_means, list(self.widths)) if self.depth > 1 else [unit_means]
+        return rows, means, [white, unit_means], prior_log_det
+
     def _split_rows(self, rows: tf.Tensor, l: int) -> Tuple[tf.Tensor, tf.Tensor]:
         """Layer ``l``'s stored rows ``[N_l, M_l, off_{l+1}]`` as ``(own, off)``: each unit's own
         diagonal block (zeros elsewhere) and its off-diagonal blocks divided by ``sqrt(n_i)``."""
@@ -475,10 +593,8 @@ class FullyCoupledPosterior(_StructuredPosterior):
 
     def _kl(self, chols):
         R = tf.convert_to_tensor(self.q_sqrt)
-        white = []
-        for l, (Lk, rows, mu) in enumerate(zip(chols, self._layer_rows(R), self._layer_means(tf.convert_to_tensor(self.q_mu)))):
-            white.extend(self._white_layer(Lk, rows, mu, l))
-        return self._blockwise_kl(self._log_det_sqrt(R), white, self._prior_log_det(chols))
+        _, _, white, prior_log_det = self._white_blocks(R, tf.convert_to_tensor(self.q_mu), chols)
+        return self._blockwise_kl(self._log_det_sqrt(R), white, prior_log_det)
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
@@ -496,52 +612,52 @@ class FullyCoupledPosterior(_StructuredPosterior):
         mu = tf.convert_to_tensor(self.q_mu)
         samples: List[tf.Tensor] = []
         projected: List[tf.Tensor] = []  # B^l of the earlier layers
-        white = []  # whitened means and rows per layer, shared with the KL
         chol = None  # [S, N, T_<l, T_<l]
         eps_prev = None  # [S, N, T_<l]
         last = self.depth - 1
         prior_chols, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation per step
-        stored_rows, stored_means = self._layer_rows(R), self._layer_means(mu)
+        white_rows, white_means, white, prior_log_det = self._white_blocks(R, mu, prior_chols, stack)  # KL parts too
         for l, layer in enumerate(self.layers):
             terms = _layer_terms(layer, F, prior_chols[l])
-            rows, mu_l = self._white_layer(terms.prior_chol, stored_rows[l], stored_means[l], l)  # [N_l, M_l, off_{l+1}], [N_l, M_l]
-            B = tf.einsum("smn,umj->snuj", terms.A, rows)  # [S, N, N_l, off_{l+1}]
-            white += [mu_l, rows]
-            mean = terms.mean + tf.einsum("smn,um->snu", terms.A, mu_l)
-            G = None
+            rows, mu_l = white_rows[l], white_means[l]  # [N_l, M_l, off_{l+1}], [N_l, M_l]
+            B, shift_mean = _project_rows_and_means(terms.A, rows, mu_l)  # [S, N, N_l, off_{l+1}], [S, N, N_l]
+            mean = terms.mean + shift_mean
+            Gt = None  # G^T [S, N, T_<l, N_l]
             if l > 0:
-                # S~^{l k} = B^l B^{k T}; B^k is zero beyond column off_{k+1}
+                # S~^{k l} = B^k B^{l T} (the transposed cross-covariance, which the solve takes);
+                # B^k is zero beyond column off_{k+1}
                 blocks = [
-                    tf.linalg.matmul(B[..., : self.offsets[k + 1]], projected[k], transpose_b=True)
+                    tf.linalg.matmul(projected[k], B[..., : self.offsets[k + 1]], transpose_b=True)
                     for k in range(l)
                 ]
-                cross = tf.concat(blocks, axis=-1)  # [S, N, N_l, T_<l]
-                G, shift = whiten_cross_covariance(chol, cross, eps_prev)
+                cross_t = tf.concat(blocks, axis=-2)  # [S, N, T_<l, N_l]
+                Gt, shift = _whiten_transposed_cross(chol, cross_t, eps_prev)
                 mean = mean + shift
             if l == last:
                 var = tf.reduce_sum(tf.square(B), axis=-1) + tf.expand_dims(terms.prior_var, -1)
-                if G is not None:
-                    var = var - tf.reduce_sum(tf.square(G), axis=-1)
+                if Gt is not None:
+                    var = var - tf.reduce_sum(tf.square(Gt), axis=-2)
                 var = tf.maximum(var, 0.0)
                 break
-            cov = tf.linalg.matmul(B, B, transpose_b=True)
-            cov = add_jitter(cov, terms.prior_var)  # + prior variance on the diagonal (no set_diag: see _clamp_diag)
-            if G is not None:
-                cov = cov - tf.linalg.matmul(G, G, transpose_b=True)
+            cov, B_later = _gram_and_copy(B)  # later layers' cross-covariances take the copy
+            if Gt is not None:
+                cov = cov - tf.linalg.matmul(Gt, Gt, transpose_a=True)
+            # + prior variance on the diagonal, clamped, + jitter
             chol_new = safe_cholesky(
-                add_jitter(_clamp_diag(cov), jitter), name=f"conditional covariance of layer {l}"
+                _with_diagonal(cov, terms.prior_var, jitter), name=f"conditional covariance of layer {l}"
             )
             eps = source.normal(f"f/{l}", tf.shape(mean), dtype)
-            F = mean + tf.linalg.matvec(chol_new, eps)
+            draw, chol_new = _draw_and_copy(chol_new, eps)  # the later solves and appends take the copy
+            F = mean + draw
             samples.append(F)
-            projected.append(B)
+            projected.append(B_later)
             if chol is None:
                 chol, eps_prev = chol_new, eps
             else:
-                chol = append_to_cholesky(chol, G, chol_new)
+                chol = append_to_cholesky(chol, tf.linalg.matrix_transpose(Gt), chol_new)
                 eps_prev = tf.concat([eps_prev, eps], axis=-1)
         samples.append(self.sample_last_layer(mean, var, source))
-        kl = self._blockwise_kl(self._log_det_sqrt(R), white, self._prior_log_det(prior_chols, stack))
+        kl = self._blockwise_kl(self._log_det_sqrt(R), white, prior_log_det)
         return Propagation(samples=samples, mean=mean, var=var, kl=tf.fill([S], kl))
 
 
@@ -746,13 +862,14 @@ class StripesArrowPosterior(_StructuredPosterior):
 
     def _white_units(self, chols, stack: Optional[tf.Tensor], diag: tf.Tensor, mu: tf.Tensor):
         """``L_K^{-1}`` times every unit's diagonal block and mean, ``([T, M, M], [T, M])``
-        (unchanged when whitened), with ``L_K`` the unit's layer's factor.
+        (unchanged when whitened), with ``L_K`` the unit's layer's factor, and the prior's
+        ``sum_l N_l log|diag L_K^l|`` (None when whitened) from the same per-unit factors.
 
         One triangular solve for all units: each block with its mean appended as a column,
         against the factors gathered per unit from ``stack`` (the batched ``[L, M, M]`` of
         :func:`inducing_choleskies`; stacked here from ``chols`` when None)."""
         if self.whiten:
-            return diag, mu
+            return diag, mu, None
         M, L = self.num_inducing, self.depth
         if L == 1:
             Lk = tf.expand_dims(chols[0], 0)  # [1, M, M]
@@ -764,7 +881,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         rhs = tf.concat([diag, tf.expand_dims(mu, -1)], axis=-1)  # [T, M, M + 1]
         solved = tf.linalg.triangular_solve(Lk, rhs, lower=True)
         white_diag, white_mu = tf.split(solved, [M, 1], axis=-1)
-        return white_diag, tf.squeeze(white_mu, -1)
+        return white_diag, tf.squeeze(white_mu, -1), self._log_det_sqrt(Lk)
 
     def _white_offdiagonals(self, chols) -> Tuple[List[Optional[tf.Tensor]], Optional[tf.Tensor]]:
         """``L_K^{-1}`` times the stored off-diagonal blocks: per hidden layer ``l`` its stripes
@@ -790,10 +907,10 @@ class StripesArrowPosterior(_StructuredPosterior):
 
     def _kl(self, chols):
         diag = tf.convert_to_tensor(self.diag)
-        white_diag, white_mu = self._white_units(chols, None, diag, tf.convert_to_tensor(self.q_mu))
+        white_diag, white_mu, prior_log_det = self._white_units(chols, None, diag, tf.convert_to_tensor(self.q_mu))
         stripes, arrow = self._white_offdiagonals(chols)
         white = [white_mu, white_diag] + [t for t in stripes + [arrow] if t is not None]
-        return self._blockwise_kl(self._log_det_sqrt(diag), white, self._prior_log_det(chols))
+        return self._blockwise_kl(self._log_det_sqrt(diag), white, prior_log_det)
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
@@ -821,7 +938,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         chol = None  # [S, N, tau, l, l]
         eps_prev = None  # [S, N, tau, l]
         prior_chols, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation per step
-        white_diag, white_mu = self._white_units(prior_chols, stack, diag, tf.convert_to_tensor(self.q_mu))
+        white_diag, white_mu, prior_log_det = self._white_units(prior_chols, stack, diag, tf.convert_to_tensor(self.q_mu))
         stripes, arrow = self._white_offdiagonals(prior_chols)
         # per layer: own blocks [N_l, M, M] and means [N_l, M], given a leading axis of 1 where
         # they multiply A [S, M, N], so that their products' gradients need no sum over samples
@@ -874,5 +991,5 @@ class StripesArrowPosterior(_StructuredPosterior):
         var = tf.expand_dims(tf.maximum(var, 0.0), -1)
         samples.append(self.sample_last_layer(mean, var, source))
         white = [white_mu, white_diag] + [t for t in stripes + [arrow] if t is not None]
-        kl = self._blockwise_kl(self._log_det_sqrt(diag), white, self._prior_log_det(prior_chols, stack))
+        kl = self._blockwise_kl(self._log_det_sqrt(diag), white, prior_log_det)
         return Propagation(samples=samples, mean=mean, var=var, kl=tf.fill([S], kl))
