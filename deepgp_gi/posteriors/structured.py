@@ -955,9 +955,10 @@ class StripesArrowPosterior(_StructuredPosterior):
             G = None
             if self.use_stripes and l > 0:
                 cross = tf.stack([_block_dots(b, projected[lp]) for lp in range(l)], axis=-1)  # [S, N, tau, l]
-                G, shift = whiten_cross_covariance(chol, tf.expand_dims(cross, -2), eps_prev)
+                Gt, shift = _whiten_transposed_cross(chol, tf.expand_dims(cross, -1), eps_prev)  # [..., l, 1]
+                G = tf.expand_dims(tf.squeeze(Gt, -1), -2)  # [S, N, tau, 1, l]: a reshape, not a transpose
                 mean = mean + tf.squeeze(shift, -1)
-                var = var - tf.reduce_sum(tf.square(G), axis=[-2, -1])
+                var = var - tf.reduce_sum(tf.square(Gt), axis=[-2, -1])
             sd = tf.sqrt(tf.maximum(var, 0.0) + jitter)
             eps = source.normal(f"f/{l}", tf.shape(mean), dtype)
             F = mean + sd * eps
@@ -985,9 +986,9 @@ class StripesArrowPosterior(_StructuredPosterior):
                 _block_dots(b_out[self._first_block_layer(lp) : lp + 1], projected[lp])
                 for lp in range(L - 1)
             ], axis=-1)  # [S, N, tau, L-1]
-            G, shift = whiten_cross_covariance(chol, tf.expand_dims(cross, -2), eps_prev)
+            Gt, shift = _whiten_transposed_cross(chol, tf.expand_dims(cross, -1), eps_prev)  # [..., L-1, 1]
             mean = mean + tf.reduce_sum(tf.squeeze(shift, -1), axis=-1, keepdims=True)
-            var = var - tf.reduce_sum(tf.square(G), axis=[-3, -2, -1])
+            var = var - tf.reduce_sum(tf.square(Gt), axis=[-3, -2, -1])
         var = tf.expand_dims(tf.maximum(var, 0.0), -1)
         samples.append(self.sample_last_layer(mean, var, source))
         white = [white_mu, white_diag] + [t for t in stripes + [arrow] if t is not None]
