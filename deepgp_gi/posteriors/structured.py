@@ -31,7 +31,7 @@ import tensorflow_probability as tfp
 from check_shapes import check_shapes, inherit_check_shapes
 
 from ..layers import GPLayer
-from ..linalg import add_jitter, safe_cholesky
+from ..linalg import safe_cholesky
 from ..validation import check_bool, check_positive_float
 from .base import DeepPosterior, Propagation
 from .conditionals import (
@@ -48,6 +48,7 @@ __all__ = [
     "whiten_cross_covariance",
     "append_to_cholesky",
     "blockwise_kl_terms",
+    "half_squared_norm",
     "star_unit_index",
     "star_stripe_index",
     "star_arrow_index",
@@ -76,10 +77,17 @@ def whiten_cross_covariance(chol: tf.Tensor, cross: tf.Tensor, eps: tf.Tensor):
     The conditional covariance of the new outputs is ``S_new - G G^T``. One triangular solve,
     no inverse.
     """
-    Gt = tf.linalg.triangular_solve(chol, tf.linalg.matrix_transpose(cross), lower=True)
-    G = tf.linalg.matrix_transpose(Gt)  # [..., P, K]
-    shift = tf.linalg.matvec(G, eps)  # [..., P]
-    return G, shift
+    Gt, shift = _whiten_transposed_cross(chol, tf.linalg.matrix_transpose(cross), eps)
+    return tf.linalg.matrix_transpose(Gt), shift
+
+
+def _whiten_transposed_cross(chol: tf.Tensor, cross_t: tf.Tensor, eps: tf.Tensor):
+    """:func:`whiten_cross_covariance` from the transposed cross-covariance ``C^T``
+    ``[batch..., K, P]``: returns ``G^T = chol^{-1} C^T`` ``[batch..., K, P]`` and the shift
+    ``G eps`` ``[batch..., P]``. The posteriors form ``C^T`` directly and use ``G^T`` through
+    transposed products, which saves the two transposes (and their gradients)."""
+    Gt = tf.linalg.triangular_solve(chol, cross_t, lower=True)
+    return Gt, tf.linalg.matvec(Gt, eps, adjoint_a=True)
 
 
 @check_shapes(
@@ -152,14 +160,16 @@ def _layer_terms(layer: GPLayer, F: tf.Tensor, Lk: Optional[tf.Tensor] = None) -
     return _LayerTerms(Lk, A, residual_variance(layer, F, A), layer.mean(F))
 
 
-def _clamp_diag(cov: tf.Tensor) -> tf.Tensor:
-    """Clamp the diagonal of covariance matrices at zero (roundoff guard before the jitter).
+def _with_diagonal(cov: tf.Tensor, prior_var: tf.Tensor, jitter: float) -> tf.Tensor:
+    """``cov + diag(c)`` with its diagonal clamped at zero (roundoff guard) and ``jitter`` added:
+    ``cov`` ``[..., P, P]``, ``c`` ``[...]`` added to every diagonal entry.
 
-    Written as the addition of a diagonal (``max(d, 0) - d``), not ``tf.linalg.set_diag``: the
-    gradient of ``set_diag`` on a run-time batch shape runs three ``tf.cond``s (functional ``If``
-    ops, each a function call per step)."""
+    One addition of a diagonal matrix, ``diag(max(d + c, 0) + jitter - d)`` with ``d`` the
+    diagonal of ``cov``, not ``tf.linalg.set_diag``: the gradient of ``set_diag`` on a run-time
+    batch shape runs three ``tf.cond``s (functional ``If`` ops, each a function call per step)."""
     d = tf.linalg.diag_part(cov)
-    return cov + tf.linalg.diag(tf.maximum(d, 0.0) - d)
+    clamped = tf.maximum(d + tf.expand_dims(prior_var, -1), 0.0) + jitter
+    return cov + tf.linalg.diag(clamped - d)
 
 
 def _project_rows(A: tf.Tensor, rows: tf.Tensor) -> List[tf.Tensor]:
@@ -169,7 +179,9 @@ def _project_rows(A: tf.Tensor, rows: tf.Tensor) -> List[tf.Tensor]:
     ``[N, M] x [M, tau M]`` per ``k``; the blocks are laid out for it by a transpose of the
     parameters, not of the data-sized result."""
     K, tau, M = rows.shape[0], tf.shape(rows)[1], tf.shape(rows)[2]
-    W = tf.reshape(tf.transpose(rows, [0, 2, 1, 3]), [K, M, tau * M])  # [K, M (row m), tau M (t, col j)]
+    # [K, 1, M (row m), tau M (t, col j)]; the axis of 1 matches A's sample axis, so that the
+    # products' gradients in W need no sum over a broadcast axis when S = 1
+    W = tf.reshape(tf.transpose(rows, [0, 2, 1, 3]), [K, 1, M, tau * M])
     out_shape = tf.concat([tf.shape(A)[:1], tf.shape(A)[2:], [tau, M]], axis=0)
     return [tf.reshape(tf.linalg.matmul(A, W_k, transpose_a=True), out_shape) for W_k in tf.unstack(W)]
 
@@ -179,6 +191,87 @@ def _block_dots(b: Sequence[tf.Tensor], b_prev: Sequence[tf.Tensor]) -> tf.Tenso
     ``s~_t^{l l'}`` between a layer's outputs and an earlier layer's at each position, from their
     per-column products, paired in order (the shorter list ends the sum)."""
     return tf.add_n([tf.reduce_sum(x * y, axis=-1) for x, y in zip(b, b_prev)])
+
+
+@tf.custom_gradient
+def half_squared_norm(*tensors: tf.Tensor):
+    """``sum_i |t_i|_F^2 / 2`` (scalar) over tensors of any shapes and one dtype.
+
+    The tensors are flattened into one row and the sum is that row's product with itself (a
+    concatenation and one matrix product), and the gradient ``g t_i`` is written out: one product
+    per tensor, where the automatic gradient of ``sum(square(t_i))`` tiles, multiplies twice and
+    adds per tensor. Used for the blockwise KL's squared norms (parameter-sized tensors)."""
+    flat = tf.concat([tf.reshape(t, [1, -1]) for t in tensors], axis=1)  # [1, K]
+    value = 0.5 * tf.reshape(tf.linalg.matmul(flat, flat, transpose_b=True), [])
+
+    def grad(upstream):
+        return [upstream * t for t in tensors]
+
+    return value, grad
+
+
+@tf.custom_gradient
+def _gram_and_copy(B: tf.Tensor):
+    """``(B B^T, B)`` for ``B`` ``[..., P, W]``: the Gram matrix ``[..., P, P]`` and ``B`` itself,
+    for later products to take instead of ``B``.
+
+    Both operands of ``B B^T`` and every later use of ``B`` add a term to ``B``'s gradient, and an
+    addition of three or more data-sized terms is what grappler's memory optimizer rewrites into a
+    temporary variable with one assignment per term. Here ``B`` has one consumer, the copy takes
+    the later uses, and the gradient is written out: ``(g + g^T) B + g_copy``."""
+    gram = tf.linalg.matmul(B, B, transpose_b=True)
+
+    def grad(g_gram, g_copy):
+        # g_copy - (-(g + g^T)) B: a difference, which grappler does not merge with g_copy's own
+        # addition of terms into one larger AddN (it would for a sum)
+        neg_sym = -(g_gram + tf.linalg.matrix_transpose(g_gram))
+        if g_copy is None:
+            return -tf.linalg.matmul(neg_sym, B)
+        return g_copy - tf.linalg.matmul(neg_sym, B)
+
+    return (gram, tf.identity(B)), grad
+
+
+@tf.custom_gradient
+def _draw_and_copy(chol: tf.Tensor, eps: tf.Tensor):
+    """``(chol @ eps, chol)`` for factors ``chol`` ``[..., P, P]`` and noise ``eps`` ``[..., P]``:
+    the correlated draw ``[..., P]`` and a copy of ``chol`` for the later uses of the factor.
+
+    As :func:`_gram_and_copy`: ``chol`` gets one consumer, and its gradient ``g eps^T + g_copy`` is
+    written as a difference, so that grappler keeps the copy's terms in an addition of their own."""
+    draw = tf.linalg.matvec(chol, eps)
+
+    def grad(g_draw, g_copy):
+        neg_outer = tf.linalg.matmul(tf.expand_dims(-g_draw, -1), tf.expand_dims(eps, -1), transpose_b=True)
+        d_chol = -neg_outer if g_copy is None else g_copy - neg_outer
+        return d_chol, tf.linalg.matvec(chol, g_draw, adjoint_a=True)
+
+    return (draw, tf.identity(chol)), grad
+
+
+@tf.custom_gradient
+def _project_rows_and_means(A: tf.Tensor, rows: tf.Tensor, mu: tf.Tensor):
+    """``(B, m)`` with ``B = A^T rows_u`` ``[S, N, U, W]`` and ``m = A^T mu_u`` ``[S, N, U]`` for
+    ``A`` ``[S, M, N]``, rows ``[U, M, W]`` and means ``[U, M]`` (the same products as the two
+    einsums ``smn,umj->snuj`` and ``smn,um->snu``).
+
+    ``A`` has a third consumer (the residual variance), and grappler's memory optimizer rewrites
+    a gradient addition of three data-sized terms into a temporary variable with one assignment
+    per term; here ``A`` has one consumer for both products and their two terms are a
+    difference."""
+    B = tf.einsum("smn,umj->snuj", A, rows)
+    m = tf.einsum("smn,um->snu", A, mu)
+
+    def grad(g_B, g_m):
+        d_A = None if g_B is None else tf.einsum("snuj,umj->smn", g_B, rows)
+        if g_m is not None:  # d_A - (-g_m)^T mu: a difference, as in _gram_and_copy
+            neg = tf.einsum("snu,um->smn", -g_m, mu)
+            d_A = -neg if d_A is None else d_A - neg
+        d_rows = None if g_B is None else tf.einsum("smn,snuj->umj", A, g_B)
+        d_mu = None if g_m is None else tf.einsum("smn,snu->um", A, g_m)
+        return d_A, d_rows, d_mu
+
+    return (B, m), grad
 
 
 # --------------------------------------------------------------------------- shared base
@@ -218,10 +311,6 @@ class _StructuredPosterior(DeepPosterior):
         Lk_b = tf.broadcast_to(Lk, tf.concat([tf.shape(blocks)[:-2], tf.shape(Lk)], 0))
         return tf.linalg.triangular_solve(Lk_b, blocks, lower=True)
 
-    def _white_mean(self, Lk: tf.Tensor, mu: tf.Tensor) -> tf.Tensor:
-        """``L_K^{-1} mu_u`` for unit means ``mu`` ``[U, M]`` (identity if whitened), ``[U, M]``."""
-        return tf.linalg.matrix_transpose(self._white(Lk, tf.linalg.matrix_transpose(mu)))
-
     def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
         """``KL(q(f_M) || p(f_M))`` (scalar), blockwise; optional precomputed ``chol(K_uu^l)``."""
         if self.whiten:
@@ -232,37 +321,41 @@ class _StructuredPosterior(DeepPosterior):
             chols = list(prior_choleskies)
         return self._kl(chols)
 
-    def _kl(self, chols) -> tf.Tensor:
-        return self._kl_from_white(self._white_terms(chols))
-
-    def _white_terms(self, chols) -> List[Tuple[Optional[tf.Tensor], tf.Tensor, tf.Tensor]]:  # pragma: no cover
-        """Per layer ``(L_K or None, L_K^{-1} mu ``[U, M]``, L_K^{-1} rows ``[B, M, W]``)``."""
+    def _kl(self, chols) -> tf.Tensor:  # pragma: no cover - abstract
+        """The KL from per-layer ``chol(K_uu^l)`` (None entries when whitened)."""
         raise NotImplementedError
 
-    def _log_det_q(self) -> tf.Tensor:  # pragma: no cover - abstract
-        """``sum log|diag R|``."""
-        raise NotImplementedError
+    @staticmethod
+    def _log_det_sqrt(blocks: tf.Tensor) -> tf.Tensor:
+        """``sum log|diag|`` of the stored lower-triangular factor(s) ``blocks`` (``R`` or its
+        diagonal blocks), already converted from the parameter by the caller."""
+        return tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(blocks))))
 
-    def _kl_from_white(self, white) -> tf.Tensor:
-        """Blockwise KL from the per-layer whitened means and rows of :meth:`_white_terms`:
-        ``-TM/2 - log|diag R| + sum_l (U_l log|L_K^l| + |rows_l|_F^2 / 2 + |mu_l|^2 / 2)``.
-        :meth:`propagate` passes the whitened blocks it already solved for the marginals, so the
-        KL adds no triangular solve to a step. The squared norms are summed in one addition, and
-        the prior factors of equal size have their log-determinants taken as one stack."""
-        num_latent = sum(int(mu.shape[0]) * int(mu.shape[1]) for _, mu, _ in white)
-        squares = [tf.reduce_sum(tf.square(t)) for _, mu, rows in white for t in (mu, rows)]
-        terms = [-self._log_det_q(), 0.5 * tf.add_n(squares)]
-        priors = [(Lk, mu) for Lk, mu, _ in white if Lk is not None]
-        stackable = (len(priors) > 1 and len({tuple(Lk.shape.as_list()) for Lk, _ in priors}) == 1
-                     and priors[0][0].shape.is_fully_defined() and all(mu.shape[0] is not None for _, mu in priors))
-        if stackable:
-            log_dets = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.stack([Lk for Lk, _ in priors])))), -1)
-            units = tf.constant([float(mu.shape[0]) for _, mu in priors], self.dtype)
-            terms.append(tf.reduce_sum(units * log_dets))
-        else:
-            for Lk, mu in priors:
-                log_det_p = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
-                terms.append(tf.cast(tf.shape(mu)[0], self.dtype) * log_det_p)
+    def _prior_log_det(self, chols) -> Optional[tf.Tensor]:
+        """``sum_l N_l log|diag L_K^l|`` (None when whitened); the factors of equal size have their
+        log-determinants taken as one stack. (Where a step has ``L_K`` gathered per unit, the
+        same sum is that gather's ``sum log|diag|``, one consumer fewer of the factor.)"""
+        if self.whiten:
+            return None
+        units = [float(w) for w in self.widths]
+        if len(chols) > 1 and len({tuple(Lk.shape.as_list()) for Lk in chols}) == 1 and chols[0].shape.is_fully_defined():
+            log_dets = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.stack(list(chols))))), -1)  # [L]
+            return tf.reduce_sum(tf.constant(units, self.dtype) * log_dets)
+        return tf.add_n([u * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
+                         for u, Lk in zip(units, chols)])
+
+    def _blockwise_kl(self, log_det_q: tf.Tensor, white: Sequence[tf.Tensor],
+                      prior_log_det: Optional[tf.Tensor]) -> tf.Tensor:
+        """Blockwise KL ``-TM/2 - log|diag R| + sum_l N_l log|L_K^l| + |white|_F^2 / 2``, where
+        ``white`` holds the whitened unit means and every non-zero block of ``R`` whitened by its
+        row unit's ``L_K`` (any split into tensors: the squared norms are summed over all of them
+        in one product, :func:`half_squared_norm`) and ``prior_log_det`` is
+        :meth:`_prior_log_det`. :meth:`propagate` passes the whitened blocks it already solved for
+        the marginals, so the KL adds no triangular solve to a step."""
+        num_latent = sum(w * m for w, m in zip(self.widths, self.inducing_counts))
+        terms = [half_squared_norm(*white) - log_det_q]
+        if prior_log_det is not None:
+            terms.append(prior_log_det)
         return tf.add_n(terms) - 0.5 * tf.cast(num_latent, self.dtype)
 
 
@@ -398,6 +491,24 @@ class FullyCoupledPosterior(_StructuredPosterior):
         start, end = self.offsets[l], self.offsets[l + 1]
         return tf.reshape(R[start:end, :end], [self.widths[l], self.inducing_counts[l], end])
 
+    def _layer_rows(self, R: tf.Tensor) -> List[tf.Tensor]:
+        """:meth:`_rows` of every layer from one split of ``R`` by layer (one op, and one
+        consumer of ``R`` in the gradient instead of a slice per layer); the last layer's rows
+        need no column slice."""
+        pieces = tf.split(R, np.diff(self.offsets).tolist()) if self.depth > 1 else [R]
+        rows = []
+        for l, piece in enumerate(pieces):
+            end = self.offsets[l + 1]
+            if end < self.num_latent:
+                piece = piece[:, :end]
+            rows.append(tf.reshape(piece, [self.widths[l], self.inducing_counts[l], end]))
+        return rows
+
+    def _layer_means(self, mu: tf.Tensor) -> List[tf.Tensor]:
+        """Every layer's unit means ``[N_l, M_l]`` from one split of ``mu_M``."""
+        pieces = tf.split(mu, np.diff(self.offsets).tolist()) if self.depth > 1 else [mu]
+        return [tf.reshape(p, [w, m]) for p, w, m in zip(pieces, self.widths, self.inducing_counts)]
+
     def _own_and_offdiagonal_masks(self, l: int) -> Tuple[np.ndarray, np.ndarray]:
         """Two ``[N_l, 1, off_{l+1}]`` masks over layer ``l``'s rows: 1 on each unit's own diagonal
         block, and ``1 / sqrt(n_i)`` on its off-diagonal blocks (``n_i`` the units before it)."""
@@ -410,36 +521,80 @@ class FullyCoupledPosterior(_StructuredPosterior):
         scale = np.where(earlier > 0, 1.0 / np.sqrt(np.maximum(earlier, 1)), 0.0)[:, None, None]
         return own, scale * (1.0 - own)
 
+    def _unit_masks(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The masks of :meth:`_own_and_offdiagonal_masks` over every unit's full row,
+        ``[T, 1, TM]`` each (zero beyond a layer's columns, where ``R`` is zero anyway)."""
+        total = self.num_latent
+        pad = lambda mask: np.pad(mask, [(0, 0), (0, 0), (0, total - mask.shape[-1])])
+        return tuple(np.concatenate([pad(masks[i]) for masks in self._row_masks]) for i in (0, 1))
+
+    def _white_blocks(self, R: tf.Tensor, mu: tf.Tensor, chols, stack: Optional[tf.Tensor] = None):
+        """Every layer's whitened rows ``[N_l, M_l, off_{l+1}]`` and unit means ``[N_l, M_l]``
+        (:meth:`_white_layer`), tensors whose squared norms sum to theirs, and the prior's
+        ``sum_l N_l log|diag L_K^l|`` (None when whitened): the KL's parts.
+
+        With equal ``M_l`` (``stack``: the batched ``[L, M, M]`` prior factor, stacked from
+        ``chols`` when None) all units are whitened by one triangular solve of their full rows
+        ``[T, M, TM]`` with the means appended as a column, against ``L_K`` gathered per unit:
+        one solve, mask and split for the whole of ``R`` instead of one per layer; otherwise one
+        solve per layer."""
+        if len(set(self.inducing_counts)) > 1:
+            rows, means = [], []
+            for l, (Lk, r, m) in enumerate(zip(chols, self._layer_rows(R), self._layer_means(mu))):
+                r, m = self._white_layer(Lk, r, m, l)
+                rows.append(r)
+                means.append(m)
+            return rows, means, rows + means, self._prior_log_det(chols)
+        T, M, total = sum(self.widths), self.inducing_counts[0], self.num_latent
+        units = tf.reshape(R, [T, M, total])
+        unit_means = tf.reshape(mu, [T, M])
+        if self.precondition_offdiagonal:
+            own_mask, off_mask = self._unit_masks()
+            own, off = units * tf.constant(own_mask, R.dtype), units * tf.constant(off_mask, R.dtype)
+        else:
+            own, off = units, None
+        prior_log_det = None
+        if not self.whiten:
+            if stack is None:
+                stack = tf.stack(list(chols))
+            layer_of_unit = [l for l, width in enumerate(self.widths) for _ in range(width)]
+            Lk = tf.gather(stack, layer_of_unit)  # [T, M, M]
+            solved = tf.linalg.triangular_solve(Lk, tf.concat([own, tf.expand_dims(unit_means, -1)], axis=-1), lower=True)
+            own, unit_means = tf.split(solved, [total, 1], axis=-1)
+            unit_means = tf.squeeze(unit_means, -1)
+            prior_log_det = self._log_det_sqrt(Lk)  # sum over units = sum_l N_l log|diag L_K^l|
+        white = own if off is None else own + off  # [T, M, TM]
+        pieces = tf.split(white, list(self.widths)) if self.depth > 1 else [white]
+        rows = [p if end == total else p[..., :end] for p, end in zip(pieces, self.offsets[1:])]
+        means = tf.split(unit_means, list(self.widths)) if self.depth > 1 else [unit_means]
+        return rows, means, [white, unit_means], prior_log_det
+
     def _split_rows(self, rows: tf.Tensor, l: int) -> Tuple[tf.Tensor, tf.Tensor]:
         """Layer ``l``'s stored rows ``[N_l, M_l, off_{l+1}]`` as ``(own, off)``: each unit's own
         diagonal block (zeros elsewhere) and its off-diagonal blocks divided by ``sqrt(n_i)``."""
         own, off = self._row_masks[l]
         return rows * tf.constant(own, rows.dtype), rows * tf.constant(off, rows.dtype)
 
-    def _white_rows(self, Lk: tf.Tensor, R: tf.Tensor, l: int) -> tf.Tensor:
-        """``L_K^{-1}`` times layer ``l``'s rows of ``R`` ``[N_l, M_l, off_{l+1}]``, from the stored
-        ``q_sqrt`` ``R`` (preconditioned: the off-diagonal blocks are already whitened and only
-        rescaled)."""
-        rows = self._rows(R, l)
-        if not self.precondition_offdiagonal:
-            return self._white(Lk, rows)
-        own, off = self._split_rows(rows, l)
-        return self._white(Lk, own) + off
+    def _white_layer(self, Lk: Optional[tf.Tensor], rows: tf.Tensor, mu: tf.Tensor, l: int):
+        """``L_K^{-1}`` times layer ``l``'s stored rows ``[N_l, M_l, off_{l+1}]`` and unit means
+        ``[N_l, M_l]``: ``(rows, means)`` whitened (preconditioned storage: the off-diagonal blocks
+        are already whitened and only rescaled). The means ride along as one more column of the
+        rows' triangular solve, so a layer takes one solve (and ``L_K`` one consumer)."""
+        if self.precondition_offdiagonal:
+            own, off = self._split_rows(rows, l)
+        else:
+            own, off = rows, None
+        if not self.whiten:
+            width = own.shape[-1]
+            solved = self._white(Lk, tf.concat([own, tf.expand_dims(mu, -1)], axis=-1))
+            own, mu = tf.split(solved, [width, 1], axis=-1)
+            mu = tf.squeeze(mu, -1)
+        return (own if off is None else own + off), mu
 
-    def _layer_mean(self, mu: tf.Tensor, l: int) -> tf.Tensor:
-        start, end = self.offsets[l], self.offsets[l + 1]
-        return tf.reshape(mu[start:end], [self.widths[l], self.inducing_counts[l]])
-
-    def _log_det_q(self) -> tf.Tensor:
-        return tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.convert_to_tensor(self.q_sqrt)))))
-
-    def _white_terms(self, chols):
+    def _kl(self, chols):
         R = tf.convert_to_tensor(self.q_sqrt)
-        mu = tf.convert_to_tensor(self.q_mu)
-        return [
-            (Lk, self._white_mean(Lk, self._layer_mean(mu, l)), self._white_rows(Lk, R, l))
-            for l, Lk in enumerate(chols)
-        ]
+        _, _, white, prior_log_det = self._white_blocks(R, tf.convert_to_tensor(self.q_mu), chols)
+        return self._blockwise_kl(self._log_det_sqrt(R), white, prior_log_det)
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
@@ -457,54 +612,53 @@ class FullyCoupledPosterior(_StructuredPosterior):
         mu = tf.convert_to_tensor(self.q_mu)
         samples: List[tf.Tensor] = []
         projected: List[tf.Tensor] = []  # B^l of the earlier layers
-        white = []  # (L_K or None, whitened mean, whitened rows) per layer, shared with the KL
         chol = None  # [S, N, T_<l, T_<l]
         eps_prev = None  # [S, N, T_<l]
         last = self.depth - 1
-        prior_chols = inducing_choleskies(self.layers)  # one batched factorisation per step
+        prior_chols, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation per step
+        white_rows, white_means, white, prior_log_det = self._white_blocks(R, mu, prior_chols, stack)  # KL parts too
         for l, layer in enumerate(self.layers):
             terms = _layer_terms(layer, F, prior_chols[l])
-            Lk = terms.prior_chol
-            rows = self._white_rows(Lk, R, l)  # [N_l, M_l, off_{l+1}]
-            B = tf.einsum("smn,umj->snuj", terms.A, rows)  # [S, N, N_l, off_{l+1}]
-            mu_l = self._white_mean(Lk, self._layer_mean(mu, l))
-            white.append((None if self.whiten else Lk, mu_l, rows))
-            mean = terms.mean + tf.einsum("smn,um->snu", terms.A, mu_l)
-            G = None
+            rows, mu_l = white_rows[l], white_means[l]  # [N_l, M_l, off_{l+1}], [N_l, M_l]
+            B, shift_mean = _project_rows_and_means(terms.A, rows, mu_l)  # [S, N, N_l, off_{l+1}], [S, N, N_l]
+            mean = terms.mean + shift_mean
+            Gt = None  # G^T [S, N, T_<l, N_l]
             if l > 0:
-                # S~^{l k} = B^l B^{k T}; B^k is zero beyond column off_{k+1}
+                # S~^{k l} = B^k B^{l T} (the transposed cross-covariance, which the solve takes);
+                # B^k is zero beyond column off_{k+1}
                 blocks = [
-                    tf.linalg.matmul(B[..., : self.offsets[k + 1]], projected[k], transpose_b=True)
+                    tf.linalg.matmul(projected[k], B[..., : self.offsets[k + 1]], transpose_b=True)
                     for k in range(l)
                 ]
-                cross = tf.concat(blocks, axis=-1)  # [S, N, N_l, T_<l]
-                G, shift = whiten_cross_covariance(chol, cross, eps_prev)
+                cross_t = tf.concat(blocks, axis=-2)  # [S, N, T_<l, N_l]
+                Gt, shift = _whiten_transposed_cross(chol, cross_t, eps_prev)
                 mean = mean + shift
             if l == last:
                 var = tf.reduce_sum(tf.square(B), axis=-1) + tf.expand_dims(terms.prior_var, -1)
-                if G is not None:
-                    var = var - tf.reduce_sum(tf.square(G), axis=-1)
+                if Gt is not None:
+                    var = var - tf.reduce_sum(tf.square(Gt), axis=-2)
                 var = tf.maximum(var, 0.0)
                 break
-            cov = tf.linalg.matmul(B, B, transpose_b=True)
-            cov = add_jitter(cov, terms.prior_var)  # + prior variance on the diagonal (no set_diag: see _clamp_diag)
-            if G is not None:
-                cov = cov - tf.linalg.matmul(G, G, transpose_b=True)
+            cov, B_later = _gram_and_copy(B)  # later layers' cross-covariances take the copy
+            if Gt is not None:
+                cov = cov - tf.linalg.matmul(Gt, Gt, transpose_a=True)
+            # + prior variance on the diagonal, clamped, + jitter
             chol_new = safe_cholesky(
-                add_jitter(_clamp_diag(cov), jitter), name=f"conditional covariance of layer {l}"
+                _with_diagonal(cov, terms.prior_var, jitter), name=f"conditional covariance of layer {l}"
             )
             eps = source.normal(f"f/{l}", tf.shape(mean), dtype)
-            F = mean + tf.linalg.matvec(chol_new, eps)
+            draw, chol_new = _draw_and_copy(chol_new, eps)  # the later solves and appends take the copy
+            F = mean + draw
             samples.append(F)
-            projected.append(B)
+            projected.append(B_later)
             if chol is None:
                 chol, eps_prev = chol_new, eps
             else:
-                chol = append_to_cholesky(chol, G, chol_new)
+                chol = append_to_cholesky(chol, tf.linalg.matrix_transpose(Gt), chol_new)
                 eps_prev = tf.concat([eps_prev, eps], axis=-1)
         samples.append(self.sample_last_layer(mean, var, source))
-        kl = tf.fill([S], self._kl_from_white(white))
-        return Propagation(samples=samples, mean=mean, var=var, kl=kl)
+        kl = self._blockwise_kl(self._log_det_sqrt(R), white, prior_log_det)
+        return Propagation(samples=samples, mean=mean, var=var, kl=tf.fill([S], kl))
 
 
 # --------------------------------------------------------------------------- STAR
@@ -702,47 +856,61 @@ class StripesArrowPosterior(_StructuredPosterior):
             return blocks / tf.cast(self._offdiagonal_count(l), blocks.dtype) ** 0.5
         return self._white(Lk, blocks)
 
-    def _white_hidden_rows(self, Lk: tf.Tensor, diag: tf.Tensor, l: int) -> tf.Tensor:
-        """``L_K^{-1}`` times the row blocks of hidden layer ``l``: ``[K, tau, M, M]`` over
-        ``k = first .. l`` (the stripes, then the unit's own diagonal block)."""
-        tau, M = self.tau, self.num_inducing
-        own = tf.expand_dims(self._white(Lk, diag[tau * l : tau * (l + 1)]), 0)
-        if not self.use_stripes or l == 0:
-            return own
-        start = star_stripe_index(l, 0, 0, tau)
-        stripes = tf.convert_to_tensor(self.stripes)[start : start + tau * l]
-        stripes = self._white_offdiagonal(Lk, tf.reshape(stripes, [l, tau, M, M]), l)
-        return tf.concat([stripes, own], axis=0)
+    def _unit_sizes(self) -> List[int]:
+        """Units per layer, ``[tau, ..., tau, 1]`` (the split of the unit axis into layers)."""
+        return [self.tau] * (self.depth - 1) + [1]
+
+    def _white_units(self, chols, stack: Optional[tf.Tensor], diag: tf.Tensor, mu: tf.Tensor):
+        """``L_K^{-1}`` times every unit's diagonal block and mean, ``([T, M, M], [T, M])``
+        (unchanged when whitened), with ``L_K`` the unit's layer's factor, and the prior's
+        ``sum_l N_l log|diag L_K^l|`` (None when whitened) from the same per-unit factors.
+
+        One triangular solve for all units: each block with its mean appended as a column,
+        against the factors gathered per unit from ``stack`` (the batched ``[L, M, M]`` of
+        :func:`inducing_choleskies`; stacked here from ``chols`` when None)."""
+        if self.whiten:
+            return diag, mu, None
+        M, L = self.num_inducing, self.depth
+        if L == 1:
+            Lk = tf.expand_dims(chols[0], 0)  # [1, M, M]
+        else:
+            if stack is None:
+                stack = tf.stack(list(chols))
+            layer_of_unit = [l for l, n in enumerate(self._unit_sizes()) for _ in range(n)]
+            Lk = tf.gather(stack, layer_of_unit)  # [T, M, M]
+        rhs = tf.concat([diag, tf.expand_dims(mu, -1)], axis=-1)  # [T, M, M + 1]
+        solved = tf.linalg.triangular_solve(Lk, rhs, lower=True)
+        white_diag, white_mu = tf.split(solved, [M, 1], axis=-1)
+        return white_diag, tf.squeeze(white_mu, -1), self._log_det_sqrt(Lk)
+
+    def _white_offdiagonals(self, chols) -> Tuple[List[Optional[tf.Tensor]], Optional[tf.Tensor]]:
+        """``L_K^{-1}`` times the stored off-diagonal blocks: per hidden layer ``l`` its stripes
+        ``[l, tau, M, M]`` (None for layer 0 or without stripes), and the arrow
+        ``[L-1, tau, M, M]`` (None without). ``chols``: the layers' ``L_K`` (None if whitened)."""
+        tau, M, L = self.tau, self.num_inducing, self.depth
+        stripes: List[Optional[tf.Tensor]] = [None] * max(L - 1, 0)
+        if self.use_stripes:
+            sizes = [tau * l for l in range(1, L - 1)]
+            stored = tf.convert_to_tensor(self.stripes)
+            pieces = tf.split(stored, sizes) if len(sizes) > 1 else [stored]
+            for l, piece in zip(range(1, L - 1), pieces):
+                stripes[l] = self._white_offdiagonal(chols[l], tf.reshape(piece, [l, tau, M, M]), l)
+        arrow = None
+        if self.use_arrow:
+            arrow = tf.reshape(tf.convert_to_tensor(self.arrow), [L - 1, tau, M, M])
+            arrow = self._white_offdiagonal(chols[L - 1], arrow, L - 1)
+        return stripes, arrow
 
     def _first_block_layer(self, l: int) -> int:
         """The first hidden layer ``k`` with a non-zero block ``R_{(l,t),(k,t)}``."""
         return 0 if self.use_stripes else l
 
-    def _white_arrow(self, Lk: tf.Tensor) -> tf.Tensor:
-        """``L_K^{-1}`` times the arrow blocks, ``[L-1, tau, M, M]`` (``Lk`` of the output layer)."""
-        M, tau, L = self.num_inducing, self.tau, self.depth
-        arrow = tf.reshape(tf.convert_to_tensor(self.arrow), [L - 1, tau, M, M])
-        return self._white_offdiagonal(Lk, arrow, L - 1)
-
-    def _log_det_q(self) -> tf.Tensor:
-        return tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.convert_to_tensor(self.diag)))))
-
-    def _white_terms(self, chols):
-        """Per layer ``U log|L_K| + |L_K^{-1} rows|_F^2 / 2 + |L_K^{-1} mu|^2 / 2`` needs the
-        whitened unit means and row blocks (stripes, arrow, diagonal blocks)."""
-        tau, T, M, L = self.tau, self.num_units, self.num_inducing, self.depth
+    def _kl(self, chols):
         diag = tf.convert_to_tensor(self.diag)
-        mu = tf.convert_to_tensor(self.q_mu)
-        white = []
-        for l in range(L - 1):
-            rows = tf.reshape(self._white_hidden_rows(chols[l], diag, l), [-1, M, M])
-            white.append((chols[l], self._white_mean(chols[l], mu[tau * l : tau * (l + 1)]), rows))
-        out_rows = self._white(chols[L - 1], diag[T - 1 :])
-        if self.use_arrow:
-            arrow = tf.reshape(self._white_arrow(chols[L - 1]), [-1, M, M])
-            out_rows = tf.concat([arrow, out_rows], axis=0)
-        white.append((chols[L - 1], self._white_mean(chols[L - 1], mu[T - 1 :]), out_rows))
-        return white
+        white_diag, white_mu, prior_log_det = self._white_units(chols, None, diag, tf.convert_to_tensor(self.q_mu))
+        stripes, arrow = self._white_offdiagonals(chols)
+        white = [white_mu, white_diag] + [t for t in stripes + [arrow] if t is not None]
+        return self._blockwise_kl(self._log_det_sqrt(diag), white, prior_log_det)
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
@@ -762,31 +930,35 @@ class StripesArrowPosterior(_StructuredPosterior):
         source, F = self._start(X, S, seed)
         dtype = F.dtype
         jitter = gpflow.config.default_jitter()
-        tau, T, L, M = self.tau, self.num_units, self.depth, self.num_inducing
+        tau, L = self.tau, self.depth
         diag = tf.convert_to_tensor(self.diag)
-        mu = tf.convert_to_tensor(self.q_mu)
         track = self.use_stripes or self.use_arrow  # whether later layers condition on this one
         samples: List[tf.Tensor] = []
         projected: List[List[tf.Tensor]] = []  # per hidden layer, b^l_k [S, N, tau, M] for k = first .. l
-        white = []  # (L_K or None, whitened means, whitened row blocks) per layer, shared with the KL
         chol = None  # [S, N, tau, l, l]
         eps_prev = None  # [S, N, tau, l]
-        prior_chols = inducing_choleskies(self.layers)  # one batched factorisation per step
+        prior_chols, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation per step
+        white_diag, white_mu, prior_log_det = self._white_units(prior_chols, stack, diag, tf.convert_to_tensor(self.q_mu))
+        stripes, arrow = self._white_offdiagonals(prior_chols)
+        # per layer: own blocks [N_l, M, M] and means [N_l, M], given a leading axis of 1 where
+        # they multiply A [S, M, N], so that their products' gradients need no sum over samples
+        own_blocks = tf.split(white_diag, self._unit_sizes()) if L > 1 else [white_diag]
+        unit_means = tf.split(white_mu, self._unit_sizes()) if L > 1 else [white_mu]
         for l in range(L - 1):
             terms = _layer_terms(self.layers[l], F, prior_chols[l])
-            Lk = terms.prior_chol
-            rows = self._white_hidden_rows(Lk, diag, l)  # [K, tau, M, M]
+            own = tf.expand_dims(own_blocks[l], 0)  # [1, tau, M, M]
+            rows = own if stripes[l] is None else tf.concat([stripes[l], own], axis=0)  # [K, tau, M, M]
             b = _project_rows(terms.A, rows)  # K x [S, N, tau, M]
-            mu_l = self._white_mean(Lk, mu[tau * l : tau * (l + 1)])
-            white.append((None if self.whiten else Lk, mu_l, tf.reshape(rows, [-1, M, M])))
-            mean = terms.mean + tf.linalg.matmul(terms.A, mu_l, transpose_a=True, transpose_b=True)
+            mean = terms.mean + tf.linalg.matmul(
+                terms.A, tf.expand_dims(unit_means[l], 0), transpose_a=True, transpose_b=True)
             var = tf.add_n([tf.reduce_sum(tf.square(b_k), axis=-1) for b_k in b]) + tf.expand_dims(terms.prior_var, -1)
             G = None
             if self.use_stripes and l > 0:
                 cross = tf.stack([_block_dots(b, projected[lp]) for lp in range(l)], axis=-1)  # [S, N, tau, l]
-                G, shift = whiten_cross_covariance(chol, tf.expand_dims(cross, -2), eps_prev)
+                Gt, shift = _whiten_transposed_cross(chol, tf.expand_dims(cross, -1), eps_prev)  # [..., l, 1]
+                G = tf.expand_dims(tf.squeeze(Gt, -1), -2)  # [S, N, tau, 1, l]: a reshape, not a transpose
                 mean = mean + tf.squeeze(shift, -1)
-                var = var - tf.reduce_sum(tf.square(G), axis=[-2, -1])
+                var = var - tf.reduce_sum(tf.square(Gt), axis=[-2, -1])
             sd = tf.sqrt(tf.maximum(var, 0.0) + jitter)
             eps = source.normal(f"f/{l}", tf.shape(mean), dtype)
             F = mean + sd * eps
@@ -803,27 +975,22 @@ class StripesArrowPosterior(_StructuredPosterior):
                 eps_prev = tf.concat([eps_prev, tf.expand_dims(eps, -1)], axis=-1)
 
         terms = _layer_terms(self.layers[L - 1], F, prior_chols[L - 1])
-        Lk = terms.prior_chol
-        mu_white = self._white_mean(Lk, mu[T - 1 :])  # [1, M]
-        mean = terms.mean + tf.linalg.matmul(terms.A, mu_white, transpose_a=True, transpose_b=True)  # [S, N, 1]
-        own_white = self._white(Lk, diag[T - 1 :])  # [1, M, M]
-        b_own = tf.linalg.matmul(terms.A, tf.squeeze(own_white, 0), transpose_a=True)  # [S, N, M]
+        mean = terms.mean + tf.linalg.matmul(
+            terms.A, tf.expand_dims(unit_means[-1], 0), transpose_a=True, transpose_b=True)  # [S, N, 1]
+        b_own = tf.linalg.matmul(terms.A, own_blocks[-1], transpose_a=True)  # [S, N, M]
         var = tf.reduce_sum(tf.square(b_own), axis=-1) + terms.prior_var  # [S, N]
-        out_rows = own_white
         if self.use_arrow:
-            arrow = self._white_arrow(Lk)  # [L-1, tau, M, M]
-            out_rows = tf.concat([tf.reshape(arrow, [-1, M, M]), own_white], axis=0)
             b_out = _project_rows(terms.A, arrow)  # L-1 x [S, N, tau, M]
             var = var + tf.add_n([tf.reduce_sum(tf.square(b_k), axis=[-2, -1]) for b_k in b_out])
             cross = tf.stack([
                 _block_dots(b_out[self._first_block_layer(lp) : lp + 1], projected[lp])
                 for lp in range(L - 1)
             ], axis=-1)  # [S, N, tau, L-1]
-            G, shift = whiten_cross_covariance(chol, tf.expand_dims(cross, -2), eps_prev)
+            Gt, shift = _whiten_transposed_cross(chol, tf.expand_dims(cross, -1), eps_prev)  # [..., L-1, 1]
             mean = mean + tf.reduce_sum(tf.squeeze(shift, -1), axis=-1, keepdims=True)
-            var = var - tf.reduce_sum(tf.square(G), axis=[-3, -2, -1])
+            var = var - tf.reduce_sum(tf.square(Gt), axis=[-3, -2, -1])
         var = tf.expand_dims(tf.maximum(var, 0.0), -1)
         samples.append(self.sample_last_layer(mean, var, source))
-        white.append((None if self.whiten else Lk, mu_white, out_rows))
-        kl = tf.fill([S], self._kl_from_white(white))
-        return Propagation(samples=samples, mean=mean, var=var, kl=kl)
+        white = [white_mu, white_diag] + [t for t in stripes + [arrow] if t is not None]
+        kl = self._blockwise_kl(self._log_det_sqrt(diag), white, prior_log_det)
+        return Propagation(samples=samples, mean=mean, var=var, kl=tf.fill([S], kl))

@@ -16,6 +16,11 @@ from deepgp_gi.posteriors.structured import (
     FullyCoupledPosterior,
     StripesArrowPosterior,
     append_to_cholesky,
+    _draw_and_copy,
+    _gram_and_copy,
+    _project_rows_and_means,
+    _with_diagonal,
+    half_squared_norm,
     whiten_cross_covariance,
 )
 
@@ -669,3 +674,83 @@ def test_star_elbo_equals_the_dense_fully_coupled_elbo(L, whiten):
     e_fc = model_for(layers, fc).elbo_per_sample((X, Y), S, noise).numpy()
     np.testing.assert_allclose(e_star, e_fc, rtol=0, atol=1e-10)
     assert np.ptp(e_star) > 1e-3  # the two samples differ: the noise reaches the ELBO
+
+
+# --------------------------------------------------------------------------- helpers of the step
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_half_squared_norm_value_and_written_out_gradient(dtype):
+    """The KL's ``sum_i |t_i|^2 / 2`` (one product over the concatenated tensors) and its
+    written-out gradient ``g t_i`` against numpy, automatic differentiation of
+    ``sum(square(t_i)) / 2`` and finite differences."""
+    rng = np.random.default_rng(0)
+    ts = [tf.constant(rng.normal(size=shape).astype(dtype)) for shape in [(3,), (2, 4), (2, 3, 3)]]
+    expected = 0.5 * sum(np.sum(t.numpy().astype(np.float64) ** 2) for t in ts)
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(half_squared_norm(*ts).numpy(), expected, rtol=rtol)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(ts)
+        ours = 3.0 * half_squared_norm(*ts)
+        auto = 3.0 * 0.5 * tf.add_n([tf.reduce_sum(tf.square(t)) for t in ts])
+    for g, h in zip(tape.gradient(ours, ts), tape.gradient(auto, ts)):
+        np.testing.assert_allclose(g.numpy(), h.numpy(), rtol=rtol)
+    if dtype == np.float64:
+        theoretical, numerical = tf.test.compute_gradient(half_squared_norm, ts)
+        for th, nu in zip(theoretical, numerical):
+            np.testing.assert_allclose(th, nu, atol=1e-7)
+
+
+def _grads_agree(ours, plain, inputs, rtol=1e-12):
+    """Values and gradients of ``sum_i w_i * out_i`` (fixed random weights, every output used)
+    of ``ours(*inputs)`` and ``plain(*inputs)``, which return the same tuple of tensors."""
+    inputs = [tf.constant(x) for x in inputs]
+    results = []
+    for f in (ours, plain):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            outs = f(*inputs)
+            loss = tf.add_n([tf.reduce_sum(tf.constant(np.random.default_rng(i).normal(size=o.shape)) * o)
+                             for i, o in enumerate(outs)])
+        grads = tape.gradient(loss, inputs)  # None (an input no output depends on) as zeros
+        results.append(([o.numpy() for o in outs],
+                        [np.zeros(x.shape) if g is None else g.numpy() for g, x in zip(grads, inputs)]))
+    for a, b in zip(results[0][0] + results[0][1], results[1][0] + results[1][1]):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-13)
+
+
+def test_gram_and_copy_gradient_equals_automatic():
+    """(B B^T, B) with the written-out gradient (g + g^T) B + g_copy, against autodiff, with the
+    copy used and unused, and against finite differences."""
+    rng = np.random.default_rng(0)
+    B = rng.normal(size=(2, 3, 4, 5))
+    _grads_agree(_gram_and_copy, lambda B: (tf.linalg.matmul(B, B, transpose_b=True), B), [B])
+    _grads_agree(lambda B: _gram_and_copy(B)[:1], lambda B: (tf.linalg.matmul(B, B, transpose_b=True),), [B])
+    theoretical, numerical = tf.test.compute_gradient(lambda B: _gram_and_copy(B)[0], [tf.constant(B)])
+    np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-7)
+
+
+def test_draw_and_copy_gradient_equals_automatic():
+    rng = np.random.default_rng(1)
+    chol, eps = np.tril(rng.normal(size=(2, 3, 4, 4))), rng.normal(size=(2, 3, 4))
+    _grads_agree(_draw_and_copy, lambda L, e: (tf.linalg.matvec(L, e), L), [chol, eps])
+    _grads_agree(lambda L, e: _draw_and_copy(L, e)[:1], lambda L, e: (tf.linalg.matvec(L, e),), [chol, eps])
+
+
+def test_project_rows_and_means_gradient_equals_automatic():
+    rng = np.random.default_rng(2)
+    A, rows, mu = rng.normal(size=(2, 5, 7)), rng.normal(size=(3, 5, 6)), rng.normal(size=(3, 5))
+    plain = lambda A, r, m: (tf.einsum("smn,umj->snuj", A, r), tf.einsum("smn,um->snu", A, m))
+    _grads_agree(_project_rows_and_means, plain, [A, rows, mu])
+    _grads_agree(lambda *x: _project_rows_and_means(*x)[:1], lambda *x: plain(*x)[:1], [A, rows, mu])
+    _grads_agree(lambda *x: _project_rows_and_means(*x)[1:], lambda *x: plain(*x)[1:], [A, rows, mu])
+
+
+def test_with_diagonal_equals_add_clamp_and_jitter():
+    """cov + diag(c), diagonal clamped at zero, + jitter, as one diagonal addition."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(2, 3, 4, 4))
+    cov = X @ np.swapaxes(X, -1, -2)
+    c = rng.normal(size=(2, 3))  # some negative: the clamp acts
+    expected = cov + c[..., None, None] * np.eye(4)
+    d = np.diagonal(expected, axis1=-2, axis2=-1)
+    expected = expected + (np.maximum(d, 0.0) - d)[..., None] * np.eye(4) + 1e-6 * np.eye(4)
+    np.testing.assert_allclose(_with_diagonal(tf.constant(cov), tf.constant(c), 1e-6).numpy(), expected, rtol=1e-13, atol=1e-13)
