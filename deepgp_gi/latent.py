@@ -64,6 +64,7 @@ from .posteriors.conditionals import (
     inducing_choleskies,
     layer_mean,
     residual_variance,
+    symmetric_quadratic_forms,
     whitened_projection,
 )
 from .posteriors.pseudo_data import analytic_kl, draw_weights, marginal_variance, regulariser
@@ -135,11 +136,13 @@ class InducingDraw(NamedTuple):
 
 def _unit_rows_variance(R: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor]:
     """For whitened covariance factors ``R`` ``[P, M, Q]`` (unit p's ``a_p = mean + R_p eps``):
-    ``A -> sum_q (R_p^T A)_q^2`` ``[S, N, P]``."""
+    ``A -> sum_q (R_p^T A)_q^2`` ``[S, N, P]``, evaluated as the quadratic form ``A^T (R R^T) A``
+    by :func:`~deepgp_gi.posteriors.conditionals.symmetric_quadratic_forms` (one data-sized
+    product in the gradient instead of two; ``C = R R^T`` has no data axis)."""
+    C = tf.linalg.matmul(R, R, transpose_b=True)  # [P, M, M]
 
     def variance(A):
-        RA = tf.einsum("pmq,smn->snpq", R, A)
-        return tf.reduce_sum(tf.square(RA), axis=-1)
+        return tf.linalg.matrix_transpose(symmetric_quadratic_forms(C, A))
 
     return variance
 
