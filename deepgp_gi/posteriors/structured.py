@@ -186,11 +186,35 @@ def _project_rows(A: tf.Tensor, rows: tf.Tensor) -> List[tf.Tensor]:
     return [tf.reshape(tf.linalg.matmul(A, W_k, transpose_a=True), out_shape) for W_k in tf.unstack(W)]
 
 
+@tf.custom_gradient
+def _squared_norms(x: tf.Tensor):
+    """``sum_m x_m^2`` over the last axis of ``x`` ``[..., M]``, with the gradient written as one
+    broadcasting product ``2 g x`` (the automatic one tiles ``g`` to ``x``'s shape first and
+    multiplies twice; ``x`` is a per-point ``[S, N, tau, M]`` projection here)."""
+
+    def grad(g):
+        return tf.expand_dims(g + g, -1) * x
+
+    return tf.reduce_sum(tf.square(x), axis=-1), grad
+
+
+@tf.custom_gradient
+def _dots(x: tf.Tensor, y: tf.Tensor):
+    """``sum_m x_m y_m`` over the last axis (``x``, ``y`` of one shape ``[..., M]``), with the
+    gradient ``(g y, g x)`` as two broadcasting products (no tiled copy of ``g``)."""
+
+    def grad(g):
+        g = tf.expand_dims(g, -1)
+        return g * y, g * x
+
+    return tf.reduce_sum(x * y, axis=-1), grad
+
+
 def _block_dots(b: Sequence[tf.Tensor], b_prev: Sequence[tf.Tensor]) -> tf.Tensor:
     """``sum_k b[k] . b_prev[k]`` over the last axis, ``[S, N, tau]``: the covariance
     ``s~_t^{l l'}`` between a layer's outputs and an earlier layer's at each position, from their
     per-column products, paired in order (the shorter list ends the sum)."""
-    return tf.add_n([tf.reduce_sum(x * y, axis=-1) for x, y in zip(b, b_prev)])
+    return tf.add_n([_dots(x, y) for x, y in zip(b, b_prev)])
 
 
 @tf.custom_gradient
@@ -951,7 +975,7 @@ class StripesArrowPosterior(_StructuredPosterior):
             b = _project_rows(terms.A, rows)  # K x [S, N, tau, M]
             mean = terms.mean + tf.linalg.matmul(
                 terms.A, tf.expand_dims(unit_means[l], 0), transpose_a=True, transpose_b=True)
-            var = tf.add_n([tf.reduce_sum(tf.square(b_k), axis=-1) for b_k in b]) + tf.expand_dims(terms.prior_var, -1)
+            var = tf.add_n([_squared_norms(b_k) for b_k in b]) + tf.expand_dims(terms.prior_var, -1)
             G = None
             if self.use_stripes and l > 0:
                 cross = tf.stack([_block_dots(b, projected[lp]) for lp in range(l)], axis=-1)  # [S, N, tau, l]
@@ -981,7 +1005,7 @@ class StripesArrowPosterior(_StructuredPosterior):
         var = tf.reduce_sum(tf.square(b_own), axis=-1) + terms.prior_var  # [S, N]
         if self.use_arrow:
             b_out = _project_rows(terms.A, arrow)  # L-1 x [S, N, tau, M]
-            var = var + tf.add_n([tf.reduce_sum(tf.square(b_k), axis=[-2, -1]) for b_k in b_out])
+            var = var + tf.reduce_sum(tf.add_n([_squared_norms(b_k) for b_k in b_out]), axis=-1)
             cross = tf.stack([
                 _block_dots(b_out[self._first_block_layer(lp) : lp + 1], projected[lp])
                 for lp in range(L - 1)
