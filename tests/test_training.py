@@ -344,3 +344,24 @@ def test_natural_gradient_on_the_fully_coupled_block_reaches_the_sgpr_bound(rng)
     sgpr = gpflow.models.SGPR((X, Y), model.layers[0].kernel, inducing_variable=model.layers[0].Z.numpy(),
                               noise_variance=model.likelihood.variance.numpy())
     np.testing.assert_allclose(float(model.elbo((X, Y), 1, seed=0)), float(sgpr.elbo()), rtol=1e-9)
+
+
+def test_a_training_step_does_not_walk_the_module_tree(rng, monkeypatch):
+    """The model's ``dtype`` property collects its trainable variables (a walk of the module tree,
+    milliseconds for a deep GP); ``fit`` reads it while setting up, never once per step."""
+    X, Y = toy_regression(rng, 30)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, seed=0)
+    reads = []
+    plain = type(model).dtype
+
+    def counted(self):
+        reads.append(1)
+        return plain.fget(self)
+
+    monkeypatch.setattr(type(model), "dtype", property(counted))
+    counts = []
+    for steps in (2, 8):
+        reads.clear()
+        dg.fit(model, (X, Y), steps=steps, batch_size=10, seed=0, progress=False)
+        counts.append(len(reads))
+    assert counts[0] == counts[1], f"model.dtype read {counts} times in fits of 2 and 8 steps"
