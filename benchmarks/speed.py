@@ -21,6 +21,7 @@ import shlex
 import subprocess
 import sys
 import time
+from typing import List
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -219,16 +220,20 @@ def paired_ratio(make_a, make_b, rounds: int, steps_per_round: int) -> dict:
                 paired_ratio_quartiles=[float(np.percentile(ratios, 25)), float(np.percentile(ratios, 75))])
 
 
-def star_pairs(specs: str, rounds: int, steps_per_round: int) -> None:
+def star_pairs(specs: str, rounds: int, steps_per_round: int) -> List[dict]:
     """``--star-pairs batch:M:inner_width,...``: STAR against mean-field at depth 3 by
-    :func:`paired_ratio`, one JSON line per configuration."""
+    :func:`paired_ratio`, one JSON line per configuration (printed and returned)."""
+    out = []
     for spec in specs.split(","):
         batch, M, width = (int(x) for x in spec.split(":"))
         X, Y = kin8nm_inputs(batch)
         result = paired_ratio(lambda: ours(X, Y, 3, "mean_field", M, inner_width=width),
                               lambda: ours(X, Y, 3, "stripes_arrow", M, inner_width=width), rounds, steps_per_round)
-        print(json.dumps(dict(pair="stripes_arrow / mean_field", batch=batch, depth=3, M=M, inner_width=width,
-                              rounds=rounds, steps_per_round=steps_per_round, **result)), flush=True)
+        line = dict(pair="stripes_arrow / mean_field", batch=batch, depth=3, M=M, inner_width=width,
+                    rounds=rounds, steps_per_round=steps_per_round, load_average=os.getloadavg()[0], **result)
+        print(json.dumps(line), flush=True)
+        out.append(line)
+    return out
 
 
 def xla_pairs(families: str, rounds: int, steps_per_round: int) -> None:
@@ -340,25 +345,39 @@ def main(argv=None):
     parser.add_argument("--only", default=None, help="run only this section (dsvi, star, structured, sampling, bnn, xla)")
     parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
     parser.add_argument("--star-pairs", default=None, metavar="BATCH:M:WIDTH,...",
-                        help="only time STAR against mean-field in paired rounds (printed, not written)")
+                        help="only time STAR against mean-field in paired rounds (section star_pairs of "
+                             "speed.jsonl, replacing the previous run's)")
     parser.add_argument("--count-ops", action="store_true",
                         help="only count executed ops per step (depth 3, M = 100, batch 1000; printed)")
     parser.add_argument("--xla-pairs", default=None, metavar="FAMILY,...",
                         help="only time these families' fit steps plain against XLA, depth 3 (printed)")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
-    if args.star_pairs or args.xla_pairs or args.count_ops:
-        if args.count_ops:
-            count_ops()
-        if args.star_pairs:
-            star_pairs(args.star_pairs, rounds, per)
-        if args.xla_pairs:
-            xla_pairs(args.xla_pairs, rounds, per)
-        return
     os.makedirs(RESULTS, exist_ok=True)
     jsonl = os.path.join(RESULTS, "speed.jsonl")
     command = "python benchmarks/speed.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    if args.star_pairs or args.xla_pairs or args.count_ops:
+        if args.count_ops:
+            count_ops()
+        if args.star_pairs:
+            pairs = star_pairs(args.star_pairs, rounds, per)
+            kept = []
+            if os.path.exists(jsonl):
+                with open(jsonl) as fh:
+                    kept = [l for l in fh if l.strip() and json.loads(l)["section"] != "star_pairs"]
+            with open(jsonl, "w") as fh:
+                fh.writelines(kept)
+                for pair in pairs:
+                    config = {k: pair[k] for k in ("batch", "depth", "M", "inner_width")}
+                    fh.write(json.dumps(dict(section="star_pairs", config=config, result=pair, rounds=rounds,
+                                             steps_per_round=per, commit=commit, command=command,
+                                             machine=f"{platform.machine()} {os.cpu_count()} cores",
+                                             tensorflow=tf.__version__, load_average=pair["load_average"])) + "\n")
+            write_markdown(jsonl, command)
+        if args.xla_pairs:
+            xla_pairs(args.xla_pairs, rounds, per)
+        return
     done = set()
     if args.resume and os.path.exists(jsonl):
         with open(jsonl) as fh:
@@ -413,6 +432,21 @@ def write_markdown(jsonl, command):
             md.append(f"| {l['config']['batch']} | {l['config']['depth']} | "
                       + " | ".join(f"{t.get(n, float('nan')):.1f}" for n in names)
                       + f" | {t['deepgp_gi mean_field (whiten=False)'] / ref:.2f} | {t['deepgp_gi mean_field (whiten=True)'] / ref:.2f} |")
+        md.append("")
+    pairs = [l for l in lines if l["section"] == "star_pairs"]
+    if pairs:
+        md += ["## STAR against mean-field in paired rounds (kin8nm inputs, depth 3)", "", _provenance(pairs), "",
+               "Each round times a few steps of one model right after the other (the order alternating), so "
+               "the per-round ratio follows the load of the moment less than the medians do. The first row is "
+               "the configuration of the target (M = 100, batch 1,000, inner width 8); the others are "
+               "Lindinger et al.'s runtime study (batch 512, 5 GPs per hidden layer).", "",
+               "| batch | M | inner width | mean_field ms | stripes_arrow ms | ratio of medians | "
+               "median paired ratio | quartiles |", "|---|---|---|---|---|---|---|---|"]
+        for l in pairs:
+            r = l["result"]
+            md.append(f"| {r['batch']} | {r['M']} | {r['inner_width']} | {r['median_ms_a']:.1f} | "
+                      f"{r['median_ms_b']:.1f} | {r['ratio_of_medians']:.2f} | {r['median_paired_ratio']:.2f} | "
+                      f"{r['paired_ratio_quartiles'][0]:.2f} to {r['paired_ratio_quartiles'][1]:.2f} |")
         md.append("")
     star = [l for l in lines if l["section"] == "star"]
     if star:

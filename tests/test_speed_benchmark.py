@@ -68,3 +68,27 @@ def test_paired_ratio_of_steps_with_known_times(speed, monkeypatch):
     assert result["median_ms_a"] == pytest.approx(2.0) and result["median_ms_b"] == pytest.approx(6.0)
     assert result["median_paired_ratio"] == pytest.approx(3.0) and result["ratio_of_medians"] == pytest.approx(3.0)
     assert result["paired_ratio_quartiles"] == pytest.approx([3.0, 3.0])
+
+
+def test_star_pairs_are_written_to_the_results_table(speed, monkeypatch, tmp_path):
+    """``--star-pairs`` keeps its paired ratios in speed.jsonl (replacing the previous run's, other
+    sections untouched) and speed.md shows them with their command."""
+    monkeypatch.setattr(speed, "RESULTS", str(tmp_path))
+    other = {"section": "bnn", "config": {"batch": 1000}, "ms_per_step": {"x": 1.0}, "rounds": 1, "steps_per_round": 1,
+             "commit": "c", "command": "python benchmarks/speed.py --only bnn", "machine": "m"}
+    import json
+    (tmp_path / "speed.jsonl").write_text(json.dumps(other) + "\n" + json.dumps(dict(other, section="star_pairs")) + "\n")
+
+    def fake_pairs(specs, rounds, per):
+        return [dict(pair="stripes_arrow / mean_field", batch=1000, depth=3, M=100, inner_width=8, rounds=rounds,
+                     steps_per_round=per, load_average=0.5, median_ms_a=30.0, median_ms_b=57.0,
+                     ratio_of_medians=1.9, median_paired_ratio=1.93, paired_ratio_quartiles=[1.9, 1.97])]
+
+    monkeypatch.setattr(speed, "star_pairs", fake_pairs)
+    speed.main(["--star-pairs", "1000:100:8", "--rounds", "5", "--steps-per-round", "2"])
+    lines = [json.loads(l) for l in (tmp_path / "speed.jsonl").read_text().splitlines()]
+    assert [l["section"] for l in lines] == ["bnn", "star_pairs"]
+    assert lines[1]["config"] == {"batch": 1000, "depth": 3, "M": 100, "inner_width": 8}
+    md = (tmp_path / "speed.md").read_text()
+    assert "| 1000 | 100 | 8 | 30.0 | 57.0 | 1.90 | 1.93 | 1.90 to 1.97 |" in md
+    assert "--star-pairs 1000:100:8 --rounds 5 --steps-per-round 2" in md
