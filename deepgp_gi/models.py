@@ -16,6 +16,7 @@ from .layers import GPLayer, ShapedLayer
 from .likelihoods import check_targets, expected_log_likelihood, mixture_log_density, predict_mean_and_var
 from .noise import NoiseLike
 from .posteriors import DeepPosterior
+from .posteriors.base import float_dtype
 from .validation import as_data_array, check_data_pair, check_layer_chain, check_positive_int
 
 __all__ = ["DeepGP", "DEFAULT_POSTERIOR", "DEFAULT_PREDICT_SAMPLES"]
@@ -116,7 +117,8 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
 
     @property
     def dtype(self) -> tf.DType:
-        return self.trainable_variables[0].dtype if self.trainable_variables else gpflow.default_float()
+        """The dtype of the model's parameters, trainable or frozen (``float_dtype``)."""
+        return float_dtype(self)
 
     def _observation_columns(self) -> int:
         obs = getattr(self.likelihood, "observation_dim", None)

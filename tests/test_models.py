@@ -88,3 +88,17 @@ def test_print_summary_shows_readable_precisions(rng):
     np.testing.assert_allclose(params[key].unconstrained_variable.numpy(), -4.0 / 3.0, rtol=1e-12)
     params[key].assign(np.full(params[key].shape, 2.0))
     np.testing.assert_allclose(model.posterior.pseudo_data[0].diagonal().numpy(), 2.0)
+
+
+def test_a_frozen_float32_model_keeps_its_dtype():
+    """``dtype`` reads frozen parameters too: a float32 model with every parameter frozen predicts in
+    float32 (its dtype was GPflow's default float64 when only trainable variables counted)."""
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(20, 2)).astype(np.float32), rng.normal(size=(20, 1)).astype(np.float32)
+    with gpflow.config.as_context(gpflow.config.Config(float=np.float32, jitter=1e-4)):
+        model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, seed=0)
+    gpflow.set_trainable(model, False)
+    assert model.trainable_variables == () or len(model.trainable_variables) == 0
+    assert model.dtype == np.float32 and model.posterior.dtype == np.float32
+    mean, var = model.predict_y(X, num_samples=2, seed=0)
+    assert mean.dtype == np.float32 and np.all(np.isfinite(var.numpy()))

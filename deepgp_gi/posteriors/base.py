@@ -16,7 +16,17 @@ from check_shapes import check_shapes
 from ..noise import NoiseLike, NoiseSource, as_noise_source
 from ..validation import check_layer_chain
 
-__all__ = ["Propagation", "DeepPosterior"]
+__all__ = ["Propagation", "DeepPosterior", "float_dtype"]
+
+
+def float_dtype(module: tf.Module) -> tf.DType:
+    """The dtype of ``module``'s first floating-point variable, trainable or not (a frozen model
+    keeps its dtype), or GPflow's default float when it has none. Walks the module tree: read it
+    once, not per step."""
+    for variable in module.variables:
+        if variable.dtype.is_floating:
+            return variable.dtype
+    return tf.as_dtype(gpflow.default_float())
 
 
 class Propagation(NamedTuple):
@@ -71,9 +81,9 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
 
     @property
     def dtype(self) -> tf.DType:
-        """The dtype of the variational parameters (GPflow's default float if there are none)."""
-        variables = self.trainable_variables
-        return variables[0].dtype if variables else gpflow.default_float()
+        """The dtype of the posterior's parameters, trainable or frozen (GPflow's default float if
+        it has none)."""
+        return float_dtype(self)
 
     @abc.abstractmethod
     @check_shapes(
