@@ -83,3 +83,24 @@ def test_a_latent_variable_model_is_its_own_family_in_the_decision_table():
     assert "| mean_field (1 / 2) | mean_field (2 / 2) |" in line
     assert "mean_field 90" in line and "| mean_field, mean_field+w1K5 |" in line
     assert medium._label(latent) == "mean_field-2+w1K5"
+
+
+def test_the_best_row_table_takes_our_best_mean_and_the_best_published_number():
+    rows = [_row("kin8nm", "global", 2, 1.36, -0.10, 20, 40), _row("kin8nm", "sghmc", 2, 1.45, float("nan"), 15, 37),
+            _row("power", "mean_field", 2, -2.80, 0.01, 40, 90)]
+    published = [dict(dataset="kin8nm", source="BSGP", method="BSGP", depth=None, test_ll=1.43, se=float("nan"),
+                      protocol="80/20"),
+                 dict(dataset="power", source="Lindinger", method="SGHMC", depth=3, test_ll=-2.65, se=0.02,
+                      protocol="random 90/10"),
+                 dict(dataset="power", source="DSVI", method="DGP", depth=2, test_ll=-2.75, se=0.01,
+                      protocol="random 90/10")]
+    lines = medium.best_against_published(rows, published)
+    assert "| kin8nm | sghmc-2 | 1.45 ± 0.01 | 3 | BSGP BSGP 1.43 | 80/20 | at or above |" in lines
+    assert "| power | mean_field-2 | -2.80 ± 0.01 | 3 | Lindinger SGHMC-3 -2.65 | random 90/10 | -0.15 |" in lines
+    assert not [line for line in lines if line.startswith("| naval")]  # no rows of ours: no line
+
+
+def test_a_latent_row_is_marked_in_the_data_set_table():
+    latent = dict(_row("kin8nm", "mean_field", 2, 1.29, -0.25, 56, 167), latent_dim=1, importance_samples=5)
+    text = "\n".join(medium.render_dataset("kin8nm", [_row("kin8nm", "mean_field", 2, 1.33, -0.16, 28, 85), latent], []))
+    assert "| mean_field | 2 | 3 |" in text and "| mean_field (latent 1, K=5) | 2 | 3 |" in text

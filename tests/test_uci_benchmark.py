@@ -117,6 +117,17 @@ def test_report_mean_se_against_hand_computation(uci, tmp_path):
     assert "| boston | global | 2 | 100 | 4 | 50 | 40 |" in md
 
 
+def test_a_latent_variable_row_is_not_compared_with_the_plain_models_paper_number(uci):
+    """The papers' numbers are for the plain families: a latent row of the same family and depth
+    gets a dash, not a verdict, while the plain row beside it keeps its comparison."""
+    reference = {("gp", "boston", "global", 2, None): {"test_ll": (-2.42, 0.05, "test", 20)}}
+    plain = [_line(k, 0.01, -2.40, -0.3, 3.0) for k in range(2)]
+    latent = [_line(k, 0.01, -2.30, -0.3, 3.0, latent_dim=1, importance_samples=5) for k in range(2)]
+    rows = {bool(s["latent_dim"]): s for s in uci.summarise(plain + latent, reference)}
+    assert rows[False]["paper_test_ll"] == (-2.42, 0.05, "test", 20) and rows[False]["ok_test_ll"] is True
+    assert rows[True]["paper_test_ll"] is None and rows[True]["ok_test_ll"] is None
+
+
 def test_mean_se_and_two_se_rule(uci):
     m, se, n = uci.mean_se([1.0, 2.0, 4.0])
     assert n == 3 and m == pytest.approx(7 / 3) and se == pytest.approx(np.std([1, 2, 4], ddof=1) / math.sqrt(3))
