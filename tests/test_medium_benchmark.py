@@ -41,12 +41,12 @@ def test_a_tie_goes_to_the_cheaper_family():
 
 def test_the_dataset_table_states_the_gap_to_the_best_published_number():
     rows = [_row("kin8nm", "global", 2, 1.36, -0.10, 20, 40)]
-    published = [dict(dataset="kin8nm", source="BSGP", method="BSGP", depth=None, test_ll=1.43, se=float("nan"),
+    published = [dict(dataset="kin8nm", source="Rossi", method="BSGP", depth=None, test_ll=1.43, se=float("nan"),
                       protocol="80/20"),
                  dict(dataset="kin8nm", source="DSVI", method="DGP", depth=2, test_ll=1.34, se=0.01,
                       protocol="random 90/10")]
     text = "\n".join(medium.render_dataset("kin8nm", rows, published))
-    assert "Best published: BSGP BSGP 1.43 (80/20); our best so far: global-2 1.36 (0.07 below)." in text
+    assert "Best published: Rossi BSGP 1.43 (80/20); our best so far: global-2 1.36 (0.07 below)." in text
     assert "| global | 2 | 3 | 20,000 | 1000 | 1.36 ± 0.01 | — | — |" in text
 
 
@@ -88,14 +88,14 @@ def test_a_latent_variable_model_is_its_own_family_in_the_decision_table():
 def test_the_best_row_table_takes_our_best_mean_and_the_best_published_number():
     rows = [_row("kin8nm", "global", 2, 1.36, -0.10, 20, 40), _row("kin8nm", "sghmc", 2, 1.45, float("nan"), 15, 37),
             _row("power", "mean_field", 2, -2.80, 0.01, 40, 90)]
-    published = [dict(dataset="kin8nm", source="BSGP", method="BSGP", depth=None, test_ll=1.43, se=float("nan"),
+    published = [dict(dataset="kin8nm", source="Rossi", method="BSGP", depth=None, test_ll=1.43, se=float("nan"),
                       protocol="80/20"),
                  dict(dataset="power", source="Lindinger", method="SGHMC", depth=3, test_ll=-2.65, se=0.02,
                       protocol="random 90/10"),
                  dict(dataset="power", source="DSVI", method="DGP", depth=2, test_ll=-2.75, se=0.01,
                       protocol="random 90/10")]
     lines = medium.best_against_published(rows, published)
-    assert "| kin8nm | sghmc-2 | 1.45 ± 0.01 | 3 | BSGP BSGP 1.43 | 80/20 | at or above |" in lines
+    assert "| kin8nm | sghmc-2 | 1.45 ± 0.01 | 3 | Rossi BSGP 1.43 | 80/20 | at or above |" in lines
     assert "| power | mean_field-2 | -2.80 ± 0.01 | 3 | Lindinger SGHMC-3 -2.65 | random 90/10 | -0.15 |" in lines
     assert not [line for line in lines if line.startswith("| naval")]  # no rows of ours: no line
 
