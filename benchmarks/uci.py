@@ -542,7 +542,7 @@ def plot_metric(rows: List[Dict], metric: str, label: str, path_prefix: str) -> 
     for d in sorted({s["dataset"] for s in rows}):
         drows = sorted([s for s in rows if s["dataset"] == d],
                        key=lambda s: (s["model"], _method(s), s["depth"], s["steps"]))
-        fig, ax = plt.subplots(figsize=(7.0, 1.4 + 0.34 * len(drows)))
+        fig, ax = plt.subplots(figsize=(9.5, 1.4 + 0.34 * len(drows)))
         seen = set()
         for i, s in enumerate(drows):
             name = _method(s) if s["model"] == "gp" else "bnn " + _method(s)
@@ -561,7 +561,7 @@ def plot_metric(rows: List[Dict], metric: str, label: str, path_prefix: str) -> 
         ax.set_xlabel(label)
         ax.set_title(f"{d}: ours (filled, mean ± SE over splits) and the paper's (open)", fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         fig.tight_layout()
         path = f"{path_prefix}_{d}.png"
