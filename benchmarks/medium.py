@@ -110,6 +110,21 @@ def _method(s: Dict) -> str:
     return f"{s['posterior']} ({', '.join(marks)})" if marks else s["posterior"]
 
 
+def _published_name(p: Dict) -> str:
+    """A published row's name, e.g. ``Lindinger SGHMC-3`` (no depth suffix when the paper gives none)."""
+    return f"{p['source']} {p['method']}{'-' + str(p['depth']) if p['depth'] else ''}"
+
+
+def _best_published(dataset: str, published: List[Dict]) -> Optional[Dict]:
+    pub = [p for p in published if p["dataset"] == dataset]
+    return max(pub, key=lambda p: p["test_ll"]) if pub else None
+
+
+def _our_best(dataset: str, rows: List[Dict]) -> Optional[Dict]:
+    ours = [s for s in rows if s["dataset"] == dataset]
+    return max(ours, key=lambda s: s["test_ll"][0]) if ours else None
+
+
 def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> List[str]:
     lines = [f"### {dataset}", ""]
     ours = sorted((s for s in rows if s["dataset"] == dataset), key=lambda s: (_method(s), s["depth"]))
@@ -130,16 +145,14 @@ def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> Lis
         lines.append("")
     pub = [p for p in published if p["dataset"] == dataset]
     if pub:
-        best = max(pub, key=lambda p: p["test_ll"])
-        cells = ", ".join(f"{p['source']} {p['method']}{'-' + str(p['depth']) if p['depth'] else ''} "
-                          f"{p['test_ll']:.2f}" for p in pub)
+        best = _best_published(dataset, published)
+        cells = ", ".join(f"{_published_name(p)} {p['test_ll']:.2f}" for p in pub)
         lines.append(f"Published deep-GP test LL ({dataset}): {cells}.")
         lines.append("")
         if ours:
-            top = max(ours, key=lambda s: s["test_ll"][0])
+            top = _our_best(dataset, ours)
             gap = top["test_ll"][0] - best["test_ll"]
-            lines.append(f"Best published: {best['source']} {best['method']}"
-                         f"{'-' + str(best['depth']) if best['depth'] else ''} {best['test_ll']:.2f} ({best['protocol']}); "
+            lines.append(f"Best published: {_published_name(best)} {best['test_ll']:.2f} ({best['protocol']}); "
                          f"our best so far: {top['label']} {top['test_ll'][0]:.2f} "
                          f"({'at or above' if gap >= 0 else f'{-gap:.2f} below'}).")
             lines.append("")
@@ -152,16 +165,12 @@ def best_against_published(rows: List[Dict], published: List[Dict]) -> List[str]
     lines = ["| data set | our best row | its test LL | splits | best published deep GP | protocol | gap |",
              "|---|---|---|---|---|---|---|"]
     for dataset in MEDIUM:
-        ours = [s for s in rows if s["dataset"] == dataset]
-        pub = [p for p in published if p["dataset"] == dataset]
-        if not ours or not pub:
+        top, best = _our_best(dataset, rows), _best_published(dataset, published)
+        if top is None or best is None:
             continue
-        top = max(ours, key=lambda s: s["test_ll"][0])
-        best = max(pub, key=lambda p: p["test_ll"])
         gap = top["test_ll"][0] - best["test_ll"]
-        name = f"{best['source']} {best['method']}{'-' + str(best['depth']) if best['depth'] else ''}"
         lines.append(f"| {dataset} | {top['label']} | {_fmt(top['test_ll'])} | {len(top['splits'])} | "
-                     f"{name} {best['test_ll']:.2f} | {best['protocol']} | "
+                     f"{_published_name(best)} {best['test_ll']:.2f} | {best['protocol']} | "
                      f"{'at or above' if gap >= 0 else f'{gap:+.2f}'} |")
     return lines
 
@@ -229,13 +238,11 @@ def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
             m, se = s["test_ll"]
             ax.errorbar(s["train_time_s"] / 60, m, yerr=0 if not np.isfinite(se) else se, fmt=markers.get(s["depth"], "x"),
                         color=colours[_family(s)], capsize=3, markersize=7)
-        pub = [p for p in published if p["dataset"] == dataset]
+        best = _best_published(dataset, published)
         title = dataset
-        if pub:  # the best published number as a dashed line, named in the title (not over the data)
-            best = max(pub, key=lambda p: p["test_ll"])
+        if best:  # the best published number as a dashed line, named in the title (not over the data)
             ax.axhline(best["test_ll"], color="grey", ls="--", lw=1)
-            depth = f"-{best['depth']}" if best["depth"] else ""
-            title += (f"\n(dashed: best published, {best['source']} {best['method']}{depth} "
+            title += (f"\n(dashed: best published, {_published_name(best)} "
                       f"{best['test_ll']:.2f}, {best['protocol'].replace('random ', '')} splits)")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("training wall time (min, 1 thread)")
