@@ -726,8 +726,13 @@ def parse_args(argv):
 
 
 def _commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
+    """The checkout's short commit; ``DEEPGP_GI_COMMIT`` where the copy has no git metadata (a copied tree)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
+        commit = done.stdout.strip()
+    except OSError:  # no git on the machine
+        commit = ""
+    return commit or os.environ.get("DEEPGP_GI_COMMIT", "unknown")
 
 
 def main(argv=None) -> int:
