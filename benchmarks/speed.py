@@ -70,13 +70,13 @@ def model_step(model, X, Y, jit_compile=False):
     ``tf.debugging.Assert``, which would read a device predicate on the host every step)."""
     Xt, Yt = tf.constant(X), tf.constant(Y)
     counter = tf.Variable(0, dtype=tf.int64)
-    failure = tf.Variable(0, dtype=tf.int32, trainable=False)
+    failure = tf.Variable(0, dtype=tf.int64, trainable=False)  # int64: an int32 variable lives on the host on a GPU
 
     def loss():
         with dg.linalg.cholesky_checks() as checks:
             counter.assign_add(1)
             value = -model.elbo((Xt, Yt), 1, seed=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
-        failure.assign(tf.where(tf.equal(failure, 0), checks.status(), failure))  # the first failure's code
+        failure.assign(tf.where(tf.equal(failure, 0), tf.cast(checks.status(), tf.int64), failure))  # the first failure's code
         return value
 
     step = compiled_step(loss, model.trainable_variables, jit_compile=jit_compile)

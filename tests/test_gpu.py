@@ -63,3 +63,17 @@ def test_short_fit_on_the_gpu_raises_the_elbo(kind, posterior):
         after = float(_elbo_on(GPU, model, X, Y, num_samples=16))
     assert history.step[-1] == 20 and np.all(np.isfinite(history.elbo))
     assert np.isfinite(after) and after > before, (before, after)
+
+
+@pytest.mark.parametrize("posterior", list(DEEP_GP_FAMILIES))
+def test_an_xla_fit_on_the_gpu_runs_and_raises_the_elbo(posterior):
+    """``fit(jit_compile=True)`` on the GPU: the compiled step reads every variable of the step
+    on the device (an int32 status variable, kept in host memory, once made it fail there)."""
+    X, Y = _data()
+    with tf.device(GPU):
+        model = _build("deep GP", posterior, X, Y)
+        before = float(_elbo_on(GPU, model, X, Y, num_samples=16))
+        history = dg.fit(model, (X, Y), steps=20, progress=False, seed=0, jit_compile=True)
+        after = float(_elbo_on(GPU, model, X, Y, num_samples=16))
+    assert history.step[-1] == 20 and np.all(np.isfinite(history.elbo))
+    assert np.isfinite(after) and after > before, (before, after)

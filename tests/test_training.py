@@ -365,3 +365,39 @@ def test_a_training_step_does_not_walk_the_module_tree(rng, monkeypatch):
         dg.fit(model, (X, Y), steps=steps, batch_size=10, seed=0, progress=False)
         counts.append(len(reads))
     assert counts[0] == counts[1], f"model.dtype read {counts} times in fits of 2 and 8 steps"
+
+
+@pytest.mark.parametrize("posterior", ["mean_field", "sghmc"])
+def test_the_training_step_keeps_no_int32_variable(rng, posterior):
+    """TensorFlow keeps int32 variables in host memory on a GPU, where an XLA-compiled step cannot
+    read them (``fit(jit_compile=True)`` failed on a GPU with the Cholesky status in one): the step
+    of ``fit`` (``TrainStep``, and ``SamplerStep`` for a sampling family) holds none, and a failure
+    code still reaches ``raise_if_failed``."""
+    from deepgp_gi.training.loop import _is_sampler, _trainable_variables
+    from deepgp_gi.training.step import SamplerStep, TrainStep
+
+    X, Y = toy_regression(rng, 30)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=5, seed=0)
+    variables = _trainable_variables(model)
+    counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+    kind = SamplerStep if _is_sampler(model) else TrainStep
+    step = kind(model, dg.training.adam(0.01, variables), variables, counter, num_samples=1, seed=0)
+    step(tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y))
+    held = list(step.optimizer.variables())
+    for value in vars(step).values():
+        held += [v for v in tf.nest.flatten(value) if isinstance(v, tf.Variable)] if not isinstance(
+            value, tf.Module) else list(value.variables)
+    assert held and all(v.dtype != tf.int32 for v in held), [(v.name, v.dtype) for v in held if v.dtype == tf.int32]
+    step.raise_if_failed()  # no failure so far
+
+    @tf.function(autograph=False)
+    def failed_status():  # the int32 status of a compiled factorisation of a NaN matrix
+        with dg.linalg.cholesky_checks() as checks:
+            dg.linalg.safe_cholesky(tf.fill([2, 2], tf.constant(np.nan, tf.float64)), name="planted")
+        return checks.status()
+
+    status = failed_status()
+    assert status.dtype == tf.int32 and int(status) != 0
+    step.finish_step(tf.constant(1, tf.int64), status)
+    with pytest.raises(dg.linalg.CholeskyError, match="planted"):
+        step.raise_if_failed()

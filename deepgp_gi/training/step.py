@@ -71,7 +71,9 @@ class TrainStep:
         self.seed = seed
         self.elbo_options = {} if importance_samples is None else {"importance_samples": importance_samples}
         self.jit_compile = jit_compile
-        self.failure_code = tf.Variable(0, dtype=tf.int32, trainable=False, name="cholesky_failure")
+        # int64, not int32: TensorFlow keeps int32 variables in host memory on a GPU, which an
+        # XLA-compiled step on the GPU cannot read (fit(jit_compile=True) failed there)
+        self.failure_code = tf.Variable(0, dtype=tf.int64, trainable=False, name="cholesky_failure")
         self.failure_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="cholesky_failure_step")
         # Traced per batch shape in both modes (at most two: full batches and an epoch's smaller
         # last batch). XLA compiles one program per concrete shape anyway; in the plain graph a
@@ -127,6 +129,7 @@ class TrainStep:
         """Count step ``step`` as done and keep the first failure: ``status`` is the step's
         :func:`~deepgp_gi.linalg.cholesky_checks` code (0: every factorisation succeeded)."""
         self.step_counter.assign(step + 1)
+        status = tf.cast(status, tf.int64)
         first = tf.logical_and(tf.equal(self.failure_code, 0), tf.not_equal(status, 0))
         self.failure_step.assign(tf.where(first, step, self.failure_step))
         self.failure_code.assign(tf.where(first, status, self.failure_code))
