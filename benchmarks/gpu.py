@@ -726,13 +726,16 @@ def parse_args(argv):
 
 
 def _commit() -> str:
-    """The checkout's short commit; ``DEEPGP_GI_COMMIT`` where the copy has no git metadata (a copied tree)."""
+    """``DEEPGP_GI_COMMIT`` when set (a copied tree, whose git metadata may be missing or stale),
+    else the checkout's short commit."""
+    if os.environ.get("DEEPGP_GI_COMMIT"):
+        return os.environ["DEEPGP_GI_COMMIT"]
     try:
         done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
         commit = done.stdout.strip()
     except OSError:  # no git on the machine
         commit = ""
-    return commit or os.environ.get("DEEPGP_GI_COMMIT", "unknown")
+    return commit or "unknown"
 
 
 def main(argv=None) -> int:
@@ -812,7 +815,9 @@ def _row(l: dict, reference: Optional[float], float32: bool) -> List[str]:
         cells += [f"failed ({l['error'].split(':')[0]})"] + ["–"] * (width - 1)
     else:
         ms, heavy, launches = l["ms_per_step"], l.get("heavy_ops") or {}, l.get("launches")
-        executed = l.get("executed_ops") if l["mode"] == "plain" else None  # an XLA step: one function op
+        # an XLA step runs as one function op; on a GPU the trace's host plane holds only the
+        # function call and its launch, not the ops behind the kernels (kernels/step counts those)
+        executed = l.get("executed_ops") if l["mode"] == "plain" and l.get("gpu_kernels") is None else None
         cells += [_fmt(ms, ".2f"), _fmt(ms / reference if reference else None, ".2f"), _fmt(l["flops"] / 1e9, ".4g"),
                   _fmt(l["bytes"] / 1e6, ".4g"), _fmt(l["flops"] / ms / 1e6, ".3g"), _fmt(executed, "g"),
                   *[_fmt(heavy.get(label) if executed is not None else None, "g") for label, _ in HEAVY],
@@ -844,7 +849,8 @@ LEGEND = (
     "read plus written by every op, from the traced graph's static shapes before fusion (`step_cost`; the "
     "jitter retries behind a `tf.cond` are not counted, the branch-free ones of a GPU step are). ops/step and the "
     "op columns: TensorFlow kernels executed per step, from a profiler trace (`--profile`; `_Mkl` variants "
-    "included; an XLA step runs as one function op: –). kernels/step: kernel launches on the GPU when one ran the "
+    "included; an XLA step runs as one function op, and on a GPU the host's trace holds the function call, not the "
+    "ops behind its kernels: –). kernels/step: kernel launches on the GPU when one ran the "
     "step, XLA's executed thunks for an XLA step on a CPU, else the executed ops; MFLOP/kernel: the step's flops "
     "over them (work per launch)."
 )
@@ -858,7 +864,7 @@ def write_markdown(lines: List[dict], path: str) -> None:
                                   f"{l['steps_per_round']} steps)" for l in lines))
     md = ["# Training-step cost on the accelerator: every deep-GP family against GPflux", "",
           f"Device: {devices}. TensorFlow {versions}.", "", "Commands:", *[f"- {c}" for c in commands], "",
-          LEGEND, ""]
+          LEGEND, "", "What these numbers mean, and what is still to measure: docs/performance.md, \"On a GPU\".", ""]
     for dtype in ("float64", "float32"):
         chosen = [l for l in lines if l["config"]["dtype"] == dtype]
         if chosen:

@@ -20,8 +20,8 @@ __all__ = ["XLA_FASTER", "device_kind", "resolve_jit_compile"]
 #: ``(posterior class name, device kind)`` pairs where ``fit``'s XLA step was measured faster
 #: than its plain step (benchmarks/results/speed.md, "Plain against XLA"; docs/performance.md).
 #: Empty: on the 2-core CPU every family's XLA step was slower at depth 3, M = 100, batch 1000
-#: (STAR 3.4x, global 3.3x, mean-field 2.8x, SGHMC 1.6x, the factorised BNN 1.2x), and no GPU
-#: has been measured since the step changed.
+#: (STAR 3.4x, global 3.3x, mean-field 2.8x, SGHMC 1.6x, the factorised BNN 1.2x), and the XLA
+#: rows of the GPU table (benchmarks/results/gpu.md) are not measured yet.
 XLA_FASTER: frozenset = frozenset()
 
 
