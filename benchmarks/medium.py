@@ -66,11 +66,23 @@ def _records(folder: str) -> List[Dict]:
     return out
 
 
+#: The medium sweep's minibatch (benchmarks/sweeps/medium.toml); a row trained at another is marked.
+SWEEP_BATCH = 1000
+
+
+def _other_batch(s: Dict) -> Optional[int]:
+    """The row's minibatch where it is a medium-set row trained at another than the sweep's."""
+    batch = s.get("batch_size")
+    return batch if s.get("dataset") in MEDIUM and batch and batch != SWEEP_BATCH else None
+
+
 def _family(s: Dict) -> str:
-    """The row's family as the decision table and the plot tell them apart: the posterior, and a
-    latent-variable model's latent width and K after it (``mean_field+w1K5``)."""
+    """The row's family as the decision table and the plot tell them apart: the posterior, a
+    latent-variable model's latent width and K after it (``mean_field+w1K5``), and a medium-set
+    row's minibatch where it is not the sweep's (``global+b10000``)."""
     latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
-    return f"{s['posterior']}{latent}"
+    batch = f"+b{_other_batch(s)}" if _other_batch(s) else ""
+    return f"{s['posterior']}{latent}{batch}"
 
 
 def _label(s: Dict) -> str:
@@ -106,7 +118,7 @@ def _paper(p) -> str:
 def _method(s: Dict) -> str:
     """The row's family with its protocol where it differs from the sweep's usual one, e.g.
     ``mean_field (latent 1, K=5)``."""
-    marks = uci._protocol_marks(s)
+    marks = uci._protocol_marks(s) + ([f"batch {_other_batch(s):,}"] if _other_batch(s) else [])
     return f"{s['posterior']} ({', '.join(marks)})" if marks else s["posterior"]
 
 

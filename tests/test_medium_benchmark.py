@@ -104,3 +104,14 @@ def test_a_latent_row_is_marked_in_the_data_set_table():
     latent = dict(_row("kin8nm", "mean_field", 2, 1.29, -0.25, 56, 167), latent_dim=1, importance_samples=5)
     text = "\n".join(medium.render_dataset("kin8nm", [_row("kin8nm", "mean_field", 2, 1.33, -0.16, 28, 85), latent], []))
     assert "| mean_field | 2 | 3 |" in text and "| mean_field (latent 1, K=5) | 2 | 3 |" in text
+
+
+def test_a_row_at_another_minibatch_is_its_own_family_and_marked():
+    big = dict(_row("naval", "global", 2, 7.9, 3.5, 60, 150), batch_size=10000)
+    plain = _row("naval", "global", 2, 6.7, 2.9, 20, 40)
+    text = "\n".join(medium.render_dataset("naval", [plain, big], []))
+    assert "| global | 2 | 3 | 20,000 | 1000 |" in text and "| global (batch 10,000) | 2 | 3 | 20,000 | 10000 |" in text
+    assert medium._family(big) == "global+b10000" and medium._family(plain) == "global"
+    assert medium._label(big) == "global-2+b10000"
+    line = [line for line in medium.decision_table([plain, big]) if "| any |" in line][0]
+    assert "global+b10000 (1 / 1)" in line  # the better test LL, told apart from the batch-1,000 row
