@@ -324,13 +324,16 @@ class ExecutedOps(NamedTuple):
     ``by_type``: TensorFlow op type -> executions per step; ``total``: their sum; ``gpu_kernels``:
     device kernel launches per step on the GPUs (None when the trace has no GPU plane);
     ``xla_cpu_thunks``: thunks (fused kernels, loops' bodies once per iteration) XLA's CPU
-    backend executes per step (None when there are none: no XLA on the host).
+    backend executes per step (None when there are none: no XLA on the host); ``gpu_by_type``:
+    the GPU launches per step by the TensorFlow op type that launched them (``"(no op)"`` for a
+    kernel the trace ties to no op; None without a GPU plane).
     """
 
     by_type: Dict[str, float]
     total: float
     gpu_kernels: Optional[float]
     xla_cpu_thunks: Optional[float]
+    gpu_by_type: Optional[Dict[str, float]] = None
 
     def launches(self) -> float:
         """Kernels per step as the hardware sees them: GPU launches, else XLA CPU thunks, else ops."""
@@ -370,23 +373,50 @@ def _xla_cpu_thunks(plane) -> int:
     return sum(1 for n in names if n in ended)
 
 
-def _gpu_kernels(plane) -> int:
-    """Kernel launches on a ``/device:GPU:N`` plane: events carrying the ``kernel_details`` stat
-    on its stream lines; when no event carries it, every event on the stream lines except
+def _gpu_kernel_events(plane) -> List:
+    """The kernel launches on a ``/device:GPU:N`` plane: events carrying the ``kernel_details``
+    stat on its stream lines; when no event carries it, every event on the stream lines except
     memory copies and sets."""
     kernel_stat = {i for i, m in plane.stat_metadata.items() if m.name == "kernel_details"}
     raw = [line for line in plane.lines
            if (line.name.startswith("Stream") or line.name == "Kernels") and not line.name.startswith(_DERIVED_LINES)]
     events = [e for line in raw for e in line.events]
     if kernel_stat and any(s.metadata_id in kernel_stat for e in events for s in e.stats):
-        return sum(1 for e in events if any(s.metadata_id in kernel_stat for s in e.stats))
-    names = (plane.event_metadata[e.metadata_id].name for e in events)
-    return sum(1 for n in names if not n.startswith(("Memcpy", "Memset", "memcpy", "memset")))
+        return [e for e in events if any(s.metadata_id in kernel_stat for s in e.stats)]
+    return [e for e in events
+            if not plane.event_metadata[e.metadata_id].name.startswith(("Memcpy", "Memset", "memcpy", "memset"))]
+
+
+def _gpu_kernels(plane) -> int:
+    """Kernel launches on a ``/device:GPU:N`` plane (see :func:`_gpu_kernel_events`)."""
+    return len(_gpu_kernel_events(plane))
+
+
+def _stat_text(plane, stat) -> Optional[str]:
+    """A stat's string value: inline, or through a reference into the plane's stat metadata."""
+    which = stat.WhichOneof("value")
+    if which == "str_value":
+        return stat.str_value
+    if which == "ref_value" and stat.ref_value in plane.stat_metadata:
+        return plane.stat_metadata[stat.ref_value].name
+    return None
+
+
+def _gpu_kernels_by_op(plane) -> collections.Counter:
+    """The kernel launches on a GPU plane by the TensorFlow op type that launched them: the
+    ``tf_op`` stat of each kernel event (``"<node name>:<OpType>"``), ``"(no op)"`` without one."""
+    tf_op = {i for i, m in plane.stat_metadata.items() if m.name == "tf_op"}
+    counts = collections.Counter()
+    for event in _gpu_kernel_events(plane):
+        texts = [_stat_text(plane, s) for s in event.stats if s.metadata_id in tf_op]
+        op = next((t for t in texts if t), None)
+        counts[op.rpartition(":")[2] or op if op else "(no op)"] += 1
+    return counts
 
 
 def count_executed(spaces: Iterable, steps: int) -> ExecutedOps:
     """Per-step kernel counts from the profiler's ``XSpace`` protos of ``steps`` calls."""
-    host, gpu, saw_gpu, thunks = collections.Counter(), 0, False, 0
+    host, gpu_ops, saw_gpu, thunks = collections.Counter(), collections.Counter(), False, 0
     for space in spaces:
         for plane in space.planes:
             if plane.name == "/host:CPU":
@@ -394,10 +424,12 @@ def count_executed(spaces: Iterable, steps: int) -> ExecutedOps:
                 thunks += _xla_cpu_thunks(plane)
             elif plane.name.startswith("/device:GPU:"):
                 saw_gpu = True
-                gpu += _gpu_kernels(plane)
+                gpu_ops.update(_gpu_kernels_by_op(plane))
     by_type = {k: v / steps for k, v in sorted(host.items())}
+    gpu_by_type = {k: v / steps for k, v in gpu_ops.most_common()} if saw_gpu else None
     return ExecutedOps(by_type=by_type, total=float(sum(host.values())) / steps,
-                       gpu_kernels=gpu / steps if saw_gpu else None, xla_cpu_thunks=thunks / steps if thunks else None)
+                       gpu_kernels=float(sum(gpu_ops.values())) / steps if saw_gpu else None,
+                       xla_cpu_thunks=thunks / steps if thunks else None, gpu_by_type=gpu_by_type)
 
 
 def _read_xspaces(logdir: str) -> List:
@@ -613,7 +645,8 @@ def measure(step, ms_per_step: float, profile_steps: Optional[int]) -> dict:
         executed = executed_ops_per_step(step, profile_steps)
         out.update(executed_ops=executed.total, executed_by_type=executed.by_type,
                    heavy_ops=heavy_counts(executed.by_type), gpu_kernels=executed.gpu_kernels,
-                   xla_cpu_thunks=executed.xla_cpu_thunks, launches=executed.launches())
+                   xla_cpu_thunks=executed.xla_cpu_thunks, launches=executed.launches(),
+                   gpu_by_type=executed.gpu_by_type)
     return out
 
 
@@ -856,6 +889,27 @@ LEGEND = (
 )
 
 
+#: Op types listed per row in "GPU kernels by the op that launched them".
+TOP_GPU_OPS = 6
+
+
+def _gpu_kernel_sources(lines: List[dict]) -> List[str]:
+    """For every row measured on a GPU with ``gpu_by_type``: its kernels per step and the op
+    types that launched the most of them (what to batch or fuse next)."""
+    rows = [l for l in lines if l.get("gpu_by_type")]
+    if not rows:
+        return []
+    out = ["## GPU kernels by the op that launched them", "",
+           f"Per step, the {TOP_GPU_OPS} TensorFlow op types whose kernels were launched most (the `tf_op` of each "
+           "kernel in the trace; `(no op)`: a kernel tied to none).", "",
+           "| batch | dtype | model | kernels/step | most launched by |", "|---|---|---|---|---|"]
+    for l in rows:
+        c, top = l["config"], list(l["gpu_by_type"].items())[:TOP_GPU_OPS]
+        out.append(f"| {c['batch']} | {c['dtype']} | {l['model']} | {_fmt(l.get('gpu_kernels'), 'g')} | "
+                   + ", ".join(f"{op} {n:g}" for op, n in top) + " |")
+    return out + [""]
+
+
 def write_markdown(lines: List[dict], path: str) -> None:
     """The report of ``lines`` (one table per dtype, rows in run order) written to ``path``."""
     devices = "; ".join(sorted({l["device"] for l in lines})) or device_name()
@@ -873,6 +927,7 @@ def write_markdown(lines: List[dict], path: str) -> None:
                 tf32 = sorted({{True: "on", False: "off"}.get(l.get("tf32"), "not recorded") for l in chosen})
                 md += [f"TensorFloat-32 matmuls (float32 on Ampere and newer GPUs; `--tf32`): {', '.join(tf32)}.", ""]
             md += _table(chosen, dtype == "float32") + [""]
+    md += _gpu_kernel_sources(lines)
     failures = [l for l in lines if l.get("error") or l.get("elbo_error")]
     if failures:
         md += ["## Failures", ""] + [f"- batch {l['config']['batch']}, M {l['config']['M']}, depth "

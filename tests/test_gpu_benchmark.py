@@ -231,3 +231,33 @@ def test_accelerator_branch_counts_one_batched_ladder_per_factorisation(bench, t
         assert dg.linalg._host_is_the_device is before
     host, accelerator = (lines[b]["heavy_ops"]["Cholesky"] for b in ("host", "accelerator"))
     assert host >= 2 and accelerator == 2 * host
+
+
+def test_gpu_kernels_are_counted_by_the_op_that_launched_them(bench):
+    """A synthetic GPU plane: two kernels of a Cholesky, one of a MatMul (its op name referenced
+    through the stat metadata), one kernel tied to no op, and a memory copy, which is no kernel."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/device:GPU:0")
+    plane.stat_metadata[1].name = "kernel_details"
+    plane.stat_metadata[2].name = "tf_op"
+    plane.stat_metadata[3].name = "layer_1/MatMul:MatMul"  # a referenced string value
+    for i, name in enumerate(["potrf_kernel", "potrf_info", "gemm", "fill", "Memcpy HtoD"], start=1):
+        plane.event_metadata[i].name = name
+    line = plane.lines.add(name="Stream #13(Compute)")
+    for meta, op in [(1, "layer_0/Cholesky:Cholesky"), (2, "layer_0/Cholesky:Cholesky"), (3, 3), (4, None), (5, None)]:
+        event = line.events.add(metadata_id=meta)
+        if meta != 5:
+            event.stats.add(metadata_id=1, str_value="regs:32")
+        if isinstance(op, str):
+            event.stats.add(metadata_id=2, str_value=op)
+        elif op is not None:
+            event.stats.add(metadata_id=2, ref_value=op)
+    executed = bench.count_executed([space], steps=2)
+    assert executed.gpu_kernels == 2.0  # 4 kernels over 2 steps; the copy is not one
+    assert executed.gpu_by_type == {"Cholesky": 1.0, "MatMul": 0.5, "(no op)": 0.5}
+    line = dict(config=dict(batch=10, M=5, depth=2, dtype="float64"), model="deepgp_gi mean_field",
+                gpu_kernels=executed.gpu_kernels, gpu_by_type=executed.gpu_by_type)
+    table = "\n".join(bench._gpu_kernel_sources([line]))
+    assert "| 10 | float64 | deepgp_gi mean_field | 2 | Cholesky 1, MatMul 0.5, (no op) 0.5 |" in table
