@@ -41,6 +41,7 @@ DEFAULT_SMALL = os.path.join(HERE, "results", "uci")
 SWEEP = os.path.join(HERE, "sweeps", "medium.toml")
 PUBLISHED = os.path.join(DEFAULT_RESULTS, "published.csv")
 DECISION_DOC = os.path.join(ROOT, "docs", "choosing_a_posterior.md")
+GPU_LINES = os.path.join(HERE, "results", "gpu.jsonl")
 COMMAND = "python benchmarks/medium.py report"
 #: Wall-time budgets (training, on this 2-core machine, one TensorFlow thread) of the decision table.
 BUDGETS_S = (300.0, 1800.0, math.inf)
@@ -321,6 +322,7 @@ def cmd_report(args) -> int:
            "`benchmarks/results/medium/medium.md` and `benchmarks/results/uci/uci.md`.", ""] + table + [
            "", "Budgets are training wall time on a 2-core CPU with one TensorFlow thread; a family missing from a "
            "row was not run there yet.", ""]
+    doc += gpu_cost_table(uci.read_json_lines(args.gpu) if args.gpu and os.path.exists(args.gpu) else [])
     with open(args.decision_doc, "w") as fh:
         fh.write("\n".join(doc))
     if args.readme:
@@ -328,6 +330,33 @@ def cmd_report(args) -> int:
         replace_between_markers(args.readme, "\n".join(best_against_published(rows, published)), BEST_MARKERS)
     print(f"wrote {os.path.join(args.out_dir, 'medium.md')} and {args.decision_doc} ({len(rows)} medium rows)")
     return 0
+
+
+def gpu_cost_table(lines: List[Dict]) -> List[str]:
+    """What each family's plain float64 training step costs on a GPU, from ``benchmarks/gpu.py``'s
+    lines: ms per step and the ratio to GPflux's DSVI step of the same run and batch size."""
+    plain = [l for l in lines if l.get("mode") == "plain" and l.get("ms_per_step")
+             and l["config"]["dtype"] == "float64"]
+    if not plain:
+        return []
+    gpflux = {l["config"]["batch"]: l["ms_per_step"] for l in plain if l["family"].startswith("gpflux")}
+    batches = sorted(b for b in {l["config"]["batch"] for l in plain} if b in gpflux)
+    families = list(dict.fromkeys(l["family"] for l in plain if not l["family"].startswith("gpflux")))
+    configs = sorted({(l["config"]["depth"], l["config"]["M"]) for l in plain})
+    out = ["## Step cost on a GPU", "",
+           f"From `benchmarks/results/gpu.md` ({'; '.join(sorted({l['device'] for l in plain}))}; depth and M: "
+           f"{', '.join(f'{d} and {m}' for d, m in configs)}; plain float64 step): ms per step, and in brackets "
+           "the ratio to GPflux's DSVI step in the same run. On a GPU the step is bound by kernel launches up to "
+           "batch 10,000, so these ratios, not the CPU's, are what a GPU user pays.", "",
+           "| family | " + " | ".join(f"batch {b:,}" for b in batches) + " |", "|---|" + "---|" * len(batches)]
+    for family in families + ["gpflux DSVI"]:
+        cells = []
+        for b in batches:
+            ms = [l["ms_per_step"] for l in plain if l["config"]["batch"] == b
+                  and (l["family"] == family or (family == "gpflux DSVI" and l["family"].startswith("gpflux")))]
+            cells.append(f"{ms[0]:.1f} ({ms[0] / gpflux[b]:.2f})" if ms else "—")
+        out.append(f"| {family} | " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 #: The README's generated block: the report replaces what lies between these two lines.
@@ -360,6 +389,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     rep.add_argument("--small", default=DEFAULT_SMALL)
     rep.add_argument("--out-dir", default=DEFAULT_RESULTS)
     rep.add_argument("--decision-doc", default=DECISION_DOC)
+    rep.add_argument("--gpu", default=GPU_LINES, help="benchmarks/gpu.py's result lines ('' to leave them out)")
     rep.add_argument("--readme", default=os.path.join(ROOT, "README.md"),
                      help="the README whose generated decision-table block is rewritten ('' to skip)")
     rep.set_defaults(func=cmd_report)

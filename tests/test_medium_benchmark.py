@@ -115,3 +115,19 @@ def test_a_row_at_another_minibatch_is_its_own_family_and_marked():
     assert medium._label(big) == "global-2+b10000"
     line = [line for line in medium.decision_table([plain, big]) if "| any |" in line][0]
     assert "global+b10000 (1 / 1)" in line  # the better test LL, told apart from the batch-1,000 row
+
+
+def test_the_gpu_cost_table_divides_by_gpflux_of_the_same_batch():
+    def line(family, batch, ms, mode="plain", dtype="float64"):
+        return dict(family=family, mode=mode, ms_per_step=ms, device="GPU X",
+                    config=dict(batch=batch, M=100, depth=3, dtype=dtype))
+
+    lines = [line("mean_field", 1000, 7.0), line("gpflux DSVI", 1000, 7.0), line("mean_field", 10000, 8.0),
+             line("gpflux DSVI", 10000, 4.0), line("global", 10000, 12.0),
+             line("global", 10000, 1.0, mode="xla"), line("global", 10000, 2.0, dtype="float32"),
+             dict(line("local", 10000, None), error="out of memory")]
+    text = "\n".join(medium.gpu_cost_table(lines))
+    assert "| mean_field | 7.0 (1.00) | 8.0 (2.00) |" in text
+    assert "| global | — | 12.0 (3.00) |" in text  # the XLA and float32 lines are not this table's
+    assert "| gpflux DSVI | 7.0 (1.00) | 4.0 (1.00) |" in text and "local" not in text
+    assert medium.gpu_cost_table([]) == []
