@@ -332,6 +332,10 @@ def cmd_report(args) -> int:
     return 0
 
 
+#: benchmarks/gpu.py's name for GPflux's DSVI rows (its ``GPFLUX``).
+GPFLUX = "gpflux DSVI"
+
+
 def gpu_cost_table(lines: List[Dict]) -> List[str]:
     """What each family's plain float64 training step costs on a GPU, from ``benchmarks/gpu.py``'s
     lines: ms per step and the ratio to GPflux's DSVI step of the same run and batch size."""
@@ -339,9 +343,9 @@ def gpu_cost_table(lines: List[Dict]) -> List[str]:
              and l["config"]["dtype"] == "float64"]
     if not plain:
         return []
-    gpflux = {l["config"]["batch"]: l["ms_per_step"] for l in plain if l["family"].startswith("gpflux")}
+    gpflux = {l["config"]["batch"]: l["ms_per_step"] for l in plain if l["family"] == GPFLUX}
     batches = sorted(b for b in {l["config"]["batch"] for l in plain} if b in gpflux)
-    families = list(dict.fromkeys(l["family"] for l in plain if not l["family"].startswith("gpflux")))
+    families = list(dict.fromkeys(l["family"] for l in plain if l["family"] != GPFLUX))
     configs = sorted({(l["config"]["depth"], l["config"]["M"]) for l in plain})
     out = ["## Step cost on a GPU", "",
            f"From `benchmarks/results/gpu.md` ({'; '.join(sorted({l['device'] for l in plain}))}; depth and M: "
@@ -349,11 +353,10 @@ def gpu_cost_table(lines: List[Dict]) -> List[str]:
            "the ratio to GPflux's DSVI step in the same run. On a GPU the step is bound by kernel launches up to "
            "batch 10,000, so these ratios, not the CPU's, are what a GPU user pays.", "",
            "| family | " + " | ".join(f"batch {b:,}" for b in batches) + " |", "|---|" + "---|" * len(batches)]
-    for family in families + ["gpflux DSVI"]:
+    for family in families + [GPFLUX]:
         cells = []
         for b in batches:
-            ms = [l["ms_per_step"] for l in plain if l["config"]["batch"] == b
-                  and (l["family"] == family or (family == "gpflux DSVI" and l["family"].startswith("gpflux")))]
+            ms = [l["ms_per_step"] for l in plain if l["config"]["batch"] == b and l["family"] == family]
             cells.append(f"{ms[0]:.1f} ({ms[0] / gpflux[b]:.2f})" if ms else "—")
         out.append(f"| {family} | " + " | ".join(cells) + " |")
     return out + [""]
