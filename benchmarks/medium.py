@@ -12,7 +12,7 @@ The runs come from the sweep (``benchmarks/sweeps/medium.toml``, see its header 
 sweep), and writes ``medium.md`` (per data set: our rows beside O&A Table 10 with the two-SE verdict,
 then every published deep-GP number in ``published.csv`` and the gap of our best row to the best of
 them; our best row per data set against the best published one; the latent-variable rows against
-the plain family; the pending groups; the decision table over both sweeps) and ``test_ll_vs_time.png``. The
+the plain family; the sweep's groups still to run, with the runs they lack; the decision table over both sweeps) and ``test_ll_vs_time.png``. The
 decision table is also written to ``docs/choosing_a_posterior.md``; it and the best-against-published
 table go into the README, each between its two generated-block marker lines.
 """
@@ -271,6 +271,24 @@ def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
     return True
 
 
+def _task_label(cfg: Dict, split: int) -> str:
+    extra = f" (latent {cfg['latent_dim']})" if cfg.get("latent_dim") else ""
+    return f"{cfg['dataset']} {cfg['posterior']}-{cfg['depth']}{extra} split {split}"
+
+
+def groups_to_run(sweep: str, records: List[Dict]) -> List[str]:
+    """Markdown bullets: each group of ``sweep`` with runs still to do (how many of how many, and
+    which), then the groups marked pending with their reason; or a line saying none remain."""
+    lines = []
+    for name, n_done, todo in uci.group_progress(sweep, records):
+        if todo:
+            labels = ", ".join(_task_label(cfg, split) for cfg, split in todo)
+            lines.append(f"- `{name}`: {n_done} of {n_done + len(todo)} runs done; to run: {labels}.")
+    for name, reason in uci.pending_groups(sweep):
+        lines.append(f"- `{name}` (pending): {reason}.")
+    return lines or ["Every group of the sweep has run."]
+
+
 def cmd_report(args) -> int:
     reference = uci.load_reference()
     published = load_published(os.path.join(args.results, "published.csv"))
@@ -301,10 +319,7 @@ def cmd_report(args) -> int:
     latent = uci.render_latent_comparison(medium_records, COMMAND)
     if latent:
         lines += latent.strip("\n").splitlines() + [""]
-    lines += ["## Pending groups", ""]
-    pending = uci.pending_groups(SWEEP)
-    for name, reason in pending:
-        lines.append(f"- `{name}`: {reason}.")
+    lines += ["## Groups still to run", ""] + groups_to_run(SWEEP, medium_records)
     lines += ["", "## Which posterior to pick", ""]
     table = decision_table(rows + small)
     lines += table

@@ -108,6 +108,21 @@ def pending_groups(path: str) -> List[Tuple[str, str]]:
     return [(g.get("name", f"group{i}"), str(g["pending"])) for i, g in enumerate(groups) if g.get("pending")]
 
 
+def group_progress(path: str, records: Iterable[Dict]) -> List[Tuple[str, int, List[Tuple[Dict, int]]]]:
+    """``(group name, runs done, tasks still to run)`` for each group of the sweep file that is not
+    marked pending, in file order; a task counts as done when ``records`` holds a line of its
+    configuration and split (a task two groups name belongs to the first)."""
+    done = {(config_key(r), int(r["split"])) for r in records}
+    out: "OrderedDict[str, List]" = OrderedDict()
+    for name, cfg, split in load_sweep(path):
+        entry = out.setdefault(name, [0, []])
+        if (config_key(cfg), split) in done:
+            entry[0] += 1
+        else:
+            entry[1].append((cfg, split))
+    return [(name, n_done, todo) for name, (n_done, todo) in out.items()]
+
+
 read_lines = read_json_lines
 
 

@@ -131,3 +131,26 @@ def test_the_gpu_cost_table_divides_by_gpflux_of_the_same_batch():
     assert "| global | — | 12.0 (3.00) |" in text  # the XLA and float32 lines are not this table's
     assert "| gpflux DSVI | 7.0 (1.00) | 4.0 (1.00) |" in text and "local" not in text
     assert medium.gpu_cost_table([]) == []
+
+
+def test_the_groups_still_to_run_name_the_runs_they_lack(tmp_path):
+    import uci
+
+    sweep = tmp_path / "tiny.toml"
+    sweep.write_text(
+        '[defaults]\nmodel = "gp"\nsteps = 10\n\n'
+        '[[group]]\nname = "first"\ndatasets = ["kin8nm", "power"]\nposteriors = ["mean_field"]\ndepths = [2]\nsplits = [0]\n\n'
+        '[[group]]\nname = "second"\ndatasets = ["kin8nm"]\nposteriors = ["mean_field", "global"]\ndepths = [2]\nsplits = [0, 1]\n\n'
+        '[[group]]\nname = "later"\ndatasets = ["naval"]\nposteriors = ["sghmc"]\ndepths = [2]\nsplits = [0]\npending = "not yet"\n')
+    tasks = uci.load_sweep(str(sweep))
+    # the first group's kin8nm run and the second group's global split 1 are done
+    done = [dict(cfg, split=split) for name, cfg, split in tasks
+            if (cfg["dataset"], cfg["posterior"], split) in {("kin8nm", "mean_field", 0), ("kin8nm", "global", 1)}]
+    lines = medium.groups_to_run(str(sweep), done)
+    assert lines[0] == "- `first`: 1 of 2 runs done; to run: power mean_field-2 split 0."
+    # kin8nm mean_field-2 split 0 belongs to the first group, so the second has three tasks
+    assert lines[1] == ("- `second`: 1 of 3 runs done; to run: kin8nm global-2 split 0, "
+                        "kin8nm mean_field-2 split 1.")
+    assert lines[2] == "- `later` (pending): not yet."
+    everything = [dict(cfg, split=split) for _, cfg, split in tasks]
+    assert medium.groups_to_run(str(sweep), everything) == ["- `later` (pending): not yet."]
