@@ -80,10 +80,12 @@ def _other_batch(s: Dict) -> Optional[int]:
 def _family(s: Dict) -> str:
     """The row's family as the decision table and the plot tell them apart: the posterior, a
     latent-variable model's latent width and K after it (``mean_field+w1K5``), and a medium-set
-    row's minibatch where it is not the sweep's (``global+b10000``)."""
+    row's minibatch where it is not the sweep's (``global+b10000``), and a decaying learning rate's
+    factor (``global+decay0.9``: Adam's rate times 0.9 every ``every`` steps)."""
     latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
     batch = f"+b{_other_batch(s)}" if _other_batch(s) else ""
-    return f"{s['posterior']}{latent}{batch}"
+    decay = f"+decay{s['learning_rate_decay'][0]:g}" if s.get("learning_rate_decay") else ""
+    return f"{s['posterior']}{latent}{batch}{decay}"
 
 
 def _label(s: Dict) -> str:

@@ -117,6 +117,16 @@ def test_a_row_at_another_minibatch_is_its_own_family_and_marked():
     assert "global+b10000 (1 / 1)" in line  # the better test LL, told apart from the batch-1,000 row
 
 
+def test_a_row_with_a_decaying_learning_rate_is_its_own_family_and_marked():
+    decayed = dict(_row("naval", "global", 2, 7.9, 3.5, 20, 40), learning_rate=0.01, learning_rate_decay=[0.9, 1000])
+    plain = dict(_row("naval", "global", 2, 6.7, 2.9, 20, 40), learning_rate=0.01)
+    text = "\n".join(medium.render_dataset("naval", [plain, decayed], []))
+    assert "| global (lr 0.01 x0.9/1000) | 2 | 3 |" in text and "| global | 2 | 3 |" in text
+    assert medium._family(decayed) == "global+decay0.9" and medium._label(decayed) == "global-2+decay0.9"
+    line = [line for line in medium.decision_table([plain, decayed]) if "| any |" in line][0]
+    assert "global+decay0.9 (1 / 1)" in line
+
+
 def test_the_gpu_cost_table_divides_by_gpflux_of_the_same_batch():
     def line(family, batch, ms, mode="plain", dtype="float64"):
         return dict(family=family, mode=mode, ms_per_step=ms, device="GPU X",
