@@ -179,6 +179,7 @@ def _cmd_uci(args) -> int:
         positive_transform=args.positive_transform if model == "gp" else None, protocol=args.protocol,
         offdiagonal=args.offdiagonal if model == "gp" and posterior == "stripes_arrow" else None,
         last_layer=args.last_layer if (model, posterior) in GLOBAL_LAST_LAYER else None,
+        learning_rate_decay=args.lr_decay,
     )
     cfg = normalise_config(cfg)
     done: Dict[int, Dict] = {}
@@ -238,6 +239,20 @@ def _hidden(text: str):
     return widths
 
 
+def _lr_decay(text: str):
+    """``RATE,EVERY`` -> ``[rate, every]``: the learning rate times ``rate`` every ``every`` steps."""
+    parts = text.split(",")
+    try:
+        rate, every = float(parts[0]), int(parts[1])
+        if len(parts) != 2:
+            raise ValueError
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"--lr-decay {text!r} must be RATE,EVERY like 0.9,1000") from None
+    if not 0.0 < rate <= 1.0 or every < 1:
+        raise argparse.ArgumentTypeError(f"--lr-decay {text!r}: RATE must be in (0, 1] and EVERY a positive number of steps")
+    return [rate, every]
+
+
 _VERBOSE_HELP = "show TensorFlow's C++ log lines (hidden by default: TF_CPP_MIN_LOG_LEVEL=3 unless set)"
 
 
@@ -270,6 +285,8 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
     uci.add_argument("--steps", type=int, default=20000, help="Adam steps per split (default 20000)")
     uci.add_argument("--batch-size", type=int, default=None, help="minibatch size (default min(10000, N))")
     uci.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
+    uci.add_argument("--lr-decay", type=_lr_decay, default=None, metavar="RATE,EVERY",
+                     help="multiply the learning rate by RATE every EVERY steps, e.g. 0.9,1000 (default: constant)")
     uci.add_argument("--num-inducing", type=int, default=100, help="inducing points M (default 100)")
     uci.add_argument("--train-samples", type=int, default=1, help="Monte Carlo samples per training step (default 1)")
     uci.add_argument("--test-samples", type=int, default=100, help="samples of the predictive mixture (default 100)")

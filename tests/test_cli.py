@@ -103,10 +103,12 @@ def test_parse_splits():
 def test_uci_runs_appends_and_resumes(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     argv = ["uci", "--dataset", "yacht", "--posterior", "mean_field", "--depth", "2", "--splits", "0:2",
-            "--steps", "20", "--num-inducing", "20", "--test-samples", "5", "--out", str(out), "--no-progress"]
+            "--steps", "20", "--num-inducing", "20", "--test-samples", "5", "--out", str(out), "--no-progress",
+            "--lr-decay", "0.5,10"]
     assert cli.main(argv) == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["split"] for r in lines] == [0, 1]
+    assert all(r["learning_rate_decay"] == [0.5, 10] for r in lines)
     assert all(r["dataset"] == "yacht" and "test_ll" in r and "command" in r for r in lines)
     # the same command again skips both splits and appends nothing
     assert cli.main(argv) == 0
@@ -119,3 +121,13 @@ def test_uci_rejects_unknown_posterior():
     with pytest.raises(SystemExit, match="unknown --posterior 'globl'"):
         cli.main(["uci", "--dataset", "yacht", "--posterior", "globl"])
     assert cli.main(["uci", "--dataset", "bostn", "--splits", "0"]) == 2
+
+
+def test_lr_decay_is_parsed_and_bad_values_are_refused(capsys):
+    args = cli.build_parser().parse_args(["uci", "--dataset", "naval", "--lr-decay", "0.9,1000"])
+    assert args.lr_decay == [0.9, 1000]
+    assert cli.build_parser().parse_args(["uci", "--dataset", "naval"]).lr_decay is None
+    for bad in ("0.9", "0.9,1000,2", "1.5,1000", "0,1000", "0.9,0", "0.9,ten"):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["uci", "--dataset", "naval", "--lr-decay", bad])
+        assert "--lr-decay" in capsys.readouterr().err
