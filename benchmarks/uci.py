@@ -257,7 +257,7 @@ def cmd_sweep(args) -> int:
 METRICS = (("test_ll", "test LL"), ("rmse", "RMSE"), ("elbo_per_datapoint", "ELBO/N"))
 _ROW_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
              "train_samples", "test_samples", "positive_transform", "protocol", "offdiagonal",
-             "last_layer", "latent_dim", "importance_samples")
+             "last_layer", "latent_dim", "importance_samples", "learning_rate_decay")
 
 
 def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:
@@ -273,7 +273,8 @@ def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:
 def select_runs(records: List[Dict]) -> "OrderedDict[Tuple, List[Dict]]":
     """Group records into table rows; per split keep the learning rate with the best ELBO.
 
-    Rows are keyed by ``_ROW_KEYS`` (everything but the learning rate and seed). When a split was run
+    Rows are keyed by ``_ROW_KEYS`` (everything but the learning rate and seed; a decaying learning
+    rate is its own row, beside the constant one). When a split was run
     with several learning rates (the BNN protocol of O&A App. K), the run with the highest ELBO per
     datapoint is kept, as in the paper; a repeated line for the same configuration keeps the last.
     """
@@ -378,7 +379,9 @@ def _protocol_marks(s: Dict) -> List[str]:
         marks.append(f"{s['train_samples']} samples")
     decay = s.get("learning_rate_decay")
     if decay:
-        marks.append(f"lr {s['learning_rate']:g} x{decay[0]:g}/{decay[1]}")
+        # a result line has its learning rate, a table row (summarise) the rates of its lines
+        rates = [s["learning_rate"]] if "learning_rate" in s else s["learning_rates"]
+        marks.append(f"lr {'/'.join(f'{lr:g}' for lr in rates)} x{decay[0]:g}/{decay[1]}")
     return marks
 
 

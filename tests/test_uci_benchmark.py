@@ -128,6 +128,17 @@ def test_a_latent_variable_row_is_not_compared_with_the_plain_models_paper_numbe
     assert rows[True]["paper_test_ll"] is None and rows[True]["ok_test_ll"] is None
 
 
+def test_a_decaying_learning_rate_is_its_own_row_not_a_learning_rate_choice(uci):
+    """Lines at the same rate, one constant and one decayed, are two rows (the ELBO choice between
+    learning rates must not swallow the constant run); the decayed row is marked."""
+    constant = [_line(k, 0.01, 6.7, 2.3, 0.001, dataset="naval") for k in range(2)]
+    decayed = [_line(k, 0.01, 8.3, 3.9, 0.001, dataset="naval", learning_rate_decay=[0.9, 1000]) for k in range(2)]
+    rows = {json.dumps(s["learning_rate_decay"]): s for s in uci.summarise(constant + decayed, {})}
+    assert set(rows) == {"null", "[0.9, 1000]"}
+    assert rows["null"]["test_ll"][0] == pytest.approx(6.7) and rows["[0.9, 1000]"]["test_ll"][0] == pytest.approx(8.3)
+    assert uci._protocol_marks(rows["[0.9, 1000]"]) == ["lr 0.01 x0.9/1000"] and uci._protocol_marks(rows["null"]) == []
+
+
 def test_mean_se_and_two_se_rule(uci):
     m, se, n = uci.mean_se([1.0, 2.0, 4.0])
     assert n == 3 and m == pytest.approx(7 / 3) and se == pytest.approx(np.std([1, 2, 4], ddof=1) / math.sqrt(3))
