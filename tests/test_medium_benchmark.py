@@ -127,6 +127,16 @@ def test_a_row_with_a_decaying_learning_rate_is_its_own_family_and_marked():
     assert "global+decay0.9 (1 / 1)" in line
 
 
+def test_a_row_beyond_two_se_says_whether_it_is_above_or_below_the_paper():
+    above = dict(_row("naval", "mean_field", 2, 8.2, 3.6, 20, 60), paper_test_ll=(6.77, 0.07, "O&A", 20),
+                 ok_test_ll=False)
+    below = dict(_row("naval", "global", 2, 6.7, 2.3, 20, 60), paper_test_ll=(8.24, 0.07, "O&A", 20),
+                 ok_test_ll=False)
+    text = "\n".join(medium.render_dataset("naval", [above, below], []))
+    assert "| 8.20 ± 0.01 | 6.77 ± 0.07 | no: above |" in text
+    assert "| 6.70 ± 0.01 | 8.24 ± 0.07 | **no** |" in text
+
+
 def test_the_gpu_cost_table_divides_by_gpflux_of_the_same_batch():
     def line(family, batch, ms, mode="plain", dtype="float64"):
         return dict(family=family, mode=mode, ms_per_step=ms, device="GPU X",
