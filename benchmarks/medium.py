@@ -305,7 +305,8 @@ def cmd_report(args) -> int:
         "`python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml --out benchmarks/results/medium/medium.jsonl "
         "--threads 1`). Protocol: the bundled random 90/10 splits, M = 100, Adam 0.01, one training sample, "
         "minibatch 1,000 (the papers: 10,000; see the sweep file for why), the papers' 20,000 steps unless a row "
-        "says otherwise; test LL with 100 samples; ELBO/N estimated on the training set to SE 0.01. Times: one "
+        "says otherwise; test LL with 100 samples; ELBO/N estimated on the training set to SE 0.01. \"Within 2 SE\" "
+        "compares the test LL with O&A's (\"no: above\": more than two SE above it). Times: one "
         "TensorFlow thread on a 2-core CPU shared with other work, so ms/step is an upper bound. Runs whose "
         "`commit` predates c534228 also carry about 8 ms per step of Python work in `fit`'s step call (the "
         "model's `dtype` property, read every step then; docs/performance.md).",
