@@ -274,6 +274,20 @@ def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
     return True
 
 
+def contention_note(rows: List[Dict]) -> str:
+    """A sentence on how much the recorded step time of one and the same step (global inducing at
+    depth 2, the sweep's minibatch: the learning rate's schedule does not change the step) varies
+    between the medium rows, which ran beside a varying number of other sweeps; empty with fewer
+    than two such rows."""
+    same = [s["ms_per_step"] for s in rows if s["posterior"] == "global" and s["depth"] == 2
+            and not s.get("latent_dim") and not _other_batch(s) and np.isfinite(s["ms_per_step"])]
+    if len(same) < 2:
+        return ""
+    return (f" The runs shared the two cores with one to three other sweeps, so their times say as much about "
+            f"what ran beside them as about the family: the same global-2 step is recorded at "
+            f"{min(same):.0f} to {max(same):.0f} ms. Read the budgets as a rough order.")
+
+
 def _task_label(cfg: Dict, split: int) -> str:
     extra = f" (latent {cfg['latent_dim']})" if cfg.get("latent_dim") else ""
     return f"{cfg['dataset']} {cfg['posterior']}-{cfg['depth']}{extra} split {split}"
@@ -340,7 +354,7 @@ def cmd_report(args) -> int:
            "(`benchmarks/results/uci/*.jsonl`, `benchmarks/results/medium/*.jsonl`); the full tables are in "
            "`benchmarks/results/medium/medium.md` and `benchmarks/results/uci/uci.md`.", ""] + table + [
            "", "Budgets are training wall time on a 2-core CPU with one TensorFlow thread; a family missing from a "
-           "row was not run there yet.", ""]
+           "row was not run there yet." + contention_note(rows), ""]
     doc += gpu_cost_table(uci.read_json_lines(args.gpu) if args.gpu and os.path.exists(args.gpu) else [])
     with open(args.decision_doc, "w") as fh:
         fh.write("\n".join(doc))

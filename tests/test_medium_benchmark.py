@@ -174,3 +174,12 @@ def test_the_groups_still_to_run_name_the_runs_they_lack(tmp_path):
     assert lines[2] == "- `later` (pending): not yet."
     everything = [dict(cfg, split=split) for _, cfg, split in tasks]
     assert medium.groups_to_run(str(sweep), everything) == ["- `later` (pending): not yet."]
+
+
+def test_the_contention_note_spans_the_step_times_of_one_step():
+    rows = [_row("naval", "global", 2, 6.7, 2.3, 70, 228.1), dict(_row("naval", "global", 2, 8.9, 4.4, 5, 12.6),
+            learning_rate_decay=[0.8, 1000]), _row("kin8nm", "global", 3, 1.3, -0.1, 5, 5.0),
+            dict(_row("naval", "global", 2, 6.6, 2.3, 30, 300.0), batch_size=10000)]
+    note = medium.contention_note(rows)
+    assert "recorded at 13 to 228 ms" in note  # depth 3 and the batch-10,000 row are other steps
+    assert medium.contention_note(rows[:1]) == ""
