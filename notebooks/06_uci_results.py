@@ -239,7 +239,7 @@ else:
 import contextlib
 import io
 import tempfile
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 
 import matplotlib
 
@@ -276,20 +276,17 @@ medium_records = medium._records(str(MEDIUM_RESULTS))
 medium_rows = medium.summaries(medium_records, medium.uci.load_reference())
 tasks = medium.uci.load_sweep(medium.SWEEP)
 done = medium.uci.done_set(str(MEDIUM_RESULTS / "medium.jsonl"))
-per_group, per_cell = OrderedDict(), defaultdict(lambda: [0, 0])
+progress = medium.uci.group_progress(medium.SWEEP, medium_records)
+per_cell = defaultdict(lambda: [0, 0])
 for name, cfg, split in tasks:
-    finished = (medium.uci.config_key(cfg), split) in done
-    per_group.setdefault(name, [0, 0])
-    per_group[name][0] += finished
-    per_group[name][1] += 1
     cell = per_cell[(medium._label(cfg), cfg["dataset"])]
-    cell[0] += finished
+    cell[0] += (medium.uci.config_key(cfg), split) in done
     cell[1] += 1
-n_done = sum(d for d, _ in per_group.values())
+n_done = sum(d for _, d, _ in progress)
 print(f"{len(medium_records)} result lines; {n_done} of the sweep's {len(tasks)} runs done; "
       f"pending groups (not run until chosen): {[g for g, _ in medium.uci.pending_groups(medium.SWEEP)] or 'none'}")
 display(md_table(["sweep group", "runs done", "runs planned"],
-                 [[g, d, n] for g, (d, n) in per_group.items()]))
+                 [[g, d, d + len(todo)] for g, d, todo in progress]))
 labels = sorted({label for label, _ in per_cell}, key=lambda l: (l.partition("+")[2], l))
 display(md_table(["family-depth"] + list(medium.MEDIUM),
                  [[label] + [("**{}** / {}" if per_cell[(label, d)][0] else "{} / {}").format(*per_cell[(label, d)])
