@@ -192,7 +192,8 @@ def fit(
         schedule of the optimiser's step (e.g. Lindinger et al.'s 0.005 decayed by 0.98 every
         1,000 steps: ``tf_keras.optimizers.schedules.ExponentialDecay(0.005, 1000, 0.98,
         staircase=True)``); the optimiser's step count is in every checkpoint, so a resumed run
-        continues the schedule.
+        continues the schedule. On near-noiseless data a decaying rate can be worth nats per
+        point (``docs/training.md``, "A decaying learning rate").
     :param num_samples: Monte Carlo samples per step.
     :param seed: seeds minibatches and Monte Carlo noise; ``None`` draws one (recorded in the
         returned history).
