@@ -300,18 +300,13 @@ def contention_note(rows: List[Dict]) -> str:
             f"{min(same):.0f} to {max(same):.0f} ms. Read the budgets as a rough order.")
 
 
-def _task_label(cfg: Dict, split: int) -> str:
-    extra = f" (latent {cfg['latent_dim']})" if cfg.get("latent_dim") else ""
-    return f"{cfg['dataset']} {cfg['posterior']}-{cfg['depth']}{extra} split {split}"
-
-
 def groups_to_run(sweep: str, records: List[Dict]) -> List[str]:
     """Markdown bullets: each group of ``sweep`` with runs still to do (how many of how many, and
     which), then the groups marked pending with their reason; or a line saying none remain."""
     lines = []
     for name, n_done, todo in uci.group_progress(sweep, records):
         if todo:
-            labels = ", ".join(_task_label(cfg, split) for cfg, split in todo)
+            labels = ", ".join(f"{cfg['dataset']} {_label(cfg)} split {split}" for cfg, split in todo)
             lines.append(f"- `{name}`: {n_done} of {n_done + len(todo)} runs done; to run: {labels}.")
     for name, reason in uci.pending_groups(sweep):
         lines.append(f"- `{name}` (pending): {reason}.")

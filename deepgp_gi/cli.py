@@ -240,17 +240,16 @@ def _hidden(text: str):
 
 
 def _lr_decay(text: str):
-    """``RATE,EVERY`` -> ``[rate, every]``: the learning rate times ``rate`` every ``every`` steps."""
-    parts = text.split(",")
+    """``RATE,EVERY`` -> ``[rate, every]``: the learning rate times ``rate`` every ``every`` steps
+    (checked by :func:`~deepgp_gi.experiment_config.check_learning_rate_decay`)."""
+    from .experiment_config import check_learning_rate_decay
+
     try:
-        rate, every = float(parts[0]), int(parts[1])
-        if len(parts) != 2:
-            raise ValueError
-    except (ValueError, IndexError):
-        raise argparse.ArgumentTypeError(f"--lr-decay {text!r} must be RATE,EVERY like 0.9,1000") from None
-    if not 0.0 < rate <= 1.0 or every < 1:
-        raise argparse.ArgumentTypeError(f"--lr-decay {text!r}: RATE must be in (0, 1] and EVERY a positive number of steps")
-    return [rate, every]
+        rate, every = text.split(",")
+        return check_learning_rate_decay([float(rate), int(every)])
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--lr-decay {text!r} must be RATE,EVERY with RATE in (0, 1] and EVERY a "
+                                         f"positive number of steps, like 0.9,1000 ({err})") from None
 
 
 _VERBOSE_HELP = "show TensorFlow's C++ log lines (hidden by default: TF_CPP_MIN_LOG_LEVEL=3 unless set)"

@@ -13,7 +13,7 @@ import json
 from typing import Dict
 
 __all__ = ["CONFIG_KEYS", "DEFAULTS", "LEGACY_VALUES", "OFFDIAGONAL_CHOICES", "OFFDIAGONAL_DEFAULTS",
-           "LAST_LAYER_CHOICES", "GLOBAL_LAST_LAYER", "normalise_config", "learning_rate_of", "with_legacy_values", "config_key"]
+           "LAST_LAYER_CHOICES", "GLOBAL_LAST_LAYER", "normalise_config", "check_learning_rate_decay", "learning_rate_of", "with_legacy_values", "config_key"]
 
 #: The keys that identify a configuration (together with the split).
 CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
@@ -119,13 +119,7 @@ def normalise_config(cfg: Dict) -> Dict:
         out[k] = int(out[k])
     out["learning_rate"] = float(out["learning_rate"])
     if out["learning_rate_decay"] is not None:
-        decay = out["learning_rate_decay"]
-        if not (isinstance(decay, (list, tuple)) and len(decay) == 2):
-            raise ValueError(f"learning_rate_decay must be [rate, every], got {decay!r}")
-        rate, every = float(decay[0]), int(decay[1])
-        if not (0.0 < rate <= 1.0) or every < 1 or every != decay[1]:
-            raise ValueError(f"learning_rate_decay must be [rate in (0, 1], every >= 1 steps (an integer)], got {decay!r}")
-        out["learning_rate_decay"] = [rate, every]
+        out["learning_rate_decay"] = check_learning_rate_decay(out["learning_rate_decay"])
     if out["batch_size"] is not None:
         out["batch_size"] = int(out["batch_size"])
     _normalise_latent(out)
@@ -161,6 +155,17 @@ def with_legacy_values(record: Dict) -> Dict:
         if out.get(k) is None and applies:
             out[k] = v
     return out
+
+
+def check_learning_rate_decay(decay) -> list:
+    """``[rate, every]`` with ``rate`` in (0, 1] and ``every`` a positive integer number of steps, as
+    floats and ints; anything else is a ``ValueError`` naming ``learning_rate_decay``."""
+    if not (isinstance(decay, (list, tuple)) and len(decay) == 2):
+        raise ValueError(f"learning_rate_decay must be [rate, every], got {decay!r}")
+    rate, every = float(decay[0]), int(decay[1])
+    if not (0.0 < rate <= 1.0) or every < 1 or every != decay[1]:
+        raise ValueError(f"learning_rate_decay must be [rate in (0, 1], every >= 1 steps (an integer)], got {decay!r}")
+    return [rate, every]
 
 
 def learning_rate_of(cfg: Dict):
