@@ -42,6 +42,9 @@ SWEEP = os.path.join(HERE, "sweeps", "medium.toml")
 PUBLISHED = os.path.join(DEFAULT_RESULTS, "published.csv")
 DECISION_DOC = os.path.join(ROOT, "docs", "choosing_a_posterior.md")
 GPU_LINES = os.path.join(HERE, "results", "gpu.jsonl")
+SPEED_LINES = os.path.join(HERE, "results", "speed.jsonl")
+#: benchmarks/speed.py's section of the medium sweep's steps timed at the sweep's settings (its MEDIUM_STEP).
+STEP_COST_SECTION = "medium_step"
 COMMAND = "python benchmarks/medium.py report"
 #: Wall-time budgets (training, on this 2-core machine, one TensorFlow thread) of the decision table.
 BUDGETS_S = (300.0, 1800.0, math.inf)
@@ -88,6 +91,49 @@ def _family(s: Dict) -> str:
     return f"{s['posterior']}{latent}{batch}{decay}"
 
 
+def _step_family(s: Dict) -> Optional[str]:
+    """The family whose step the row trained with, as ``benchmarks/speed.py`` names it in its
+    medium-step section: a decaying learning rate changes no step (``global+decay0.8`` trains with
+    ``global``'s), another minibatch does (None: not timed there)."""
+    if _other_batch(s):
+        return None
+    return _family({k: v for k, v in s.items() if k != "learning_rate_decay"})
+
+
+def load_step_costs(lines: List[Dict]) -> Dict:
+    """``{(family, depth): ms per step}`` from the speed lines of the medium sweep's steps (the last
+    line of a depth wins)."""
+    costs = {}
+    for line in lines:
+        if line.get("section") == STEP_COST_SECTION:
+            for family, ms in line["ms_per_step"].items():
+                costs[(family, line["config"]["depth"])] = float(ms)
+    return costs
+
+
+def add_step_costs(rows: List[Dict], costs: Dict) -> List[Dict]:
+    """Give each medium row the step cost the decision table and the plot use: the timed step of its
+    family and depth (``costs``, from :func:`load_step_costs`) and the training time it implies
+    (ms per step times the row's steps plus a sampling family's collection steps), with
+    ``cost_timed`` True; a row whose step was not timed keeps its own recorded ms per step and wall
+    time (``cost_timed`` False)."""
+    for s in rows:
+        ms = costs.get((_step_family(s), s["depth"])) if s["dataset"] in MEDIUM else None
+        s["cost_timed"] = ms is not None
+        s["cost_ms_per_step"] = ms if ms is not None else s["ms_per_step"]
+        s["cost_time_s"] = (ms * (s["steps"] + s.get("collect_steps", 0)) / 1000.0 if ms is not None
+                            else s["train_time_s"])
+    return rows
+
+
+def _cost_time(s: Dict) -> float:
+    return s.get("cost_time_s", s["train_time_s"])
+
+
+def _cost_ms(s: Dict) -> float:
+    return s.get("cost_ms_per_step", s["ms_per_step"])
+
+
 def _label(s: Dict) -> str:
     family = _family(s)
     posterior, _, latent = family.partition("+")
@@ -105,6 +151,8 @@ def summaries(records: List[Dict], reference: Dict) -> List[Dict]:
     out = uci.summarise(records, reference)
     for s, rows in zip(out, runs.values()):
         s["train_time_s"] = _train_time(rows)
+        collected = [r["collected"] for r in rows if r.get("collected")]  # a sampling family's sample set
+        s["collect_steps"] = collected[0]["num_samples"] * collected[0]["thin"] if collected else 0
         s["label"] = _label(s)
     return out
 
@@ -218,7 +266,7 @@ def decision_table(rows: List[Dict]) -> List[str]:
     for (size, depth) in sorted(groups, key=lambda k: (k[0], k[1])):
         cands = groups[(size, depth)]
         for budget in BUDGETS_S:
-            fit = [s for s in cands if s["train_time_s"] <= budget]
+            fit = [s for s in cands if _cost_time(s) <= budget]
             datasets = sorted({s["dataset"] for s in fit})
             if not fit:
                 continue
@@ -233,12 +281,12 @@ def decision_table(rows: List[Dict]) -> List[str]:
                     picks[metric] = ("—", 0)
                     continue
                 # ties: the cheaper family (median ms per step)
-                family = max(wins, key=lambda f: (wins[f], -np.median([s["ms_per_step"] for s in fit
+                family = max(wins, key=lambda f: (wins[f], -np.median([_cost_ms(s) for s in fit
                                                                         if _family(s) == f])))
                 picks[metric] = (family, wins[family])
             cost = []
             for family in {picks["test_ll"][0], picks["elbo_per_datapoint"][0]} - {"—"}:
-                ms = [s["ms_per_step"] for s in fit if _family(s) == family]
+                ms = [_cost_ms(s) for s in fit if _family(s) == family]
                 cost.append(f"{family} {np.median(ms):.0f}")
             budget_txt = "any" if math.isinf(budget) else f"≤ {budget / 60:.0f} min"
             families = ", ".join(sorted({_family(s) for s in fit}))
@@ -264,8 +312,9 @@ def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
     for ax, dataset in zip(axes.ravel(), MEDIUM):
         for s in (s for s in medium if s["dataset"] == dataset):
             m, se = s["test_ll"]
-            ax.errorbar(s["train_time_s"] / 60, m, yerr=0 if not np.isfinite(se) else se, fmt=markers.get(s["depth"], "x"),
-                        color=colours[_family(s)], capsize=3, markersize=7)
+            ax.errorbar(_cost_time(s) / 60, m, yerr=0 if not np.isfinite(se) else se, fmt=markers.get(s["depth"], "x"),
+                        color=colours[_family(s)], capsize=3, markersize=7,
+                        mfc=colours[_family(s)] if s.get("cost_timed", True) else "none")
         best = _best_published(dataset, published)
         title = dataset
         if best:  # the best published number as a dashed line, named in the title (not over the data)
@@ -273,17 +322,34 @@ def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
             title += (f"\n(dashed: best published, {_published_name(best)} "
                       f"{best['test_ll']:.2f}, {best['protocol'].replace('random ', '')} splits)")
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("training wall time (min, 1 thread)")
+        ax.set_xlabel("training time (min, 1 thread): timed step x steps")
         ax.set_ylabel("test log-likelihood")
         ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=colours[f], marker="o", ls="", label=f) for f in families]
     handles += [plt.Line2D([], [], color="k", marker=mk, ls="", label=f"depth {d}") for d, mk in markers.items()
                 if any(s["depth"] == d for s in medium)]
+    if not all(s.get("cost_timed", True) for s in medium):
+        handles.append(plt.Line2D([], [], color="k", marker="o", mfc="none", ls="", label="recorded wall time"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def cost_note(rows: List[Dict]) -> str:
+    """A sentence on where the decision table's times and ms per step come from."""
+    medium = [s for s in rows if s["dataset"] in MEDIUM]
+    timed = [s for s in medium if s.get("cost_timed")]
+    if not timed:
+        return "Times: each row's recorded median training wall time and ms per step."
+    untimed = sorted({_label(s) for s in medium if not s.get("cost_timed")})
+    return (f"Times of the medium rows: the step of the row's family and depth timed alone (`benchmarks/speed.py "
+            f"--only {STEP_COST_SECTION} --threads 1`, kin8nm's inputs, `benchmarks/results/speed.md`) times the "
+            "steps the row ran (a sampling family: plus its collection steps), not the row's recorded wall time, "
+            "which depends on what ran beside it" + (f"; rows whose step was not timed ({', '.join(untimed)}) keep "
+                                                      "their recorded time" if untimed else "") +
+            ". Small sets: the recorded median wall time.")
 
 
 def contention_note(rows: List[Dict]) -> str:
@@ -297,7 +363,7 @@ def contention_note(rows: List[Dict]) -> str:
         return ""
     return (f" The runs shared the two cores with one to three other sweeps, so their times say as much about "
             f"what ran beside them as about the family: the same global-2 step is recorded at "
-            f"{min(same):.0f} to {max(same):.0f} ms. Read the budgets as a rough order.")
+            f"{min(same):.0f} to {max(same):.0f} ms.")
 
 
 def groups_to_run(sweep: str, records: List[Dict]) -> List[str]:
@@ -317,7 +383,8 @@ def cmd_report(args) -> int:
     reference = uci.load_reference()
     published = load_published(os.path.join(args.results, "published.csv"))
     medium_records = _records(args.results)
-    rows = summaries(medium_records, reference)
+    costs = load_step_costs(uci.read_json_lines(args.speed) if args.speed and os.path.exists(args.speed) else [])
+    rows = add_step_costs(summaries(medium_records, reference), costs)
     small = [s for s in summaries(_records(args.small), reference) if s["dataset"] not in MEDIUM]
     lines = [
         "# Medium UCI sets: kin8nm, naval, power, protein",
@@ -350,9 +417,9 @@ def cmd_report(args) -> int:
     table = decision_table(rows + small)
     lines += table
     lines += ["", "Rows: for the data sets of that size and the depth, the family whose row has the best mean test LL "
-              "(resp. ELBO) on most data sets, among the rows whose median training wall time fits the budget; a tie "
+              "(resp. ELBO) on most data sets, among the rows whose training time fits the budget; a tie "
               "goes to the cheaper family (median ms per step). Small sets: `benchmarks/results/uci` (5,000 full-batch steps); medium sets: this "
-              "sweep. Groups of the sweep not yet run are missing from the comparison (see above).", ""]
+              "sweep. Groups of the sweep not yet run are missing from the comparison (see above). " + cost_note(rows), ""]
     os.makedirs(args.out_dir, exist_ok=True)
     if plot_time(rows, published, os.path.join(args.out_dir, "test_ll_vs_time.png")):
         lines += ["![test LL against training time](test_ll_vs_time.png)", ""]
@@ -361,8 +428,8 @@ def cmd_report(args) -> int:
     doc = ["# Choosing a posterior", "", "Generated by `" + COMMAND + "` from the UCI result files "
            "(`benchmarks/results/uci/*.jsonl`, `benchmarks/results/medium/*.jsonl`); the full tables are in "
            "`benchmarks/results/medium/medium.md` and `benchmarks/results/uci/uci.md`.", ""] + table + [
-           "", "Budgets are training wall time on a 2-core CPU with one TensorFlow thread; a family missing from a "
-           "row was not run there yet." + contention_note(rows), ""]
+           "", "Budgets are training time on a 2-core CPU with one TensorFlow thread; a family missing from a "
+           "row was not run there yet. " + cost_note(rows) + contention_note(rows), ""]
     doc += gpu_cost_table(uci.read_json_lines(args.gpu) if args.gpu and os.path.exists(args.gpu) else [])
     with open(args.decision_doc, "w") as fh:
         fh.write("\n".join(doc))
@@ -433,6 +500,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     rep.add_argument("--small", default=DEFAULT_SMALL)
     rep.add_argument("--out-dir", default=DEFAULT_RESULTS)
     rep.add_argument("--decision-doc", default=DECISION_DOC)
+    rep.add_argument("--speed", default=SPEED_LINES,
+                     help=f"benchmarks/speed.py's result lines, for the timed steps of section {STEP_COST_SECTION} "
+                          "('' to budget with the recorded wall times)")
     rep.add_argument("--gpu", default=GPU_LINES, help="benchmarks/gpu.py's result lines ('' to leave them out)")
     rep.add_argument("--readme", default=os.path.join(ROOT, "README.md"),
                      help="the README whose generated decision-table block is rewritten ('' to skip)")

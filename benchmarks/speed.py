@@ -127,6 +127,29 @@ def sampling_and_latent_families():
     return out
 
 
+#: The section of the medium sweep's steps (benchmarks/medium.py reads it for the decision table's budgets).
+MEDIUM_STEP = "medium_step"
+#: The families the medium sweep also runs at depth 5 (the others: depths 2 and 3 only).
+MEDIUM_DEPTH_5 = ("mean_field", "global")
+
+
+def medium_sweep_steps(X, Y, depth):
+    """{family: maker} of ``fit``'s step for each family of the medium sweep at ``depth``, as the sweep
+    trains it (benchmarks/sweeps/medium.toml: M = 100, one Monte Carlo sample; a latent-variable model
+    with one latent dimension on the bound with K = 5 draws). Keys are benchmarks/medium.py's family
+    names (``mean_field+w1K5``: latent width 1, K = 5)."""
+    build = lambda name, **o: dg.build_deep_gp(X, Y, depth=depth, posterior=name, num_inducing=100, seed=0, **o)
+    makers = {}
+    for name in ("mean_field", "global", "stripes_arrow", "sghmc", "bsgp"):
+        if name in DEEP_GP_POSTERIORS:
+            makers[name] = lambda n=name: fit_step(build(n), X, Y)
+    for name in ("mean_field", "global"):
+        makers[f"{name}+w1K5"] = lambda n=name: fit_step(build(n, latent_dim=1), X, Y, importance_samples=5)
+    if depth > 3:
+        makers = {k: v for k, v in makers.items() if k in MEDIUM_DEPTH_5}
+    return makers
+
+
 def ours(X, Y, depth, posterior, num_inducing, jit_compile=False, **options):
     model = dg.build_deep_gp(X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing, seed=0, **options)
     return model_step(model, X, Y, jit_compile)
@@ -319,6 +342,8 @@ def sections(quick: bool):
         if len(makers) > 1:
             out.append(("sampling", dict(batch=batch, depth=3, M=100), makers))
     X, Y = kin8nm_inputs(1000)
+    for depth in (2, 3, 5):
+        out.append((MEDIUM_STEP, dict(batch=1000, depth=depth, M=100), medium_sweep_steps(X, Y, depth)))
     makers = {f"deepgp_gi bnn {p}": (lambda p=p: ours_bnn(X, Y, p, 100))
               for p in ("factorised", "global", "factorised_global")}
     out.append(("bnn", dict(batch=1000, hidden=[50, 50], M=100), makers))
@@ -345,7 +370,10 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="3 rounds of 3 steps (smoke test)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps-per-round", type=int, default=10)
-    parser.add_argument("--only", default=None, help="run only this section (dsvi, star, structured, sampling, bnn, xla)")
+    parser.add_argument("--only", default=None,
+                        help=f"run only this section (dsvi, star, structured, sampling, {MEDIUM_STEP}, bnn, xla)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="TensorFlow intra- and inter-op threads (default: TF's; the medium sweep runs with 1)")
     parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
     parser.add_argument("--star-pairs", default=None, metavar="BATCH:M:WIDTH,...",
                         help="only time STAR against mean-field in paired rounds (section star_pairs of "
@@ -356,6 +384,9 @@ def main(argv=None):
                         help="only time these families' fit steps plain against XLA, depth 3 (printed)")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
+    from deepgp_gi.experiments import set_threads
+
+    set_threads(args.threads)
     os.makedirs(RESULTS, exist_ok=True)
     jsonl = os.path.join(RESULTS, "speed.jsonl")
     command = "python benchmarks/speed.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -396,7 +427,8 @@ def main(argv=None):
         result = time_models(makers, rounds, per)
         line = dict(section=section, config=config, ms_per_step=result, rounds=rounds, steps_per_round=per,
                     commit=commit, command=command, machine=f"{platform.machine()} {os.cpu_count()} cores",
-                    tensorflow=tf.__version__, load_average=os.getloadavg()[0])
+                    tensorflow=tf.__version__, load_average=os.getloadavg()[0],
+                    threads=tf.config.threading.get_intra_op_parallelism_threads() or None)
         print(json.dumps(line), flush=True)
         with open(jsonl, "a") as fh:
             fh.write(json.dumps(line) + "\n")
@@ -500,6 +532,23 @@ def write_markdown(jsonl, command):
                 t = l["ms_per_step"]
                 md.append(f"| {l['config']['batch']} | " + " | ".join(
                     f"{t.get(n, float('nan')) / t.get(p, float('nan')):.2f}" for n, p in pairs) + " |")
+        md.append("")
+    medium = [l for l in lines if l["section"] == MEDIUM_STEP]
+    if medium:
+        names = list(dict.fromkeys(n for l in medium for n in l["ms_per_step"]))
+        threads = {l.get("threads") for l in medium}
+        md += [f"## The medium sweep's steps (kin8nm inputs, batch 1000, M = 100, "
+               f"{'one TensorFlow thread' if threads == {1} else 'threads ' + ', '.join(map(str, sorted(threads, key=str)))})",
+               "", _provenance(medium), "",
+               "Each family of `benchmarks/sweeps/medium.toml` timed with the step `fit` trains it with, at the "
+               "sweep's settings; `X+w1K5` is the latent-variable model (one latent dimension) on the bound with "
+               "K = 5 draws per point. `benchmarks/medium.py report` turns these into the decision table's "
+               "training times (ms per step times the steps a row ran, plus a sampling family's collection steps).",
+               "", "| depth | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for l in medium:
+            t = l["ms_per_step"]
+            md.append(f"| {l['config']['depth']} | " + " | ".join(
+                f"{t[n]:.1f}" if n in t else "—" for n in names) + " |")
         md.append("")
     bnn = [l for l in lines if l["section"] == "bnn"]
     if bnn:

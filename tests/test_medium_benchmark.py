@@ -189,3 +189,33 @@ def test_the_contention_note_spans_the_step_times_of_one_step():
     note = medium.contention_note(rows)
     assert "recorded at 13 to 228 ms" in note  # depth 3 and the batch-10,000 row are other steps
     assert medium.contention_note(rows[:1]) == ""
+
+
+def test_the_step_costs_are_read_from_their_speed_section_only():
+    lines = [dict(section="medium_step", config=dict(batch=1000, depth=2, M=100), ms_per_step={"global": 20.0, "sghmc": 18.0}),
+             dict(section="sampling", config=dict(batch=1000, depth=2, M=100), ms_per_step={"global": 99.0}),
+             dict(section="medium_step", config=dict(batch=1000, depth=3, M=100), ms_per_step={"global": 30.0})]
+    assert medium.load_step_costs(lines) == {("global", 2): 20.0, ("sghmc", 2): 18.0, ("global", 3): 30.0}
+
+
+def test_the_budget_is_the_timed_step_times_the_steps_not_the_recorded_wall_time():
+    costs = {("mean_field", 2): 12.0, ("global", 2): 6.0, ("sghmc", 2): 9.0}
+    slow = _row("kin8nm", "mean_field", 2, 1.40, 0.1, 60, 180)  # recorded under load: 60 min, 180 ms/step
+    decayed = dict(_row("kin8nm", "global", 2, 1.30, 0.0, 45, 150), learning_rate_decay=[0.8, 1000])
+    sampler = dict(_row("kin8nm", "sghmc", 2, 1.35, float("nan"), 50, 160), collect_steps=5000)
+    big = dict(_row("kin8nm", "global", 2, 1.20, -0.1, 2, 100), batch_size=10000)  # another step: not timed
+    small = _row("boston", "mean_field", 2, -2.4, -0.5, 3, 20)  # the small sets keep their recorded time
+    rows = medium.add_step_costs([slow, decayed, sampler, big, small], costs)
+    assert slow["cost_time_s"] == pytest.approx(20000 * 12.0 / 1000) and slow["cost_timed"]
+    assert decayed["cost_ms_per_step"] == 6.0  # a decaying rate trains with global's step
+    assert sampler["cost_time_s"] == pytest.approx(25000 * 9.0 / 1000)  # plus the 5,000 collection steps
+    assert not big["cost_timed"] and big["cost_time_s"] == 120.0 and big["cost_ms_per_step"] == 100
+    assert not small["cost_timed"] and small["cost_time_s"] == 180.0
+    lines = medium.decision_table(rows)
+    # 240 s of timed steps: mean-field is within 5 minutes though its run took an hour beside other work
+    under_5 = [line for line in lines if line.startswith("| medium") and "≤ 5 min" in line][0]
+    assert "| mean_field (1 / 1) |" in under_5 and "mean_field 12" in under_5
+    assert "global+b10000" in under_5  # its recorded 2 minutes
+    note = medium.cost_note(rows)
+    assert "global-2+b10000" in note and "timed alone" in note
+    assert medium.cost_note([small]).startswith("Times: each row's recorded")

@@ -92,3 +92,16 @@ def test_star_pairs_are_written_to_the_results_table(speed, monkeypatch, tmp_pat
     md = (tmp_path / "speed.md").read_text()
     assert "| 1000 | 100 | 8 | 30.0 | 57.0 | 1.90 | 1.93 | 1.90 to 1.97 |" in md
     assert "--star-pairs 1000:100:8 --rounds 5 --steps-per-round 2" in md
+
+
+def test_the_medium_step_section_times_every_step_the_medium_sweep_trains(speed, load_script):
+    """Every (family, depth) of benchmarks/sweeps/medium.toml at the sweep's minibatch has a timed
+    step in the section the decision table budgets with, named as benchmarks/medium.py names it
+    (a decaying learning rate trains with its family's step); nothing else is timed there."""
+    medium = load_script("benchmarks/medium.py")
+    wanted = {(medium._step_family(cfg), cfg["depth"]) for name, cfg, _ in medium.uci.load_sweep(medium.SWEEP)
+              if medium._step_family(cfg) is not None}
+    X, Y = data()
+    timed = {(family, depth) for depth in (2, 3, 5) for family in speed.medium_sweep_steps(X, Y, depth)}
+    assert wanted and wanted == timed
+    assert speed.MEDIUM_STEP == medium.STEP_COST_SECTION
