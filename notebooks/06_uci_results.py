@@ -311,12 +311,15 @@ print(f"test LL within two SE of O&A Table 10: {sum(ok for *_, ok in verdicts)} 
 # they are upper bounds.
 
 # %% [markdown]
-# ### Test log-likelihood against training wall time
+# ### Test log-likelihood against training time
 #
-# One panel per data set: a marker per row of the tables above at its median training wall time (one
-# TensorFlow thread), colour for the family and shape for the depth, with one standard error over splits
-# as the error bar (none while a row has one split). The grey dashed line is the best published deep-GP
-# test LL for that data set.
+# One panel per data set: a marker per row of the tables above at its training time, colour for the
+# family and shape for the depth, with one standard error over splits as the error bar (none while a
+# row has one split). The training time is the family's step at that depth, timed alone on one
+# TensorFlow thread (`benchmarks/speed.py --only medium_step --threads 1`), times the steps the row ran:
+# the rows' own wall times depend on how many other sweeps shared the two cores. A hollow marker is a
+# row whose step was not timed there (another minibatch), at its recorded wall time. The grey dashed
+# line is the best published deep-GP test LL for that data set.
 
 # %%
 if time_png:

@@ -199,23 +199,33 @@ def test_the_step_costs_are_read_from_their_speed_section_only():
 
 
 def test_the_budget_is_the_timed_step_times_the_steps_not_the_recorded_wall_time():
-    costs = {("mean_field", 2): 12.0, ("global", 2): 6.0, ("sghmc", 2): 9.0}
+    costs = {("mean_field", 2): 12.0, ("global", 2): 6.0, ("sghmc", 2): 9.0, ("stripes_arrow", 2): 50.0}
     slow = _row("kin8nm", "mean_field", 2, 1.40, 0.1, 60, 180)  # recorded under load: 60 min, 180 ms/step
     decayed = dict(_row("kin8nm", "global", 2, 1.30, 0.0, 45, 150), learning_rate_decay=[0.8, 1000])
     sampler = dict(_row("kin8nm", "sghmc", 2, 1.35, float("nan"), 50, 160), collect_steps=5000)
     big = dict(_row("kin8nm", "global", 2, 1.20, -0.1, 2, 100), batch_size=10000)  # another step: not timed
     small = _row("boston", "mean_field", 2, -2.4, -0.5, 3, 20)  # the small sets keep their recorded time
-    rows = medium.add_step_costs([slow, decayed, sampler, big, small], costs)
+    star = _row("kin8nm", "stripes_arrow", 2, 1.45, 0.2, 3, 10)  # recorded 3 min; its timed step: 1,000 s
+    rows = medium.add_step_costs([slow, decayed, sampler, big, small, star], costs)
     assert slow["cost_time_s"] == pytest.approx(20000 * 12.0 / 1000) and slow["cost_timed"]
     assert decayed["cost_ms_per_step"] == 6.0  # a decaying rate trains with global's step
     assert sampler["cost_time_s"] == pytest.approx(25000 * 9.0 / 1000)  # plus the 5,000 collection steps
     assert not big["cost_timed"] and big["cost_time_s"] == 120.0 and big["cost_ms_per_step"] == 100
     assert not small["cost_timed"] and small["cost_time_s"] == 180.0
     lines = medium.decision_table(rows)
-    # 240 s of timed steps: mean-field is within 5 minutes though its run took an hour beside other work
-    under_5 = [line for line in lines if line.startswith("| medium") and "≤ 5 min" in line][0]
-    assert "| mean_field (1 / 1) |" in under_5 and "mean_field 12" in under_5
-    assert "global+b10000" in under_5  # its recorded 2 minutes
+    # 240 s of timed steps: mean-field is within 5 (and 10) minutes though its run took an hour beside
+    # other work; the 5-minute budget admits the same rows as the 10-minute one and is left out
+    assert not [line for line in lines if line.startswith("| medium") and "≤ 5 min" in line]
+    under_10 = [line for line in lines if line.startswith("| medium") and "≤ 10 min" in line][0]
+    assert "| mean_field (1 / 1) |" in under_10 and "mean_field 12" in under_10
+    assert "global+b10000" in under_10  # its recorded 2 minutes
+    assert "stripes_arrow" not in under_10 and "stripes_arrow (1 / 1)" in [line for line in lines if "| any |" in line][0]
     note = medium.cost_note(rows)
     assert "global-2+b10000" in note and "timed alone" in note
     assert medium.cost_note([small]).startswith("Times: each row's recorded")
+
+
+def test_a_budget_that_adds_no_row_is_left_out():
+    rows = [_row("kin8nm", "global", 2, 1.36, -0.10, 3, 40), _row("kin8nm", "mean_field", 2, 1.30, -0.2, 20, 90)]
+    budgets = [line.split(" | ")[2] for line in medium.decision_table(rows)[2:]]
+    assert budgets == ["≤ 10 min", "any"]  # ≤ 5 min admits global alone as ≤ 10 min does; ≤ 30 min all, as any
