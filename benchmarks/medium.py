@@ -367,9 +367,9 @@ def contention_note(rows: List[Dict]) -> str:
             and not s.get("latent_dim") and not _other_batch(s) and np.isfinite(s["ms_per_step"])]
     if len(same) < 2:
         return ""
-    return (f" The runs shared the two cores with one to three other sweeps, so their times say as much about "
-            f"what ran beside them as about the family: the same global-2 step is recorded at "
-            f"{min(same):.0f} to {max(same):.0f} ms.")
+    return (f" Why not the recorded times: the runs shared the two cores with one to three other sweeps, so "
+            f"those say as much about what ran beside them as about the family (the same global-2 step is "
+            f"recorded at {min(same):.0f} to {max(same):.0f} ms).")
 
 
 def groups_to_run(sweep: str, records: List[Dict]) -> List[str]:
