@@ -12,7 +12,10 @@ The runs come from the sweep (``benchmarks/sweeps/medium.toml``, see its header 
 sweep), and writes ``medium.md`` (per data set: our rows beside O&A Table 10 with the two-SE verdict,
 then every published deep-GP number in ``published.csv`` and the gap of our best row to the best of
 them; our best row per data set against the best published one; the latent-variable rows against
-the plain family; the sweep's groups still to run, with the runs they lack; the decision table over both sweeps) and ``test_ll_vs_time.png``. The
+the plain family; the sweep's groups still to run, with the runs they lack; the decision table over both sweeps) and ``test_ll_vs_time.png``.
+The medium rows' training times in the decision table and the figure are the timed step of their
+family and depth (``benchmarks/speed.py --only medium_step --threads 1``, read from ``--speed``)
+times their steps. The
 decision table is also written to ``docs/choosing_a_posterior.md``; it and the best-against-published
 table go into the README, each between its two generated-block marker lines.
 """
