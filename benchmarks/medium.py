@@ -83,14 +83,14 @@ def _other_batch(s: Dict) -> Optional[int]:
     return batch if s.get("dataset") in MEDIUM and batch and batch != SWEEP_BATCH else None
 
 
-def _family(s: Dict) -> str:
+def _family(s: Dict, with_decay: bool = True) -> str:
     """The row's family as the decision table and the plot tell them apart: the posterior, a
     latent-variable model's latent width and K after it (``mean_field+w1K5``), and a medium-set
-    row's minibatch where it is not the sweep's (``global+b10000``), and a decaying learning rate's
-    factor (``global+decay0.9``: Adam's rate times 0.9 every ``every`` steps)."""
+    row's minibatch where it is not the sweep's (``global+b10000``), and (``with_decay``) a decaying
+    learning rate's factor (``global+decay0.9``: Adam's rate times 0.9 every ``every`` steps)."""
     latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
     batch = f"+b{_other_batch(s)}" if _other_batch(s) else ""
-    decay = f"+decay{s['learning_rate_decay'][0]:g}" if s.get("learning_rate_decay") else ""
+    decay = f"+decay{s['learning_rate_decay'][0]:g}" if with_decay and s.get("learning_rate_decay") else ""
     return f"{s['posterior']}{latent}{batch}{decay}"
 
 
@@ -100,7 +100,7 @@ def _step_family(s: Dict) -> Optional[str]:
     ``global``'s), another minibatch does (None: not timed there)."""
     if _other_batch(s):
         return None
-    return _family({k: v for k, v in s.items() if k != "learning_rate_decay"})
+    return _family(s, with_decay=False)
 
 
 def load_step_costs(lines: List[Dict]) -> Dict:

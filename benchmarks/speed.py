@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
+from deepgp_gi.experiments import set_threads  # noqa: E402
 from deepgp_gi.families import DEEP_GP_FAMILIES as DEEP_GP_POSTERIORS  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -384,8 +385,6 @@ def main(argv=None):
                         help="only time these families' fit steps plain against XLA, depth 3 (printed)")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
-    from deepgp_gi.experiments import set_threads
-
     set_threads(args.threads)
     os.makedirs(RESULTS, exist_ok=True)
     jsonl = os.path.join(RESULTS, "speed.jsonl")
