@@ -375,16 +375,49 @@ def contention_note(rows: List[Dict]) -> str:
             f"recorded at {min(same):.0f} to {max(same):.0f} ms).")
 
 
-def groups_to_run(sweep: str, records: List[Dict]) -> List[str]:
-    """Markdown bullets: each group of ``sweep`` with runs still to do (how many of how many, and
-    which), then the groups marked pending with their reason; or a line saying none remain."""
-    lines = []
+def run_cost_s(cfg: Dict, costs: Dict) -> Optional[float]:
+    """Seconds one sweep run of ``cfg`` takes at its family's timed step (``costs``, from
+    :func:`load_step_costs`): the step times its steps, plus a sampling family's collection steps;
+    None where that step was not timed (another minibatch, a family or depth not in the section)."""
+    ms = costs.get((_step_family(cfg), cfg["depth"]))
+    if ms is None:
+        return None
+    from deepgp_gi.experiments import SAMPLER_COLLECT
+    from deepgp_gi.families import DEEP_GP_FAMILIES
+
+    family = DEEP_GP_FAMILIES.get(cfg["posterior"])
+    sampler = family is not None and getattr(family.posterior_class, "is_sampler", False)
+    collect = SAMPLER_COLLECT["num_samples"] * SAMPLER_COLLECT["thin"] if sampler else 0
+    return ms * (cfg["steps"] + collect) / 1000.0
+
+
+def _hours(runs: List, costs: Dict) -> str:
+    seconds = [run_cost_s(cfg, costs) for cfg, _ in runs]
+    timed = [t for t in seconds if t is not None]
+    if not timed:
+        return ""
+    untimed = len(seconds) - len(timed)
+    extra = f", {untimed} run{'s' if untimed > 1 else ''} not timed" if untimed else ""
+    return f" (about {sum(timed) / 3600:.1f} h of one core at the timed steps{extra})"
+
+
+def groups_to_run(sweep: str, records: List[Dict], costs: Optional[Dict] = None) -> List[str]:
+    """Markdown bullets: each group of ``sweep`` with runs still to do (how many of how many, which,
+    and with ``costs`` -- :func:`load_step_costs` -- about how long they take at the timed steps),
+    then the groups marked pending with their reason; or a line saying none remain."""
+    lines, everything = [], []
+    costs = costs or {}
     for name, n_done, todo in uci.group_progress(sweep, records):
         if todo:
             labels = ", ".join(f"{cfg['dataset']} {_label(cfg)} split {split}" for cfg, split in todo)
-            lines.append(f"- `{name}`: {n_done} of {n_done + len(todo)} runs done; to run: {labels}.")
+            lines.append(f"- `{name}`: {n_done} of {n_done + len(todo)} runs done{_hours(todo, costs)}; "
+                         f"to run: {labels}.")
+            everything += todo
     for name, reason in uci.pending_groups(sweep):
         lines.append(f"- `{name}` (pending): {reason}.")
+    if everything and _hours(everything, costs):
+        lines.append(f"\nIn all {len(everything)} runs{_hours(everything, costs)}; the sweep runs one "
+                     "TensorFlow thread per process, so a machine with more cores runs as many processes side by side.")
     return lines or ["Every group of the sweep has run."]
 
 
@@ -421,7 +454,7 @@ def cmd_report(args) -> int:
     latent = uci.render_latent_comparison(medium_records, COMMAND)
     if latent:
         lines += latent.strip("\n").splitlines() + [""]
-    lines += ["## Groups still to run", ""] + groups_to_run(SWEEP, medium_records)
+    lines += ["## Groups still to run", ""] + groups_to_run(SWEEP, medium_records, costs)
     lines += ["", "## Which posterior to pick", ""]
     table = decision_table(rows + small)
     lines += table

@@ -182,6 +182,24 @@ def test_the_groups_still_to_run_name_the_runs_they_lack(tmp_path):
     assert medium.groups_to_run(str(sweep), everything) == ["- `later` (pending): not yet."]
 
 
+
+def test_the_groups_still_to_run_say_how_long_they_take_at_the_timed_steps(tmp_path):
+    sweep = tmp_path / "tiny.toml"
+    sweep.write_text(
+        '[defaults]\nmodel = "gp"\nsteps = 20000\n\n'
+        '[[group]]\nname = "plain"\ndatasets = ["kin8nm", "power"]\nposteriors = ["global"]\ndepths = [2]\nsplits = [0]\n\n'
+        '[[group]]\nname = "sampled"\ndatasets = ["kin8nm"]\nposteriors = ["sghmc"]\ndepths = [2]\nsplits = [0]\n\n'
+        '[[group]]\nname = "untimed"\ndatasets = ["kin8nm"]\nposteriors = ["global"]\ndepths = [5]\nsplits = [0]\n')
+    costs = {("global", 2): 90.0, ("sghmc", 2): 144.0}
+    lines = medium.groups_to_run(str(sweep), [], costs)
+    # 2 runs x 20,000 steps x 90 ms = 1 h; SGHMC adds its 100 x 50 collection steps: 25,000 x 144 ms = 1 h
+    assert lines[0].startswith("- `plain`: 0 of 2 runs done (about 1.0 h of one core at the timed steps); to run:")
+    assert lines[1].startswith("- `sampled`: 0 of 1 runs done (about 1.0 h of one core at the timed steps); to run:")
+    assert lines[2].startswith("- `untimed`: 0 of 1 runs done; to run: kin8nm global-5 split 0.")
+    assert lines[3].startswith("\nIn all 4 runs (about 2.0 h of one core at the timed steps, 1 run not timed);")
+    assert not any("about" in line for line in medium.groups_to_run(str(sweep), [], {}))
+
+
 def test_the_contention_note_spans_the_step_times_of_one_step():
     rows = [_row("naval", "global", 2, 6.7, 2.3, 70, 228.1), dict(_row("naval", "global", 2, 8.9, 4.4, 5, 12.6),
             learning_rate_decay=[0.8, 1000]), _row("kin8nm", "global", 3, 1.3, -0.1, 5, 5.0),
