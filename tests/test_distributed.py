@@ -91,6 +91,7 @@ def test_fit_enters_the_strategy_scope_itself():
                                                       seed=0), (X, Y))
 
 
+@pytest.mark.slow  # several fits; moved out of the fast suite for its time
 def test_a_convolutional_bnn_trains_under_a_strategy():
     """Bug: the distributed step had its own copy of the objective, without the image rows'
     flattening for the likelihood (a rank error in a Tile) and without the Monte Carlo

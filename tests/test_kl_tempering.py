@@ -149,6 +149,7 @@ def test_history_elbo_is_the_untempered_elbo(rng):
         assert history.kl_weight == [beta, beta]
 
 
+@pytest.mark.slow  # several fits; moved out of the fast suite for its time
 def test_fit_with_schedules_trains_and_records_the_weight(rng):
     X, Y = toy_regression(rng, 30)
     model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=8, seed=0)
@@ -220,6 +221,7 @@ def test_natural_gradient_step_of_size_one_over_beta_reaches_the_tempered_optimu
 
 
 # --------------------------------------------------------------------------------- resuming
+@pytest.mark.slow  # several fits; moved out of the fast suite for its time
 def test_resumed_tempered_fit_continues_the_schedule(rng, tmp_path):
     X, Y = toy_regression(rng, 40)
     schedule = LinearSchedule(12, start=0.1)

@@ -17,6 +17,7 @@ def _fit(X, Y, learning_rate, steps=6, **kwargs):
     return model, history
 
 
+@pytest.mark.slow  # several fits; moved out of the fast suite for its time
 def test_a_schedule_changes_the_run_from_its_first_decay_on_and_not_before(rng):
     X, Y = toy_regression(rng, 30)
     _, constant = _fit(X, Y, 0.01)
@@ -30,6 +31,7 @@ def test_a_schedule_changes_the_run_from_its_first_decay_on_and_not_before(rng):
     assert all(a != b for a, b in zip(decayed.elbo[4:], constant.elbo[4:]))
 
 
+@pytest.mark.slow  # several fits; moved out of the fast suite for its time
 def test_a_resumed_run_continues_the_schedule_bit_for_bit(rng, tmp_path):
     X, Y = toy_regression(rng, 30)
     schedule = ExponentialDecay(0.02, decay_steps=2, decay_rate=0.5, staircase=True)

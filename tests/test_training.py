@@ -258,6 +258,7 @@ def test_natgrad_on_the_last_layer_reaches_the_sgpr_bound_of_its_inputs(rng):
     np.testing.assert_allclose(float(model.elbo((X, Y), 1, seed=noise)), target, rtol=1e-9)
 
 
+@pytest.mark.slow  # several fits; moved out of the fast suite for its time
 def test_natgrad_layers_leaves_the_other_blocks_to_adam(rng):
     """With natgrad_layers="last" the hidden layer's q_sqrt takes Adam's first step (each diagonal
     entry moves by the learning rate, since Adam's first step is lr * g / (|g| + eps)); with "all"
