@@ -37,6 +37,8 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import uci  # noqa: E402  (benchmarks/uci.py: the sweep's reading and summarising)
+from deepgp_gi.experiments import SAMPLER_COLLECT  # noqa: E402
+from deepgp_gi.families import DEEP_GP_FAMILIES  # noqa: E402
 
 MEDIUM = ("kin8nm", "power", "naval", "protein")
 DEFAULT_RESULTS = os.path.join(HERE, "results", "medium")
@@ -382,9 +384,6 @@ def run_cost_s(cfg: Dict, costs: Dict) -> Optional[float]:
     ms = costs.get((_step_family(cfg), cfg["depth"]))
     if ms is None:
         return None
-    from deepgp_gi.experiments import SAMPLER_COLLECT
-    from deepgp_gi.families import DEEP_GP_FAMILIES
-
     family = DEEP_GP_FAMILIES.get(cfg["posterior"])
     sampler = family is not None and getattr(family.posterior_class, "is_sampler", False)
     collect = SAMPLER_COLLECT["num_samples"] * SAMPLER_COLLECT["thin"] if sampler else 0
@@ -415,8 +414,9 @@ def groups_to_run(sweep: str, records: List[Dict], costs: Optional[Dict] = None)
             everything += todo
     for name, reason in uci.pending_groups(sweep):
         lines.append(f"- `{name}` (pending): {reason}.")
-    if everything and _hours(everything, costs):
-        lines.append(f"\nIn all {len(everything)} runs{_hours(everything, costs)}; the sweep runs one "
+    total = _hours(everything, costs)
+    if total:
+        lines.append(f"\nIn all {len(everything)} runs{total}; the sweep runs one "
                      "TensorFlow thread per process, so a machine with more cores runs as many processes side by side.")
     return lines or ["Every group of the sweep has run."]
 

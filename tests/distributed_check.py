@@ -61,6 +61,8 @@ for name, scope in (("one", tf.distribute.get_strategy()), ("two", strategy)):
                              for k in params)
     results[name] = (float(elbo), {n: g.numpy() for n, g in zip(names, grads)}, history.elbo, params)
     tempered[name] = (float(tempered_elbo), {n: g.numpy() for n, g in zip(names, tempered_grads)})
+
+
 def gradient_rel(one, two):
     """Largest difference of each variable's gradient relative to that gradient's largest entry.
 
