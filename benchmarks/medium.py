@@ -85,22 +85,30 @@ def _other_batch(s: Dict) -> Optional[int]:
     return batch if s.get("dataset") in MEDIUM and batch and batch != SWEEP_BATCH else None
 
 
+def _other_samples(s: Dict) -> Optional[int]:
+    """The row's training samples per step where they are not one (the sweeps' default)."""
+    n = s.get("train_samples", 1)
+    return n if n != 1 else None
+
+
 def _family(s: Dict, with_decay: bool = True) -> str:
     """The row's family as the decision table and the plot tell them apart: the posterior, a
-    latent-variable model's latent width and K after it (``mean_field+w1K5``), and a medium-set
-    row's minibatch where it is not the sweep's (``global+b10000``), and (``with_decay``) a decaying
-    learning rate's factor (``global+decay0.9``: Adam's rate times 0.9 every ``every`` steps)."""
+    latent-variable model's latent width and K after it (``mean_field+w1K5``), a medium-set
+    row's minibatch where it is not the sweep's (``global+b10000``), the training samples per step
+    where they are not one (``global+s10``), and (``with_decay``) a decaying learning rate's factor
+    (``global+decay0.9``: Adam's rate times 0.9 every ``every`` steps)."""
     latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
     batch = f"+b{_other_batch(s)}" if _other_batch(s) else ""
+    samples = f"+s{_other_samples(s)}" if _other_samples(s) else ""
     decay = f"+decay{s['learning_rate_decay'][0]:g}" if with_decay and s.get("learning_rate_decay") else ""
-    return f"{s['posterior']}{latent}{batch}{decay}"
+    return f"{s['posterior']}{latent}{batch}{samples}{decay}"
 
 
 def _step_family(s: Dict) -> Optional[str]:
     """The family whose step the row trained with, as ``benchmarks/speed.py`` names it in its
     medium-step section: a decaying learning rate changes no step (``global+decay0.8`` trains with
-    ``global``'s), another minibatch does (None: not timed there)."""
-    if _other_batch(s):
+    ``global``'s), another minibatch or number of training samples does (None: not timed there)."""
+    if _other_batch(s) or _other_samples(s):
         return None
     return _family(s, with_decay=False)
 

@@ -123,6 +123,20 @@ def test_a_row_at_another_minibatch_is_its_own_family_and_marked():
     assert "global+b10000 (1 / 1)" in line  # the better test LL, told apart from the batch-1,000 row
 
 
+def test_a_row_with_more_training_samples_is_its_own_family_with_its_own_step():
+    ten = dict(_row("kin8nm", "global", 2, 1.36, -0.11, 90, 270), train_samples=10)
+    plain = dict(_row("kin8nm", "global", 2, 1.32, -0.17, 11, 33), train_samples=1)
+    text = "\n".join(medium.render_dataset("kin8nm", [plain, ten], []))
+    assert "| global (10 samples) | 2 | 3 |" in text and "| global | 2 | 3 |" in text
+    assert medium._family(ten) == "global+s10" and medium._family(plain) == "global"
+    assert medium._label(ten) == "global-2+s10"
+    rows = medium.add_step_costs([plain, ten], {("global", 2): 30.0})
+    assert plain["cost_timed"] and not ten["cost_timed"]  # one sample's timed step is not ten samples'
+    assert ten["cost_time_s"] == 90 * 60.0
+    line = [line for line in medium.decision_table(rows) if "| any |" in line][0]
+    assert "global+s10 (1 / 1)" in line
+
+
 def test_a_row_with_a_decaying_learning_rate_is_its_own_family_and_marked():
     decayed = dict(_row("naval", "global", 2, 7.9, 3.5, 20, 40), learning_rate=0.01, learning_rate_decay=[0.9, 1000])
     plain = dict(_row("naval", "global", 2, 6.7, 2.9, 20, 40), learning_rate=0.01)
