@@ -77,6 +77,7 @@ def _one_device_strategy_run(build, data):
         np.testing.assert_allclose(p2[k], p1[k], rtol=1e-12, atol=1e-14, err_msg=k)
 
 
+@pytest.mark.slow  # moved to `make test-all` for the fast suite's time
 def test_fit_enters_the_strategy_scope_itself():
     """Bug: fit(..., strategy=s) outside `with s.scope():` raised (the optimiser's slots were
     created outside the strategy)."""

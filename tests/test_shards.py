@@ -63,6 +63,7 @@ def test_bad_shard_arguments(rng, tmp_path):
         dg.datasets.read_shards(tmp_path / "nothing", 4)
 
 
+@pytest.mark.slow  # moved to `make test-all` for the fast suite's time
 def test_evaluate_dataset_equals_the_array_metrics(rng, tmp_path):
     """Streamed metrics equal the array metrics when both see the same draws: with a seeded
     model and a single batch holding every row, the two paths run the same computation."""

@@ -265,7 +265,8 @@ def test_conv_inducing_weights_train(posterior):
     assert np.isfinite(after) and after > before + 1.0, (before, after)
 
 
-@pytest.mark.parametrize("posterior", ["ensemble_u", "ensemble_w"])
+# ensemble_u in `make test-all` for the fast suite's time (ensemble_w covers the cycling here)
+@pytest.mark.parametrize("posterior", [pytest.param("ensemble_u", marks=pytest.mark.slow), "ensemble_w"])
 def test_ensemble_members_cycle_and_one_member_is_trained_per_step(posterior):
     """Prediction with 2K samples: sample s and s + K use the same member (for Ensemble-U the
     conditional noise is switched off with lambda -> 0) and the members differ. With one sample

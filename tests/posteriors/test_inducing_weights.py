@@ -212,6 +212,7 @@ def test_finite_difference_gradients_ffg_u(rng):
         assert any(key in n for n in names), key
 
 
+@pytest.mark.slow  # moved to `make test-all` for the fast suite's time
 def test_finite_difference_gradients_ensemble_u(rng):
     layers = [DenseLayer(2, 3, "identity"), DenseLayer(3, 1, "tanh")]
     post = EnsembleInducingPosterior(layers, num_inducing=2, num_members=3, lambda_init=0.3, d_init=0.5,
