@@ -98,8 +98,8 @@ def _family(s: Dict, with_decay: bool = True) -> str:
     where they are not one (``global+s10``), and (``with_decay``) a decaying learning rate's factor
     (``global+decay0.9``: Adam's rate times 0.9 every ``every`` steps)."""
     latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
-    batch = f"+b{_other_batch(s)}" if _other_batch(s) else ""
-    samples = f"+s{_other_samples(s)}" if _other_samples(s) else ""
+    batch = f"+b{b}" if (b := _other_batch(s)) else ""
+    samples = f"+s{n}" if (n := _other_samples(s)) else ""
     decay = f"+decay{s['learning_rate_decay'][0]:g}" if with_decay and s.get("learning_rate_decay") else ""
     return f"{s['posterior']}{latent}{batch}{samples}{decay}"
 
