@@ -157,6 +157,16 @@ def test_a_row_beyond_two_se_says_whether_it_is_above_or_below_the_paper():
     assert "| 6.70 ± 0.01 | 8.24 ± 0.07 | **no** |" in text
 
 
+def test_a_one_split_verdict_is_starred():
+    one = dict(_row("power", "mean_field", 5, -2.80, 3.9, 60, 200), splits=[0], test_ll=(-2.80, float("nan")),
+               paper_test_ll=(-2.75, 0.01, "O&A", 20), ok_test_ll=True)
+    three = dict(_row("power", "mean_field", 3, -2.74, 3.7, 60, 80), paper_test_ll=(-2.76, 0.01, "O&A", 20),
+                 ok_test_ll=True)
+    text = "\n".join(medium.render_dataset("power", [one, three], []))
+    assert "| -2.80 (1 split) | -2.75 ± 0.01 | yes* |" in text
+    assert "| -2.74 ± 0.01 | -2.76 ± 0.01 | yes |" in text
+
+
 def test_the_gpu_cost_table_divides_by_gpflux_of_the_same_batch():
     def line(family, batch, ms, mode="plain", dtype="float64"):
         return dict(family=family, mode=mode, ms_per_step=ms, device="GPU X",
