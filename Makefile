@@ -25,8 +25,10 @@ demo: install
 	$(BIN)/deepgp-gi demo
 
 # The fast suite (setup.cfg's addopts: `-m "not slow and not gpu"`): a few minutes on 2 CPU cores.
+# It runs in TEST_WORKERS processes (pytest-xdist; `make test TEST_WORKERS=0` runs it in one).
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # The rest after `make test`: the `slow` tests (training runs, long oracles, XLA-vs-plain checks of
 # every family, notebook execution, tf.distribute subprocesses, benchmark scripts end to end).
