@@ -409,8 +409,13 @@ def _method(s: Dict) -> str:
     return f"{s['posterior']} ({', '.join(marks)})"
 
 
+def _one_split_mark(n_splits: int) -> str:
+    """``*`` after a 2-SE verdict on one split of ours (judged against the paper's split spread)."""
+    return "*" if n_splits < 2 else ""
+
+
 def _verdict(ok, n_splits: int = 2) -> str:
-    mark = "*" if n_splits < 2 else ""
+    mark = _one_split_mark(n_splits)
     return "—" if ok is None else ("yes" + mark if ok else "**no**" + mark)
 
 
