@@ -222,7 +222,8 @@ def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> Lis
             paper_txt = _paper(s.get("paper_test_ll"))
             ok = s.get("ok_test_ll")
             verdict = "—" if ok is None else ("yes" if ok else (
-                "no: above" if s["test_ll"][0] > s["paper_test_ll"][0] else "**no**")) + uci._one_split_mark(len(s["splits"]))
+                "no: above" if s["test_ll"][0] > s["paper_test_ll"][0] else "**no**")
+            ) + uci._one_split_mark(len(s["splits"]))
             lines.append(
                 f"| {_method(s)} | {s['depth']} | {len(s['splits'])} | {s['steps']:,} | {s['batch_size'] or 'full'} | "
                 f"{_fmt(s['test_ll'])} | {paper_txt} | {verdict} | {_fmt(s['rmse'], 3)} | "
