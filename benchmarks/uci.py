@@ -3,6 +3,8 @@
     python benchmarks/uci.py sweep benchmarks/sweeps/uci.toml --out benchmarks/results/uci/uci.jsonl \
         [--threads 1] [--jobs 1] [--checkpoint-dir DIR] [--only GROUP,...] [--dry-run]
     python benchmarks/uci.py report [--results benchmarks/results/uci] [--out-dir benchmarks/results/uci]
+    python benchmarks/uci.py layers SWEEP (--checkpoint-dir DIR | --untrained) [--only GROUP,...] [--dataset D]
+        [--out FILE]
 
 ``sweep`` reads a TOML sweep file (see ``benchmarks/sweeps/uci.toml``): a ``[defaults]`` table and a
 list of ``[[group]]`` tables, each with ``datasets``, ``posteriors``, ``splits`` and optionally
@@ -15,6 +17,13 @@ is done; lines already present are skipped, so an interrupted sweep resumes wher
 
 ``report`` reads every ``*.jsonl`` under ``--results``, writes ``uci.md`` (mean ± one standard error
 over splits beside the papers' numbers from ``paper_reference.csv``) and PNG plots.
+
+``layers`` looks inside runs still in training: for each deep-GP task of the sweep whose checkpoint
+is in ``--checkpoint-dir``, it rebuilds the model, restores the latest checkpoint and prints (and
+with ``--out`` appends to a markdown file) each layer's between-row and within-sample variance on
+the training rows (:func:`deepgp_gi.experiments.layer_variances_on_training_rows`, the numbers a
+finished run records as ``layer_variances``); ``--untrained`` gives the same for the models as
+initialised.
 """
 from __future__ import annotations
 
@@ -777,6 +786,59 @@ def cmd_report(args) -> int:
     return 0
 
 
+def _decay_label(cfg: Dict) -> str:
+    decay = cfg.get("learning_rate_decay")
+    return f" (lr {cfg['learning_rate']} x{decay[0]}/{decay[1]})" if decay else ""
+
+
+def cmd_layers(args) -> int:
+    import tensorflow as tf
+
+    from deepgp_gi.experiments import build_model, layer_variances_on_training_rows
+
+    if not args.untrained and not args.checkpoint_dir:
+        raise SystemExit("layers: give --checkpoint-dir (the sweep's) or --untrained")
+    set_threads(args.threads)
+    tasks = load_sweep(args.sweep)
+    if args.only:
+        keep = set(args.only.split(","))
+        tasks = [t for t in tasks if t[0] in keep]
+    if args.dataset:
+        tasks = [t for t in tasks if t[1]["dataset"] == args.dataset]
+    found = 0
+    for group, cfg, split in tasks:
+        if cfg["model"] != "gp":
+            continue
+        if args.untrained:
+            latest, state = None, "untrained (the initialisation)"
+        else:
+            ckpt = _task_dir(args.checkpoint_dir, cfg, split)
+            latest = tf.train.latest_checkpoint(ckpt) if os.path.isdir(ckpt) else None
+            if latest is None:
+                continue
+            state = f"checkpoint at step {latest.rsplit('-', 1)[-1]} ({os.path.basename(ckpt)})"
+        found += 1
+        model, data = build_model(cfg, split)
+        if latest is not None:
+            tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+        rows, lv = layer_variances_on_training_rows(model, data, cfg, split)
+        lines = [f"{group}: {cfg['dataset']} {cfg['posterior']}-{cfg['depth']}{_decay_label(cfg)} split {split}, "
+                 f"{state}, first {rows} training rows, 16 joint samples; likelihood variance "
+                 f"{float(model.likelihood.variance.numpy()):.4g} (normalised targets)", "",
+                 "| layer | between-row variance of the mean | within-sample variance |", "|---|---|---|"]
+        lines += [f"| {l} | {b:.4g} | {w:.4g} |" for l, (b, w) in enumerate(zip(lv.between_rows, lv.within_samples))]
+        text = "\n".join(lines) + "\n"
+        print(text)
+        if args.out:
+            with open(args.out, "a") as fh:
+                fh.write(f"Command: `{' '.join(shlex.quote(a) for a in [sys.argv[0]] + sys.argv[1:])}`\n\n{text}\n")
+    if not found:
+        print("no deep-GP task selected" if args.untrained else
+              f"no deep-GP checkpoint of the selected tasks in {args.checkpoint_dir}")
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="benchmarks/uci.py", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -795,6 +857,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reference", default=REFERENCE_CSV, help="the papers' numbers (CSV)")
     r.add_argument("--no-plots", action="store_true", help="tables only")
     r.set_defaults(func=cmd_report)
+    ly = sub.add_parser("layers", help="per-layer variances of the runs whose checkpoints are in --checkpoint-dir")
+    ly.add_argument("sweep", help="TOML sweep file the runs belong to")
+    ly.add_argument("--checkpoint-dir", default=None, help="the sweep's --checkpoint-dir")
+    ly.add_argument("--untrained", action="store_true", help="the selected tasks' models as initialised, no checkpoint")
+    ly.add_argument("--only", default=None, help="comma-separated group names")
+    ly.add_argument("--dataset", default=None, help="only this data set")
+    ly.add_argument("--threads", type=int, default=None, help="TensorFlow threads (default: TF's)")
+    ly.add_argument("--out", default=None, help="markdown file to append the tables to")
+    ly.set_defaults(func=cmd_layers)
     return p
 
 

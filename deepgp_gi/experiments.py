@@ -19,7 +19,12 @@
   original units) and ``test_pit`` (each test target's predictive CDF value), for point-by-point
   comparisons of methods and calibration curves;
 * ``trace``: the training ELBO per datapoint against step, averaged over blocks of steps (the raw
-  one-sample minibatch estimates are noisy), for convergence plots.
+  one-sample minibatch estimates are noisy), for convergence plots;
+* for a deep GP, ``layer_variances``: :func:`~deepgp_gi.metrics.layer_variances` of the trained
+  model on the first :data:`LAYER_VARIANCE_ROWS` training rows (``between_rows`` and
+  ``within_samples`` per layer, 16 joint samples): an inner layer whose sampling spread matches its
+  between-row variance, and a last layer with little of either, mark a fit that collapsed to the
+  noise.
 
 A latent-variable deep GP (``latent_dim``) trains on its importance-weighted bound with
 ``importance_samples`` draws per point, which ``trace`` and ``final_train_elbo_per_datapoint``
@@ -52,11 +57,15 @@ from .experiment_config import (  # noqa: F401
 )
 from .metrics import steps_to_fraction  # noqa: F401
 
-__all__ = ["run_split", "read_json_lines", "set_threads", "SAMPLER_COLLECT"]
+__all__ = ["run_split", "build_model", "layer_variances_on_training_rows", "read_json_lines", "set_threads",
+           "SAMPLER_COLLECT", "LAYER_VARIANCE_ROWS"]
 
 #: How :func:`run_split` collects a sampling family's sample set after training (``collect_samples``
 #: arguments; Havasi et al. 2018's reference settings). ``train_time_s`` includes the collection.
 SAMPLER_COLLECT = {"num_samples": 100, "thin": 50}
+
+#: Training rows (at most) on which :func:`run_split` records a deep GP's ``layer_variances``.
+LAYER_VARIANCE_ROWS = 2000
 
 
 def set_threads(threads: Optional[int]) -> None:
@@ -92,18 +101,16 @@ def read_json_lines(path: str) -> List[Dict]:
     return out
 
 
-def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: Optional[str] = None,
-              elbo_se_target: float = 0.01, trace_points: int = 200) -> Dict:
-    """Fit configuration ``cfg`` (see :func:`normalise_config`) on UCI split ``split``; return the record."""
-    from . import datasets, metrics
+def build_model(cfg: Dict, split: int):
+    """The untrained model configuration ``cfg`` names on UCI split ``split``, as :func:`run_split`
+    builds it (same seed), and the split's data: ``(model, data)``. Restoring a run's checkpoint
+    into this model gives the trained one."""
+    from . import datasets
     from .builders import build_deep_gp
-    from .families import BNN_FAMILIES, DEEP_GP_FAMILIES
-    from .training import fit
 
     cfg = normalise_config(cfg)
     data = datasets.load_uci(cfg["dataset"], split, protocol=cfg["protocol"])
     N = data.X_train.shape[0]
-    batch_size = min(cfg["batch_size"] or 10000, N)
     seed = cfg["seed"] + split
     if cfg["model"] == "gp":
         M = min(cfg["num_inducing"], N) if cfg["posterior"] != "global" else cfg["num_inducing"]
@@ -122,6 +129,36 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
         options = {"last_layer": cfg["last_layer"]} if cfg["last_layer"] is not None else {}
         model = build_bnn(data.X_train, data.Y_train, hidden=tuple(cfg["hidden"]), posterior=cfg["posterior"],
                           prior=cfg["prior"], num_inducing=cfg["num_inducing"], seed=seed, **options)
+    return model, data
+
+
+def layer_variances_on_training_rows(model, data, cfg: Dict, split: int):
+    """:func:`~deepgp_gi.metrics.layer_variances` of the deep GP that ``cfg`` names (trained or
+    not) on the first :data:`LAYER_VARIANCE_ROWS` training rows of ``data`` (fewer when the
+    family's evaluation budget is smaller), 16 joint samples, seeded by the split's seed:
+    ``(rows, LayerVariances)``."""
+    from . import metrics
+    from .families import DEEP_GP_FAMILIES
+
+    cfg = normalise_config(cfg)
+    layer_samples = 16
+    budget = DEEP_GP_FAMILIES[cfg["posterior"]].eval_row_samples // layer_samples
+    rows = max(2, min(int(data.X_train.shape[0]), LAYER_VARIANCE_ROWS, budget))
+    return rows, metrics.layer_variances(model, data.X_train[:rows], layer_samples, seed=cfg["seed"] + split)
+
+
+def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: Optional[str] = None,
+              elbo_se_target: float = 0.01, trace_points: int = 200) -> Dict:
+    """Fit configuration ``cfg`` (see :func:`normalise_config`) on UCI split ``split``; return the record."""
+    from . import metrics
+    from .families import BNN_FAMILIES, DEEP_GP_FAMILIES
+    from .training import fit
+
+    cfg = normalise_config(cfg)
+    model, data = build_model(cfg, split)
+    N = data.X_train.shape[0]
+    batch_size = min(cfg["batch_size"] or 10000, N)
+    seed = cfg["seed"] + split
     t0 = time.perf_counter()
     history = fit(model, (data.X_train, data.Y_train), steps=cfg["steps"], batch_size=batch_size,
                   learning_rate=learning_rate_of(cfg), num_samples=cfg["train_samples"], seed=seed,
@@ -161,6 +198,9 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     else:
         test_ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, S, chunk)
     err = metrics.rmse(model, data.X_test, data.Y_test, data.y_std, S, chunk)
+    spread = None
+    if cfg["model"] == "gp":
+        rows, spread = layer_variances_on_training_rows(model, data, cfg, split)
     eval_time = time.perf_counter() - t1
     trace_steps, trace_elbo = smooth_trace(history.step, history.elbo_per_datapoint, trace_points)
 
@@ -174,6 +214,9 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
         **({"collected": dict(SAMPLER_COLLECT), "collect_time_s": round(collect_time, 2)} if sampler else {}),
         trace={"step": trace_steps, "elbo_per_datapoint": [round(v, 5) for v in trace_elbo]},
     )
+    if spread is not None:
+        record["layer_variances"] = {"rows": rows, "between_rows": [float(f"{v:.4g}") for v in spread.between_rows],
+                                     "within_samples": [float(f"{v:.4g}") for v in spread.within_samples]}
     if pointwise:
         record.update(test_ll_points=[round(float(v), 5) for v in lpd], test_pit=[round(float(v), 5) for v in pit])
     return record

@@ -71,6 +71,7 @@ def test_run_split_collects_a_sampling_familys_sample_set():
     assert r["collected"] == SAMPLER_COLLECT and r["collect_time_s"] > 0
     assert math.isfinite(r["test_ll"]) and math.isfinite(r["rmse"]) and math.isnan(r["elbo_per_datapoint"])
     assert r["train_time_s"] >= r["collect_time_s"]
+    assert len(r["layer_variances"]["between_rows"]) == 2
 
 
 @pytest.mark.slow  # two run_split calls: `make test-all`
@@ -94,4 +95,8 @@ def test_a_resumed_run_records_the_training_time_of_every_process(tmp_path, monk
     monkeypatch.setattr(Checkpointer, "restore", slow_restore)
     again = experiments.run_split(cfg, 0, checkpoint_dir=str(tmp_path))
     assert again["test_ll"] == first["test_ll"]
+    # the layer diagnostic is seeded: the same restored model gives the same numbers
+    lv = first["layer_variances"]
+    assert lv["rows"] == first["n_train"] and len(lv["between_rows"]) == len(lv["within_samples"]) == 1
+    assert again["layer_variances"] == lv and lv["within_samples"][0] > 0
     assert 1000.0 < again["train_time_s"] < 1000.0 + first["train_time_s"] + 5.0

@@ -298,3 +298,50 @@ def test_calibration_inputs_are_checked(rng):
     model, X, Y = _softmax_bnn(rng)
     with pytest.raises(TypeError, match="predictive_cdf needs a Gaussian likelihood"):
         predictive_cdf(model, X, Y, 3)
+
+
+# ------------------------------------------------------------------------------ layer variances
+def _two_layer_gp(rng, n=30):
+    X = rng.normal(size=(n, 2))
+    Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(n, 1))
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=6, seed=0)
+    post = model.posterior
+    for l, width in enumerate((2, 1)):  # a posterior away from the prior: random means and spreads
+        post.q_mu[l].assign(rng.standard_normal((6, width)))
+        q_sqrt = np.tril(0.3 * rng.standard_normal((width, 6, 6)), -1) + np.eye(6) * rng.uniform(0.2, 0.8, (width, 6, 1))
+        post.q_sqrt[l].assign(q_sqrt)
+    return model, X
+
+
+def test_layer_variances_of_a_one_layer_model_are_predict_f_moments(rng):
+    # depth 1: every sample is drawn from the same Gaussian per row, so the within-sample variance
+    # estimates predict_f's variance and the sample means' spread over rows predict_f's mean's spread
+    model, X, _ = _one_layer_gp(rng, n=30)
+    model.posterior.q_mu[0].assign(rng.standard_normal((8, 1)))
+    model.posterior.q_sqrt[0].assign((np.tril(0.3 * rng.standard_normal((8, 8)), -1) + 0.5 * np.eye(8))[None])
+    mean, var = model.predict_f(X, 5, seed=0)
+    got = dg.metrics.layer_variances(model, X, num_samples=4000, seed=3)
+    assert len(got.between_rows) == len(got.within_samples) == 1
+    np.testing.assert_allclose(got.within_samples[0], np.mean(var.numpy()), rtol=0.03)
+    np.testing.assert_allclose(got.between_rows[0], np.var(mean.numpy()), rtol=0.03)
+
+
+def test_layer_variances_follow_the_sampled_layers(rng):
+    # two layers: the per-layer numbers are the sample statistics of model.sample_layers's draws
+    model, X = _two_layer_gp(rng)
+    layers = [F.numpy() for F in model.sample_layers(X, 50, seed=7)]
+    got = dg.metrics.layer_variances(model, X, num_samples=50, seed=7)
+    np.testing.assert_allclose(got.between_rows, [np.mean(np.var(F.mean(0), axis=0)) for F in layers], rtol=1e-10)
+    np.testing.assert_allclose(got.within_samples, [np.mean(np.var(F, axis=0, ddof=1)) for F in layers], rtol=1e-10)
+
+
+def test_layer_variances_inputs_are_checked(rng):
+    model, X = _two_layer_gp(rng)
+    with pytest.raises(ValueError, match="num_samples must be at least 2"):
+        dg.metrics.layer_variances(model, X, num_samples=1)
+    with pytest.raises(ValueError, match="X needs at least 2 rows"):
+        dg.metrics.layer_variances(model, X[:1])
+    with pytest.raises(ValueError, match="X"):
+        dg.metrics.layer_variances(model, X[:, :1])
+    with pytest.raises(ValueError, match="X contains NaN"):
+        dg.metrics.layer_variances(model, np.where(np.arange(30)[:, None] == 3, np.nan, X))

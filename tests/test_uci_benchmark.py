@@ -388,3 +388,41 @@ def test_latent_comparison_pairs_the_plain_family_split_by_split(uci):
     worse = [x | {"test_ll": x["test_ll"] - 1.0} for x in latent]
     assert uci.render_latent_comparison(plain + worse).splitlines()[-1].endswith("| no |")
     assert uci.render_latent_comparison(plain) == ""
+
+
+@pytest.mark.slow  # trains a tiny model and restores it: `make test-all`
+def test_layers_reads_the_checkpoint_of_a_run_in_training(uci, tmp_path, capsys):
+    """``layers`` rebuilds a task's model, restores its checkpoint and prints the restored model's
+    per-layer variances: the same numbers as the in-memory model that wrote the checkpoint (not the
+    untrained model's, which ``--untrained`` prints)."""
+    from deepgp_gi import fit
+    from deepgp_gi.experiments import build_model, layer_variances_on_training_rows
+
+    sweep = tmp_path / "tiny.toml"
+    sweep.write_text(TINY)
+    (group, cfg, split), = uci.load_sweep(str(sweep))
+    ckdir = tmp_path / "ckpt"
+    assert uci.main(["layers", str(sweep), "--checkpoint-dir", str(ckdir)]) == 1  # nothing to read yet
+    capsys.readouterr()
+
+    model, data = build_model(cfg, split)
+    _, untrained = layer_variances_on_training_rows(model, data, cfg, split)
+    fit(model, (data.X_train, data.Y_train), steps=30, learning_rate=0.05, seed=0,
+        checkpoint_dir=uci._task_dir(str(ckdir), cfg, split), checkpoint_every=30)
+    rows, trained = layer_variances_on_training_rows(model, data, cfg, split)
+    assert trained != untrained
+
+    def printed(text):
+        table = [ln for ln in text.splitlines() if re.match(r"\| \d+ \|", ln)]
+        return [[float(v) for v in ln.strip("|").split("|")[1:]] for ln in table]
+
+    out_md = tmp_path / "layers.md"
+    assert uci.main(["layers", str(sweep), "--checkpoint-dir", str(ckdir), "--out", str(out_md)]) == 0
+    text = capsys.readouterr().out
+    assert "checkpoint at step 30" in text and f"first {rows} training rows" in text
+    np.testing.assert_allclose(printed(text), np.c_[trained.between_rows, trained.within_samples], rtol=1e-3)
+    assert "Command: `" in out_md.read_text() and printed(out_md.read_text()) == printed(text)
+
+    assert uci.main(["layers", str(sweep), "--untrained"]) == 0
+    np.testing.assert_allclose(printed(capsys.readouterr().out), np.c_[untrained.between_rows, untrained.within_samples],
+                               rtol=1e-3)

@@ -8,8 +8,11 @@ training trace.
   training set, to a target standard error.
 * :mod:`~deepgp_gi.metrics.traces`: :func:`smooth_trace` and :func:`steps_to_fraction`, summaries
   of a logged training ELBO trace.
+* :mod:`~deepgp_gi.metrics.layers`: :func:`layer_variances`, each layer's between-row against
+  within-sample variance (a deep GP whose inner layers' sampling spread drowns their signal).
 """
 from .elbo import estimate_elbo
+from .layers import LayerVariances, layer_variances
 from .predictive import (
     accuracy,
     calibration_curve,
@@ -48,4 +51,6 @@ __all__ = [
     "estimate_elbo",
     "smooth_trace",
     "steps_to_fraction",
+    "layer_variances",
+    "LayerVariances",
 ]
