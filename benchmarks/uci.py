@@ -4,7 +4,7 @@
         [--threads 1] [--jobs 1] [--checkpoint-dir DIR] [--only GROUP,...] [--dry-run]
     python benchmarks/uci.py report [--results benchmarks/results/uci] [--out-dir benchmarks/results/uci]
     python benchmarks/uci.py layers SWEEP (--checkpoint-dir DIR | --untrained) [--only GROUP,...] [--dataset D]
-        [--out FILE]
+        [--posterior P] [--depth L] [--out FILE]
 
 ``sweep`` reads a TOML sweep file (see ``benchmarks/sweeps/uci.toml``): a ``[defaults]`` table and a
 list of ``[[group]]`` tables, each with ``datasets``, ``posteriors``, ``splits`` and optionally
@@ -803,8 +803,9 @@ def cmd_layers(args) -> int:
     if args.only:
         keep = set(args.only.split(","))
         tasks = [t for t in tasks if t[0] in keep]
-    if args.dataset:
-        tasks = [t for t in tasks if t[1]["dataset"] == args.dataset]
+    for key in ("dataset", "posterior", "depth"):
+        if getattr(args, key) is not None:
+            tasks = [t for t in tasks if t[1][key] == getattr(args, key)]
     found = 0
     for group, cfg, split in tasks:
         if cfg["model"] != "gp":
@@ -863,6 +864,8 @@ def build_parser() -> argparse.ArgumentParser:
     ly.add_argument("--untrained", action="store_true", help="the selected tasks' models as initialised, no checkpoint")
     ly.add_argument("--only", default=None, help="comma-separated group names")
     ly.add_argument("--dataset", default=None, help="only this data set")
+    ly.add_argument("--posterior", default=None, help="only this family")
+    ly.add_argument("--depth", type=int, default=None, help="only this depth")
     ly.add_argument("--threads", type=int, default=None, help="TensorFlow threads (default: TF's)")
     ly.add_argument("--out", default=None, help="markdown file to append the tables to")
     ly.set_defaults(func=cmd_layers)
