@@ -345,3 +345,29 @@ def test_layer_variances_inputs_are_checked(rng):
         dg.metrics.layer_variances(model, X[:, :1])
     with pytest.raises(ValueError, match="X contains NaN"):
         dg.metrics.layer_variances(model, np.where(np.arange(30)[:, None] == 3, np.nan, X))
+
+
+# ------------------------------------------------------------------------------ constant baseline
+def test_constant_gaussian_test_ll_is_the_raw_units_gaussian_fit(rng):
+    # standardised targets and y_std give the same number as fitting the Gaussian to the raw targets
+    from scipy.stats import norm
+
+    raw_train, raw_test = 3.0 + 0.2 * rng.normal(size=(50, 1)), 3.1 + 0.25 * rng.normal(size=(20, 1))
+    m, s = raw_train.mean(), raw_train.std()
+    expected = norm.logpdf(raw_test, m, s).mean()
+    got = dg.metrics.constant_gaussian_test_ll((raw_train - m) / s, (raw_test - m) / s, y_std=s)
+    assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_constant_gaussian_test_ll_inputs_are_checked(rng):
+    Y = rng.normal(size=(10, 1))
+    with pytest.raises(ValueError, match=r"Y_train must be \[N, 1\] with N >= 2"):
+        dg.metrics.constant_gaussian_test_ll(Y[:1], Y)
+    with pytest.raises(ValueError, match=r"Y_test must be \[N, 1\]"):
+        dg.metrics.constant_gaussian_test_ll(Y, np.c_[Y, Y])
+    with pytest.raises(ValueError, match="Y_test contains NaN"):
+        dg.metrics.constant_gaussian_test_ll(Y, np.where(np.arange(10)[:, None] == 1, np.nan, Y))
+    with pytest.raises(ValueError, match="y_std must be a positive"):
+        dg.metrics.constant_gaussian_test_ll(Y, Y, y_std=0.0)
+    with pytest.raises(ValueError, match="Y_train is constant"):
+        dg.metrics.constant_gaussian_test_ll(np.ones((5, 1)), Y)

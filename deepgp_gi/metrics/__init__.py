@@ -18,6 +18,7 @@ from .predictive import (
     calibration_curve,
     categorical_entropy,
     chunk_seed,
+    constant_gaussian_test_ll,
     ece,
     evaluate_dataset,
     expected_calibration_error,
@@ -34,6 +35,7 @@ from .traces import smooth_trace, steps_to_fraction
 
 __all__ = [
     "test_log_likelihood",
+    "constant_gaussian_test_ll",
     "pointwise_log_density",
     "predictive_cdf",
     "calibration_curve",

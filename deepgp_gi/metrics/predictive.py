@@ -29,6 +29,7 @@ from ..validation import check_finite_array, check_positive_int, check_seed
 
 __all__ = [
     "test_log_likelihood",
+    "constant_gaussian_test_ll",
     "pointwise_log_density",
     "predictive_cdf",
     "calibration_curve",
@@ -82,6 +83,29 @@ def test_log_likelihood(model, X_test, Y_test, y_std: float = 1.0, num_samples: 
     (fresh draws) or an int (reproducible; see :func:`chunk_seed`).
     """
     return float(np.mean(pointwise_log_density(model, X_test, Y_test, y_std, num_samples, chunk_size, seed)))
+
+
+def constant_gaussian_test_ll(Y_train, Y_test, y_std: float = 1.0) -> float:
+    """The test LL of the model that ignores the inputs: one Gaussian with the training targets' mean
+    and (maximum-likelihood) variance, per test point in the original units of Y (as
+    :func:`test_log_likelihood`, for targets standardised with ``y_std``).
+
+    A deep GP whose fit collapsed to the noise scores this number: it is the floor any regression
+    row should clear. ``Y_train`` ``[N, 1]`` and ``Y_test`` ``[N*, 1]``, finite and non-empty.
+    """
+    from ..validation import check_finite_array, check_positive_float
+
+    Y_train = check_finite_array(Y_train, "Y_train", ndim=2)
+    Y_test = check_finite_array(Y_test, "Y_test", ndim=2)
+    y_std = check_positive_float(y_std, "y_std")
+    for arr, name, least in ((Y_train, "Y_train", 2), (Y_test, "Y_test", 1)):
+        if arr.shape[0] < least or arr.shape[1] != 1:
+            raise ValueError(f"{name} must be [N, 1] with N >= {least}, got shape {list(arr.shape)}")
+    mean, var = float(np.mean(Y_train)), float(np.var(Y_train))
+    if var <= 0:
+        raise ValueError("Y_train is constant: a Gaussian fit to it has no variance")
+    lpd = -0.5 * np.log(2 * np.pi * var) - 0.5 * (Y_test - mean) ** 2 / var
+    return float(np.mean(lpd)) - float(np.log(y_std))
 
 
 def pointwise_log_density(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000,
