@@ -832,7 +832,7 @@ def cmd_layers(args) -> int:
         print(text)
         if args.out:
             with open(args.out, "a") as fh:
-                fh.write(f"Command: `{' '.join(shlex.quote(a) for a in [sys.argv[0]] + sys.argv[1:])}`\n\n{text}\n")
+                fh.write(f"Command: `python {' '.join(shlex.quote(a) for a in [sys.argv[0]] + sys.argv[1:])}`\n\n{text}\n")
     if not found:
         print("no deep-GP task selected" if args.untrained else
               f"no deep-GP checkpoint of the selected tasks in {args.checkpoint_dir}")
