@@ -823,9 +823,11 @@ def cmd_layers(args) -> int:
         if latest is not None:
             tf.train.Checkpoint(model=model).restore(latest).expect_partial()
         rows, lv = layer_variances_on_training_rows(model, data, cfg, split)
+        noise = getattr(model.likelihood, "variance", None)
+        noise_text = "" if noise is None else f"; likelihood variance {float(noise.numpy()):.4g} (normalised targets)"
+        first = " (layer 0: the latent coordinate)" if cfg.get("latent_dim") else ""
         lines = [f"{group}: {cfg['dataset']} {cfg['posterior']}-{cfg['depth']}{_decay_label(cfg)} split {split}, "
-                 f"{state}, first {rows} training rows, 16 joint samples; likelihood variance "
-                 f"{float(model.likelihood.variance.numpy()):.4g} (normalised targets)", "",
+                 f"{state}, first {rows} training rows, 16 joint samples{noise_text}{first}", "",
                  "| layer | between-row variance of the mean | within-sample variance |", "|---|---|---|"]
         lines += [f"| {l} | {b:.4g} | {w:.4g} |" for l, (b, w) in enumerate(zip(lv.between_rows, lv.within_samples))]
         text = "\n".join(lines) + "\n"
