@@ -167,6 +167,16 @@ def code_commit() -> str:
         return os.environ.get("DEEPGP_GI_COMMIT", "unknown")
 
 
+def selected_tasks(sweep: str, only: Optional[str]) -> List[Tuple[str, Dict, int]]:
+    """The sweep file's tasks (:func:`load_sweep`), only those of the comma-separated groups ``only``
+    when given."""
+    tasks = load_sweep(sweep)
+    if only:
+        keep = set(only.split(","))
+        tasks = [t for t in tasks if t[0] in keep]
+    return tasks
+
+
 def _task_dir(checkpoint_dir: Optional[str], cfg: Dict, split: int) -> Optional[str]:
     if not checkpoint_dir:
         return None
@@ -198,10 +208,7 @@ def _append(path: str, record: Dict) -> None:
 
 
 def cmd_sweep(args) -> int:
-    tasks = load_sweep(args.sweep)
-    if args.only:
-        keep = set(args.only.split(","))
-        tasks = [t for t in tasks if t[0] in keep]
+    tasks = selected_tasks(args.sweep, args.only)
     done = done_set(args.out)
     pending = [t for t in tasks if (config_key(t[1]), t[2]) not in done]
     print(f"{len(tasks)} tasks in {args.sweep}; {len(tasks) - len(pending)} already in {args.out}; "
@@ -799,10 +806,7 @@ def cmd_layers(args) -> int:
     if not args.untrained and not args.checkpoint_dir:
         raise SystemExit("layers: give --checkpoint-dir (the sweep's) or --untrained")
     set_threads(args.threads)
-    tasks = load_sweep(args.sweep)
-    if args.only:
-        keep = set(args.only.split(","))
-        tasks = [t for t in tasks if t[0] in keep]
+    tasks = selected_tasks(args.sweep, args.only)
     for key in ("dataset", "posterior", "depth"):
         if getattr(args, key) is not None:
             tasks = [t for t in tasks if t[1][key] == getattr(args, key)]

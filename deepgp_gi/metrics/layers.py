@@ -55,6 +55,6 @@ def layer_variances(model, X, num_samples: int = 16, seed: int = 0) -> LayerVari
     for F in model.sample_layers(X, num_samples, seed):
         mean = tf.reduce_mean(F, axis=0)  # [N, D_l]
         between.append(float(tf.reduce_mean(tf.math.reduce_variance(mean, axis=0))))
-        spread = tf.reduce_sum(tf.square(F - mean), axis=0) / tf.cast(num_samples - 1, F.dtype)
+        spread = tf.math.reduce_variance(F, axis=0) * (num_samples / (num_samples - 1))  # unbiased
         within.append(float(tf.reduce_mean(spread)))
     return LayerVariances(between, within)

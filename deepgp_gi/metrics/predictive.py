@@ -25,7 +25,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from ..validation import check_finite_array, check_positive_int, check_seed
+from ..validation import check_finite_array, check_positive_float, check_positive_int, check_seed
 
 __all__ = [
     "test_log_likelihood",
@@ -93,8 +93,6 @@ def constant_gaussian_test_ll(Y_train, Y_test, y_std: float = 1.0) -> float:
     A deep GP whose fit collapsed to the noise scores this number: it is the floor any regression
     row should clear. ``Y_train`` ``[N, 1]`` and ``Y_test`` ``[N*, 1]``, finite and non-empty.
     """
-    from ..validation import check_finite_array, check_positive_float
-
     Y_train = check_finite_array(Y_train, "Y_train", ndim=2)
     Y_test = check_finite_array(Y_test, "Y_test", ndim=2)
     y_std = check_positive_float(y_std, "y_std")
