@@ -31,24 +31,16 @@ from .dense import DenseLayer
 from .gp import GPLayer
 from .network import apply_weights, check_network, is_convolution, is_weighted, run_layers, weighted_layers
 
+from . import convolutional as _convolutional
+from . import network as _network
+
+#: The base classes, the GP and dense layers, then every public name of
+#: :mod:`~deepgp_gi.layers.convolutional` and :mod:`~deepgp_gi.layers.network`.
 __all__ = [
     "Layer",
     "WeightedLayer",
     "GPLayer",
     "DenseLayer",
-    "Conv2DLayer",
-    "Activation",
-    "AveragePool2D",
-    "GlobalAveragePool2D",
-    "Flatten",
-    "ResidualBlock",
-    "InducingBatchNorm",
-    "DeterministicLayer",
-    "ShapedLayer",
-    "is_weighted",
-    "weighted_layers",
-    "is_convolution",
-    "apply_weights",
-    "run_layers",
-    "check_network",
+    *_convolutional.__all__,
+    *_network.__all__,
 ]

@@ -33,23 +33,11 @@ from .predictive import (
 )
 from .traces import smooth_trace, steps_to_fraction
 
+from . import predictive as _predictive
+
+#: Every public name of :mod:`~deepgp_gi.metrics.predictive`, then those of the other modules.
 __all__ = [
-    "test_log_likelihood",
-    "constant_gaussian_test_ll",
-    "pointwise_log_density",
-    "predictive_cdf",
-    "calibration_curve",
-    "rmse",
-    "predict_in_chunks",
-    "chunk_seed",
-    "evaluate_dataset",
-    "predict_class_probabilities",
-    "accuracy",
-    "ece",
-    "predictive_entropy",
-    "top1_accuracy",
-    "expected_calibration_error",
-    "categorical_entropy",
+    *_predictive.__all__,
     "estimate_elbo",
     "smooth_trace",
     "steps_to_fraction",
