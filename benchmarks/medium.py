@@ -369,12 +369,12 @@ def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
                 if any(s["depth"] == d for s in medium)]
     if not all(s.get("cost_timed", True) for s in medium):
         handles.append(plt.Line2D([], [], color="k", marker="o", mfc="none", ls="", label="recorded wall time"))
-    ncol = min(len(handles), 6)
+    ncol = min(len(handles), 5)
     legend_rows = -(-len(handles) // ncol)
     fig.set_size_inches(10, 8 + 0.25 * legend_rows)
     fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.035 * legend_rows, 1, 1))
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend's widest row stays on the page
     plt.close(fig)
     return True
 
