@@ -22,9 +22,9 @@
   one-sample minibatch estimates are noisy), for convergence plots;
 * for a deep GP, ``layer_variances``: :func:`~deepgp_gi.metrics.layer_variances` of the trained
   model on the first :data:`LAYER_VARIANCE_ROWS` training rows (``between_rows`` and
-  ``within_samples`` per layer, 16 joint samples): an inner layer whose sampling spread matches its
-  between-row variance, and a last layer with little of either, mark a fit that collapsed to the
-  noise.
+  ``within_samples`` per layer, 16 joint samples): a last layer whose output barely varies between
+  rows marks a fit that collapsed to the noise (inner layers as noisy as their signal are common in
+  mean-field fits that work, docs/metrics.md).
 
 A latent-variable deep GP (``latent_dim``) trains on its importance-weighted bound with
 ``importance_samples`` draws per point, which ``trace`` and ``final_train_elbo_per_datapoint``

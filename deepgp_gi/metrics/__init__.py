@@ -9,7 +9,7 @@ training trace.
 * :mod:`~deepgp_gi.metrics.traces`: :func:`smooth_trace` and :func:`steps_to_fraction`, summaries
   of a logged training ELBO trace.
 * :mod:`~deepgp_gi.metrics.layers`: :func:`layer_variances`, each layer's between-row against
-  within-sample variance (a deep GP whose inner layers' sampling spread drowns their signal).
+  within-sample variance (a deep GP whose output layer stopped following its inputs).
 """
 from .elbo import estimate_elbo
 from .layers import LayerVariances, layer_variances

@@ -1,10 +1,11 @@
 """How much of each layer's output is signal and how much is sampling spread: a diagnostic of a
 trained deep GP's propagation.
 
-A deep GP passes samples from layer to layer. Where an inner layer's samples spread as much at
-one input as its mean varies between inputs, the next layer sees mostly noise; when that happens
-near the output, the last layer stops following its inputs and the likelihood's noise takes over
-the whole target variance (the fit collapses to a constant). :func:`layer_variances` measures both
+A deep GP passes samples from layer to layer. When its last layer stops following its inputs,
+the likelihood's noise takes over the whole target variance and the fit collapses to a constant:
+the last layer's between-row variance falls to near zero. An inner layer's samples may spread as
+much at one input as its mean varies between inputs without that (mean-field fits that work
+often show it), so the inner layers' numbers describe the propagation, not a failure. :func:`layer_variances` measures both
 quantities per layer from joint samples of every layer (``model.sample_layers``).
 """
 from __future__ import annotations
