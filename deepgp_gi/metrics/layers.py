@@ -5,8 +5,9 @@ A deep GP passes samples from layer to layer. When its last layer stops followin
 the likelihood's noise takes over the whole target variance and the fit collapses to a constant:
 the last layer's between-row variance falls to near zero. An inner layer's samples may spread as
 much at one input as its mean varies between inputs without that (mean-field fits that work
-often show it), so the inner layers' numbers describe the propagation, not a failure. :func:`layer_variances` measures both
-quantities per layer from joint samples of every layer (``model.sample_layers``).
+often show it), so the inner layers' numbers describe the propagation, not a failure.
+:func:`layer_variances` measures both quantities per layer from joint samples of every layer
+(``model.sample_layers``).
 """
 from __future__ import annotations
 
