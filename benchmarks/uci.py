@@ -167,13 +167,34 @@ def code_commit() -> str:
         return os.environ.get("DEEPGP_GI_COMMIT", "unknown")
 
 
-def selected_tasks(sweep: str, only: Optional[str]) -> List[Tuple[str, Dict, int]]:
+class SelectionError(ValueError):
+    """A command-line selection (``--only``, ``--dataset``, ...) that names nothing in the sweep file."""
+
+
+def selected_tasks(sweep: str, only: Optional[str], dataset: Optional[str] = None, posterior: Optional[str] = None,
+                   depth: Optional[int] = None, split: Optional[int] = None) -> List[Tuple[str, Dict, int]]:
     """The sweep file's tasks (:func:`load_sweep`), only those of the comma-separated groups ``only``
-    when given."""
+    when given, and of them only the ones whose data set, family, depth and split equal the filters
+    given. A group name the file does not have, or a filter no selected task matches, raises
+    :class:`SelectionError` naming the option (a typo must not read as "nothing left to run")."""
     tasks = load_sweep(sweep)
     if only:
         keep = set(only.split(","))
+        unknown = sorted(keep - {t[0] for t in tasks})
+        if unknown:
+            raise SelectionError(f"--only: no group {', '.join(map(repr, unknown))} in {sweep}")
         tasks = [t for t in tasks if t[0] in keep]
+    for option, value, of in (("--dataset", dataset, lambda t: t[1]["dataset"]),
+                              ("--posterior", posterior, lambda t: t[1]["posterior"]),
+                              ("--depth", depth, lambda t: t[1]["depth"]),
+                              ("--split", split, lambda t: t[2])):
+        if value is None:
+            continue
+        kept = [t for t in tasks if of(t) == value]
+        if not kept:
+            have = sorted({str(of(t)) for t in tasks})
+            raise SelectionError(f"{option} {value!r} matches no task of the selection (it has: {', '.join(have)})")
+        tasks = kept
     return tasks
 
 
@@ -208,7 +229,7 @@ def _append(path: str, record: Dict) -> None:
 
 
 def cmd_sweep(args) -> int:
-    tasks = selected_tasks(args.sweep, args.only)
+    tasks = selected_tasks(args.sweep, args.only, args.dataset, args.posterior, args.depth, args.split)
     done = done_set(args.out)
     pending = [t for t in tasks if (config_key(t[1]), t[2]) not in done]
     print(f"{len(tasks)} tasks in {args.sweep}; {len(tasks) - len(pending)} already in {args.out}; "
@@ -806,10 +827,7 @@ def cmd_layers(args) -> int:
     if not args.untrained and not args.checkpoint_dir:
         raise SystemExit("layers: give --checkpoint-dir (the sweep's) or --untrained")
     set_threads(args.threads)
-    tasks = selected_tasks(args.sweep, args.only)
-    for key in ("dataset", "posterior", "depth"):
-        if getattr(args, key) is not None:
-            tasks = [t for t in tasks if t[1][key] == getattr(args, key)]
+    tasks = selected_tasks(args.sweep, args.only, args.dataset, args.posterior, args.depth)
     found = 0
     for group, cfg, split in tasks:
         if cfg["model"] != "gp":
@@ -856,6 +874,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jobs", type=int, default=1, help="parallel worker processes (default 1)")
     s.add_argument("--checkpoint-dir", default=None, help="checkpoint each task's training here (resumable)")
     s.add_argument("--only", default=None, help="comma-separated group names to run")
+    s.add_argument("--dataset", default=None, help="of those, only this data set's tasks")
+    s.add_argument("--posterior", default=None, help="of those, only this family's tasks")
+    s.add_argument("--depth", type=int, default=None, help="of those, only this depth's tasks")
+    s.add_argument("--split", type=int, default=None, help="of those, only this split's tasks")
     s.add_argument("--dry-run", action="store_true", help="list the pending tasks and exit")
     s.set_defaults(func=cmd_sweep)
     r = sub.add_parser("report", help="markdown tables and PNG plots from the result lines")
@@ -882,7 +904,11 @@ def main(argv=None) -> int:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SelectionError as err:
+        print(f"{args.command}: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

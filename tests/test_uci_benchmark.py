@@ -426,3 +426,30 @@ def test_layers_reads_the_checkpoint_of_a_run_in_training(uci, tmp_path, capsys)
     assert uci.main(["layers", str(sweep), "--untrained"]) == 0
     np.testing.assert_allclose(printed(capsys.readouterr().out), np.c_[untrained.between_rows, untrained.within_samples],
                                rtol=1e-3)
+
+
+def test_sweep_filters_select_runs_within_a_group_and_a_typo_is_an_error(uci, tmp_path, capsys):
+    sweep = tmp_path / "two.toml"
+    sweep.write_text(TINY.replace('datasets = ["yacht"]', 'datasets = ["yacht", "energy"]')
+                     .replace('posteriors = ["mean_field"]', 'posteriors = ["mean_field", "global"]')
+                     .replace("splits = [0]", "splits = [0, 1]"))
+    out = tmp_path / "res.jsonl"
+
+    def dry(*extra):
+        capsys.readouterr()
+        code = uci.main(["sweep", str(sweep), "--out", str(out), "--dry-run", *extra])
+        io = capsys.readouterr()
+        return code, [x.strip() for x in io.out.splitlines() if x.startswith("  tiny:")], io.err
+
+    code, runs, _ = dry()
+    assert code == 0 and len(runs) == 8
+    code, runs, _ = dry("--only", "tiny", "--dataset", "energy", "--posterior", "global", "--split", "1")
+    assert code == 0 and runs == ["tiny: energy gp global depth 2 prior None lr 0.01 steps 20 split 1"]
+    code, runs, _ = dry("--depth", "2", "--split", "0")
+    assert code == 0 and len(runs) == 4 and all(r.endswith("split 0") for r in runs)
+    for extra, message in ((("--only", "tiny,tinny"), "--only: no group 'tinny'"),
+                           (("--dataset", "yaht"), "--dataset 'yaht' matches no task of the selection (it has: energy, yacht)"),
+                           (("--depth", "3"), "--depth 3 matches no task"),
+                           (("--split", "2"), "--split 2 matches no task")):
+        code, runs, err = dry(*extra)
+        assert code == 2 and not runs and message in err, (extra, err)
