@@ -154,7 +154,7 @@ def _label(s: Dict) -> str:
 
 
 def _train_time(rows: List[Dict]) -> float:
-    return float(np.median([r["train_time_s"] for r in rows]))
+    return float(np.median([r["train_time_s"] for r in uci.timing_runs(rows)]))
 
 
 def summaries(records: List[Dict], reference: Dict) -> List[Dict]:
@@ -459,6 +459,10 @@ def cmd_report(args) -> int:
     costs = load_step_costs(uci.read_json_lines(args.speed) if args.speed and os.path.exists(args.speed) else [])
     rows = add_step_costs(summaries(medium_records, reference), costs)
     small = [s for s in summaries(_records(args.small), reference) if s["dataset"] not in MEDIUM]
+    on_gpu = [r for r in medium_records if r.get("device", "CPU") != "CPU"]
+    gpu_note = (f"{len(on_gpu)} runs trained on {', '.join(sorted({r['device'][5:] for r in on_gpu}))}: "
+                + ", ".join(f"{r['dataset']} {_label(r)} split {r['split']}" for r in on_gpu)
+                if on_gpu else "none so far")
     lines = [
         "# Medium UCI sets: kin8nm, naval, power, protein",
         "",
@@ -471,7 +475,10 @@ def cmd_report(args) -> int:
         "judged against O&A's split-to-split spread, their SE times the square root of their split count). Times: one "
         "TensorFlow thread on a 2-core CPU shared with other work, so ms/step is an upper bound. Runs whose "
         "`commit` predates c534228 also carry about 8 ms per step of Python work in `fit`'s step call (the "
-        "model's `dtype` property, read every step then; docs/performance.md).",
+        "model's `dtype` property, read every step then; docs/performance.md). A run whose record names a GPU as "
+        "its `device` (the same sweep command on a GPU machine, several runs sharing the GPU) counts in the "
+        "row's test LL, RMSE and ELBO but not in its ms/step and train time, which stay those of its CPU splits "
+        f"({gpu_note}).",
         f"{len(medium_records)} finished runs.",
         "",
         "## Our rows beside the published numbers",

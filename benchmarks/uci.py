@@ -367,6 +367,14 @@ def _fmt(m, se, digits=2):
     return f"{m:.{digits}f} ± {se:.{digits}f}" if np.isfinite(se) else f"{m:.{digits}f} (1 split)"
 
 
+def timing_runs(runs: List[Dict]) -> List[Dict]:
+    """The runs whose recorded times a row reports: those trained on the CPU (a record without a
+    ``device`` predates the field and ran on the CPU), or all of them when none did. A step on a
+    GPU costs another amount, so a row's median over CPU and GPU splits would mean neither."""
+    cpu = [r for r in runs if r.get("device", "CPU") == "CPU"]
+    return cpu or runs
+
+
 def summarise(records: List[Dict], reference: Dict) -> List[Dict]:
     """One summary per table row: means, SEs, the paper's numbers and the 2-SE verdicts."""
     rows = []
@@ -379,7 +387,8 @@ def summarise(records: List[Dict], reference: Dict) -> List[Dict]:
         s["splits"] = [r["split"] for r in runs]
         s["learning_rates"] = sorted({r["learning_rate"] for r in runs})
         s["commits"] = sorted({r.get("commit", "?") for r in runs})
-        s["ms_per_step"] = float(np.median([r["ms_per_step"] for r in runs]))
+        s["ms_per_step"] = float(np.median([r["ms_per_step"] for r in timing_runs(runs)]))
+        s["devices"] = sorted({r.get("device", "CPU") for r in runs})
         s["elbo_se_max"] = float(max(r["elbo_se_per_datapoint"] for r in runs))
         for metric, _ in METRICS:
             m, se, n = mean_se(r[metric] for r in runs)

@@ -147,6 +147,18 @@ def layer_variances_on_training_rows(model, data, cfg: Dict, split: int):
     return rows, metrics.layer_variances(model, data.X_train[:rows], layer_samples, seed=cfg["seed"] + split)
 
 
+def training_device() -> str:
+    """Where this process trains: ``"GPU: <name>"`` when TensorFlow sees a GPU (it places the step
+    there), else ``"CPU"``. A record's ``ms_per_step`` only compares with records of the same device."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return "CPU"
+    name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", gpus[0].name)
+    return f"GPU: {name}"
+
+
 def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: Optional[str] = None,
               elbo_se_target: float = 0.01, trace_points: int = 200) -> Dict:
     """Fit configuration ``cfg`` (see :func:`normalise_config`) on UCI split ``split``; return the record."""
@@ -210,7 +222,7 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
         test_ll=float(test_ll), rmse=float(err), elbo_per_datapoint=elbo, elbo_se_per_datapoint=elbo_se,
         elbo_samples=elbo_samples, final_train_elbo_per_datapoint=float(history.elbo_per_datapoint[-1]),
         train_time_s=round(train_time, 2), ms_per_step=round(ms_per_step, 3), eval_time_s=round(eval_time, 2),
-        resumed_from=int(history.resumed_from),
+        resumed_from=int(history.resumed_from), device=training_device(),
         **({"collected": dict(SAMPLER_COLLECT), "collect_time_s": round(collect_time, 2)} if sampler else {}),
         trace={"step": trace_steps, "elbo_per_datapoint": [round(v, 5) for v in trace_elbo]},
     )

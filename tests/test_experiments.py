@@ -72,6 +72,11 @@ def test_run_split_collects_a_sampling_familys_sample_set():
     assert math.isfinite(r["test_ll"]) and math.isfinite(r["rmse"]) and math.isnan(r["elbo_per_datapoint"])
     assert r["train_time_s"] >= r["collect_time_s"]
     assert len(r["layer_variances"]["between_rows"]) == 2
+    # the record says where it trained: the CPU here unless TensorFlow sees a GPU
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    assert r["device"] == "CPU" if not gpus else r["device"].startswith("GPU: ")
 
 
 @pytest.mark.slow  # two run_split calls: `make test-all`

@@ -271,3 +271,23 @@ def test_a_budget_that_adds_no_row_is_left_out():
     rows = [_row("kin8nm", "global", 2, 1.36, -0.10, 3, 40), _row("kin8nm", "mean_field", 2, 1.30, -0.2, 20, 90)]
     budgets = [line.split(" | ")[2] for line in medium.decision_table(rows)[2:]]
     assert budgets == ["≤ 10 min", "any"]  # ≤ 5 min admits global alone as ≤ 10 min does; ≤ 30 min all, as any
+
+
+def test_a_split_trained_on_a_gpu_counts_in_the_metrics_but_not_in_the_times():
+    def record(split, test_ll, ms, seconds, **extra):
+        return dict(model="gp", dataset="kin8nm", posterior="stripes_arrow", depth=3, num_inducing=100, steps=20000,
+                    batch_size=1000, train_samples=1, test_samples=100, protocol="random", learning_rate=0.01,
+                    split=split, test_ll=test_ll, rmse=0.1, elbo_per_datapoint=-0.15, elbo_se_per_datapoint=0.01,
+                    ms_per_step=ms, train_time_s=seconds, **extra)
+
+    records = [record(0, 1.30, 400.0, 8000.0),  # a record from before the device field: the CPU
+               record(1, 1.36, 17.0, 340.0, device="GPU: NVIDIA H200"),
+               record(2, 1.38, 16.0, 330.0, device="GPU: NVIDIA H200"),
+               record(3, 1.32, 500.0, 9000.0, device="CPU")]
+    (row,) = medium.summaries(records, {})
+    assert row["test_ll"][0] == pytest.approx(1.34)  # all four splits
+    assert row["ms_per_step"] == pytest.approx(450.0) and row["train_time_s"] == pytest.approx(8500.0)
+    assert row["devices"] == ["CPU", "GPU: NVIDIA H200"]
+    # a row trained only on a GPU reports the GPU's times rather than none
+    (gpu_row,) = medium.summaries(records[1:3], {})
+    assert gpu_row["ms_per_step"] == pytest.approx(16.5) and gpu_row["train_time_s"] == pytest.approx(335.0)
