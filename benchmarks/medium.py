@@ -459,8 +459,9 @@ def cmd_report(args) -> int:
     costs = load_step_costs(uci.read_json_lines(args.speed) if args.speed and os.path.exists(args.speed) else [])
     rows = add_step_costs(summaries(medium_records, reference), costs)
     small = [s for s in summaries(_records(args.small), reference) if s["dataset"] not in MEDIUM]
-    on_gpu = [r for r in medium_records if r.get("device", "CPU") != "CPU"]
-    gpu_note = (f"{len(on_gpu)} runs trained on {', '.join(sorted({r['device'][5:] for r in on_gpu}))}: "
+    on_gpu = [r for r in medium_records if uci.record_device(r) != "CPU"]
+    gpu_note = (f"{len(on_gpu)} runs trained on "
+                f"{', '.join(sorted({uci.record_device(r).removeprefix('GPU: ') for r in on_gpu}))}: "
                 + ", ".join(f"{r['dataset']} {_label(r)} split {r['split']}" for r in on_gpu)
                 if on_gpu else "none so far")
     lines = [

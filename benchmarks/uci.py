@@ -367,11 +367,17 @@ def _fmt(m, se, digits=2):
     return f"{m:.{digits}f} ± {se:.{digits}f}" if np.isfinite(se) else f"{m:.{digits}f} (1 split)"
 
 
+def record_device(record: Dict) -> str:
+    """The device a run trained on (``experiments.training_device``); a record without the field
+    predates it and ran on the CPU."""
+    return record.get("device", "CPU")
+
+
 def timing_runs(runs: List[Dict]) -> List[Dict]:
-    """The runs whose recorded times a row reports: those trained on the CPU (a record without a
-    ``device`` predates the field and ran on the CPU), or all of them when none did. A step on a
-    GPU costs another amount, so a row's median over CPU and GPU splits would mean neither."""
-    cpu = [r for r in runs if r.get("device", "CPU") == "CPU"]
+    """The runs whose recorded times a row reports: those trained on the CPU, or all of them when
+    none did. A step on a GPU costs another amount, so a row's median over CPU and GPU splits
+    would mean neither."""
+    cpu = [r for r in runs if record_device(r) == "CPU"]
     return cpu or runs
 
 
@@ -388,7 +394,7 @@ def summarise(records: List[Dict], reference: Dict) -> List[Dict]:
         s["learning_rates"] = sorted({r["learning_rate"] for r in runs})
         s["commits"] = sorted({r.get("commit", "?") for r in runs})
         s["ms_per_step"] = float(np.median([r["ms_per_step"] for r in timing_runs(runs)]))
-        s["devices"] = sorted({r.get("device", "CPU") for r in runs})
+        s["devices"] = sorted({record_device(r) for r in runs})
         s["elbo_se_max"] = float(max(r["elbo_se_per_datapoint"] for r in runs))
         for metric, _ in METRICS:
             m, se, n = mean_se(r[metric] for r in runs)
