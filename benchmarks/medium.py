@@ -77,6 +77,8 @@ def _records(folder: str) -> List[Dict]:
 
 #: The medium sweep's minibatch (benchmarks/sweeps/medium.toml); a row trained at another is marked.
 SWEEP_BATCH = 1000
+#: The medium sweep's (the papers') step count; a medium row trained for another is its own family.
+SWEEP_STEPS = 20000
 
 
 def _other_batch(s: Dict) -> Optional[int]:
@@ -85,32 +87,41 @@ def _other_batch(s: Dict) -> Optional[int]:
     return batch if s.get("dataset") in MEDIUM and batch and batch != SWEEP_BATCH else None
 
 
+def _other_steps(s: Dict) -> Optional[int]:
+    """The row's step count where it is a medium-set row trained for another than the sweep's."""
+    steps = s.get("steps")
+    return steps if s.get("dataset") in MEDIUM and steps and steps != SWEEP_STEPS else None
+
+
 def _other_samples(s: Dict) -> Optional[int]:
     """The row's training samples per step where they are not one (the sweeps' default)."""
     n = s.get("train_samples", 1)
     return n if n != 1 else None
 
 
-def _family(s: Dict, with_decay: bool = True) -> str:
+def _family(s: Dict, with_schedule: bool = True) -> str:
     """The row's family as the decision table and the plot tell them apart: the posterior, a
     latent-variable model's latent width and K after it (``mean_field+w1K5``), a medium-set
     row's minibatch where it is not the sweep's (``global+b10000``), the training samples per step
-    where they are not one (``global+s10``), and (``with_decay``) a decaying learning rate's factor
-    (``global+decay0.9``: Adam's rate times 0.9 every ``every`` steps)."""
+    where they are not one (``global+s10``), and (``with_schedule``) the training schedule where it
+    is not the sweep's: a decaying learning rate's factor (``global+decay0.9``: Adam's rate times
+    0.9 every ``every`` steps) and a medium-set row's step count (``global+steps200000``)."""
     latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
     batch = f"+b{b}" if (b := _other_batch(s)) else ""
     samples = f"+s{n}" if (n := _other_samples(s)) else ""
-    decay = f"+decay{s['learning_rate_decay'][0]:g}" if with_decay and s.get("learning_rate_decay") else ""
-    return f"{s['posterior']}{latent}{batch}{samples}{decay}"
+    decay = f"+decay{s['learning_rate_decay'][0]:g}" if with_schedule and s.get("learning_rate_decay") else ""
+    steps = f"+steps{n}" if with_schedule and (n := _other_steps(s)) else ""
+    return f"{s['posterior']}{latent}{batch}{samples}{decay}{steps}"
 
 
 def _step_family(s: Dict) -> Optional[str]:
     """The family whose step the row trained with, as ``benchmarks/speed.py`` names it in its
-    medium-step section: a decaying learning rate changes no step (``global+decay0.8`` trains with
-    ``global``'s), another minibatch or number of training samples does (None: not timed there)."""
+    medium-step section: a decaying learning rate or another step count changes no step
+    (``global+decay0.8`` and ``global+steps200000`` train with ``global``'s), another minibatch or
+    number of training samples does (None: not timed there)."""
     if _other_batch(s) or _other_samples(s):
         return None
-    return _family(s, with_decay=False)
+    return _family(s, with_schedule=False)
 
 
 def load_step_costs(lines: List[Dict]) -> Dict:
@@ -512,7 +523,8 @@ def cmd_report(args) -> int:
            "(`benchmarks/results/uci/*.jsonl`, `benchmarks/results/medium/*.jsonl`); the full tables are in "
            "`benchmarks/results/medium/medium.md` and `benchmarks/results/uci/uci.md`.", ""] + table + [
            "", "Budgets are training time on a 2-core CPU with one TensorFlow thread; a family missing from a "
-           "row was not run there yet. " + cost_note(rows) + contention_note(rows), ""]
+           "row was not run there, or its run has not finished (`medium.md` lists the groups still to run). "
+           + cost_note(rows) + contention_note(rows), ""]
     doc += gpu_cost_table(uci.read_json_lines(args.gpu) if args.gpu and os.path.exists(args.gpu) else [])
     with open(args.decision_doc, "w") as fh:
         fh.write("\n".join(doc))

@@ -132,6 +132,10 @@ def sampling_and_latent_families():
 MEDIUM_STEP = "medium_step"
 #: The families the medium sweep also runs at depth 5 (the others: depths 2 and 3 only).
 MEDIUM_DEPTH_5 = ("mean_field", "global")
+#: The section that times a medium-sweep step at the sweep's minibatch against O&A's 10,000 rows.
+MEDIUM_MINIBATCH = "medium_minibatch"
+#: The minibatches it times: the sweep's, and the papers' (the `medium-*-batch10000` groups).
+MEDIUM_BATCHES = (1000, 10000)
 
 
 def medium_sweep_steps(X, Y, depth):
@@ -345,6 +349,12 @@ def sections(quick: bool):
     X, Y = kin8nm_inputs(1000)
     for depth in (2, 3, 5):
         out.append((MEDIUM_STEP, dict(batch=1000, depth=depth, M=100), medium_sweep_steps(X, Y, depth)))
+    for family in ("mean_field", "global"):  # the steps of the medium-*-batch10000 groups and their peers
+        inputs = {batch: kin8nm_inputs(batch) for batch in MEDIUM_BATCHES}
+        makers = {f"batch {batch}": (lambda XY=inputs[batch], f=family: fit_step(
+            dg.build_deep_gp(*XY, depth=2, posterior=f, num_inducing=100, seed=0), *XY)) for batch in MEDIUM_BATCHES}
+        out.append((MEDIUM_MINIBATCH, dict(family=family, depth=2, M=100), makers))
+    X, Y = kin8nm_inputs(1000)
     makers = {f"deepgp_gi bnn {p}": (lambda p=p: ours_bnn(X, Y, p, 100))
               for p in ("factorised", "global", "factorised_global")}
     out.append(("bnn", dict(batch=1000, hidden=[50, 50], M=100), makers))
@@ -372,7 +382,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps-per-round", type=int, default=10)
     parser.add_argument("--only", default=None,
-                        help=f"run only this section (dsvi, star, structured, sampling, {MEDIUM_STEP}, bnn, xla)")
+                        help=f"run only this section (dsvi, star, structured, sampling, {MEDIUM_STEP}, "
+                             f"{MEDIUM_MINIBATCH}, bnn, xla)")
     parser.add_argument("--threads", type=int, default=None,
                         help="TensorFlow intra- and inter-op threads (default: TF's; the medium sweep runs with 1)")
     parser.add_argument("--resume", action="store_true", help="skip configurations already in speed.jsonl")
@@ -548,6 +559,26 @@ def write_markdown(jsonl, command):
             t = l["ms_per_step"]
             md.append(f"| {l['config']['depth']} | " + " | ".join(
                 f"{t[n]:.1f}" if n in t else "—" for n in names) + " |")
+        md.append("")
+    minibatch = [l for l in lines if l["section"] == MEDIUM_MINIBATCH]
+    if minibatch:
+        threads = {l.get("threads") for l in minibatch}
+        small, large = (f"batch {b}" for b in MEDIUM_BATCHES)
+        md += [f"## The medium sweep's step at minibatch {MEDIUM_BATCHES[0]:,} and {MEDIUM_BATCHES[1]:,} (kin8nm "
+               f"inputs, depth 2, M = 100, "
+               f"{'one TensorFlow thread' if threads == {1} else 'threads ' + ', '.join(map(str, sorted(threads, key=str)))})",
+               "", _provenance(minibatch), "",
+               "The step `fit` trains each family with, at the sweep's minibatch and at the papers' (the "
+               "`medium-*-batch10000` groups of `benchmarks/sweeps/medium.toml`), the two alternated round by "
+               "round. The last column is the price of a pass over the data at the larger minibatch against the "
+               "smaller one: ten steps at 1,000 rows read as many rows as one at 10,000.", "",
+               f"| family | {small} | {large} | {large} / {small} | one pass at {MEDIUM_BATCHES[1]:,} / at "
+               f"{MEDIUM_BATCHES[0]:,} |", "|---|---|---|---|---|"]
+        ratio = MEDIUM_BATCHES[1] // MEDIUM_BATCHES[0]
+        for l in minibatch:
+            t = l["ms_per_step"]
+            md.append(f"| {l['config']['family']}-{l['config']['depth']} | {t[small]:.1f} | {t[large]:.1f} | "
+                      f"{t[large] / t[small]:.1f} | {t[large] / (ratio * t[small]):.2f} |")
         md.append("")
     bnn = [l for l in lines if l["section"] == "bnn"]
     if bnn:

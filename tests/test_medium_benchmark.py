@@ -137,6 +137,23 @@ def test_a_row_with_more_training_samples_is_its_own_family_with_its_own_step():
     assert "global+s10 (1 / 1)" in line
 
 
+def test_a_medium_row_with_another_step_count_is_its_own_family_with_its_familys_step():
+    long = dict(_row("protein", "global", 2, -2.80, -1.05, 100, 30), steps=200000)
+    plain = _row("protein", "global", 2, -2.86, -1.09, 10, 30)
+    small = dict(_row("boston", "global", 2, -2.3, -1.2, 5, 20), steps=5000)  # the small sweep's own count
+    assert medium._family(long) == "global+steps200000" and medium._label(long) == "global-2+steps200000"
+    assert medium._family(plain) == "global" and medium._family(small) == "global"
+    assert medium._step_family(long) == "global"  # more steps of the same step
+    rows = medium.add_step_costs([plain, long], {("global", 2): 25.0})
+    assert long["cost_timed"] and long["cost_time_s"] == pytest.approx(25.0 * 200000 / 1000)
+    assert plain["cost_time_s"] == pytest.approx(25.0 * 20000 / 1000)
+    text = "\n".join(medium.render_dataset("protein", [plain, long], []))
+    assert "| global | 2 | 3 | 200,000 | 1000 |" in text and "| global | 2 | 3 | 20,000 | 1000 |" in text
+    lines = medium.decision_table(rows)
+    assert "global+steps200000 (1 / 1)" in [line for line in lines if "| any |" in line][0]
+    assert "| global (1 / 1) |" in [line for line in lines if "≤ 30 min" in line][0]  # its 83 min are over budget
+
+
 def test_a_row_with_a_decaying_learning_rate_is_its_own_family_and_marked():
     decayed = dict(_row("naval", "global", 2, 7.9, 3.5, 20, 40), learning_rate=0.01, learning_rate_decay=[0.9, 1000])
     plain = dict(_row("naval", "global", 2, 6.7, 2.9, 20, 40), learning_rate=0.01)
@@ -188,7 +205,7 @@ def test_the_groups_still_to_run_name_the_runs_they_lack(tmp_path):
 
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(
-        '[defaults]\nmodel = "gp"\nsteps = 10\n\n'
+        '[defaults]\nmodel = "gp"\nsteps = 20000\n\n'
         '[[group]]\nname = "first"\ndatasets = ["kin8nm", "power"]\nposteriors = ["mean_field"]\ndepths = [2]\nsplits = [0]\n\n'
         '[[group]]\nname = "second"\ndatasets = ["kin8nm"]\nposteriors = ["mean_field", "global"]\ndepths = [2]\nsplits = [0, 1]\n\n'
         '[[group]]\nname = "later"\ndatasets = ["naval"]\nposteriors = ["sghmc"]\ndepths = [2]\nsplits = [0]\npending = "not yet"\n')

@@ -105,3 +105,28 @@ def test_the_medium_step_section_times_every_step_the_medium_sweep_trains(speed,
     timed = {(family, depth) for depth in (2, 3, 5) for family in speed.medium_sweep_steps(X, Y, depth)}
     assert wanted and wanted == timed
     assert speed.MEDIUM_STEP == medium.STEP_COST_SECTION
+
+
+def test_the_minibatch_section_times_every_medium_row_at_another_minibatch_beside_the_sweeps(
+        speed, load_script, monkeypatch, tmp_path):
+    """The medium sweep's rows at another minibatch (the `medium-*-batch10000` groups) have their
+    family and depth timed at that minibatch and at the sweep's, and speed.md gives the price of a
+    pass over the data at each: a step at 10,000 rows against ten at 1,000."""
+    import json
+
+    medium = load_script("benchmarks/medium.py")
+    sweep = [cfg for _, cfg, _ in medium.uci.load_sweep(medium.SWEEP) if medium._other_batch(cfg)]
+    timed = [(config, makers) for section, config, makers in speed.sections(quick=True)
+             if section == speed.MEDIUM_MINIBATCH]
+    assert sweep and {(cfg["posterior"], cfg["depth"]) for cfg in sweep} == {(c["family"], c["depth"]) for c, _ in timed}
+    assert {cfg["batch_size"] for cfg in sweep} | {medium.SWEEP_BATCH} == set(speed.MEDIUM_BATCHES)
+    assert all(set(makers) == {f"batch {b}" for b in speed.MEDIUM_BATCHES} for _, makers in timed)
+
+    monkeypatch.setattr(speed, "RESULTS", str(tmp_path))
+    line = dict(section=speed.MEDIUM_MINIBATCH, config=dict(family="global", depth=2, M=100),
+                ms_per_step={"batch 1000": 25.0, "batch 10000": 200.0}, rounds=7, steps_per_round=10, commit="c",
+                command="python benchmarks/speed.py --only medium_minibatch --threads 1", machine="m", threads=1)
+    (tmp_path / "speed.jsonl").write_text(json.dumps(line) + "\n")
+    speed.write_markdown(str(tmp_path / "speed.jsonl"), line["command"])
+    md = (tmp_path / "speed.md").read_text()
+    assert "| global-2 | 25.0 | 200.0 | 8.0 | 0.80 |" in md and "one TensorFlow thread" in md
