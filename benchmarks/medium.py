@@ -135,6 +135,78 @@ def load_step_costs(lines: List[Dict]) -> Dict:
     return costs
 
 
+#: benchmarks/speed.py's section of the medium steps timed at the sweep's and the papers' minibatch.
+MINIBATCH_COST_SECTION = "medium_minibatch"
+#: How near its pair's final ELBO a run's training trace must come to count as there (nats per point).
+PASSES_TOLERANCE = 0.01
+#: The share of a trace's logged points its running mean covers (the trace is a minibatch estimate).
+TRACE_WINDOW = 0.05
+
+
+def load_minibatch_costs(lines: List[Dict]) -> Dict:
+    """``{(family, depth, minibatch): ms per step}`` from benchmarks/speed.py's minibatch section."""
+    costs = {}
+    for line in lines:
+        if line.get("section") == MINIBATCH_COST_SECTION:
+            c = line["config"]
+            for name, ms in line["ms_per_step"].items():
+                costs[(c["family"], c["depth"], int(name.split()[-1]))] = float(ms)
+    return costs
+
+
+def first_step_at(trace: Dict, target: float, window: float = TRACE_WINDOW) -> Optional[int]:
+    """The first logged step at which the running mean of the training ELBO trace (over the last
+    ``window`` share of its points) is at or above ``target``; None if it never is."""
+    steps, elbo = trace["step"], np.asarray(trace["elbo_per_datapoint"], dtype=float)
+    width = max(1, int(round(window * len(steps))))
+    for i in range(width - 1, len(steps)):
+        if elbo[i - width + 1:i + 1].mean() >= target:
+            return int(steps[i])
+    return None
+
+
+def same_passes(records: List[Dict], costs: Dict) -> List[str]:
+    """Runs of one data set, family, depth and split that pass over the data as often by two
+    routes, a larger minibatch or more steps (minibatch times steps equal, minibatches unequal):
+    each run's test LL and ELBO, its training time at its timed step (``costs``, from
+    :func:`load_minibatch_costs`; its recorded ms per step where that step was not timed), and how
+    many passes and how long its training trace took to come within ``PASSES_TOLERANCE`` of the
+    lower of the pair's final ELBOs."""
+    plain = [r for r in records if r.get("model") == "gp" and r.get("protocol", "random") == "random"
+             and not r.get("latent_dim") and not r.get("learning_rate_decay") and r.get("train_samples", 1) == 1
+             and r.get("trace") and r["dataset"] in MEDIUM]
+    by_rows = defaultdict(list)
+    for r in plain:
+        by_rows[(r["dataset"], r["posterior"], r["depth"], r["split"], r["batch_size_used"] * r["steps"])].append(r)
+    out = []
+    for (dataset, posterior, depth, split, rows_read), runs in sorted(by_rows.items()):
+        if len({r["batch_size_used"] for r in runs}) < 2:
+            continue
+        target = min(r["elbo_per_datapoint"] for r in runs) - PASSES_TOLERANCE
+        for r in sorted(runs, key=lambda r: r["batch_size_used"]):
+            ms = costs.get((posterior, depth, r["batch_size_used"]))
+            timed = ms is not None
+            ms = ms if timed else r["ms_per_step"]
+            step = first_step_at(r["trace"], target)
+            there = (f"{step * r['batch_size_used'] / r['n_train']:,.0f} | {ms * step / 60000:.0f} min"
+                     if step is not None else "— | —")
+            out.append(f"| {dataset} | {posterior}-{depth} | {split} | {r['batch_size_used']:,} | {r['steps']:,} | "
+                       f"{rows_read / r['n_train']:,.0f} | {r['test_ll']:.2f} | {r['elbo_per_datapoint']:.3f} | "
+                       f"{ms:.1f}{'' if timed else ' (recorded)'} | {ms * r['steps'] / 60000:.0f} min | {there} |")
+    if not out:
+        return []
+    return (["## The same passes over the data: a larger minibatch or more steps", "",
+             "Runs that read as many rows (minibatch times steps) at two minibatches. ms/step: the step timed alone "
+             "at that minibatch (`benchmarks/speed.py --only medium_minibatch --threads 1`; \"recorded\" where it "
+             "was not timed); training time: that times the steps. The last two columns: the passes over the "
+             "training set, and the time at the timed step, after which the running mean of the run's training "
+             f"ELBO trace (over {TRACE_WINDOW:.0%} of its logged points) first came within {PASSES_TOLERANCE} nats "
+             "per point of the lower of the two final ELBOs.", "",
+             "| data set | family | split | minibatch | steps | passes | test LL | ELBO/N | ms/step | training time "
+             f"| passes to ELBO − {PASSES_TOLERANCE} | time to it |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            + out + [""])
+
+
 def add_step_costs(rows: List[Dict], costs: Dict) -> List[Dict]:
     """Give each medium row the step cost the decision table and the plot use: the timed step of its
     family and depth (``costs``, from :func:`load_step_costs`) and the training time it implies
@@ -505,6 +577,8 @@ def cmd_report(args) -> int:
     latent = uci.render_latent_comparison(medium_records, COMMAND)
     if latent:
         lines += latent.strip("\n").splitlines() + [""]
+    speed_lines = uci.read_json_lines(args.speed) if args.speed and os.path.exists(args.speed) else []
+    lines += same_passes(medium_records, load_minibatch_costs(speed_lines))
     lines += ["## Groups still to run", ""] + groups_to_run(SWEEP, medium_records, costs)
     lines += ["", "## Which posterior to pick", ""]
     table = decision_table(rows + small)

@@ -308,3 +308,41 @@ def test_a_split_trained_on_a_gpu_counts_in_the_metrics_but_not_in_the_times():
     # a row trained only on a GPU reports the GPU's times rather than none
     (gpu_row,) = medium.summaries(records[1:3], {})
     assert gpu_row["ms_per_step"] == pytest.approx(16.5) and gpu_row["train_time_s"] == pytest.approx(335.0)
+
+
+def test_first_step_at_follows_the_running_mean_of_the_trace():
+    trace = {"step": list(range(100, 2100, 100)), "elbo_per_datapoint": [-2.0] * 10 + [-1.0] * 10}
+    # a running mean over 5 % of 20 points is one point: the first point at -1.0
+    assert medium.first_step_at(trace, -1.0) == 1100
+    # over 20 % (four points) the mean first reaches -1.25 with three of four points at -1.0
+    assert medium.first_step_at(trace, -1.25, window=0.2) == 1300
+    assert medium.first_step_at(trace, -0.5) is None
+
+
+def test_the_same_passes_table_pairs_a_larger_minibatch_with_more_steps():
+    def run(batch, steps, final, trace, ms):
+        return dict(model="gp", protocol="random", dataset="protein", posterior="global", depth=2, split=0,
+                    batch_size=batch, batch_size_used=batch, steps=steps, n_train=40000, test_ll=-2.84,
+                    elbo_per_datapoint=final, ms_per_step=ms, train_samples=1,
+                    trace={"step": [steps // 4 * k for k in (1, 2, 3, 4)], "elbo_per_datapoint": trace})
+
+    many = run(1000, 200000, -1.076, [-1.2, -1.08, -1.08, -1.076], 12.0)
+    big = run(10000, 20000, -1.075, [-1.3, -1.2, -1.085, -1.075], 300.0)
+    other = dict(run(1000, 20000, -1.09, [-1.2, -1.1, -1.1, -1.09], 12.0))  # fewer passes: no pair
+    costs = medium.load_minibatch_costs([dict(section=medium.MINIBATCH_COST_SECTION,
+                                              config=dict(family="global", depth=2, M=100),
+                                              ms_per_step={"batch 1000": 10.0, "batch 10000": 45.0})])
+    assert costs == {("global", 2, 1000): 10.0, ("global", 2, 10000): 45.0}
+    lines = medium.same_passes([many, big, other], costs)
+    rows = [line for line in lines if line.startswith("| protein")]
+    # 5,000 passes each; within 0.01 of -1.076 (-1.086) at step 100,000 (2,500 passes, 100,000 x 10 ms
+    # = 17 min) and at step 15,000 (3,750 passes, 15,000 x 45 ms = 11 min)
+    assert rows == ["| protein | global-2 | 0 | 1,000 | 200,000 | 5,000 | -2.84 | -1.076 | 10.0 | 33 min | 2,500 | 17 min |",
+                    "| protein | global-2 | 0 | 10,000 | 20,000 | 5,000 | -2.84 | -1.075 | 45.0 | 15 min | 3,750 | 11 min |"]
+    untimed = medium.same_passes([many, big], {})
+    assert "| 300.0 (recorded) | 100 min |" in untimed[-2]  # the last row; a blank line ends the table
+    assert medium.same_passes([many, other], costs) == []
+
+
+def test_the_minibatch_costs_come_from_the_section_speed_writes(load_script):
+    assert load_script("benchmarks/speed.py").MEDIUM_MINIBATCH == medium.MINIBATCH_COST_SECTION
