@@ -220,8 +220,8 @@ else:
 #
 # The medium sweep (`python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml --out
 # benchmarks/results/medium/medium.jsonl --threads 1`) trains on the bundled random 90/10 splits with
-# M = 100 inducing points, Adam 0.01, minibatch 1,000 and the papers' 20,000 steps, one TensorFlow thread
-# per run. Its families are mean-field, global inducing, stripes-and-arrow, SGHMC and BSGP, and
+# M = 100 inducing points, Adam 0.01, minibatch 1,000 and the papers' 20,000 steps (a few probes change one
+# of these: minibatch 10,000, 200,000 steps, ten training samples), one TensorFlow thread per run. Its families are mean-field, global inducing, stripes-and-arrow, SGHMC and BSGP, and
 # latent-variable variants of mean-field and global (a `latent_dim` in the line, labelled `+w1K5`:
 # latent width 1, K = 5 importance samples). The learning rate is constant but in the `medium-lr-decay*`
 # groups, where Adam's 0.01 is multiplied by 0.9 or 0.8 every 1,000 steps (labelled `+decay0.9`,
@@ -233,7 +233,9 @@ else:
 # rewritten) and shows its tables: per data set our rows beside O&A Table 10 (test LL, RMSE, ELBO per
 # datapoint, and whether our test LL is within two standard errors of theirs), every published deep-GP
 # test LL in `benchmarks/results/medium/published.csv` with the gap from our best row to the best of
-# them, and the sweep's groups still to run, with the runs each lacks.
+# them, the latent-variable models against their plain family, the runs that make the same passes over
+# protein by a larger minibatch or by more steps (the same fit; on a CPU the smaller minibatch gets near
+# it a little sooner, the larger one finishes its passes sooner), and the sweep's groups still to run.
 
 # %%
 import contextlib
