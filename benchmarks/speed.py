@@ -454,6 +454,11 @@ def _provenance(lines):
     return text
 
 
+def _threads_label(threads) -> str:
+    """A section heading's TensorFlow threads, from the set of its lines' ``threads`` fields."""
+    return "one TensorFlow thread" if threads == {1} else "threads " + ", ".join(map(str, sorted(threads, key=str)))
+
+
 def write_markdown(jsonl, command):
     with open(jsonl) as fh:
         lines = [json.loads(l) for l in fh if l.strip()]
@@ -548,7 +553,7 @@ def write_markdown(jsonl, command):
         names = list(dict.fromkeys(n for l in medium for n in l["ms_per_step"]))
         threads = {l.get("threads") for l in medium}
         md += [f"## The medium sweep's steps (kin8nm inputs, batch 1000, M = 100, "
-               f"{'one TensorFlow thread' if threads == {1} else 'threads ' + ', '.join(map(str, sorted(threads, key=str)))})",
+               f"{_threads_label(threads)})",
                "", _provenance(medium), "",
                "Each family of `benchmarks/sweeps/medium.toml` timed with the step `fit` trains it with, at the "
                "sweep's settings; `X+w1K5` is the latent-variable model (one latent dimension) on the bound with "
@@ -566,7 +571,7 @@ def write_markdown(jsonl, command):
         small, large = (f"batch {b}" for b in MEDIUM_BATCHES)
         md += [f"## The medium sweep's step at minibatch {MEDIUM_BATCHES[0]:,} and {MEDIUM_BATCHES[1]:,} (kin8nm "
                f"inputs, depth 2, M = 100, "
-               f"{'one TensorFlow thread' if threads == {1} else 'threads ' + ', '.join(map(str, sorted(threads, key=str)))})",
+               f"{_threads_label(threads)})",
                "", _provenance(minibatch), "",
                "The step `fit` trains each family with, at the sweep's minibatch and at the papers' (the "
                "`medium-*-batch10000` groups of `benchmarks/sweeps/medium.toml`), the two alternated round by "
