@@ -381,9 +381,10 @@ for depth in sorted({s["depth"] for s in medium_rows}):
 # family fits it. A row whose last column names a single family says that only it fits, not that it won
 # a comparison; an ELBO pick of `—` means only sampling families fit (SGHMC and BSGP have no ELBO). A
 # medium row counts with the splits it has: three for most, five for each data set's best, one for the
-# protocol probes (a decaying learning rate, minibatch 10,000), so a probe that wins a data set (naval's
-# global-3 with the 0.8 decay, at depth 3) rests on one split. The small-set rows come from the small
-# sweep (5,000 full-batch steps). The report regenerates the table whenever result lines are added.
+# protocol probes (a decaying learning rate, minibatch 10,000, 200,000 steps; naval's decayed global-2 and
+# global-3 have five), so a probe that wins a data set on one split is a lead, not a verdict. The small-set
+# rows come from the small sweep (5,000 full-batch steps). The report regenerates the table whenever
+# result lines are added.
 
 # %% [markdown]
 # ## Extrapolation with Lindinger et al.'s training protocol
