@@ -79,6 +79,8 @@ def _records(folder: str) -> List[Dict]:
 SWEEP_BATCH = 1000
 #: The medium sweep's (the papers') step count; a medium row trained for another is its own family.
 SWEEP_STEPS = 20000
+#: The medium sweep's inducing points per layer; a medium row with another number is its own family.
+SWEEP_NUM_INDUCING = 100
 
 
 def _other_batch(s: Dict) -> Optional[int]:
@@ -93,6 +95,12 @@ def _other_steps(s: Dict) -> Optional[int]:
     return steps if s.get("dataset") in MEDIUM and steps and steps != SWEEP_STEPS else None
 
 
+def _other_num_inducing(s: Dict) -> Optional[int]:
+    """The row's inducing points per layer where it is a medium-set row with another than the sweep's."""
+    m = s.get("num_inducing")
+    return m if s.get("dataset") in MEDIUM and m and m != SWEEP_NUM_INDUCING else None
+
+
 def _other_samples(s: Dict) -> Optional[int]:
     """The row's training samples per step where they are not one (the sweeps' default)."""
     n = s.get("train_samples", 1)
@@ -102,24 +110,26 @@ def _other_samples(s: Dict) -> Optional[int]:
 def _family(s: Dict, with_schedule: bool = True) -> str:
     """The row's family as the decision table and the plot tell them apart: the posterior, a
     latent-variable model's latent width and K after it (``mean_field+w1K5``), a medium-set
-    row's minibatch where it is not the sweep's (``global+b10000``), the training samples per step
-    where they are not one (``global+s10``), and (``with_schedule``) the training schedule where it
+    row's minibatch and inducing points where they are not the sweep's (``global+b10000``,
+    ``sghmc+M128``), the training samples per step where they are not one (``global+s10``), and
+    (``with_schedule``) the training schedule where it
     is not the sweep's: a decaying learning rate's factor (``global+decay0.9``: Adam's rate times
     0.9 every ``every`` steps) and a medium-set row's step count (``global+steps200000``)."""
     latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
     batch = f"+b{b}" if (b := _other_batch(s)) else ""
+    inducing = f"+M{m}" if (m := _other_num_inducing(s)) else ""
     samples = f"+s{n}" if (n := _other_samples(s)) else ""
     decay = f"+decay{s['learning_rate_decay'][0]:g}" if with_schedule and s.get("learning_rate_decay") else ""
     steps = f"+steps{n}" if with_schedule and (n := _other_steps(s)) else ""
-    return f"{s['posterior']}{latent}{batch}{samples}{decay}{steps}"
+    return f"{s['posterior']}{latent}{batch}{inducing}{samples}{decay}{steps}"
 
 
 def _step_family(s: Dict) -> Optional[str]:
     """The family whose step the row trained with, as ``benchmarks/speed.py`` names it in its
     medium-step section: a decaying learning rate or another step count changes no step
-    (``global+decay0.8`` and ``global+steps200000`` train with ``global``'s), another minibatch or
-    number of training samples does (None: not timed there)."""
-    if _other_batch(s) or _other_samples(s):
+    (``global+decay0.8`` and ``global+steps200000`` train with ``global``'s), another minibatch,
+    number of inducing points or number of training samples does (None: not timed there)."""
+    if _other_batch(s) or _other_num_inducing(s) or _other_samples(s):
         return None
     return _family(s, with_schedule=False)
 
@@ -265,7 +275,8 @@ def _paper(p) -> str:
 def _method(s: Dict) -> str:
     """The row's family with its protocol where it differs from the sweep's usual one, e.g.
     ``mean_field (latent 1, K=5)``."""
-    marks = uci._protocol_marks(s) + ([f"batch {_other_batch(s):,}"] if _other_batch(s) else [])
+    marks = (uci._protocol_marks(s) + ([f"batch {_other_batch(s):,}"] if _other_batch(s) else [])
+             + ([f"M = {_other_num_inducing(s)}"] if _other_num_inducing(s) else []))
     return f"{s['posterior']} ({', '.join(marks)})" if marks else s["posterior"]
 
 

@@ -154,6 +154,21 @@ def test_a_medium_row_with_another_step_count_is_its_own_family_with_its_familys
     assert "| global (1 / 1) |" in [line for line in lines if "≤ 30 min" in line][0]  # its 83 min are over budget
 
 
+def test_a_medium_row_with_other_inducing_points_is_its_own_family_with_an_untimed_step():
+    m128 = dict(_row("power", "sghmc", 3, -2.66, float("nan"), 20, 45), num_inducing=128)
+    plain = dict(_row("power", "sghmc", 3, -2.71, float("nan"), 15, 32), num_inducing=100)
+    small = dict(_row("boston", "sghmc", 2, -2.4, float("nan"), 5, 20), num_inducing=50)  # not a medium row
+    assert medium._family(m128) == "sghmc+M128" and medium._label(m128) == "sghmc-3+M128"
+    assert medium._family(plain) == "sghmc" and medium._family(small) == "sghmc"
+    assert medium._step_family(m128) is None and medium._step_family(plain) == "sghmc"
+    rows = medium.add_step_costs([plain, m128], {("sghmc", 3): 32.0})
+    assert plain["cost_timed"] and not m128["cost_timed"]  # M = 100's timed step is not M = 128's
+    text = "\n".join(medium.render_dataset("power", [plain, m128], []))
+    assert "| sghmc (M = 128) | 3 | 3 |" in text and "| sghmc | 3 | 3 |" in text
+    line = [line for line in medium.decision_table(rows) if "| any |" in line][0]
+    assert "sghmc+M128 (1 / 1)" in line
+
+
 def test_a_row_with_a_decaying_learning_rate_is_its_own_family_and_marked():
     decayed = dict(_row("naval", "global", 2, 7.9, 3.5, 20, 40), learning_rate=0.01, learning_rate_decay=[0.9, 1000])
     plain = dict(_row("naval", "global", 2, 6.7, 2.9, 20, 40), learning_rate=0.01)
