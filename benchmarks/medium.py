@@ -388,7 +388,9 @@ def _size_class(s: Dict) -> str:
 def decision_table(rows: List[Dict]) -> List[str]:
     """For each data size, depth and training-time budget: the family with the best test LL (and
     with the best ELBO) on most data sets, among the rows that finished within the budget; a
-    budget whose rows are those of the next larger one is left out."""
+    budget whose rows are those of the next larger one is left out. A medium row whose step was not
+    timed (``cost_timed`` False: its time is the one recorded on whatever machine and load it ran)
+    counts only without a budget."""
     groups = defaultdict(list)
     for s in rows:
         groups[(_size_class(s), s["depth"])].append(s)
@@ -396,7 +398,8 @@ def decision_table(rows: List[Dict]) -> List[str]:
              "their ms/step | families compared |", "|---|---|---|---|---|---|---|"]
     for (size, depth) in sorted(groups, key=lambda k: (k[0], k[1])):
         cands = groups[(size, depth)]
-        fits = [[s for s in cands if _cost_time(s) <= budget] for budget in BUDGETS_S]
+        budgeted = [s for s in cands if s["dataset"] not in MEDIUM or s.get("cost_timed", True)]
+        fits = [cands if math.isinf(budget) else [s for s in budgeted if _cost_time(s) <= budget] for budget in BUDGETS_S]
         for i, (budget, fit) in enumerate(zip(BUDGETS_S, fits)):
             datasets = sorted({s["dataset"] for s in fit})
             # a budget holding the same rows as the next larger one says nothing the larger one does not
@@ -484,7 +487,9 @@ def cost_note(rows: List[Dict]) -> str:
             f"--only {STEP_COST_SECTION} --threads 1`, kin8nm's inputs, `benchmarks/results/speed.md`) times the "
             "steps the row ran (a sampling family: plus its collection steps), not the row's recorded wall time, "
             "which depends on what ran beside it" + (f"; rows whose step was not timed ({', '.join(untimed)}) keep "
-                                                      "their recorded time" if untimed else "") +
+                                                      "their recorded time and count only without a budget (that "
+                                                      "time is of whatever machine and load they ran on)"
+                                                      if untimed else "") +
             ". Small sets: the recorded median wall time.")
 
 
