@@ -83,22 +83,25 @@ SWEEP_STEPS = 20000
 SWEEP_NUM_INDUCING = 100
 
 
+def _medium_other(s: Dict, key: str, sweep_value: int) -> Optional[int]:
+    """The row's ``key`` where it is a medium-set row with another value than the sweep's."""
+    value = s.get(key)
+    return value if s.get("dataset") in MEDIUM and value and value != sweep_value else None
+
+
 def _other_batch(s: Dict) -> Optional[int]:
     """The row's minibatch where it is a medium-set row trained at another than the sweep's."""
-    batch = s.get("batch_size")
-    return batch if s.get("dataset") in MEDIUM and batch and batch != SWEEP_BATCH else None
+    return _medium_other(s, "batch_size", SWEEP_BATCH)
 
 
 def _other_steps(s: Dict) -> Optional[int]:
     """The row's step count where it is a medium-set row trained for another than the sweep's."""
-    steps = s.get("steps")
-    return steps if s.get("dataset") in MEDIUM and steps and steps != SWEEP_STEPS else None
+    return _medium_other(s, "steps", SWEEP_STEPS)
 
 
 def _other_num_inducing(s: Dict) -> Optional[int]:
     """The row's inducing points per layer where it is a medium-set row with another than the sweep's."""
-    m = s.get("num_inducing")
-    return m if s.get("dataset") in MEDIUM and m and m != SWEEP_NUM_INDUCING else None
+    return _medium_other(s, "num_inducing", SWEEP_NUM_INDUCING)
 
 
 def _other_samples(s: Dict) -> Optional[int]:
@@ -275,8 +278,8 @@ def _paper(p) -> str:
 def _method(s: Dict) -> str:
     """The row's family with its protocol where it differs from the sweep's usual one, e.g.
     ``mean_field (latent 1, K=5)``."""
-    marks = (uci._protocol_marks(s) + ([f"batch {_other_batch(s):,}"] if _other_batch(s) else [])
-             + ([f"M = {_other_num_inducing(s)}"] if _other_num_inducing(s) else []))
+    marks = (uci._protocol_marks(s) + ([f"batch {b:,}"] if (b := _other_batch(s)) else [])
+             + ([f"M = {m}"] if (m := _other_num_inducing(s)) else []))
     return f"{s['posterior']} ({', '.join(marks)})" if marks else s["posterior"]
 
 
@@ -555,7 +558,8 @@ def cmd_report(args) -> int:
     reference = uci.load_reference()
     published = load_published(os.path.join(args.results, "published.csv"))
     medium_records = _records(args.results)
-    costs = load_step_costs(uci.read_json_lines(args.speed) if args.speed and os.path.exists(args.speed) else [])
+    speed_lines = uci.read_json_lines(args.speed) if args.speed and os.path.exists(args.speed) else []
+    costs = load_step_costs(speed_lines)
     rows = add_step_costs(summaries(medium_records, reference), costs)
     small = [s for s in summaries(_records(args.small), reference) if s["dataset"] not in MEDIUM]
     on_gpu = [r for r in medium_records if uci.record_device(r) != "CPU"]
@@ -593,7 +597,6 @@ def cmd_report(args) -> int:
     latent = uci.render_latent_comparison(medium_records, COMMAND)
     if latent:
         lines += latent.strip("\n").splitlines() + [""]
-    speed_lines = uci.read_json_lines(args.speed) if args.speed and os.path.exists(args.speed) else []
     lines += same_passes(medium_records, load_minibatch_costs(speed_lines))
     lines += ["## Groups still to run", ""] + groups_to_run(SWEEP, medium_records, costs)
     lines += ["", "## Which posterior to pick", ""]

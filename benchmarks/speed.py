@@ -349,12 +349,11 @@ def sections(quick: bool):
     X, Y = kin8nm_inputs(1000)
     for depth in (2, 3, 5):
         out.append((MEDIUM_STEP, dict(batch=1000, depth=depth, M=100), medium_sweep_steps(X, Y, depth)))
+    inputs = {batch: kin8nm_inputs(batch) for batch in MEDIUM_BATCHES}
     for family in ("mean_field", "global"):  # the steps of the medium-*-batch10000 groups and their peers
-        inputs = {batch: kin8nm_inputs(batch) for batch in MEDIUM_BATCHES}
         makers = {f"batch {batch}": (lambda XY=inputs[batch], f=family: fit_step(
             dg.build_deep_gp(*XY, depth=2, posterior=f, num_inducing=100, seed=0), *XY)) for batch in MEDIUM_BATCHES}
         out.append((MEDIUM_MINIBATCH, dict(family=family, depth=2, M=100), makers))
-    X, Y = kin8nm_inputs(1000)
     makers = {f"deepgp_gi bnn {p}": (lambda p=p: ours_bnn(X, Y, p, 100))
               for p in ("factorised", "global", "factorised_global")}
     out.append(("bnn", dict(batch=1000, hidden=[50, 50], M=100), makers))
