@@ -15,10 +15,12 @@ What lives where. The *kit* modules hold the maths the families share:
   reparameterisation, and the weight-space inducing layer;
 * :mod:`.prior_scales` -- the weight prior's precision, ``q(s)`` of random-scale priors and ``q(L)``
   of the spatial inverse-Wishart prior;
+* :mod:`.structured_linalg` -- the fully-coupled and STAR families' linear algebra;
 * :mod:`.counting` -- counting variational parameters.
 
 The *family* modules each define posteriors from the kit and import no other family module:
-:mod:`.mean_field`, :mod:`.structured` (fully-coupled, STAR), :mod:`.inducing` (global and local
+:mod:`.mean_field`, :mod:`.structured` (fully-coupled, and the base it shares with STAR),
+:mod:`.stripes_arrow` (STAR), :mod:`.inducing` (global and local
 inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi),
 :mod:`.convolutional` (convolutional BNNs), :mod:`.inducing_weights` (FFG-U, Ensemble-U,
 Ensemble-W; Ritter et al. 2021) and :mod:`.sghmc` (SGHMC samples of a deep GP's inducing outputs,
@@ -36,7 +38,8 @@ from .mean_field import MeanFieldPosterior
 from .prior_scales import ScalePosterior, SpatialIWPosterior
 from .pseudo_data import PseudoData
 from .sghmc import SGHMCPosterior
-from .structured import FullyCoupledPosterior, StripesArrowPosterior
+from .stripes_arrow import StripesArrowPosterior
+from .structured import FullyCoupledPosterior
 
 __all__ = [
     "DeepPosterior",

@@ -12,16 +12,16 @@ from deepgp_gi.models import DeepGP
 from deepgp_gi.noise import FixedNoise
 from deepgp_gi.posteriors.conditionals import inducing_cholesky
 from deepgp_gi.posteriors.mean_field import MeanFieldPosterior
-from deepgp_gi.posteriors.structured import (
-    FullyCoupledPosterior,
-    StripesArrowPosterior,
+from deepgp_gi.posteriors.stripes_arrow import StripesArrowPosterior
+from deepgp_gi.posteriors.structured import FullyCoupledPosterior
+from deepgp_gi.posteriors.structured_linalg import (
     append_to_cholesky,
-    _draw_and_copy,
-    _gram_and_copy,
-    _project_rows_and_means,
-    _with_diagonal,
+    draw_and_copy,
+    gram_and_copy,
     half_squared_norm,
+    project_rows_and_means,
     whiten_cross_covariance,
+    with_diagonal,
 )
 
 ATOL = 1e-10
@@ -722,26 +722,26 @@ def test_gram_and_copy_gradient_equals_automatic():
     copy used and unused, and against finite differences."""
     rng = np.random.default_rng(0)
     B = rng.normal(size=(2, 3, 4, 5))
-    _grads_agree(_gram_and_copy, lambda B: (tf.linalg.matmul(B, B, transpose_b=True), B), [B])
-    _grads_agree(lambda B: _gram_and_copy(B)[:1], lambda B: (tf.linalg.matmul(B, B, transpose_b=True),), [B])
-    theoretical, numerical = tf.test.compute_gradient(lambda B: _gram_and_copy(B)[0], [tf.constant(B)])
+    _grads_agree(gram_and_copy, lambda B: (tf.linalg.matmul(B, B, transpose_b=True), B), [B])
+    _grads_agree(lambda B: gram_and_copy(B)[:1], lambda B: (tf.linalg.matmul(B, B, transpose_b=True),), [B])
+    theoretical, numerical = tf.test.compute_gradient(lambda B: gram_and_copy(B)[0], [tf.constant(B)])
     np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-7)
 
 
 def test_draw_and_copy_gradient_equals_automatic():
     rng = np.random.default_rng(1)
     chol, eps = np.tril(rng.normal(size=(2, 3, 4, 4))), rng.normal(size=(2, 3, 4))
-    _grads_agree(_draw_and_copy, lambda L, e: (tf.linalg.matvec(L, e), L), [chol, eps])
-    _grads_agree(lambda L, e: _draw_and_copy(L, e)[:1], lambda L, e: (tf.linalg.matvec(L, e),), [chol, eps])
+    _grads_agree(draw_and_copy, lambda L, e: (tf.linalg.matvec(L, e), L), [chol, eps])
+    _grads_agree(lambda L, e: draw_and_copy(L, e)[:1], lambda L, e: (tf.linalg.matvec(L, e),), [chol, eps])
 
 
 def test_project_rows_and_means_gradient_equals_automatic():
     rng = np.random.default_rng(2)
     A, rows, mu = rng.normal(size=(2, 5, 7)), rng.normal(size=(3, 5, 6)), rng.normal(size=(3, 5))
     plain = lambda A, r, m: (tf.einsum("smn,umj->snuj", A, r), tf.einsum("smn,um->snu", A, m))
-    _grads_agree(_project_rows_and_means, plain, [A, rows, mu])
-    _grads_agree(lambda *x: _project_rows_and_means(*x)[:1], lambda *x: plain(*x)[:1], [A, rows, mu])
-    _grads_agree(lambda *x: _project_rows_and_means(*x)[1:], lambda *x: plain(*x)[1:], [A, rows, mu])
+    _grads_agree(project_rows_and_means, plain, [A, rows, mu])
+    _grads_agree(lambda *x: project_rows_and_means(*x)[:1], lambda *x: plain(*x)[:1], [A, rows, mu])
+    _grads_agree(lambda *x: project_rows_and_means(*x)[1:], lambda *x: plain(*x)[1:], [A, rows, mu])
 
 
 def test_with_diagonal_equals_add_clamp_and_jitter():
@@ -753,4 +753,4 @@ def test_with_diagonal_equals_add_clamp_and_jitter():
     expected = cov + c[..., None, None] * np.eye(4)
     d = np.diagonal(expected, axis1=-2, axis2=-1)
     expected = expected + (np.maximum(d, 0.0) - d)[..., None] * np.eye(4) + 1e-6 * np.eye(4)
-    np.testing.assert_allclose(_with_diagonal(tf.constant(cov), tf.constant(c), 1e-6).numpy(), expected, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(with_diagonal(tf.constant(cov), tf.constant(c), 1e-6).numpy(), expected, rtol=1e-13, atol=1e-13)
