@@ -9,13 +9,14 @@ from typing import Callable, Optional, Sequence, Union
 import gpflow
 import numpy as np
 
-from .families import BNN_FAMILIES, check_options
+from .families import check_options
+from .posteriors.registry import BNN_FAMILIES, family_class
 from .initialisation import pseudo_targets, weight_prior_factory
 from .kernels import ACTIVATIONS
 from .layers import DenseLayer
 from .models import DeepGP
 from .priors import WeightPrior
-from .validation import as_data_array, check_choice, check_data_pair, check_positive_int, check_seed
+from .validation import as_data_array, check_data_pair, check_positive_int, check_seed
 
 __all__ = ["build_bnn", "BNN_POSTERIORS", "DEFAULT_BNN_NOISE_VARIANCE"]
 
@@ -86,9 +87,8 @@ def build_bnn(
     variances ``1e-3/fan_in``; a random-scale prior's ``q(s)`` with ``alpha = beta = 6``; a spatial
     inverse-Wishart prior's ``q(L)`` with ``y ~ N(0, 1)`` and ``omega = -5``.
     """
-    check_choice(posterior, "posterior", BNN_POSTERIORS)
-    family = BNN_FAMILIES[posterior]
-    check_options(family, posterior_options)
+    family = family_class(posterior, "bnn")
+    check_options(posterior, family, posterior_options)
     prior_factory = weight_prior_factory(prior)
     if not callable(activation) and activation not in ACTIVATIONS:
         raise ValueError(
@@ -119,7 +119,7 @@ def build_bnn(
     layers = []
     for l in range(len(widths) - 1):
         fan_in = widths[l] + 1
-        features = rng.standard_normal((fan_in, fan_in)) if family.layer_inducing == "features" else None
+        features = family.initial_inducing_features(fan_in, rng)
         layers.append(
             DenseLayer(
                 widths[l],
@@ -132,5 +132,5 @@ def build_bnn(
             )
         )
     post_seed = int(rng.integers(2**31 - 1))
-    post = family.build_posterior(layers, Xn, targets, num_inducing, post_seed, **posterior_options)
+    post = family.from_data(layers, Xn, targets, num_inducing=num_inducing, seed=post_seed, **posterior_options)
     return DeepGP(layers, likelihood, posterior=post, num_data=N)

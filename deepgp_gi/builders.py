@@ -8,7 +8,7 @@ ARD squared-exponential kernels with variance 2 and lengthscales 2, between-laye
 likelihood with variance 0.01. The posterior family changes the variational parameters and how
 they are initialised, and the transform of those positive hyperparameters: GPflow's softplus for
 the DSVI and Lindinger families, exp (log-parameterised, as bayesfunc's kernels) for O&A's global
-and local inducing (``Family.positive_transform``; ``positive_transform=`` overrides it).
+and local inducing (the family class's ``positive_transform``; ``positive_transform=`` overrides it).
 """
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from typing import List, Optional
 
 import gpflow
 import numpy as np
-import scipy.cluster.vq
 
-from .families import DEEP_GP_FAMILIES, check_options
-from .initialisation import pseudo_targets
+from .families import check_options
+from .initialisation import kmeans_inducing_inputs, pseudo_targets
 from .layers import GPLayer
+from .latent import LatentDeepGP, check_latent_family, with_latent_columns
+from .layers.latent import LatentVariableLayer
 from .models import DeepGP
+from .posteriors.registry import family_class
 from .validation import as_data_array, check_choice, check_data_pair, check_positive_int, check_seed
 
 __all__ = ["build_deep_gp", "build_layers", "linear_mean_maps", "kmeans_inducing_inputs", "POSITIVE_TRANSFORMS"]
@@ -42,15 +44,6 @@ def positive_transform_context(positive_transform: Optional[str]):
         return contextlib.nullcontext()
     check_choice(positive_transform, "positive_transform", POSITIVE_TRANSFORMS)
     return gpflow.config.as_context(dataclasses.replace(gpflow.config.config(), positive_bijector=positive_transform))
-
-
-def kmeans_inducing_inputs(X: np.ndarray, num_inducing: int, seed: Optional[int]) -> np.ndarray:
-    """``num_inducing`` k-means centres of the rows of ``X`` (k-means++ start, seeded)."""
-    rng = np.random.default_rng(seed)
-    if num_inducing == X.shape[0]:
-        return X.copy()
-    Z, _ = scipy.cluster.vq.kmeans2(X, num_inducing, minit="++", seed=rng)
-    return Z
 
 
 def linear_mean_maps(X: np.ndarray, widths: List[int]) -> List[np.ndarray]:
@@ -76,8 +69,12 @@ def linear_mean_maps(X: np.ndarray, widths: List[int]) -> List[np.ndarray]:
 
 
 def _fixed_linear(A: np.ndarray) -> gpflow.mean_functions.Linear:
-    mean = gpflow.mean_functions.Linear(A=A, b=np.zeros(A.shape[1]))
-    gpflow.set_trainable(mean, False)
+    """A hidden layer's fixed mean function ``x -> x A`` (``A [D_in, D_out]``, offset ``b [D_out]``
+    zero). Both parameters are created non-trainable: ``gpflow.set_trainable(..., False)`` after
+    creation marks only the wrapper of a ``tf.distribute`` variable (whose ``trainable`` still reads
+    True), so under a strategy the mean would be listed in ``trainable_variables`` and trained."""
+    mean = gpflow.mean_functions.Linear(A=gpflow.Parameter(np.atleast_2d(A), trainable=False))
+    mean.b = gpflow.Parameter(np.zeros(A.shape[1]), trainable=False)  # Linear would wrap a Parameter b again
     return mean
 
 
@@ -147,7 +144,7 @@ def build_deep_gp(
     :param X: training inputs ``[N, D]``.
     :param Y: training targets ``[N, P]``.
     :param depth: number of GP layers (1 = a single sparse GP).
-    :param posterior: a name in :data:`~deepgp_gi.families.DEEP_GP_FAMILIES` (``"mean_field"``,
+    :param posterior: a name in :data:`~deepgp_gi.posteriors.registry.DEEP_GP_FAMILIES` (``"mean_field"``,
         ``"fully_coupled"``, ``"stripes_arrow"``, ``"global"``, ``"local"``).
     :param num_inducing: M, per layer (local families) or at the input (global inducing).
     :param likelihood: a GPflow likelihood; default Gaussian with variance 0.01.
@@ -177,9 +174,8 @@ def build_deep_gp(
         ``precision="diagonal"`` for global inducing); each family's accepted options are listed
         in its table entry, and anything else raises a ``ValueError`` naming them.
     """
-    check_choice(posterior, "posterior", tuple(DEEP_GP_FAMILIES))
-    family = DEEP_GP_FAMILIES[posterior]
-    check_options(family, posterior_options)
+    family = family_class(posterior, "deep_gp")
+    check_options(posterior, family, posterior_options)
     depth = check_positive_int(depth, "depth")
     num_inducing = check_positive_int(num_inducing, "num_inducing")
     seed = check_seed(seed)
@@ -194,10 +190,8 @@ def build_deep_gp(
     if encoder is not None and latent_dim is None:
         raise ValueError("encoder is for a latent-variable model: give latent_dim too")
     if latent_dim is not None:
-        from .latent import check_latent_family
-
         latent_dim = check_positive_int(latent_dim, "latent_dim")
-        check_latent_family(posterior, family.posterior_class)
+        check_latent_family(posterior, family)
     if inner_width is None:  # a latent model's inner layers carry [x, w] (identity mean maps)
         inner_width = min(30, D + (latent_dim or 0))
     inner_width = check_positive_int(inner_width, "inner_width")
@@ -205,32 +199,16 @@ def build_deep_gp(
         with positive_transform_context(positive_transform):
             likelihood = gpflow.likelihoods.Gaussian(variance=0.01)
     output_dim = getattr(likelihood, "latent_dim", None) or Y.shape[1]
-    if family.layer_inducing == "kmeans" and num_inducing > N:
-        raise ValueError(
-            f"num_inducing={num_inducing} exceeds the number of data points N={N}; the {posterior!r} "
-            f"posterior initialises its inducing inputs by k-means on X"
-        )
-    if family.layer_inducing == "kmeans":
-        Z = kmeans_inducing_inputs(X, num_inducing, seed)
-    elif family.layer_inducing == "normal":
-        # O&A's local inducing: Z ~ N(0, 1) (pushed through the inner mean maps, which keeps it N(0, 1))
-        Z = np.random.default_rng(seed).standard_normal((num_inducing, D))
-    else:
-        Z = None
+    Z = family.initial_inducing_inputs(X, num_inducing, seed)  # pushed through the inner mean maps
     X_layers, X_init = X, X
     if latent_dim is not None:  # [x, w]: N(0, 1) latent columns for the inducing rows, zeros for the mean maps
-        from .latent import with_latent_columns
-
         rng = np.random.default_rng(None if seed is None else seed + 1)
         Z = None if Z is None else with_latent_columns(Z, latent_dim, rng)
         X_layers, X_init = with_latent_columns(X, latent_dim, None), with_latent_columns(X, latent_dim, rng)
     layers = build_layers(X_layers, output_dim, depth, inner_width, Z, positive_transform=positive_transform)
     targets = pseudo_targets(Y, likelihood, output_dim)
-    post = family.build_posterior(layers, X_init, targets, num_inducing, seed, **posterior_options)
+    post = family.from_data(layers, X_init, targets, num_inducing=num_inducing, seed=seed, **posterior_options)
     if latent_dim is not None:
-        from .latent import LatentDeepGP
-        from .layers.latent import LatentVariableLayer
-
         latent = LatentVariableLayer(D, Y.shape[1], latent_dim, encoder=encoder, seed=seed, name="latent")
         return LatentDeepGP(layers, likelihood, post, latent, num_data=N)
     return DeepGP(layers, likelihood, post, num_data=N)

@@ -20,7 +20,8 @@ from typing import Optional, Sequence, Union
 import gpflow
 import numpy as np
 
-from .families import CONV_BNN_FAMILIES, check_options
+from .families import check_options
+from .posteriors.registry import CONV_BNN_FAMILIES, family_class
 from .initialisation import pseudo_targets, weight_prior_factory
 from .layers import (
     Activation,
@@ -152,8 +153,8 @@ def build_conv_bnn(
         ``prior_regulariser``, as each family accepts).
     """
     check_choice(architecture, "architecture", ARCHITECTURES)
-    check_choice(posterior, "posterior", CONV_POSTERIORS)
-    check_options(CONV_BNN_FAMILIES[posterior], posterior_options)
+    family = family_class(posterior, "conv_bnn")
+    check_options(posterior, family, posterior_options)
     prior_factory = weight_prior_factory(prior)
     num_inducing = check_positive_int(num_inducing, "num_inducing")
     seed = check_seed(seed)
@@ -173,8 +174,10 @@ def build_conv_bnn(
     num_classes = int(getattr(likelihood, "num_classes", getattr(likelihood, "latent_dim", None) or 1))
     if batch_norm and architecture != "resnet":
         raise ValueError("batch_norm is an option of architecture='resnet'")
-    if batch_norm and posterior not in ("global", "factorised_global"):
-        raise ValueError("batch_norm=True needs propagated inducing rows: posterior 'global' or 'factorised_global'")
+    if batch_norm and not family.propagates_inducing_rows:
+        propagating = [name for name, cls in CONV_BNN_FAMILIES.items() if cls.propagates_inducing_rows]
+        raise ValueError("batch_norm=True needs propagated inducing rows: posterior "
+                         + " or ".join(map(repr, propagating)))
 
     rng = np.random.default_rng(seed)
     if architecture == "lenet":
@@ -188,7 +191,6 @@ def build_conv_bnn(
                                kernel_size=check_positive_int(3 if kernel_size is None else kernel_size, "kernel_size"),
                                batch_norm=batch_norm)
 
-    family = CONV_BNN_FAMILIES[posterior]
-    post = family.build_posterior(layers, Xn, pseudo_targets(labels[:, None], likelihood, num_classes), num_inducing,
-                                  int(rng.integers(2**31 - 1)), **posterior_options)
+    post = family.from_data(layers, Xn, pseudo_targets(labels[:, None], likelihood, num_classes),
+                            num_inducing=num_inducing, seed=int(rng.integers(2**31 - 1)), **posterior_options)
     return DeepGP(layers, likelihood, posterior=post, num_data=N)

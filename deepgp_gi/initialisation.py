@@ -1,12 +1,10 @@
-"""How every builder initialises a posterior from data: deep GPs, dense BNNs and conv BNNs.
+"""What the builders share when they initialise a model from data: the targets in pseudo-target
+form, the placement of inducing points, and the weight priors.
 
-The family tables (:mod:`deepgp_gi.families`) name one initialiser per family from this module;
-:func:`~deepgp_gi.build_deep_gp`, :func:`~deepgp_gi.build_bnn` and
-:func:`~deepgp_gi.build_conv_bnn` call it through :meth:`Family.build_posterior
-<deepgp_gi.families.Family.build_posterior>`. Every initialiser has the signature
-``initialise(posterior_class, layers, X, Y, num_inducing, seed, **options)``: ``X`` is ``[N, D]``
-(or ``[N, H, W, C]`` images), ``Y`` the targets already in pseudo-target form
-(:func:`pseudo_targets`), ``seed`` an int that seeds one NumPy generator.
+Each posterior family initialises itself in its ``from_data`` classmethod
+(:meth:`~deepgp_gi.posteriors.DeepPosterior.from_data`); the pieces several families use live
+here: :func:`pseudo_targets`, :func:`kmeans_inducing_inputs` (DSVI's inducing inputs),
+:func:`global_inducing_rows`, :func:`local_inducing_images` and :func:`weight_prior_factory`.
 
 One policy decides the global inducing rows of every model kind (:func:`global_inducing_rows`):
 
@@ -25,26 +23,20 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
+import scipy.cluster.vq
 
+from .layers import Conv2DLayer, weighted_layers
 from .priors import PRIORS, WeightPrior
-from .validation import check_choice, check_finite_array, check_float, check_positive_int
+from .validation import check_choice, check_positive_int
 
 __all__ = [
     "pseudo_targets",
+    "kmeans_inducing_inputs",
     "global_inducing_rows",
+    "local_inducing_images",
     "weight_prior_factory",
-    "from_layers",
-    "global_inducing",
-    "local_inducing",
-    "factorised_weights",
-    "inducing_weights",
-    "ensemble_weights",
-    "global_weights",
-    "factorised_below_global",
-    "convolutional_network",
     "global_inducing_from_data",
     "local_inducing_from_data",
-    "sghmc_chain",
 ]
 
 _CLASSIFICATION = (gpflow.likelihoods.Softmax, gpflow.likelihoods.MultiClass)
@@ -65,6 +57,22 @@ def pseudo_targets(Y: np.ndarray, likelihood, output_dim: int) -> np.ndarray:
             raise ValueError(f"Y must hold integer class labels 0..{output_dim - 1}")
         return np.eye(output_dim)[labels.astype(int)]
     return Y
+
+
+def kmeans_inducing_inputs(X: np.ndarray, num_inducing: int, seed: Optional[int]) -> np.ndarray:
+    """``num_inducing`` k-means centres of the rows of ``X`` ``[N, D]`` (k-means++ start, seeded);
+    ``X`` itself when ``num_inducing == N``. Refuses ``num_inducing > N``, naming both."""
+    N = X.shape[0]
+    if num_inducing > N:
+        raise ValueError(
+            f"num_inducing={num_inducing} exceeds the number of data points N={N}; this posterior "
+            f"initialises its inducing inputs by k-means on X"
+        )
+    rng = np.random.default_rng(seed)
+    if num_inducing == N:
+        return X.copy()
+    Z, _ = scipy.cluster.vq.kmeans2(X, num_inducing, minit="++", seed=rng)
+    return Z
 
 
 def global_inducing_rows(X: np.ndarray, targets: np.ndarray, num_inducing: int,
@@ -89,120 +97,10 @@ def weight_prior_factory(prior: Union[str, WeightPrior]) -> Callable[[], WeightP
     raise ValueError(f"unknown prior {prior!r}; choose one of {', '.join(map(repr, PRIORS))}")
 
 
-def _log_precisions(layers: Sequence, hidden: float, output: float) -> list:
-    return [hidden] * (len(layers) - 1) + [output]
-
-
-# --------------------------------------------------------------------------- the initialisers
-
-
-def from_layers(posterior_class, layers, X, Y, num_inducing, seed, **options):
-    """The posterior's own defaults from the layers alone (mean-field, fully-coupled, STAR: the
-    inducing inputs are on the layers already)."""
-    return posterior_class(layers, **options)
-
-
-def sghmc_chain(posterior_class, layers, X, Y, num_inducing, seed, **options):
-    """SGHMC (Havasi et al. 2018): the chain starts where the reference code starts it, every
-    layer's whitened inducing outputs ``V_l = 0`` with zero momenta and adaptation statistics 1;
-    the inducing inputs are the layers' (k-means, as mean-field). ``X``, ``Y``, ``num_inducing``
-    and ``seed`` are not used (the chain's draws are seeded by ``fit`` and ``collect_samples``)."""
-    return posterior_class(layers, **options)
-
-
-def global_inducing(posterior_class, layers, X, Y, num_inducing, seed, *,
-                    log_precision_hidden: float = LOG_PRECISION_HIDDEN,
-                    log_precision_output: float = LOG_PRECISION_OUTPUT, **options):
-    """Global inducing on GP layers (O&A 2021, App. O): :func:`global_inducing_rows`, hidden
-    pseudo-outputs ``N(0, 1)``, uniform log-precisions per layer."""
-    layers = list(layers)
-    if not layers:
-        raise ValueError("layers must contain at least one layer (depth >= 1)")
-    Xa = check_finite_array(X, "X", ndim=2)
-    Ya = check_finite_array(Y, "Y", ndim=2)
-    if Xa.shape[1] != layers[0].input_dim:
-        raise ValueError(f"X must have shape [N, {layers[0].input_dim}], got {list(Xa.shape)}")
-    P = layers[-1].output_dim
-    if Ya.shape[1] != P or Ya.shape[0] != Xa.shape[0]:
-        raise ValueError(
-            f"Y must have shape [{Xa.shape[0]}, {P}] (one column per output of the last layer) to "
-            f"initialise the last pseudo-outputs, got {list(Ya.shape)}"
-        )
-    M = check_positive_int(num_inducing, "num_inducing")
-    lp_hidden = check_float(log_precision_hidden, "log_precision_hidden")
-    lp_out = check_float(log_precision_output, "log_precision_output")
-    rng = np.random.default_rng(seed)
-    U0, V_top = global_inducing_rows(Xa, Ya, M, rng)
-    V = [rng.standard_normal((M, layer.output_dim)) for layer in layers[:-1]] + [V_top]
-    return posterior_class(layers, M, inducing_inputs=U0, pseudo_outputs=V,
-                           log_precision_init=_log_precisions(layers, lp_hidden, lp_out), **options)
-
-
-def local_inducing(posterior_class, layers, X, Y, num_inducing, seed, *, log_precision: Optional[float] = None,
-                   **options):
-    """Local inducing (O&A 2021, App. O): the inducing inputs are on the layers (the builders draw
-    them ``N(0, 1)``); pseudo-outputs ``N(0, 1)`` and a uniform log-precision (default 0 for GP
-    layers, -4 for DenseLayers). ``X``, ``Y`` and ``num_inducing`` are not used."""
-    return posterior_class(layers, log_precision_init=log_precision, seed=seed, **options)
-
-
-def factorised_weights(posterior_class, layers, X, Y, num_inducing, seed, **options):
-    """Factorised Gaussian weights (means ``N(0, 1/fan_in)``, variances ``1e-3/fan_in``), and
-    ensembles of point-mass weights: the posterior draws them from ``seed``."""
-    return posterior_class(layers, seed=seed, **options)
-
-
-ensemble_weights = factorised_weights
-
-
-def inducing_weights(posterior_class, layers, X, Y, num_inducing, seed, **options):
-    """Inducing weights (Ritter et al. 2021): ``num_inducing`` is the size of each layer's
-    inducing weight matrix; the posterior draws its values from ``seed``."""
-    return posterior_class(layers, num_inducing=num_inducing, seed=seed, **options)
-
-
-def global_weights(posterior_class, layers, X, Y, num_inducing, seed, **options):
-    """Global inducing on DenseLayers (a BNN): :func:`global_inducing_rows`, hidden
-    pseudo-outputs ``N(0, 1)``, the posterior's default precisions."""
-    rng = np.random.default_rng(seed)
-    U0, V_top = global_inducing_rows(np.asarray(X), np.asarray(Y), num_inducing, rng)
-    V = [rng.standard_normal((num_inducing, layer.output_dim)) for layer in layers[:-1]] + [V_top]
-    return posterior_class(layers, inducing_inputs=U0, pseudo_outputs=V, seed=seed, **options)
-
-
-def factorised_below_global(posterior_class, layers, X, Y, num_inducing, seed, **options):
-    """fac->gi and rand->gi: factorised (or prior) lower layers and a global-inducing last layer
-    from :func:`global_inducing_rows`, log-precision 0."""
-    rng = np.random.default_rng(seed)
-    U0, V_top = global_inducing_rows(np.asarray(X), np.asarray(Y), num_inducing, rng)
-    return posterior_class(layers, U0, V_top, log_precision_init=0.0, seed=seed, **options)
-
-
-def convolutional_network(posterior_class, layers, X, Y, num_inducing, seed, *, network_family: str, **options):
-    """A convolutional network's posterior of family ``network_family`` (``"factorised"``,
-    ``"local"``, ``"global"`` or ``"factorised_global"``; O&A 2021, App. O): global rows by
-    :func:`global_inducing_rows` (their pseudo-outputs the one-hot labels) for the global
-    families, ``N(0, 1)`` local inducing images and features on the layers for ``"local"``
-    (:func:`local_inducing_images`)."""
-    from .layers import weighted_layers
-
-    rng = np.random.default_rng(seed)
-    U0 = pseudo = None
-    if network_family in ("global", "factorised_global"):
-        U0, V_top = global_inducing_rows(np.asarray(X), np.asarray(Y), num_inducing, rng)
-        pseudo = [None] * (len(weighted_layers(layers)) - 1) + [V_top]
-    elif network_family == "local":
-        local_inducing_images(layers, rng)
-    return posterior_class(layers, network_family, U0, pseudo_outputs=pseudo, seed=int(rng.integers(2**31 - 1)),
-                           **options)
-
-
 def local_inducing_images(layers, rng: np.random.Generator) -> None:
     """Put ``N(0, 1)`` local inducing inputs on a convolutional network's weighted layers: a
     convolution gets ``ceil(D / (H' W'))`` images (the fewest whose patch rows can pin down its
     ``D`` weights), a dense layer ``D`` feature rows."""
-    from .layers import Conv2DLayer, weighted_layers
-
     dtype = gpflow.default_float()
     for layer in weighted_layers(layers):
         if isinstance(layer, Conv2DLayer):
@@ -222,18 +120,20 @@ def global_inducing_from_data(layers: Sequence, X, Y, num_inducing: int, *, seed
                               log_precision_hidden: float = LOG_PRECISION_HIDDEN,
                               log_precision_output: float = LOG_PRECISION_OUTPUT, **options):
     """A :class:`~deepgp_gi.posteriors.GlobalInducingPosterior` on GP layers initialised from data
-    (:func:`global_inducing`; ``Y [N, P]`` with ``P = layers[-1].output_dim`` may already be
-    pseudo-targets, e.g. one-hot labels)."""
+    (its :meth:`~deepgp_gi.posteriors.GlobalInducingPosterior.from_data`; ``Y [N, P]`` with
+    ``P = layers[-1].output_dim`` may already be pseudo-targets, e.g. one-hot labels)."""
     from .posteriors import GlobalInducingPosterior
 
-    return global_inducing(GlobalInducingPosterior, layers, X, Y, num_inducing, seed,
-                           log_precision_hidden=log_precision_hidden, log_precision_output=log_precision_output,
-                           **options)
+    return GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=num_inducing, seed=seed,
+                                             log_precision_hidden=log_precision_hidden,
+                                             log_precision_output=log_precision_output, **options)
 
 
 def local_inducing_from_data(layers: Sequence, X=None, Y=None, *, seed: Optional[int] = None,
                              log_precision: Optional[float] = None, **options):
-    """A :class:`~deepgp_gi.posteriors.LocalInducingPosterior` (:func:`local_inducing`)."""
+    """A :class:`~deepgp_gi.posteriors.LocalInducingPosterior` (its
+    :meth:`~deepgp_gi.posteriors.LocalInducingPosterior.from_data`)."""
     from .posteriors import LocalInducingPosterior
 
-    return local_inducing(LocalInducingPosterior, layers, X, Y, None, seed, log_precision=log_precision, **options)
+    return LocalInducingPosterior.from_data(layers, X, Y, num_inducing=None, seed=seed,
+                                            log_precision=log_precision, **options)

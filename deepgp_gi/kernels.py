@@ -111,7 +111,7 @@ def constant_diagonal(kernel) -> Optional[tf.Tensor]:
     return None
 
 
-def _batched_square_distance(X: tf.Tensor, Z: tf.Tensor, clamp: bool = True) -> tf.Tensor:
+def batched_square_distance(X: tf.Tensor, Z: tf.Tensor, clamp: bool = True) -> tf.Tensor:
     """||x - z||^2 for paired batches: X [..., N, D], Z [..., M, D] -> [..., N, M].
 
     Round-off can leave an entry slightly below zero (about -1e-15 relative in float64); with
@@ -150,7 +150,7 @@ def _cross(kernel, X, Z):
         return tf.matmul(X * _read(kernel.variance), Z, transpose_b=True)
     if isinstance(kernel, gpflow.kernels.IsotropicStationary):
         lengthscales = _lengthscales(kernel)
-        return _K_r2(kernel, _batched_square_distance(X / lengthscales, Z / lengthscales, _needs_clamp(kernel)))
+        return _K_r2(kernel, batched_square_distance(X / lengthscales, Z / lengthscales, _needs_clamp(kernel)))
     raise TypeError(
         f"kernel {type(kernel).__name__} has no sample-batched evaluation; supported: "
         + ", ".join(SUPPORTED_KERNELS)
@@ -205,7 +205,7 @@ def _sym(kernel, X):
         return _read(kernel.variance) * eye
     if isinstance(kernel, gpflow.kernels.IsotropicStationary):
         scaled = X / _lengthscales(kernel)  # one read, one scaling, for both sides
-        return _K_r2(kernel, _batched_square_distance(scaled, scaled, _needs_clamp(kernel)))
+        return _K_r2(kernel, batched_square_distance(scaled, scaled, _needs_clamp(kernel)))
     return _cross(kernel, X, X)
 
 

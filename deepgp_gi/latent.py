@@ -36,7 +36,7 @@ variational ``q(U)``.
 from __future__ import annotations
 
 import math
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -47,40 +47,34 @@ from .layers import GPLayer
 from .layers.latent import LatentVariableLayer
 from .likelihoods import expected_log_likelihood, mixture_log_density, predict_mean_and_var
 from .linalg import add_jitter, safe_cholesky
-from .models import DEFAULT_PREDICT_SAMPLES, DeepGP, _mixture_moments, _resolve_seed
+from .models import DEFAULT_PREDICT_SAMPLES, DeepGP, mixture_moments, seed_or_deprecated_noise
 from .noise import NoiseLike, NoiseSource, as_noise_source
-from .posteriors import (
-    DeepPosterior,
-    FullyCoupledPosterior,
-    GlobalInducingPosterior,
-    LocalInducingPosterior,
-    MeanFieldPosterior,
-    Propagation,
-    StripesArrowPosterior,
-)
-from .posteriors.conditionals import (
-    conditional_mean,
-    inducing_cholesky,
-    inducing_choleskies,
-    layer_mean,
-    residual_variance,
-    symmetric_quadratic_forms,
-    whitened_projection,
-)
-from .posteriors.pseudo_data import analytic_kl, draw_weights, marginal_variance, regulariser
+from .posteriors import DeepPosterior, InducingDraw, Propagation
+from .posteriors.conditionals import conditional_mean, layer_mean, residual_variance, whitened_projection
+from .posteriors.registry import DEEP_GP_FAMILIES
 from .validation import check_positive_int
 
 __all__ = [
     "LatentDeepGP",
     "LATENT_FAMILIES",
+    "latent_families",
     "InducingDraw",
     "inducing_draw",
     "check_latent_family",
     "with_latent_columns",
 ]
 
-#: The deep-GP families a latent-variable model takes (``build_deep_gp(..., latent_dim=...)``).
-LATENT_FAMILIES = ("mean_field", "fully_coupled", "stripes_arrow", "global", "local")
+def latent_families() -> tuple:
+    """The deep-GP families a latent-variable model takes (``build_deep_gp(..., latent_dim=...)``):
+    those whose class draws its inducing outputs as a whole
+    (:meth:`~deepgp_gi.posteriors.DeepPosterior.takes_latent_input`)."""
+    return tuple(name for name, cls in DEEP_GP_FAMILIES.items()
+                 if cls.takes_latent_input() and not getattr(cls, "is_sampler", False))
+
+
+#: The built-in deep-GP families a latent-variable model takes (:func:`latent_families` also lists
+#: registered ones).
+LATENT_FAMILIES = latent_families()
 
 _SAMPLER_REASON = (
     "a sampling family draws its inducing outputs by SGHMC from log p(V) + log p(y | V); with a latent "
@@ -90,14 +84,16 @@ _SAMPLER_REASON = (
 
 
 def check_latent_family(name: str, family_class: Optional[type] = None) -> None:
-    """Raise a ``ValueError`` saying why if family ``name`` cannot take a latent input."""
-    if name in LATENT_FAMILIES:
-        return
+    """Raise a ``ValueError`` saying why if family ``name`` (class ``family_class``, default the
+    deep-GP table's) cannot take a latent input."""
+    if family_class is None:
+        family_class = DEEP_GP_FAMILIES.get(name)
     if family_class is not None and getattr(family_class, "is_sampler", False):
         raise ValueError(f"latent_dim does not apply to posterior {name!r}: {_SAMPLER_REASON}; use one of "
-                         f"{', '.join(map(repr, LATENT_FAMILIES))}")
-    raise ValueError(f"latent_dim does not apply to posterior {name!r}; the latent-variable deep GP takes "
-                     f"{', '.join(map(repr, LATENT_FAMILIES))}")
+                         f"{', '.join(map(repr, latent_families()))}")
+    if family_class is None or not family_class.takes_latent_input():
+        raise ValueError(f"latent_dim does not apply to posterior {name!r}; the latent-variable deep GP takes "
+                         f"{', '.join(map(repr, latent_families()))}")
 
 
 def with_latent_columns(A: np.ndarray, latent_dim: int, rng: Optional[np.random.Generator]) -> np.ndarray:
@@ -108,165 +104,16 @@ def with_latent_columns(A: np.ndarray, latent_dim: int, rng: Optional[np.random.
     return np.concatenate([A, W.astype(A.dtype)], axis=1)
 
 
-# ============================================================================ inducing draws
-
-
-class InducingDraw(NamedTuple):
-    """One draw of every layer's inducing outputs per Monte Carlo sample (:func:`inducing_draw`).
-
-    :ivar inputs: per layer, its inducing inputs ``[M, D_l]`` (fixed) or ``[S, M, D_l]``
-        (global inducing: the sampled outputs of the layer below).
-    :ivar choleskies: per layer, ``chol(K(Z_l) + jitter)`` ``[M, M]`` or ``[S, M, M]``.
-    :ivar weights: per layer, the whitened inducing outputs ``a_l`` with ``U_l - m(Z_l) = L_K a_l``,
-        ``[S, M, N_l]`` (or ``[M, N_l]`` shared): a draw for hidden layers, the mean of ``q(a_L)``
-        given the hidden draws for the last layer.
-    :ivar last_variance: ``A [S, M, N] -> [S, N, P]``: the variance ``q(a_L)`` adds to the last
-        layer's data rows (``diag(A^T Cov(a_L) A)`` per unit).
-    :ivar kl: ``[S]`` the family's regulariser (analytic KL, or sampled log-ratios).
-    :ivar residual_mean: whether the layers' mean functions apply (global/local inducing option).
-    """
-
-    inputs: List[tf.Tensor]
-    choleskies: List[tf.Tensor]
-    weights: List[tf.Tensor]
-    last_variance: Callable[[tf.Tensor], tf.Tensor]
-    kl: tf.Tensor
-    residual_mean: bool = True
-
-
-def _unit_rows_variance(R: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor]:
-    """For whitened covariance factors ``R`` ``[P, M, Q]`` (unit p's ``a_p = mean + R_p eps``):
-    ``A -> sum_q (R_p^T A)_q^2`` ``[S, N, P]``, evaluated as the quadratic form ``A^T (R R^T) A``
-    by :func:`~deepgp_gi.posteriors.conditionals.symmetric_quadratic_forms` (one data-sized
-    product in the gradient instead of two; ``C = R R^T`` has no data axis)."""
-    C = tf.linalg.matmul(R, R, transpose_b=True)  # [P, M, M]
-
-    def variance(A):
-        return tf.linalg.matrix_transpose(symmetric_quadratic_forms(C, A))
-
-    return variance
-
-
-def _mean_field_draw(post: MeanFieldPosterior, S: int, source: NoiseSource, dtype) -> InducingDraw:
-    chols = inducing_choleskies(post.layers)
-    white = [post.whitened_parameters(l, Lk) for l, Lk in enumerate(chols)]
-    weights = []
-    for l, (m, R) in enumerate(white[:-1]):
-        M, P = post.layers[l].num_inducing, post.layers[l].output_dim
-        eps = source.normal(f"u/{l}", [S, M, P], dtype)
-        weights.append(m + tf.einsum("pmq,sqp->smp", R, eps))
-    m_last, R_last = white[-1]
-    weights.append(m_last)
-    kl = tf.fill([S], post.kl_divergence(white=white))
-    return InducingDraw([layer.Z for layer in post.layers], chols, weights, _unit_rows_variance(R_last), kl)
-
-
-def _structured_draw(post, S: int, source: NoiseSource, dtype) -> InducingDraw:
-    """Fully-coupled and STAR: ``f_M = mu + R eps`` with ``R`` lower-triangular in layer-major
-    order, so the last layer's outputs given the hidden ones are ``N(mu_L + R_{L,<L} eps_{<L},
-    R_LL R_LL^T)``: the hidden rows are drawn, the last layer's are integrated out."""
-    chols = inducing_choleskies(post.layers)
-    mu, R = post.dense_mean(), post.dense_sqrt()
-    sizes = [layer.output_dim * layer.num_inducing for layer in post.layers]
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-    hidden = int(offsets[-2])
-    if hidden:
-        eps = source.normal("u/coupled", [S, hidden], dtype)
-        f = mu[None, :] + tf.linalg.matmul(eps, R[:, :hidden], transpose_b=True)  # [S, TM]
-    else:
-        f = tf.broadcast_to(mu[None, :], [S, int(offsets[-1])])
-
-    def white(l, block):  # [..., M, W] -> L_K^{-1} block (identity if whitened)
-        if post.whiten:
-            return block
-        Lk = chols[l]
-        return tf.linalg.triangular_solve(tf.broadcast_to(Lk, tf.concat([tf.shape(block)[:-2], tf.shape(Lk)], 0)),
-                                          block, lower=True)
-
-    weights = []
-    for l, layer in enumerate(post.layers):
-        M, P = layer.num_inducing, layer.output_dim
-        u = tf.reshape(f[:, offsets[l]:offsets[l + 1]], [S, P, M])  # unit-major, then inducing index
-        weights.append(white(l, tf.linalg.matrix_transpose(u)))  # [S, M, P]
-    L_, M_, P_ = post.depth - 1, post.layers[-1].num_inducing, post.layers[-1].output_dim
-    R_last = tf.reshape(R[offsets[L_]:, offsets[L_]:], [P_, M_, P_ * M_])  # rows of unit p: [M, P M]
-    R_last = white(L_, R_last)
-    kl = tf.fill([S], post.kl_divergence(chols))
-    return InducingDraw([layer.Z for layer in post.layers], chols, weights, _unit_rows_variance(R_last), kl)
-
-
-def _zero_variance(num_units: int) -> Callable[[tf.Tensor], tf.Tensor]:
-    """``A [S, M, N] -> 0`` ``[S, N, P]``: a last layer whose inducing outputs were drawn."""
-
-    def variance(A):
-        return tf.zeros(tf.concat([tf.shape(A)[:1], tf.shape(A)[2:], [num_units]], 0), A.dtype)
-
-    return variance
-
-
-def _marginal_variance(L_B: tf.Tensor, num_units: int) -> Callable[[tf.Tensor], tf.Tensor]:
-    return lambda A: marginal_variance(L_B, A, num_units)
-
-
-def _pseudo_data_draw(post, S: int, source: NoiseSource, dtype) -> InducingDraw:
-    """Global inducing (the chain ``U_0 -> U_1 -> ...`` per sample) and local inducing (each
-    layer's own inputs): every hidden layer's whitened outputs drawn from the pseudo-data
-    posterior, the last layer's integrated out with its analytic KL (global inducing with
-    ``last_layer="sampled"`` draws them too, with the family's regulariser)."""
-    if any(post.weight_space):
-        raise ValueError("a latent-variable model takes GP layers only (the posterior has weight-space layers)")
-    is_global = isinstance(post, GlobalInducingPosterior)
-    # as the family's propagate: global inducing per its last_layer option, local inducing integrates
-    # U_L out exactly when its KL is analytic
-    marginal_last = (post.last_layer == "marginal") if is_global else post.kl_mode == "analytic"
-    inputs, chols, weights, terms = [], [], [], []
-    last_variance = None
-    if is_global:
-        U0 = tf.convert_to_tensor(post.inducing_inputs)
-        U = tf.broadcast_to(U0[None], tf.concat([[S], tf.shape(U0)], 0))
-    else:
-        local_chols = inducing_choleskies(post.layers)
-    for l, layer in enumerate(post.layers):
-        P = layer.output_dim
-        last = l == post.depth - 1
-        if is_global:
-            Z, L_K = U, inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
-            L_B, a_mean = post.pseudo_data[l].posterior(L_K)
-        else:  # one posterior shared by the samples
-            Z, L_K = layer.Z, local_chols[l]
-            L_B, a_mean = post.pseudo_data[l].posterior(L_K[None])
-            L_B = tf.broadcast_to(L_B, tf.concat([[S], tf.shape(L_B)[1:]], 0))
-            a_mean = tf.broadcast_to(a_mean, tf.concat([[S], tf.shape(a_mean)[1:]], 0))
-        if last and marginal_last:
-            a = a_mean
-            terms.append(analytic_kl(L_B, a_mean))
-            last_variance = _marginal_variance(L_B, P)
-        else:
-            eps = source.normal(f"u/{l}", tf.shape(a_mean), dtype)
-            a, lr, kl = draw_weights(L_B, a_mean, eps, analytic=post.kl_mode == "analytic")
-            terms.append(regulariser(lr, kl))
-            last_variance = _zero_variance(P)
-        inputs.append(Z)
-        chols.append(L_K)
-        weights.append(a)
-        if is_global and not last:
-            U = layer_mean(layer, U, post.residual_mean) + tf.linalg.matmul(L_K, a)
-    return InducingDraw(inputs, chols, weights, last_variance, tf.add_n(terms), post.residual_mean)
-
-
 def inducing_draw(posterior: DeepPosterior, num_samples: int, source: NoiseSource, dtype) -> InducingDraw:
-    """Every layer's inducing outputs drawn from ``posterior``'s ``q(U)``, S times (see
-    :class:`InducingDraw`); the last layer's integrated out."""
-    if isinstance(posterior, MeanFieldPosterior):
-        return _mean_field_draw(posterior, num_samples, source, dtype)
-    if isinstance(posterior, (FullyCoupledPosterior, StripesArrowPosterior)):
-        return _structured_draw(posterior, num_samples, source, dtype)
-    if isinstance(posterior, (GlobalInducingPosterior, LocalInducingPosterior)):
-        return _pseudo_data_draw(posterior, num_samples, source, dtype)
+    """Every layer's inducing outputs drawn from ``posterior``'s ``q(U)``, S times (the family's
+    :meth:`~deepgp_gi.posteriors.DeepPosterior.inducing_draw`); a family without one is refused,
+    saying why."""
     if getattr(posterior, "is_sampler", False):
         raise ValueError(f"a latent-variable model cannot use {type(posterior).__name__}: {_SAMPLER_REASON}")
-    raise ValueError(f"a latent-variable model cannot use {type(posterior).__name__}; it takes the families "
-                     f"{', '.join(map(repr, LATENT_FAMILIES))}")
+    if not type(posterior).takes_latent_input():
+        raise ValueError(f"a latent-variable model cannot use {type(posterior).__name__}; it takes the families "
+                         f"{', '.join(map(repr, latent_families()))}")
+    return posterior.inducing_draw(num_samples, source, dtype)
 
 
 # ============================================================================ grouped propagation
@@ -406,7 +253,7 @@ class LatentDeepGP(DeepGP):
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None) -> Propagation:
         """The predictive propagation: ``w`` from the prior, one per sample and point; ``samples``
         is ``[w, F_1, ..., F_L]`` (the latent coordinate first, ``[S, N, D_w]``)."""
-        return self._predictive_propagation(X, num_samples, _resolve_seed(seed, noise, "propagate"))
+        return self._predictive_propagation(X, num_samples, seed_or_deprecated_noise(seed, noise, "propagate"))
 
     def _predictive_propagation(self, X, num_samples: int, seed: NoiseLike) -> Propagation:
         X = self.check_inputs(X, "Xnew")
@@ -422,13 +269,13 @@ class LatentDeepGP(DeepGP):
         """The importance-weighted bound with K = ``importance_samples`` (default 1: the ELBO),
         averaged over ``num_samples`` draws of ``q(U)`` (full-data units; minibatches rescaled by
         ``num_data / batch`` as :meth:`DeepGP.elbo`)."""
-        return tf.reduce_mean(self.elbo_per_sample(data, num_samples, _resolve_seed(seed, noise, "elbo"),
+        return tf.reduce_mean(self.elbo_per_sample(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo"),
                                                    importance_samples=importance_samples))
 
     @check_shapes("return: [S]")
     def elbo_per_sample(self, data, num_samples: int = 1, seed: NoiseLike = None, *, importance_samples: int = 1,
                         noise: NoiseLike = None) -> tf.Tensor:
-        ell, kl = self.elbo_terms(data, num_samples, _resolve_seed(seed, noise, "elbo_per_sample"),
+        ell, kl = self.elbo_terms(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo_per_sample"),
                                   importance_samples=importance_samples)
         return ell - kl
 
@@ -459,13 +306,13 @@ class LatentDeepGP(DeepGP):
                       noise: NoiseLike = None) -> List[tf.Tensor]:
         """``[w, F_1, ..., F_L]``: the latent coordinate ``[S, N, D_w]`` drawn from the prior, then
         one ``[S, N, N_l]`` tensor of joint samples per layer."""
-        return self._predictive_propagation(Xnew, num_samples, _resolve_seed(seed, noise, "sample_layers")).samples
+        return self._predictive_propagation(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "sample_layers")).samples
 
     @check_shapes("return[0]: [S, N, P]", "return[1]: [S, N, P]")
     def predict_f_components(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
                              noise: NoiseLike = None):
         """Per-sample mean and variance ``[S, N, P]`` of the last layer, ``w`` from the prior."""
-        prop = self._predictive_propagation(Xnew, num_samples, _resolve_seed(seed, noise, "predict_f_components"))
+        prop = self._predictive_propagation(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_components"))
         return prop.mean, prop.var
 
     @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
@@ -473,9 +320,9 @@ class LatentDeepGP(DeepGP):
                   noise: NoiseLike = None):
         """Moments of the predictive mixture over ``w`` (prior) and ``f`` draws, noise included."""
         Xnew = self.check_inputs(Xnew)
-        prop = self._predictive_propagation(Xnew, num_samples, _resolve_seed(seed, noise, "predict_y"))
-        ymean, yvar = predict_mean_and_var(self.likelihood, Xnew, *self._likelihood_moments(prop))
-        return _mixture_moments(ymean, yvar)
+        prop = self._predictive_propagation(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_y"))
+        ymean, yvar = predict_mean_and_var(self.likelihood, Xnew, *self.likelihood_moments(prop))
+        return mixture_moments(ymean, yvar)
 
     @check_shapes("return: [N]")
     def predict_log_density(self, data, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
@@ -483,5 +330,5 @@ class LatentDeepGP(DeepGP):
         """``[N]``: ``logsumexp_s log p(y_n | w_s, f_s) - log S`` with ``w_s`` from the prior (the
         mixture over the latent variable and the functions)."""
         X, Y = self.check_data(data, names=("Xnew", "Ynew"))
-        prop = self._predictive_propagation(X, num_samples, _resolve_seed(seed, noise, "predict_log_density"))
-        return mixture_log_density(self.likelihood, X, *self._likelihood_moments(prop), Y)
+        prop = self._predictive_propagation(X, num_samples, seed_or_deprecated_noise(seed, noise, "predict_log_density"))
+        return mixture_log_density(self.likelihood, X, *self.likelihood_moments(prop), Y)

@@ -218,7 +218,7 @@ def checked_function(fn=None, **tf_function_kwargs):
     return decorate if fn is None else decorate(fn)
 
 
-def _in_xla_context() -> bool:
+def in_xla_context() -> bool:
     try:
         from tensorflow.python.ops import control_flow_util
 
@@ -371,7 +371,7 @@ def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor, Opti
     # there the stand-in is +I.
     scale = _jitter_scale(A)
     n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
-    skip = (1.0 if _in_xla_context() else -1.0) * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where
+    skip = (1.0 if in_xla_context() else -1.0) * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where
     L, jitter = _ladder(A, L, ok, tf.zeros_like(scale), scale, compiled_ladder(max_tries), skip)
     return L, jitter, None
 
@@ -449,7 +449,7 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
         for collector in collectors:
             collector._record(failed, code)
         return L
-    if _in_xla_context():
+    if in_xla_context():
         warnings.warn(
             f"safe_cholesky({name}) traced in an XLA-compiled function without "
             "deepgp_gi.linalg.cholesky_checks(): a failed factorisation will return NaN silently",

@@ -13,7 +13,13 @@ from gpflow.models.training_mixins import ExternalDataTrainingLossMixin
 
 from .kernels import shared_parameter_reads
 from .layers import GPLayer, ShapedLayer
-from .likelihoods import check_targets, expected_log_likelihood, mixture_log_density, predict_mean_and_var
+from .likelihoods import (
+    check_targets,
+    expected_log_likelihood,
+    mixture_log_density,
+    predict_mean_and_var,
+    predictive_log_density,
+)
 from .noise import NoiseLike
 from .posteriors import DeepPosterior
 from .posteriors.base import float_dtype
@@ -35,7 +41,7 @@ _SEED_DOC = (
 )
 
 
-def _resolve_seed(seed, noise, where: str):
+def seed_or_deprecated_noise(seed, noise, where: str):
     """``noise=`` is the deprecated name of ``seed=`` (in GPflow, "noise" is the likelihood's)."""
     if noise is None:
         return seed
@@ -163,7 +169,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
     @check_shapes("X: [N, D, image_shape...]")
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None):
         """``posterior.propagate`` (see :class:`~deepgp_gi.posteriors.Propagation`)."""
-        return self._propagate(X, num_samples, _resolve_seed(seed, noise, "propagate"))
+        return self._propagate(X, num_samples, seed_or_deprecated_noise(seed, noise, "propagate"))
 
     @check_shapes("return: []")
     def elbo(self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None) -> tf.Tensor:
@@ -173,14 +179,14 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         ``num_data / batch``. Averages the per-sample estimate over ``num_samples`` samples
         (default 1, the training setting). ``seed``: see :meth:`predict_f`.
         """
-        return tf.reduce_mean(self.elbo_per_sample(data, num_samples, _resolve_seed(seed, noise, "elbo")))
+        return tf.reduce_mean(self.elbo_per_sample(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo")))
 
     @check_shapes("return: [S]")
     def elbo_per_sample(self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
                         ) -> tf.Tensor:
         """The ELBO estimate of each of the S joint samples, ``[S]``: ``ell - kl`` of
         :meth:`elbo_terms`."""
-        ell, kl = self.elbo_terms(data, num_samples, _resolve_seed(seed, noise, "elbo_per_sample"))
+        ell, kl = self.elbo_terms(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo_per_sample"))
         return ell - kl
 
     @check_shapes("return[0]: [S]", "return[1]: [S]")
@@ -202,7 +208,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """
         X, Y = self.check_data(data)
         prop = self._propagate(X, num_samples, seed)
-        ell = expected_log_likelihood(self.likelihood, _rows(X), *self._likelihood_moments(prop), Y)  # [S, N]
+        ell = expected_log_likelihood(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y)  # [S, N]
         ell = tf.reduce_sum(ell, axis=-1)
         if self.num_data is not None:
             batch = tf.shape(X)[0] if batch_size is None else batch_size
@@ -212,7 +218,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
     def maximum_log_likelihood_objective(self, data) -> tf.Tensor:
         return self.elbo(data, self.num_samples)
 
-    def _likelihood_moments(self, prop) -> Tuple[tf.Tensor, tf.Tensor]:
+    def likelihood_moments(self, prop) -> Tuple[tf.Tensor, tf.Tensor]:
         """What the likelihood integrates over: the last layer's ``(mean, var)``, or, for GPflow's
         Monte Carlo likelihoods (Softmax, ...), the last layer's sample with variance 0. GPflow
         would draw that sample itself from TensorFlow's global generator; taking the one drawn
@@ -223,18 +229,24 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
             return sample, tf.zeros_like(sample)
         return prop.mean, prop.var
 
+    def sample_log_density(self, X: tf.Tensor, Y: tf.Tensor, prop) -> tf.Tensor:
+        """``[S, N]``: ``log p(y_n | sample s)`` with the last layer's ``f`` integrated out of the
+        propagation ``prop`` of the rows ``X`` (the terms a sampler's log-likelihood sums; the
+        log of their mean over ``s`` is :meth:`predict_log_density`)."""
+        return predictive_log_density(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y)
+
     # ------------------------------------------------------------------ prediction
     def sample_layers(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
                       noise: NoiseLike = None) -> List[tf.Tensor]:
         """One ``[S, N, D_l]`` tensor of joint samples per layer."""
         Xnew = self.check_inputs(Xnew)
-        return self._propagate(Xnew, num_samples, _resolve_seed(seed, noise, "sample_layers")).samples
+        return self._propagate(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "sample_layers")).samples
 
     @check_shapes("return: [S, N, P]")
     def predict_f_samples(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
                           noise: NoiseLike = None) -> tf.Tensor:
         """``[S, N, P]`` samples of the last layer's function values."""
-        return self.sample_layers(Xnew, num_samples, _resolve_seed(seed, noise, "predict_f_samples"))[-1]
+        return self.sample_layers(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_samples"))[-1]
 
     @check_shapes("return[0]: [S, N, P]", "return[1]: [S, N, P]")
     def predict_f_components(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
@@ -244,7 +256,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         The variance is exactly 0 for the BNN families that sample the last layer's weights
         (see :class:`~deepgp_gi.posteriors.Propagation`)."""
         Xnew = self.check_inputs(Xnew)
-        prop = self._propagate(Xnew, num_samples, _resolve_seed(seed, noise, "predict_f_components"))
+        prop = self._propagate(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_components"))
         return prop.mean, prop.var
 
     @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
@@ -256,8 +268,8 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         (fresh random draws), an int or ``[2]`` seed (reproducible draws), or a
         :class:`~deepgp_gi.noise.NoiseSource`; ``noise=`` is its deprecated alias.
         """
-        mean, var = self.predict_f_components(Xnew, num_samples, _resolve_seed(seed, noise, "predict_f"))
-        return _mixture_moments(mean, var)
+        mean, var = self.predict_f_components(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f"))
+        return mixture_moments(mean, var)
 
     @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
     def predict_y(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
@@ -265,10 +277,10 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """Mean and variance ``[N, P]`` of the predictive mixture, likelihood noise included
         (``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
         Xnew = self.check_inputs(Xnew)
-        prop = self._propagate(Xnew, num_samples, _resolve_seed(seed, noise, "predict_y"))
-        mean, var = self._likelihood_moments(prop)
-        ymean, yvar = predict_mean_and_var(self.likelihood, _rows(Xnew), mean, var)
-        return _mixture_moments(ymean, yvar)
+        prop = self._propagate(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_y"))
+        mean, var = self.likelihood_moments(prop)
+        ymean, yvar = predict_mean_and_var(self.likelihood, likelihood_rows(Xnew), mean, var)
+        return mixture_moments(ymean, yvar)
 
     @check_shapes("return: [N]")
     def predict_log_density(self, data, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
@@ -276,18 +288,18 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """``[N]``: ``logsumexp_s log p(y_n | f_n^(s)) - log S`` (each term exact where possible;
         ``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
         X, Y = self.check_data(data, names=("Xnew", "Ynew"))
-        prop = self._propagate(X, num_samples, _resolve_seed(seed, noise, "predict_log_density"))
-        return mixture_log_density(self.likelihood, _rows(X), *self._likelihood_moments(prop), Y)
+        prop = self._propagate(X, num_samples, seed_or_deprecated_noise(seed, noise, "predict_log_density"))
+        return mixture_log_density(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y)
 
 
-def _rows(X: tf.Tensor) -> tf.Tensor:
+def likelihood_rows(X: tf.Tensor) -> tf.Tensor:
     """Inputs as the ``[N, D]`` rows GPflow likelihoods expect (images flattened)."""
     if X.shape.rank == 2:
         return X
     return tf.reshape(X, [-1, int(np.prod(X.shape[1:]))])  # static width (GPflow's MC reads it)
 
 
-def _mixture_moments(mean: tf.Tensor, var: tf.Tensor):
+def mixture_moments(mean: tf.Tensor, var: tf.Tensor):
     """Moments of an equal-weight mixture over the leading axis."""
     mixture_mean = tf.reduce_mean(mean, axis=0)
     second = tf.reduce_mean(var + tf.square(mean), axis=0)

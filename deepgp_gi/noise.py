@@ -18,7 +18,7 @@ from typing import Dict, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
-from .linalg import _in_xla_context
+from .linalg import in_xla_context
 
 __all__ = [
     "NoiseSource",
@@ -152,7 +152,7 @@ def _ndtri(u: tf.Tensor) -> tf.Tensor:
     the grid of :func:`_unit_interval`) brings it back to the kernel's accuracy. XLA fuses the
     step, and plain execution never runs it."""
     z = tf.math.ndtri(u)
-    if not _in_xla_context():
+    if not in_xla_context():
         return z
     q = tf.minimum(u, 1.0 - u)
     lower = -tf.abs(z)  # the quantile of q

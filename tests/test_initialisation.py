@@ -6,7 +6,6 @@ import pytest
 
 import deepgp_gi as dg
 from deepgp_gi import initialisation as init
-from deepgp_gi.families import BNN_FAMILIES, CONV_BNN_FAMILIES, DEEP_GP_FAMILIES
 
 
 def test_rows_are_a_seeded_subset_of_the_data_when_m_is_at_most_n():
@@ -70,13 +69,6 @@ def test_class_labels_become_one_hot_pseudo_outputs_in_every_builder():
     U0 = model.posterior.inducing_inputs.numpy()
     rows = [int(np.flatnonzero((X == u).all(1))[0]) for u in U0]
     np.testing.assert_array_equal(V, np.eye(3)[labels[rows, 0].astype(int)])
-
-
-def test_every_family_of_every_table_names_an_initialiser_of_the_module():
-    for table in (DEEP_GP_FAMILIES, BNN_FAMILIES, CONV_BNN_FAMILIES):
-        for family in table.values():
-            assert family.initialise.__module__ == "deepgp_gi.initialisation", family.name
-            assert getattr(init, family.initialise.__name__) is family.initialise
 
 
 def test_the_weight_prior_factory_makes_a_fresh_prior_per_layer():

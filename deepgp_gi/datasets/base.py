@@ -79,13 +79,13 @@ class UCIDataset:
                 f"X_train={self.X_train.shape}, X_test={self.X_test.shape})")
 
 
-def _check_split(split: int) -> None:
+def check_split(split: int) -> None:
     if isinstance(split, bool) or not isinstance(split, (int, np.integer)):
         raise TypeError(f"split must be an integer, got {type(split).__name__}")
 
 
-def _check_split_range(split: int, name: str, n_splits: int) -> int:
-    _check_split(split)
+def check_split_range(split: int, name: str, n_splits: int) -> int:
+    check_split(split)
     split = int(split)
     if not 0 <= split < n_splits:
         raise ValueError(f"split={split} is out of range: {name} has {n_splits} splits "

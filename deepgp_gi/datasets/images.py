@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DATA_DIR, PathLike, UCIDataset, _check_split_range
+from .base import DATA_DIR, PathLike, UCIDataset, check_split_range
 
 __all__ = [
     "DIGITS_SPLITS",
@@ -39,7 +39,7 @@ DIGITS_SPLITS = 20
 _DIGITS_TEST = 297
 
 
-def _image_dataset(name, split, n_splits, X_train, Y_train, X_test, Y_test, max_value) -> UCIDataset:
+def image_dataset(name, split, n_splits, X_train, Y_train, X_test, Y_test, max_value) -> UCIDataset:
     """Pixels ``[0, max_value]`` -> [0, 1] float64 (in place where the input is float64 already);
     labels -> float64 ``[N, 1]``."""
     def scale(X):
@@ -93,7 +93,7 @@ def digits_split(split: int) -> tuple[np.ndarray, np.ndarray]:
         TypeError: split is not an integer.
         ValueError: split is out of range.
     """
-    split = _check_split_range(split, "digits", DIGITS_SPLITS)
+    split = check_split_range(split, "digits", DIGITS_SPLITS)
     labels = load_digits_raw()[1][:, 0].astype(np.int64)
     return _stratified_split(labels, _DIGITS_TEST, split)
 
@@ -146,10 +146,10 @@ def load_digits(split: int = 0) -> UCIDataset:
         TypeError: split is not an integer.
         ValueError: split is out of range.
     """
-    split = _check_split_range(split, "digits", DIGITS_SPLITS)
+    split = check_split_range(split, "digits", DIGITS_SPLITS)
     X, Y = load_digits_raw()
     train, test = _stratified_split(Y[:, 0].astype(np.int64), _DIGITS_TEST, split)
-    return _image_dataset("digits", split, DIGITS_SPLITS, X[train], Y[train], X[test], Y[test], 16)
+    return image_dataset("digits", split, DIGITS_SPLITS, X[train], Y[train], X[test], Y[test], 16)
 
 
 # MNIST (IDX files) ---------------------------------------------------------------------
@@ -252,7 +252,7 @@ def read_mnist_idx(path: PathLike) -> UCIDataset:
             raise ValueError(f"load_mnist: {_MNIST_FILES[f'{part}_images']} holds {len(images)} "
                              f"images but {_MNIST_FILES[f'{part}_labels']} holds {len(labels)} labels")
         _check_labels(labels, 10, f"load_mnist: {_MNIST_FILES[f'{part}_labels']}")
-    return _image_dataset(
+    return image_dataset(
         "mnist", 0, 1,
         arrays["train_images"][..., None], arrays["train_labels"],
         arrays["test_images"][..., None], arrays["test_labels"], 255,
@@ -364,4 +364,4 @@ def load_cifar10(path: PathLike) -> UCIDataset:
     X_train = np.empty((n_train, 32, 32, 3), dtype=np.float64)
     np.concatenate([x for x, _ in train], axis=0, out=X_train)
     Y_train = np.concatenate([y for _, y in train])
-    return _image_dataset("cifar10", 0, 1, X_train, Y_train, X_test, Y_test, 255)
+    return image_dataset("cifar10", 0, 1, X_train, Y_train, X_test, Y_test, 255)

@@ -20,7 +20,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from .base import PathLike, UCIDataset
-from .images import _image_dataset, read_mnist_idx
+from .images import image_dataset, read_mnist_idx
 
 __all__ = [
     "MNIST_FETCH_COMMAND",
@@ -163,5 +163,5 @@ def load_mnist(path: Optional[PathLike] = None) -> UCIDataset:
 
 
 def _dataset(arrays: dict) -> UCIDataset:
-    return _image_dataset("mnist", 0, 1, arrays["x_train"][..., None], arrays["y_train"],
+    return image_dataset("mnist", 0, 1, arrays["x_train"][..., None], arrays["y_train"],
                           arrays["x_test"][..., None], arrays["y_test"], 255)

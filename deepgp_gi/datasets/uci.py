@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import DATA_DIR, PathLike, UCIDataset, _check_split
+from .base import DATA_DIR, PathLike, UCIDataset, check_split
 
 __all__ = [
     "UCI_NAMES",
@@ -171,7 +171,7 @@ def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protoc
         TypeError: split is not an integer.
         FileNotFoundError: ``data_dir`` holds no data set in the expected layout.
     """
-    _check_split(split)
+    check_split(split)
     split = int(split)
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(map(repr, PROTOCOLS))}")

@@ -232,7 +232,7 @@ def predict_class_probabilities(model, X, num_samples: int = 100, chunk_size: in
 
     This is ``model.predict_y(X, num_samples)[0]``, the mean of the predictive mixture, for a
     ``Softmax`` (``E[softmax(f)]`` over the model's samples ``f_s``: the last layer's sample
-    drawn with the model's seeded noise; see ``DeepGP._likelihood_moments``) or
+    drawn with the model's seeded noise; see ``DeepGP.likelihood_moments``) or
     ``MultiClass`` likelihood (robust-max, by quadrature; GPflow clips the normal CDFs inside it to
     ``[1e-4, 1 - 1e-4]``, so its rows sum to 1 only approximately and are renormalised here); for
     ``Bernoulli`` (one column ``p = p(y = 1)``) it is ``[1 - p, p]``, two classes.

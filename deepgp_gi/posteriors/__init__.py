@@ -16,6 +16,7 @@ What lives where. The *kit* modules hold the maths the families share:
 * :mod:`.prior_scales` -- the weight prior's precision, ``q(s)`` of random-scale priors and ``q(L)``
   of the spatial inverse-Wishart prior;
 * :mod:`.structured_linalg` -- the fully-coupled and STAR families' linear algebra;
+* :mod:`.draws` -- one draw of every layer's inducing outputs (a latent-variable model's input);
 * :mod:`.counting` -- counting variational parameters.
 
 The *family* modules each define posteriors from the kit and import no other family module:
@@ -27,16 +28,31 @@ Ensemble-W; Ritter et al. 2021) and :mod:`.sghmc` (SGHMC samples of a deep GP's 
 Havasi et al. 2018: a sampler, not a variational family), and :mod:`.bsgp` (BSGP, Rossi et al. 2021:
 SGHMC's sampler over the inducing inputs and kernel hyperparameters too, a subclass of SGHMC's).
 
-The name tables (``"mean_field"`` -> class and initialiser) are in :mod:`deepgp_gi.families`.
+The name tables (``"mean_field"`` -> class) and :func:`register`, which adds a family defined
+outside the package, are in :mod:`.registry`.
 """
 from .base import DeepPosterior, Propagation
 from .bsgp import BSGPPosterior
 from .factorised import FactorisedGlobalPosterior, FactorisedWeightPosterior, RandomGlobalPosterior
-from .inducing import GlobalInducingPosterior, LocalInducingPosterior
+from .convolutional import (
+    ConvNetPosterior,
+    FactorisedConvPosterior,
+    FactorisedGlobalConvPosterior,
+    GlobalConvPosterior,
+    LocalConvPosterior,
+)
+from .draws import InducingDraw
+from .inducing import (
+    GlobalInducingBNNPosterior,
+    GlobalInducingPosterior,
+    LocalInducingBNNPosterior,
+    LocalInducingPosterior,
+)
 from .inducing_weights import EnsembleInducingPosterior, EnsembleWeightPosterior, FFGInducingPosterior
 from .mean_field import MeanFieldPosterior
 from .prior_scales import ScalePosterior, SpatialIWPosterior
 from .pseudo_data import PseudoData
+from .registry import BNN_FAMILIES, CONV_BNN_FAMILIES, DEEP_GP_FAMILIES, family_class, family_name, register
 from .sghmc import SGHMCPosterior
 from .stripes_arrow import StripesArrowPosterior
 from .structured import FullyCoupledPosterior
@@ -49,6 +65,14 @@ __all__ = [
     "StripesArrowPosterior",
     "GlobalInducingPosterior",
     "LocalInducingPosterior",
+    "GlobalInducingBNNPosterior",
+    "LocalInducingBNNPosterior",
+    "ConvNetPosterior",
+    "FactorisedConvPosterior",
+    "LocalConvPosterior",
+    "GlobalConvPosterior",
+    "FactorisedGlobalConvPosterior",
+    "InducingDraw",
     "FactorisedWeightPosterior",
     "FactorisedGlobalPosterior",
     "RandomGlobalPosterior",
@@ -60,4 +84,10 @@ __all__ = [
     "PseudoData",
     "ScalePosterior",
     "SpatialIWPosterior",
+    "DEEP_GP_FAMILIES",
+    "BNN_FAMILIES",
+    "CONV_BNN_FAMILIES",
+    "register",
+    "family_class",
+    "family_name",
 ]

@@ -3,13 +3,22 @@
 A posterior owns every variational parameter and knows how to push inputs through the layers:
 ``posterior.propagate(X, num_samples, seed)`` returns a :class:`Propagation`. ``DeepGP`` builds
 its ELBO and predictions from that alone, so a new family is one new subclass.
+
+A family is one class: besides ``propagate`` it says how the builders make it from data
+(:meth:`DeepPosterior.from_data`, :meth:`~DeepPosterior.initial_inducing_inputs`,
+:meth:`~DeepPosterior.initial_inducing_features`), which keyword options it takes
+(:attr:`~DeepPosterior.options`), the default transform of the builders' positive
+hyperparameters, its evaluation memory budget, and, if it takes a latent input, its draw of the
+inducing outputs (:meth:`~DeepPosterior.inducing_draw`). The name tables of
+:mod:`deepgp_gi.posteriors.registry` map names to these classes.
 """
 from __future__ import annotations
 
 import abc
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import ClassVar, List, NamedTuple, Optional, Sequence, Tuple
 
 import gpflow
+import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
@@ -67,9 +76,89 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
     # the model's layers (and a weight-space posterior's weighted subset of them): tracked by the model
     _TF_MODULE_IGNORED_PROPERTIES = gpflow.Module._TF_MODULE_IGNORED_PROPERTIES | frozenset({"_layers", "_weighted"})
 
+    #: The keyword options :meth:`from_data` (and so the builders) accept; anything else is refused
+    #: with this list named (:meth:`check_options`).
+    options: ClassVar[Tuple[str, ...]] = ()
+    #: One line for tables and ``--help``: the family and its paper.
+    summary: ClassVar[str] = ""
+    #: The default transform of the positive hyperparameters :func:`~deepgp_gi.build_deep_gp`
+    #: creates (kernel variances and lengthscales, white noise, the Gaussian likelihood's
+    #: variance), following the family's reference code: ``"softplus"`` (GPflow's) or ``"exp"``
+    #: (log-parameterised).
+    positive_transform: ClassVar[str] = "softplus"
+    #: How many (data row, Monte Carlo sample) pairs one evaluation call (``model.elbo``,
+    #: ``predict_log_density``, ...) should hold at once; evaluation code slices the rows into
+    #: chunks of ``eval_row_samples // num_samples``. Families that keep a large per-point
+    #: cross-covariance set it lower.
+    eval_row_samples: ClassVar[int] = 100_000
+    #: Whether the family propagates inducing rows with the data (global inducing), which
+    #: layers such as an inducing batch normalisation need.
+    propagates_inducing_rows: ClassVar[bool] = False
+
     def __init__(self, layers: Sequence, name: Optional[str] = None):
         super().__init__(name=name)
         self.__dict__["_layers"] = tuple(check_layer_chain(layers))
+
+    # ------------------------------------------------------------------ building from data
+
+    @classmethod
+    def check_options(cls, options: dict, name: Optional[str] = None) -> None:
+        """Refuse keyword ``options`` the family does not take, naming the ones it accepts
+        (``name``: the family's name in the messages, default the class name)."""
+        unknown = sorted(set(options) - set(cls.options))
+        if unknown:
+            accepted = ", ".join(cls.options) if cls.options else "none"
+            label = repr(name) if name is not None else cls.__name__
+            raise ValueError(
+                f"posterior {label} does not accept option(s) {', '.join(unknown)}; accepted options: {accepted}"
+            )
+
+    @classmethod
+    def initial_inducing_inputs(cls, X: np.ndarray, num_inducing: int, seed: Optional[int]) -> Optional[np.ndarray]:
+        """The inducing inputs ``Z`` ``[M, D]`` the builder puts on every GP layer (pushed through
+        the inner mean maps), or None when the family keeps no inducing inputs on the layers
+        (the default). ``X`` is the ``[N, D]`` training inputs."""
+        return None
+
+    @classmethod
+    def initial_inducing_features(cls, fan_in: int, rng: np.random.Generator) -> Optional[np.ndarray]:
+        """The inducing features ``[fan_in, fan_in]`` the BNN builder puts on a DenseLayer (drawn
+        from ``rng``), or None when the family keeps none on the layers (the default)."""
+        return None
+
+    @classmethod
+    def from_data(cls, layers: Sequence, X: np.ndarray, Y: np.ndarray, *, num_inducing: int, seed: Optional[int],
+                  **options) -> "DeepPosterior":
+        """The family's posterior on ``layers``, initialised from the data as its paper does.
+
+        :param layers: the model's layers (with the inducing inputs or features the builder
+            placed by :meth:`initial_inducing_inputs` / :meth:`initial_inducing_features`).
+        :param X: training inputs ``[N, D]`` (``[N, H, W, C]`` images).
+        :param Y: training targets in pseudo-target form ``[N, P]`` (one-hot rows for class
+            labels, :func:`~deepgp_gi.initialisation.pseudo_targets`).
+        :param num_inducing: M, for the families that place inducing points here.
+        :param seed: an int seeding every random initial value (or None).
+        :param options: the family's keyword options (:attr:`options`).
+        The default builds ``cls(layers, **options)`` (families whose initial values come from
+        the layers alone)."""
+        return cls(layers, **options)
+
+    # ------------------------------------------------------------------ latent inputs
+
+    @classmethod
+    def takes_latent_input(cls) -> bool:
+        """Whether a latent-variable model can use this family: it implements
+        :meth:`inducing_draw`."""
+        return cls.inducing_draw is not DeepPosterior.inducing_draw
+
+    def inducing_draw(self, num_samples: int, source: NoiseSource, dtype: tf.DType):
+        """Every layer's inducing outputs drawn from ``q(U)``, ``num_samples`` times, the last
+        layer's integrated out where the family can (an
+        :class:`~deepgp_gi.posteriors.draws.InducingDraw`): what a latent-variable model
+        (:class:`~deepgp_gi.LatentDeepGP`) propagates its grouped rows with. The default
+        raises: the family takes no latent input."""
+        raise ValueError(f"a latent-variable model cannot use {type(self).__name__}: the family does not draw its "
+                         "inducing outputs as a whole (it implements no inducing_draw)")
 
     @property
     def layers(self) -> Sequence:

@@ -73,7 +73,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from ..kernels import _batched_square_distance
+from ..kernels import batched_square_distance
 from ..linalg import add_jitter, safe_cholesky
 from ..validation import check_choice
 from .base import Propagation
@@ -166,6 +166,10 @@ class BSGPPosterior(SGHMCPosterior):
     :param log_variance_prior: ``(mean, sd)`` of the normal prior on the log kernel variance.
     """
 
+    options = SGHMCPosterior.options + ("inducing_prior", "log_lengthscale_prior", "log_variance_prior")
+    summary = ("BSGP: SGHMC samples of the inducing outputs, inducing inputs and kernel hyperparameters "
+               "(Rossi et al. 2021)")
+
     def __init__(self, layers: Sequence, step_size: float = STEP_SIZE, momentum_decay: float = MOMENTUM_DECAY,
                  window_size: int = WINDOW_SIZE, inducing_prior: str = "normal",
                  log_lengthscale_prior: Sequence[float] = LOG_LENGTHSCALE_PRIOR,
@@ -238,7 +242,7 @@ class BSGPPosterior(SGHMCPosterior):
             ell = tf.reshape(ell, [tf.shape(ell)[0], 1, -1])
             var = tf.reshape(var, [-1, 1, 1])
         Zs = Z / ell
-        Kzz = var * _unit_profile(stationary, _batched_square_distance(Zs, Zs))
+        Kzz = var * _unit_profile(stationary, batched_square_distance(Zs, Zs))
         white = tf.add_n([tf.convert_to_tensor(w.variance) for w in whites]) if whites else 0.0
         L_K = safe_cholesky(add_jitter(Kzz, white + gpflow.config.default_jitter()),
                             name=f"K_uu of layer {self.layers[l].name}")
@@ -316,7 +320,7 @@ class BSGPPosterior(SGHMCPosterior):
         for l, layer in enumerate(self.layers):
             ell, var, white, Zs, L_K = self._layer_kernel(l, Z[l], log_ell[l], log_var[l], batched)
             choleskies.append(L_K)
-            Kzf = var * _unit_profile(self._stationary(l), _batched_square_distance(Zs, F / ell))
+            Kzf = var * _unit_profile(self._stationary(l), batched_square_distance(Zs, F / ell))
             A = whitened_projection(L_K, Kzf)
             mean = conditional_mean(A, V[l], layer.mean(F))
             prior_var = (tf.squeeze(var, -1) if batched else var) + white  # k(x, x): [S, 1] or a scalar

@@ -39,15 +39,24 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
-from ..layers import apply_weights, check_network, is_convolution, run_layers
+from ..layers import apply_weights, check_network, is_convolution, run_layers, weighted_layers
 from ..noise import NoiseLike, NoiseSource
 from ..validation import check_choice, check_finite_array, check_positive_float, per_layer_floats, per_layer_list
+from ..initialisation import global_inducing_rows, local_inducing_images
 from .base import DeepPosterior, Propagation
 from .prior_scales import PriorPrecisions
 from .pseudo_data import KL_MODES, PRECISIONS, PseudoData, draw_weights, gram_posterior, regulariser
 from .weight_space import factorised_kl, factorised_weights, local_reparameterisation_moments
 
-__all__ = ["ConvNetPosterior", "CONV_FAMILIES", "LAYER_POSTERIORS"]
+__all__ = [
+    "ConvNetPosterior",
+    "FactorisedConvPosterior",
+    "LocalConvPosterior",
+    "GlobalConvPosterior",
+    "FactorisedGlobalConvPosterior",
+    "CONV_FAMILIES",
+    "LAYER_POSTERIORS",
+]
 
 #: Weight posteriors of one weighted layer.
 LAYER_POSTERIORS = ("factorised", "local", "global")
@@ -249,3 +258,65 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         W, lr, kl = draw_weights(L, w_mean, z, p, analytic=self.kl_mode == "analytic")
         state.kl = state.kl + regulariser(lr, kl)
         return apply_weights(layer, Phi, W)
+
+
+class _ConvFamily(ConvNetPosterior):
+    """A :class:`ConvNetPosterior` of one fixed family (``network_family``), built from data
+    as O&A (App. O) initialise it."""
+
+    network_family = "global"
+    options = ("log_precision_init", "dense_precision", "kl", "rho")
+
+    @classmethod
+    def from_data(cls, layers, X, Y, *, num_inducing, seed, **options):
+        """Global rows by :func:`~deepgp_gi.initialisation.global_inducing_rows` (their
+        pseudo-outputs the one-hot labels ``Y``) for the families that propagate inducing
+        images; ``N(0, 1)`` local inducing images and features on the layers for ``"local"``
+        (:func:`~deepgp_gi.initialisation.local_inducing_images`)."""
+        rng = np.random.default_rng(seed)
+        U0 = pseudo = None
+        if cls.propagates_inducing_rows:
+            U0, V_top = global_inducing_rows(np.asarray(X), np.asarray(Y), num_inducing, rng)
+            pseudo = [None] * (len(weighted_layers(layers)) - 1) + [V_top]
+        cls.place_layer_inducing(layers, rng)
+        return cls(layers, cls.network_family, U0, pseudo_outputs=pseudo, seed=int(rng.integers(2**31 - 1)),
+                   **options)
+
+    @classmethod
+    def place_layer_inducing(cls, layers, rng: np.random.Generator) -> None:
+        """Put the family's local inducing inputs on the layers (none by default)."""
+
+
+class FactorisedConvPosterior(_ConvFamily):
+    """Factorised Gaussian weights in every layer of a convolutional network."""
+
+    network_family = "factorised"
+    summary = "factorised Gaussian weights in every layer"
+
+
+class LocalConvPosterior(_ConvFamily):
+    """Local inducing images and features in every layer of a convolutional network."""
+
+    network_family = "local"
+    summary = "local inducing images and features in every layer"
+
+    @classmethod
+    def place_layer_inducing(cls, layers, rng):
+        """``N(0, 1)`` inducing images on every convolution and features on every dense layer."""
+        local_inducing_images(layers, rng)
+
+
+class GlobalConvPosterior(_ConvFamily):
+    """Global inducing images, propagated through every layer of a convolutional network."""
+
+    network_family = "global"
+    summary = "global inducing images, propagated through every layer (gi)"
+    propagates_inducing_rows = True
+
+
+class FactorisedGlobalConvPosterior(_ConvFamily):
+    """Factorised lower layers and a global-inducing last layer of a convolutional network."""
+
+    network_family = "factorised_global"
+    summary = "factorised lower layers, global-inducing last layer (fac->gi)"
+    propagates_inducing_rows = True

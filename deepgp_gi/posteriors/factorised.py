@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
+from ..initialisation import global_inducing_rows
 from ..validation import check_bool, check_choice, check_finite_array, check_float
 from .base import Propagation
 from .pseudo_data import KL_MODES, LAST_LAYER_MODES, PRECISIONS, PseudoData, regulariser
@@ -70,6 +71,16 @@ class FactorisedWeightPosterior(WeightSpacePosterior):
         sampled explicitly (noise ``"w/{l}"``) and shared by all rows of a sample (``var = 0``).
     :param seed: seed for the default initial means.
     """
+
+    options = ("local_reparameterisation",)
+    summary = "factorised Gaussian weights (fac)"
+
+    @classmethod
+    def from_data(cls, layers, X, Y, *, num_inducing, seed, **options):
+        """Factorised Gaussian weights: the posterior draws its initial means ``N(0, 1/fan_in)`` (variances
+        ``1e-3/fan_in``) from ``seed``; ``X``, ``Y`` and ``num_inducing``
+        are not used."""
+        return cls(layers, seed=seed, **options)
 
     def __init__(
         self,
@@ -135,6 +146,17 @@ class FactorisedGlobalPosterior(WeightSpacePosterior):
         ``"sampled"`` (O&A's algorithm); see :class:`~deepgp_gi.posteriors.GlobalInducingPosterior`.
     :param rho: Adam re-scaling of the log-precisions (3).
     """
+
+    options = ("precision", "kl", "last_layer", "rho")
+    summary = "factorised lower layers, global-inducing last layer (fac->gi)"
+
+    @classmethod
+    def from_data(cls, layers, X, Y, *, num_inducing, seed, **options):
+        """Factorised (or prior) lower layers and a global-inducing last layer whose rows come from
+        :func:`~deepgp_gi.initialisation.global_inducing_rows`, log-precision 0."""
+        rng = np.random.default_rng(seed)
+        U0, V_top = global_inducing_rows(np.asarray(X), np.asarray(Y), num_inducing, rng)
+        return cls(layers, U0, V_top, log_precision_init=0.0, seed=seed, **options)
 
     LOWER = ("factorised", "prior")
     #: ``pseudo_data`` is the last layer's (read by :func:`~deepgp_gi.posteriors.counting.parameter_count`).
@@ -218,6 +240,8 @@ class FactorisedGlobalPosterior(WeightSpacePosterior):
 
 class RandomGlobalPosterior(FactorisedGlobalPosterior):
     """rand->gi: lower-layer weights from the prior (log-ratio 0), global-inducing last layer."""
+
+    summary = "prior lower layers, global-inducing last layer (rand->gi)"
 
     def __init__(self, layers, inducing_inputs, pseudo_outputs=None, log_precision_init=0.0, **kwargs):
         super().__init__(layers, inducing_inputs, pseudo_outputs, log_precision_init, lower="prior", **kwargs)

@@ -46,11 +46,13 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
+from ..initialisation import LOG_PRECISION_HIDDEN, LOG_PRECISION_OUTPUT, global_inducing_rows
 from ..noise import NoiseLike, NoiseSource
 from ..validation import (
     check_bool,
     check_choice,
     check_finite_array,
+    check_float,
     check_positive_float,
     check_positive_int,
     per_layer_floats,
@@ -66,6 +68,7 @@ from .conditionals import (
     sample_rows,
     whitened_projection,
 )
+from .draws import InducingDraw, pseudo_data_variance, zero_variance
 from .prior_scales import PriorPrecisions
 from .pseudo_data import (
     KL_MODES,
@@ -87,6 +90,8 @@ from .weight_space import WeightSpaceStep, has_feature_map, weight_space_layer
 __all__ = [
     "GlobalInducingPosterior",
     "LocalInducingPosterior",
+    "GlobalInducingBNNPosterior",
+    "LocalInducingBNNPosterior",
     "GlobalInducingPropagation",
     "SPACES",
     "DEFAULT_NUM_INDUCING",
@@ -98,6 +103,50 @@ DEFAULT_NUM_INDUCING = 100  # O&A App. O, UCI deep GPs
 
 class _InducingPosterior(DeepPosterior, PriorPrecisions):
     """What the global and local families share: per-layer paths, pseudo-data, options."""
+
+
+    def _pseudo_data_draw(self, S: int, source: NoiseSource, dtype, is_global: bool) -> InducingDraw:
+        """The latent-input draw of both families: every hidden layer's whitened outputs drawn
+        from the pseudo-data posterior, the last layer's integrated out with its analytic KL when
+        the family's ``propagate`` integrates it out (global inducing per ``last_layer``, local
+        inducing when its KL is analytic); the chain ``U_0 -> U_1 -> ...`` per sample for global
+        inducing, each layer's own inputs for local inducing."""
+        if any(self.weight_space):
+            raise ValueError("a latent-variable model takes GP layers only (the posterior has weight-space layers)")
+        marginal_last = (self.last_layer == "marginal") if is_global else self.kl_mode == "analytic"
+        inputs, chols, weights, terms = [], [], [], []
+        last_variance = None
+        if is_global:
+            U0 = tf.convert_to_tensor(self.inducing_inputs)
+            U = tf.broadcast_to(U0[None], tf.concat([[S], tf.shape(U0)], 0))
+        else:
+            local_chols = inducing_choleskies(self.layers)
+        for l, layer in enumerate(self.layers):
+            P = layer.output_dim
+            last = l == self.depth - 1
+            if is_global:
+                Z, L_K = U, inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
+                L_B, a_mean = self.pseudo_data[l].posterior(L_K)
+            else:  # one posterior shared by the samples
+                Z, L_K = layer.Z, local_chols[l]
+                L_B, a_mean = self.pseudo_data[l].posterior(L_K[None])
+                L_B = tf.broadcast_to(L_B, tf.concat([[S], tf.shape(L_B)[1:]], 0))
+                a_mean = tf.broadcast_to(a_mean, tf.concat([[S], tf.shape(a_mean)[1:]], 0))
+            if last and marginal_last:
+                a = a_mean
+                terms.append(analytic_kl(L_B, a_mean))
+                last_variance = pseudo_data_variance(L_B, P)
+            else:
+                eps = source.normal(f"u/{l}", tf.shape(a_mean), dtype)
+                a, lr, kl = draw_weights(L_B, a_mean, eps, analytic=self.kl_mode == "analytic")
+                terms.append(regulariser(lr, kl))
+                last_variance = zero_variance(P)
+            inputs.append(Z)
+            chols.append(L_K)
+            weights.append(a)
+            if is_global and not last:
+                U = layer_mean(layer, U, self.residual_mean) + tf.linalg.matmul(L_K, a)
+        return InducingDraw(inputs, chols, weights, last_variance, tf.add_n(terms), self.residual_mean)
 
     _default_log_precision: Sequence[float] = ()
 
@@ -229,6 +278,46 @@ class GlobalInducingPosterior(_InducingPosterior):
     :param space: ``"auto"`` (default), ``"function"`` or ``"weight"`` (see the module docs).
     :param seed: seed of the NumPy generator for the default random initial values.
     """
+
+    options = ("precision", "kl", "last_layer", "residual_mean", "rho", "space",
+               "log_precision_hidden", "log_precision_output")
+    summary = "global inducing points (Ober & Aitchison 2021)"
+    positive_transform = "exp"
+    propagates_inducing_rows = True
+
+    @classmethod
+    def from_data(cls, layers, X, Y, *, num_inducing, seed, log_precision_hidden: float = LOG_PRECISION_HIDDEN,
+                  log_precision_output: float = LOG_PRECISION_OUTPUT, **options):
+        """O&A's initialisation (App. O): ``U_0`` and the last pseudo-outputs from
+        :func:`~deepgp_gi.initialisation.global_inducing_rows`, hidden pseudo-outputs ``N(0, 1)``,
+        log-precisions ``log_precision_hidden`` on hidden layers and ``log_precision_output`` on
+        the last. ``Y`` ``[N, P]`` with ``P = layers[-1].output_dim``."""
+        layers = list(layers)
+        if not layers:
+            raise ValueError("layers must contain at least one layer (depth >= 1)")
+        Xa = check_finite_array(X, "X", ndim=2)
+        Ya = check_finite_array(Y, "Y", ndim=2)
+        if Xa.shape[1] != layers[0].input_dim:
+            raise ValueError(f"X must have shape [N, {layers[0].input_dim}], got {list(Xa.shape)}")
+        P = layers[-1].output_dim
+        if Ya.shape[1] != P or Ya.shape[0] != Xa.shape[0]:
+            raise ValueError(
+                f"Y must have shape [{Xa.shape[0]}, {P}] (one column per output of the last layer) to "
+                f"initialise the last pseudo-outputs, got {list(Ya.shape)}"
+            )
+        M = check_positive_int(num_inducing, "num_inducing")
+        lp_hidden = check_float(log_precision_hidden, "log_precision_hidden")
+        lp_out = check_float(log_precision_output, "log_precision_output")
+        rng = np.random.default_rng(seed)
+        U0, V_top = global_inducing_rows(Xa, Ya, M, rng)
+        V = [rng.standard_normal((M, layer.output_dim)) for layer in layers[:-1]] + [V_top]
+        return cls(layers, M, inducing_inputs=U0, pseudo_outputs=V,
+                   log_precision_init=[lp_hidden] * (len(layers) - 1) + [lp_out], **options)
+
+    def inducing_draw(self, num_samples: int, source: NoiseSource, dtype: tf.DType) -> InducingDraw:
+        """The chain ``U_0 -> U_1 -> ...`` per sample, each hidden layer's whitened outputs drawn,
+        the last layer's per ``last_layer``."""
+        return self._pseudo_data_draw(num_samples, source, dtype, is_global=True)
 
     def __init__(
         self,
@@ -387,6 +476,27 @@ class LocalInducingPosterior(_InducingPosterior):
     :param rho: Adam re-scaling of the log-precisions (default 3).
     :param seed: seed of the NumPy generator for the default ``V``.
     """
+
+    options = ("precision", "kl", "residual_mean", "rho", "log_precision")
+    summary = "local inducing with pseudo-data (Ober & Aitchison 2021)"
+    positive_transform = "exp"
+
+    @classmethod
+    def initial_inducing_inputs(cls, X, num_inducing, seed):
+        """O&A's local inducing inputs: ``N(0, 1)`` draws ``[M, D]`` (on standardised data)."""
+        return np.random.default_rng(seed).standard_normal((num_inducing, X.shape[1]))
+
+    @classmethod
+    def from_data(cls, layers, X, Y, *, num_inducing, seed, log_precision: Optional[float] = None, **options):
+        """O&A's initialisation (App. O): the inducing inputs are on the layers already;
+        pseudo-outputs ``N(0, 1)`` and a uniform log-precision (default 0 for GP layers, -4 for
+        DenseLayers). ``X``, ``Y`` and ``num_inducing`` are not used."""
+        return cls(layers, log_precision_init=log_precision, seed=seed, **options)
+
+    def inducing_draw(self, num_samples: int, source: NoiseSource, dtype: tf.DType) -> InducingDraw:
+        """Each layer's whitened outputs drawn from its own pseudo-data posterior, the last
+        layer's integrated out when the KL is analytic."""
+        return self._pseudo_data_draw(num_samples, source, dtype, is_global=False)
 
     def __init__(
         self,
@@ -549,3 +659,41 @@ def _initial_pseudo_outputs(pseudo_outputs, Ms, layers, rng, zero_last):
             V = np.zeros((M, P)) if (zero_last and l == L - 1) else rng.standard_normal((M, P))
         out.append(check_finite_array(V, f"pseudo_outputs[{l}]", shape=(M, P)))
     return out
+
+
+class GlobalInducingBNNPosterior(GlobalInducingPosterior):
+    """The global-inducing family of a BNN (``build_bnn(posterior="global")``): the same
+    posterior on DenseLayers (the weight-space path), with the BNN options and O&A's BNN
+    initialisation."""
+
+    options = ("precision", "kl", "last_layer", "rho", "space")
+    summary = "global inducing points (gi)"
+    positive_transform = "softplus"
+
+    @classmethod
+    def from_data(cls, layers, X, Y, *, num_inducing, seed, **options):
+        """``U_0`` and the last pseudo-outputs from
+        :func:`~deepgp_gi.initialisation.global_inducing_rows`, hidden pseudo-outputs ``N(0, 1)``,
+        the posterior's default precisions."""
+        rng = np.random.default_rng(seed)
+        U0, V_top = global_inducing_rows(np.asarray(X), np.asarray(Y), num_inducing, rng)
+        V = [rng.standard_normal((num_inducing, layer.output_dim)) for layer in layers[:-1]] + [V_top]
+        return cls(layers, inducing_inputs=U0, pseudo_outputs=V, seed=seed, **options)
+
+
+class LocalInducingBNNPosterior(LocalInducingPosterior):
+    """The local-inducing family of a BNN (``build_bnn(posterior="local")``): inducing features
+    ``N(0, 1)`` on every DenseLayer."""
+
+    options = ("precision", "kl", "rho", "log_precision")
+    summary = "local inducing features (li)"
+    positive_transform = "softplus"
+
+    @classmethod
+    def initial_inducing_inputs(cls, X, num_inducing, seed):
+        return None
+
+    @classmethod
+    def initial_inducing_features(cls, fan_in, rng):
+        """``N(0, 1)`` inducing features ``[fan_in, fan_in]`` (O&A App. O)."""
+        return rng.standard_normal((fan_in, fan_in))

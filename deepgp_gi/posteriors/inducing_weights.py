@@ -424,6 +424,13 @@ class _SampledWeightPosterior(WeightSpacePosterior):
 class _InducingWeightPosterior(_SampledWeightPosterior):
     """Shared set-up and weights of FFG-U and Ensemble-U (subclasses give ``q(U~)``)."""
 
+
+    @classmethod
+    def from_data(cls, layers, X, Y, *, num_inducing, seed, **options):
+        """``num_inducing`` is the size M of each layer's inducing weight matrix; the posterior
+        draws their initial values from ``seed``. ``X`` and ``Y`` are not used."""
+        return cls(layers, num_inducing=num_inducing, seed=seed, **options)
+
     def __init__(self, layers, num_inducing, lambda_init, lambda_max, d_init, jitter, seed, name):
         super().__init__(layers, name=name, seed=seed)
         M, lambda_init, lambda_max, d_init, jitter = _check_options(num_inducing, lambda_init, lambda_max, d_init,
@@ -465,6 +472,9 @@ class FFGInducingPosterior(_InducingWeightPosterior):
     :param means: per-layer initial whitened means ``[M_out, M_in]``; default ``N(0, 1)``.
     :param seed: seeds ``Z`` and the default means.
     """
+
+    options = ("lambda_init", "lambda_max", "sd_init", "sd_max", "d_init", "jitter")
+    summary = "inducing weights, factorised Gaussian q(U) (FFG-U, Ritter et al. 2021)"
 
     family_name = "ffg_u"
 
@@ -511,6 +521,9 @@ class EnsembleInducingPosterior(_InducingWeightPosterior):
     Other parameters as :class:`FFGInducingPosterior`.
     """
 
+    options = ("num_members", "lambda_init", "lambda_max", "d_init", "jitter", "member_spread", "prior_regulariser")
+    summary = "inducing weights, ensemble of point masses q(U) (Ensemble-U)"
+
     family_name = "ensemble_u"
 
     def __init__(self, layers, num_inducing: int = 64, num_members: int = 5, lambda_init: float = 1e-3,
@@ -550,6 +563,15 @@ class EnsembleWeightPosterior(_SampledWeightPosterior):
     :param prior_regulariser: add ``-log p(W_k)`` (False).
     :param seed: seeds the initial members.
     """
+
+    options = ("num_members", "prior_regulariser")
+    summary = "ensemble of point-mass weights (Ensemble-W)"
+
+    @classmethod
+    def from_data(cls, layers, X, Y, *, num_inducing, seed, **options):
+        """Point-mass members: the posterior draws its members from the prior from ``seed``; ``X``, ``Y`` and ``num_inducing``
+        are not used."""
+        return cls(layers, seed=seed, **options)
 
     family_name = "ensemble_w"
 

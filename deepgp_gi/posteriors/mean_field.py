@@ -14,7 +14,9 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 
+from ..initialisation import kmeans_inducing_inputs
 from ..layers import GPLayer
+from ..noise import NoiseSource
 from .base import DeepPosterior, Propagation
 from .conditionals import (
     conditional_mean,
@@ -26,6 +28,7 @@ from .conditionals import (
     unit_variances,
     whitened_projection,
 )
+from .draws import InducingDraw, unit_rows_variance
 
 __all__ = ["MeanFieldPosterior", "whitened_kl"]
 
@@ -64,6 +67,29 @@ class MeanFieldPosterior(DeepPosterior):
     :param q_sqrt_scales: per-layer multipliers of the initial ``q_sqrt`` (the prior Cholesky,
         or the identity when whitened). Default: 1e-5 for inner layers, 1 for the last (DSVI).
     """
+
+    options = ("whiten", "q_sqrt_scales")
+    summary = "DSVI mean-field (Salimbeni & Deisenroth 2017)"
+
+    @classmethod
+    def initial_inducing_inputs(cls, X, num_inducing, seed):
+        """DSVI's inducing inputs: ``num_inducing`` k-means centres of ``X``."""
+        return kmeans_inducing_inputs(X, num_inducing, seed)
+
+    def inducing_draw(self, num_samples: int, source: NoiseSource, dtype: tf.DType) -> InducingDraw:
+        """Each hidden layer's whitened inducing outputs drawn from its ``q``; the last layer's
+        mean, with its covariance as the variance term."""
+        chols = inducing_choleskies(self.layers)
+        white = [self.whitened_parameters(l, Lk) for l, Lk in enumerate(chols)]
+        weights = []
+        for l, (m, R) in enumerate(white[:-1]):
+            M, P = self.layers[l].num_inducing, self.layers[l].output_dim
+            eps = source.normal(f"u/{l}", [num_samples, M, P], dtype)
+            weights.append(m + tf.einsum("pmq,sqp->smp", R, eps))
+        m_last, R_last = white[-1]
+        weights.append(m_last)
+        kl = tf.fill([num_samples], self.kl_divergence(white=white))
+        return InducingDraw([layer.Z for layer in self.layers], chols, weights, unit_rows_variance(R_last), kl)
 
     def __init__(
         self,

@@ -80,6 +80,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
+from ..initialisation import kmeans_inducing_inputs
 from ..validation import check_positive_float, check_positive_int
 from .base import DeepPosterior, Propagation
 from .conditionals import (
@@ -167,6 +168,17 @@ class SGHMCPosterior(DeepPosterior):
     :param momentum_decay: ``alpha`` in ``(0, 1]`` (default 0.05).
     :param window_size: states kept for the hyperparameter steps (default 100).
     """
+
+    options = ("step_size", "momentum_decay", "window_size")
+    summary = "SGHMC samples of the inducing outputs (Havasi et al. 2018)"
+    positive_transform = "exp"
+
+    @classmethod
+    def initial_inducing_inputs(cls, X, num_inducing, seed):
+        """The inducing inputs of mean-field DSVI: ``num_inducing`` k-means centres of ``X``. The
+        chain itself starts where the reference code starts it (:meth:`from_data`, the default:
+        every layer's whitened inducing outputs 0, zero momenta, adaptation statistics 1)."""
+        return kmeans_inducing_inputs(X, num_inducing, seed)
 
     #: ``fit`` trains a sampler's hyperparameters with :class:`~deepgp_gi.training.step.SamplerStep`
     is_sampler = True

@@ -111,6 +111,9 @@ class StripesArrowPosterior(StructuredPosterior):
         of restoring blocks of the wrong size; build with ``offdiagonal_step=1.0`` to restore one.
     """
 
+    options = ("whiten", "inner_scale", "stripes", "arrow", "precondition_offdiagonal", "offdiagonal_step")
+    summary = "stripes-and-arrow coupled Gaussian (Lindinger et al. 2020)"
+
     def __init__(
         self,
         layers: Sequence[GPLayer],

@@ -33,11 +33,14 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
+from ..initialisation import kmeans_inducing_inputs
 from ..layers import GPLayer
 from ..linalg import safe_cholesky
+from ..noise import NoiseSource
 from ..validation import check_bool
 from .base import DeepPosterior, Propagation
 from .conditionals import inducing_cholesky, inducing_choleskies, require_local_inducing
+from .draws import InducingDraw, unit_rows_variance
 from .structured_linalg import (
     append_to_cholesky,
     blockwise_kl_terms,
@@ -65,6 +68,46 @@ __all__ = [
 # --------------------------------------------------------------------------- shared base
 class StructuredPosterior(DeepPosterior):
     """Validation and initial values shared by the fully-coupled and STAR posteriors."""
+
+
+    @classmethod
+    def initial_inducing_inputs(cls, X, num_inducing, seed):
+        """The DSVI prior's inducing inputs: ``num_inducing`` k-means centres of ``X``."""
+        return kmeans_inducing_inputs(X, num_inducing, seed)
+
+    def inducing_draw(self, num_samples: int, source: NoiseSource, dtype: tf.DType) -> InducingDraw:
+        """``f_M = mu + R eps`` with ``R`` lower-triangular in layer-major order, so the last
+        layer's outputs given the hidden ones are ``N(mu_L + R_{L,<L} eps_{<L}, R_LL R_LL^T)``: the
+        hidden rows are drawn, the last layer's are integrated out."""
+        S = num_samples
+        chols = inducing_choleskies(self.layers)
+        mu, R = self.dense_mean(), self.dense_sqrt()
+        sizes = [layer.output_dim * layer.num_inducing for layer in self.layers]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        hidden = int(offsets[-2])
+        if hidden:
+            eps = source.normal("u/coupled", [S, hidden], dtype)
+            f = mu[None, :] + tf.linalg.matmul(eps, R[:, :hidden], transpose_b=True)  # [S, TM]
+        else:
+            f = tf.broadcast_to(mu[None, :], [S, int(offsets[-1])])
+
+        def white(l, block):  # [..., M, W] -> L_K^{-1} block (identity if whitened)
+            if self.whiten:
+                return block
+            Lk = chols[l]
+            return tf.linalg.triangular_solve(
+                tf.broadcast_to(Lk, tf.concat([tf.shape(block)[:-2], tf.shape(Lk)], 0)), block, lower=True)
+
+        weights = []
+        for l, layer in enumerate(self.layers):
+            M, P = layer.num_inducing, layer.output_dim
+            u = tf.reshape(f[:, offsets[l]:offsets[l + 1]], [S, P, M])  # unit-major, then inducing index
+            weights.append(white(l, tf.linalg.matrix_transpose(u)))  # [S, M, P]
+        L_, M_, P_ = self.depth - 1, self.layers[-1].num_inducing, self.layers[-1].output_dim
+        R_last = tf.reshape(R[offsets[L_]:, offsets[L_]:], [P_, M_, P_ * M_])  # rows of unit p: [M, P M]
+        R_last = white(L_, R_last)
+        kl = tf.fill([S], self.kl_divergence(chols))
+        return InducingDraw([layer.Z for layer in self.layers], chols, weights, unit_rows_variance(R_last), kl)
 
     def __init__(
         self, layers: Sequence[GPLayer], whiten: bool, inner_scale: float, name: Optional[str]
@@ -211,6 +254,10 @@ class FullyCoupledPosterior(StructuredPosterior):
         The family is the same; only the optimiser's steps change. ``q_sqrt`` holds the stored
         blocks; :meth:`dense_sqrt` gives ``R``. Natural gradients need the plain storage.
     """
+
+    options = ("whiten", "inner_scale", "precondition_offdiagonal")
+    summary = "fully-coupled Gaussian over all layers (Lindinger et al. 2020)"
+    eval_row_samples = 8192
 
     def __init__(
         self,

@@ -211,7 +211,7 @@ def test_the_update_without_adaptation_keeps_the_statistics():
 def test_the_family_is_in_the_table_and_builds_the_usual_layers(rng):
     X, Y = _toy(rng)
     family = DEEP_GP_FAMILIES["sghmc"]
-    assert family.posterior_class is SGHMCPosterior and family.layer_inducing == "kmeans"
+    assert family is SGHMCPosterior and family.initial_inducing_inputs(X, 7, 0) is not None
     assert set(family.options) == {"step_size", "momentum_decay", "window_size"}
     model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=7, seed=0, window_size=5)
     reference = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=7, seed=0)
