@@ -67,7 +67,7 @@ tables = {"deep_gp": list(DEEP_GP_FAMILIES), "deep_gp_softmax": ["mean_field", "
           "bnn": list(BNN_POSTERIORS), "conv_bnn": list(CONV_POSTERIORS)}
 for kind in kinds:
     for family in tables[kind]:
-        if kind == "deep_gp" and getattr(DEEP_GP_FAMILIES[family].posterior_class, "is_sampler", False):
+        if kind == "deep_gp" and getattr(DEEP_GP_FAMILIES[family], "is_sampler", False):
             # a sampling family is not trained data-parallel yet: fit refuses the strategy up front
             with strategy.scope():
                 model, data = build(kind, family)
