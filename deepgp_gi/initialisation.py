@@ -19,7 +19,7 @@ small precision (log -4: the prior dominates) and the last layer with log-precis
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -35,8 +35,6 @@ __all__ = [
     "global_inducing_rows",
     "local_inducing_images",
     "weight_prior_factory",
-    "global_inducing_from_data",
-    "local_inducing_from_data",
 ]
 
 _CLASSIFICATION = (gpflow.likelihoods.Softmax, gpflow.likelihoods.MultiClass)
@@ -111,29 +109,3 @@ def local_inducing_images(layers, rng: np.random.Generator) -> None:
         else:
             layer.inducing_features = gpflow.Parameter(rng.standard_normal((layer.fan_in, layer.fan_in)).astype(dtype),
                                                        name="inducing_features")
-
-
-# --------------------------------------------------------------------------- direct use
-
-
-def global_inducing_from_data(layers: Sequence, X, Y, num_inducing: int, *, seed: Optional[int] = None,
-                              log_precision_hidden: float = LOG_PRECISION_HIDDEN,
-                              log_precision_output: float = LOG_PRECISION_OUTPUT, **options):
-    """A :class:`~deepgp_gi.posteriors.GlobalInducingPosterior` on GP layers initialised from data
-    (its :meth:`~deepgp_gi.posteriors.GlobalInducingPosterior.from_data`; ``Y [N, P]`` with
-    ``P = layers[-1].output_dim`` may already be pseudo-targets, e.g. one-hot labels)."""
-    from .posteriors import GlobalInducingPosterior
-
-    return GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=num_inducing, seed=seed,
-                                             log_precision_hidden=log_precision_hidden,
-                                             log_precision_output=log_precision_output, **options)
-
-
-def local_inducing_from_data(layers: Sequence, X=None, Y=None, *, seed: Optional[int] = None,
-                             log_precision: Optional[float] = None, **options):
-    """A :class:`~deepgp_gi.posteriors.LocalInducingPosterior` (its
-    :meth:`~deepgp_gi.posteriors.LocalInducingPosterior.from_data`)."""
-    from .posteriors import LocalInducingPosterior
-
-    return LocalInducingPosterior.from_data(layers, X, Y, num_inducing=None, seed=seed,
-                                            log_precision=log_precision, **options)

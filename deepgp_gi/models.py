@@ -12,7 +12,7 @@ from gpflow.models.model import BayesianModel
 from gpflow.models.training_mixins import ExternalDataTrainingLossMixin
 
 from .kernels import shared_parameter_reads
-from .layers import GPLayer, ShapedLayer
+from .layers import GPLayer, ShapedLayer, check_layer_chain
 from .likelihoods import (
     check_targets,
     expected_log_likelihood,
@@ -23,7 +23,7 @@ from .likelihoods import (
 from .noise import NoiseLike
 from .posteriors import DeepPosterior
 from .posteriors.base import float_dtype
-from .validation import as_data_array, check_data_pair, check_layer_chain, check_positive_int
+from .validation import as_data_array, check_data_pair, check_positive_int
 
 __all__ = ["DeepGP", "DEFAULT_POSTERIOR", "DEFAULT_PREDICT_SAMPLES"]
 

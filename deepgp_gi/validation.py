@@ -23,7 +23,6 @@ __all__ = [
     "check_finite_array",
     "per_layer_floats",
     "per_layer_list",
-    "check_layer_chain",
 ]
 
 
@@ -211,22 +210,3 @@ def per_layer_floats(value, name: str, depth: int, default) -> list:
     value = per_layer_list(value, name, depth)
     return [v if isinstance(v, np.ndarray) or isinstance(v, (list, tuple)) else check_float(v, f"{name}[{i}]")
             for i, v in enumerate(value)]
-
-
-def check_layer_chain(layers) -> list:
-    """At least one layer, each a deepgp_gi layer (:class:`~deepgp_gi.layers.Layer`), each input
-    width the previous output width."""
-    from .layers import Layer  # not at the top: deepgp_gi.layers imports this module (via priors)
-
-    layers = list(layers)
-    if len(layers) < 1:
-        raise ValueError("layers must contain at least one layer (depth >= 1)")
-    for i, layer in enumerate(layers):
-        if not isinstance(layer, Layer):
-            raise TypeError(f"layers[{i}] is a {type(layer).__name__}, not a deepgp_gi layer")
-        if i and layer.input_dim != layers[i - 1].output_dim:
-            raise ValueError(
-                f"layers[{i}].input_dim is {layer.input_dim} but layers[{i - 1}].output_dim "
-                f"is {layers[i - 1].output_dim}"
-            )
-    return layers

@@ -15,7 +15,7 @@
 A layer holds no variational parameters; those belong to the posterior object
 (:mod:`deepgp_gi.posteriors`).
 """
-from .base import Layer, WeightedLayer
+from .base import Layer, WeightedLayer, check_layer_chain
 from .convolutional import (
     Activation,
     AveragePool2D,
@@ -39,6 +39,7 @@ from . import network as _network
 __all__ = [
     "Layer",
     "WeightedLayer",
+    "check_layer_chain",
     "GPLayer",
     "DenseLayer",
     *_convolutional.__all__,

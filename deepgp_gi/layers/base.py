@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from ..priors import WeightPrior
 
-__all__ = ["Layer", "WeightedLayer"]
+__all__ = ["Layer", "WeightedLayer", "check_layer_chain"]
 
 
 class Layer(gpflow.Module):
@@ -49,3 +49,20 @@ class WeightedLayer(Layer):
     def features(self, F: tf.Tensor) -> tf.Tensor:
         """The features ``Phi`` of inputs ``F`` that the weights act on."""
         raise NotImplementedError
+
+
+def check_layer_chain(layers) -> list:
+    """At least one layer, each a deepgp_gi layer (:class:`~deepgp_gi.layers.Layer`), each input
+    width the previous output width."""
+    layers = list(layers)
+    if len(layers) < 1:
+        raise ValueError("layers must contain at least one layer (depth >= 1)")
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, Layer):
+            raise TypeError(f"layers[{i}] is a {type(layer).__name__}, not a deepgp_gi layer")
+        if i and layer.input_dim != layers[i - 1].output_dim:
+            raise ValueError(
+                f"layers[{i}].input_dim is {layer.input_dim} but layers[{i - 1}].output_dim "
+                f"is {layers[i - 1].output_dim}"
+            )
+    return layers

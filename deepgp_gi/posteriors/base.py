@@ -23,7 +23,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from ..noise import NoiseLike, NoiseSource, as_noise_source
-from ..validation import check_layer_chain
+from ..layers import check_layer_chain
 
 __all__ = ["Propagation", "DeepPosterior", "float_dtype"]
 

@@ -27,7 +27,6 @@ from deepgp_gi.layers import DenseLayer  # noqa: E402
 from deepgp_gi.models import DeepGP  # noqa: E402
 from deepgp_gi.priors import NealPrior  # noqa: E402
 from deepgp_gi.noise import FixedNoise, SeededNoise  # noqa: E402
-from deepgp_gi.initialisation import global_inducing_from_data, local_inducing_from_data  # noqa: E402
 from deepgp_gi.posteriors.inducing import GlobalInducingPosterior, LocalInducingPosterior  # noqa: E402
 from deepgp_gi.posteriors.pseudo_data import (  # noqa: E402
     analytic_kl,
@@ -536,7 +535,7 @@ def test_local_inducing_two_layers_runs_and_uses_layer_z():
         dg.GPLayer(se(), 1, 2, inducing_inputs=rng.normal(size=(3, 2))),
     ]
     for kl in ["analytic", "sampled"]:
-        post = local_inducing_from_data(layers, X, Y, precision="diagonal", seed=1, kl=kl)
+        post = LocalInducingPosterior.from_data(layers, X, Y, num_inducing=None, precision="diagonal", seed=1, kl=kl)
         assert [d.pseudo_outputs.shape for d in post.pseudo_data] == [(4, 2), (3, 1)]
         np.testing.assert_allclose(post.pseudo_data[0].diagonal().numpy(), 1.0)
         model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.1), post, num_data=12)
@@ -649,8 +648,8 @@ def test_residual_mean_false_ignores_the_mean_function():
 def test_global_inducing_from_data_initialisation():
     X, Y = regression_data(N=30)
     layers = [dg.GPLayer(se(), 3, 2), dg.GPLayer(se(), 1, 3)]
-    post = global_inducing_from_data(layers, X, Y, 8, precision="full", seed=4)
-    post_again = global_inducing_from_data(layers, X, Y, 8, precision="full", seed=4)
+    post = GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=8, precision="full", seed=4)
+    post_again = GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=8, precision="full", seed=4)
     U0 = post.inducing_inputs.numpy()
     np.testing.assert_array_equal(U0, post_again.inducing_inputs.numpy())
     idx = [int(np.nonzero((X == u).all(1))[0][0]) for u in U0]
@@ -660,7 +659,7 @@ def test_global_inducing_from_data_initialisation():
     np.testing.assert_allclose(post.pseudo_data[0].matrix().numpy(), np.exp(-4.0) * np.eye(8), rtol=1e-12)
     np.testing.assert_allclose(post.pseudo_data[1].matrix().numpy(), np.eye(8), rtol=1e-12)
     np.testing.assert_allclose(post.pseudo_data[0].precision_scale.unconstrained_variable.numpy(), -4.0 / 2 / 3)
-    post_d = global_inducing_from_data(layers, X, Y, 8, precision="diagonal", seed=4)
+    post_d = GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=8, precision="diagonal", seed=4)
     assert post_d.pseudo_data[0].precision.shape == (3, 8) and post_d.pseudo_data[1].precision.shape == (1, 8)
     np.testing.assert_allclose(post_d.pseudo_data[0].precision.unconstrained_variable.numpy(), -4.0 / 3)
     # defaults from the layers alone
@@ -681,7 +680,7 @@ def test_float32_end_to_end():
                 dg.GPLayer(se() + gpflow.kernels.White(1e-3), 2, 2, mean_function=gpflow.mean_functions.Identity()),
                 dg.GPLayer(se(), 1, 2),
             ]
-            post = global_inducing_from_data(layers, X, Y, 6, precision=precision, seed=0)
+            post = GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=6, precision=precision, seed=0)
             model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.1), post, num_data=15)
             prop = model.propagate(X, 3, seed=1)
             assert prop.mean.dtype == tf.float32 and prop.kl.dtype == tf.float32
@@ -737,18 +736,18 @@ def test_bad_arguments_name_the_argument():
         LocalInducingPosterior(local_layers, precision="banded")
     X, Y = regression_data(N=6)
     with pytest.raises(ValueError, match="num_inducing"):
-        global_inducing_from_data(layers, X, Y, 0)
+        GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=0, seed=None)
     # M > N: the one policy of deepgp_gi.initialisation (every row drawn N(0, 1), not data rows)
-    many = global_inducing_from_data(layers, X, Y, 7, seed=0)
+    many = GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=7, seed=0)
     U0 = many.inducing_inputs.numpy()
     assert U0.shape == (7, X.shape[1])
     assert not any(np.allclose(u, x) for u in U0 for x in X)
     with pytest.raises(ValueError, match="Y"):
-        global_inducing_from_data(layers, X, np.zeros((6, 2)), 3)
+        GlobalInducingPosterior.from_data(layers, X, np.zeros((6, 2)), num_inducing=3, seed=None)
     with pytest.raises(ValueError, match="X"):
-        global_inducing_from_data(layers, X[:, :1], Y, 3)
+        GlobalInducingPosterior.from_data(layers, X[:, :1], Y, num_inducing=3, seed=None)
     with pytest.raises(ValueError, match="X.*NaN"):
-        global_inducing_from_data(layers, np.where(X > 1, np.nan, X), Y, 3)
+        GlobalInducingPosterior.from_data(layers, np.where(X > 1, np.nan, X), Y, num_inducing=3, seed=None)
 
 
 # ================================================================================ training
@@ -789,7 +788,7 @@ def test_gi_trains_to_a_higher_elbo_than_mean_field():
 
     start = time.time()
     gi_layers = make_layers()
-    gi = dg.DeepGP(gi_layers, gpflow.likelihoods.Gaussian(0.1), global_inducing_from_data(gi_layers, X, Y, M, seed=0),
+    gi = dg.DeepGP(gi_layers, gpflow.likelihoods.Gaussian(0.1), GlobalInducingPosterior.from_data(gi_layers, X, Y, num_inducing=M, seed=0),
                    num_data=N)
     mf_layers = make_layers(X[rng.permutation(N)[:M]])
     mf = dg.DeepGP(mf_layers, gpflow.likelihoods.Gaussian(0.1), MeanFieldPosterior(mf_layers), num_data=N)
