@@ -134,39 +134,41 @@ def patch_gram(X: tf.Tensor, precision: tf.Tensor, kernel_size: int, padding: st
     as the filter). The result is symmetrised.
     """
     k = int(kernel_size)
-    if X.shape[0] is None:
-        raise ValueError("patch_gram needs a static number of samples (the leading axis of X)")
     S, M, H, W, C = X.shape
     Xs = tf.sqrt(_precision_weights(precision, 4)) * X  # sqrt(lambda_i) on both sides
-    grams = []
-    for s in range(S):
+
+    def gram(Xs_s):  # one sample's images [M, H, W, C] -> [k*k*C, k*k*C]
         if padding == "same":
-            pad = circular_pad(Xs[s], k - 1)  # [M, H + 2(k-1), W + 2(k-1), C]
+            pad = circular_pad(Xs_s, k - 1)  # [M, H + 2(k-1), W + 2(k-1), C]
             inp = tf.transpose(pad, [3, 1, 2, 0])  # [C, ., ., M]
-            filt = tf.transpose(Xs[s], [1, 2, 0, 3])  # [H, W, M, C]
+            filt = tf.transpose(Xs_s, [1, 2, 0, 3])  # [H, W, M, C]
             table = tf.nn.conv2d(inp, filt, strides=1, padding="VALID")  # [C, 2k-1, 2k-1, C]
             table = tf.reshape(tf.transpose(table, [1, 2, 0, 3]), [(2 * k - 1) ** 2, C, C])
             blocks = tf.gather(table, _lag_index(k))  # [k*k, k*k, C, C]
         else:
             Ho, Wo = H - k + 1, W - k + 1
-            inp = tf.transpose(Xs[s], [3, 1, 2, 0])  # [C, H, W, M]
+            inp = tf.transpose(Xs_s, [3, 1, 2, 0])  # [C, H, W, M]
             cols = []
             for a in range(k):
                 for b in range(k):
-                    filt = tf.transpose(Xs[s, :, a:a + Ho, b:b + Wo, :], [1, 2, 0, 3])  # [Ho, Wo, M, C]
+                    filt = tf.transpose(Xs_s[:, a:a + Ho, b:b + Wo, :], [1, 2, 0, 3])  # [Ho, Wo, M, C]
                     out = tf.nn.conv2d(inp, filt, strides=1, padding="VALID")  # [C, k, k, C]
                     cols.append(tf.reshape(tf.transpose(out, [1, 2, 0, 3]), [k * k, C, C]))
             blocks = tf.stack(cols, axis=1)  # [k*k (delta), k*k (delta'), C, C]
-        G = tf.reshape(tf.transpose(blocks, [0, 2, 1, 3]), [k * k * C, k * k * C])
-        grams.append(G)
-    G = tf.stack(grams)
+        return tf.reshape(tf.transpose(blocks, [0, 2, 1, 3]), [k * k * C, k * k * C])
+
+    if S is None:  # a sample count known only at run time (a saved model's input): a loop op
+        G = tf.map_fn(gram, Xs)
+    else:
+        G = tf.stack([gram(Xs[s]) for s in range(S)])
     G = 0.5 * (G + tf.linalg.matrix_transpose(G))
     if bias:
         ones = tf.ones(tf.stack([tf.shape(X)[1], output_size(H, k, padding), output_size(W, k, padding), 1]), X.dtype)
         gb = patch_cross(X, ones, precision, k, padding, bias=False)  # [S, D, 1]
         lam_sum = tf.reduce_sum(precision) * float(output_size(H, k, padding) * output_size(W, k, padding))
         top = tf.concat([G, gb], axis=2)
-        bottom = tf.concat([tf.linalg.matrix_transpose(gb), tf.fill([S, 1, 1], lam_sum)], axis=2)
+        bottom = tf.concat([tf.linalg.matrix_transpose(gb), tf.fill(tf.stack([tf.shape(X)[0], 1, 1]), lam_sum)],
+                           axis=2)
         G = tf.concat([top, bottom], axis=1)
     return G
 

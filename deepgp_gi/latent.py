@@ -232,8 +232,9 @@ class LatentDeepGP(DeepGP):
     def grouped_propagate(self, X: tf.Tensor, num_samples: int, importance_samples: int, seed: NoiseLike,
                           Y: Optional[tf.Tensor] = None) -> GroupedPropagation:
         """Push ``X`` ``[B, D]`` through the model with K = ``importance_samples`` latent draws per
-        point: from ``q(w | x, y)`` when ``Y`` is given, else from the prior ``N(0, I)``."""
-        S = check_positive_int(num_samples, "num_samples")
+        point: from ``q(w | x, y)`` when ``Y`` is given, else from the prior ``N(0, I)``.
+        ``num_samples`` may be a scalar tensor (a traced function's input, as in a saved model)."""
+        S = num_samples if tf.is_tensor(num_samples) else check_positive_int(num_samples, "num_samples")
         K = check_positive_int(importance_samples, "importance_samples")
         source = as_noise_source(seed)
         X = tf.convert_to_tensor(X)

@@ -161,17 +161,16 @@ class Conv2DLayer(ShapedLayer, WeightedLayer):
         """Convolve rows ``F`` ``[S, R, H, W, C_in]`` with sample ``s``'s filter ``W[s]``
         (``W`` ``[S, D, C_out]``), zero padding: ``[S, R, H', W', C_out]``."""
         S = F.shape[0]
-        if S is None:
-            raise ValueError("Conv2DLayer.apply needs a static number of samples")
         k, C, P = self.kernel_size, self.input_shape[-1], self.filters
-        filt = tf.reshape(W[:, : k * k * C], [S, k, k, C, P])
-        outs = []
-        for s in range(S):
-            out = tf.nn.conv2d(F[s], filt[s], strides=1, padding=self.padding.upper())
-            if self.bias:
-                out = out + W[s, -1]
-            outs.append(out)
-        return tf.stack(outs)
+        filt = tf.reshape(W[:, : k * k * C], [-1 if S is None else S, k, k, C, P])
+
+        def convolve(F_s, filt_s, W_s):
+            out = tf.nn.conv2d(F_s, filt_s, strides=1, padding=self.padding.upper())
+            return out + W_s[-1] if self.bias else out
+
+        if S is None:  # a sample count known only at run time (a saved model's input): a loop op
+            return tf.map_fn(lambda args: convolve(*args), (F, filt, W), fn_output_signature=F.dtype)
+        return tf.stack([convolve(F[s], filt[s], W[s]) for s in range(S)])
 
 
 class DeterministicLayer(ShapedLayer):
