@@ -1,0 +1,24 @@
+"""Every family's ELBO on fixed noise equals the recorded value to 1e-10 (tests/family_reference.py)."""
+import json
+
+import pytest
+
+from family_reference import REFERENCE, mismatches, trained_values, untrained_values
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return json.loads(REFERENCE.read_text())
+
+
+def test_every_family_untrained_matches_the_record(recorded):
+    current = untrained_values()
+    assert len(current) == 64
+    assert mismatches(recorded, current) == []
+
+
+@pytest.mark.slow
+def test_every_deep_gp_family_after_training_matches_the_record(recorded):
+    current = trained_values()
+    assert len(current) == 16
+    assert mismatches(recorded, current) == []
