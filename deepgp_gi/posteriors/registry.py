@@ -21,26 +21,18 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Optional, Tuple, Union
 
+from . import (
+    bsgp,
+    convolutional,
+    factorised,
+    inducing,
+    inducing_weights,
+    mean_field,
+    sghmc,
+    stripes_arrow,
+    structured,
+)
 from .base import DeepPosterior
-from .bsgp import BSGPPosterior
-from .convolutional import (
-    FactorisedConvPosterior,
-    FactorisedGlobalConvPosterior,
-    GlobalConvPosterior,
-    LocalConvPosterior,
-)
-from .factorised import FactorisedGlobalPosterior, FactorisedWeightPosterior, RandomGlobalPosterior
-from .inducing import (
-    GlobalInducingBNNPosterior,
-    GlobalInducingPosterior,
-    LocalInducingBNNPosterior,
-    LocalInducingPosterior,
-)
-from .inducing_weights import EnsembleInducingPosterior, EnsembleWeightPosterior, FFGInducingPosterior
-from .mean_field import MeanFieldPosterior
-from .sghmc import SGHMCPosterior
-from .stripes_arrow import StripesArrowPosterior
-from .structured import FullyCoupledPosterior
 
 __all__ = [
     "DEEP_GP_FAMILIES",
@@ -54,39 +46,39 @@ __all__ = [
 
 #: Deep-GP families (``build_deep_gp(posterior=...)``, ``DeepGP(gp_layers, ..., posterior=...)``).
 DEEP_GP_FAMILIES: Dict[str, type] = {
-    "mean_field": MeanFieldPosterior,
-    "fully_coupled": FullyCoupledPosterior,
-    "stripes_arrow": StripesArrowPosterior,
-    "global": GlobalInducingPosterior,
-    "local": LocalInducingPosterior,
-    "sghmc": SGHMCPosterior,
-    "bsgp": BSGPPosterior,
+    "mean_field": mean_field.MeanFieldPosterior,
+    "fully_coupled": structured.FullyCoupledPosterior,
+    "stripes_arrow": stripes_arrow.StripesArrowPosterior,
+    "global": inducing.GlobalInducingPosterior,
+    "local": inducing.LocalInducingPosterior,
+    "sghmc": sghmc.SGHMCPosterior,
+    "bsgp": bsgp.BSGPPosterior,
 }
 
 #: The inducing-weight families (Ritter et al. 2021) and their weight-space baseline, in the dense
 #: and the convolutional BNN tables alike (matrix-normal inducing weights on every weighted layer).
 _INDUCING_WEIGHT_FAMILIES = {
-    "ffg_u": FFGInducingPosterior,
-    "ensemble_u": EnsembleInducingPosterior,
-    "ensemble_w": EnsembleWeightPosterior,
+    "ffg_u": inducing_weights.FFGInducingPosterior,
+    "ensemble_u": inducing_weights.EnsembleInducingPosterior,
+    "ensemble_w": inducing_weights.EnsembleWeightPosterior,
 }
 
 #: BNN families (``build_bnn(posterior=...)``, ``DeepGP(dense_layers, ..., posterior=...)``).
 BNN_FAMILIES: Dict[str, type] = {
-    "factorised": FactorisedWeightPosterior,
-    "local": LocalInducingBNNPosterior,
-    "global": GlobalInducingBNNPosterior,
-    "factorised_global": FactorisedGlobalPosterior,
-    "random_global": RandomGlobalPosterior,
+    "factorised": factorised.FactorisedWeightPosterior,
+    "local": inducing.LocalInducingBNNPosterior,
+    "global": inducing.GlobalInducingBNNPosterior,
+    "factorised_global": factorised.FactorisedGlobalPosterior,
+    "random_global": factorised.RandomGlobalPosterior,
     **_INDUCING_WEIGHT_FAMILIES,
 }
 
 #: Convolutional BNN families (``build_conv_bnn(posterior=...)``).
 CONV_BNN_FAMILIES: Dict[str, type] = {
-    "factorised": FactorisedConvPosterior,
-    "local": LocalConvPosterior,
-    "global": GlobalConvPosterior,
-    "factorised_global": FactorisedGlobalConvPosterior,
+    "factorised": convolutional.FactorisedConvPosterior,
+    "local": convolutional.LocalConvPosterior,
+    "global": convolutional.GlobalConvPosterior,
+    "factorised_global": convolutional.FactorisedGlobalConvPosterior,
     **_INDUCING_WEIGHT_FAMILIES,
 }
 
