@@ -59,11 +59,21 @@ def predictive_log_density(likelihood, X, mean, var, Y) -> tf.Tensor:
     return _over_samples(likelihood.predict_log_density, X, mean, var, Y)
 
 
-def mixture_log_density(likelihood, X, mean, var, Y) -> tf.Tensor:
-    """``log (1/S) sum_s p(y_n | N(f; mean_s, var_s))`` per point, ``[N]``."""
+def mixture_log_density(likelihood, X, mean, var, Y, log_weights=None) -> tf.Tensor:
+    """``log sum_s w_s p(y_n | N(f; mean_s, var_s))`` per point, ``[N]``: equal weights
+    ``w_s = 1/S``, or ``exp(log_weights)`` (``[S]``, normalised)."""
     logp = _over_samples(likelihood.predict_log_density, X, mean, var, Y)  # [S, N]
-    S = tf.cast(tf.shape(logp)[0], logp.dtype)
-    return tf.reduce_logsumexp(logp, axis=0) - tf.math.log(S)
+    return log_mean_exp(logp, log_weights)
+
+
+def log_mean_exp(logp: tf.Tensor, log_weights=None) -> tf.Tensor:
+    """``log sum_s w_s exp(logp_s)`` over the leading axis of ``logp`` ``[S, ...]``: equal weights
+    ``1/S``, or ``exp(log_weights)`` (``[S]``, normalised)."""
+    if log_weights is None:
+        S = tf.cast(tf.shape(logp)[0], logp.dtype)
+        return tf.reduce_logsumexp(logp, axis=0) - tf.math.log(S)
+    w = tf.reshape(tf.cast(log_weights, logp.dtype), tf.concat([[-1], tf.ones([tf.rank(logp) - 1], tf.int32)], 0))
+    return tf.reduce_logsumexp(logp + w, axis=0)
 
 
 def check_targets(likelihood, Y: np.ndarray, name: str = "Y") -> None:

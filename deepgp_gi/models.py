@@ -18,14 +18,15 @@ from .likelihoods import (
     expected_log_likelihood,
     mixture_log_density,
     predict_mean_and_var,
+    log_mean_exp,
     predictive_log_density,
 )
 from .noise import NoiseLike
 from .posteriors import DeepPosterior
 from .posteriors.base import float_dtype
-from .validation import as_data_array, check_data_pair, check_positive_int
+from .validation import as_data_array, check_choice, check_data_pair, check_positive_int
 
-__all__ = ["DeepGP", "DEFAULT_POSTERIOR", "DEFAULT_PREDICT_SAMPLES"]
+__all__ = ["DeepGP", "DEFAULT_POSTERIOR", "DEFAULT_PREDICT_SAMPLES", "OBJECTIVES"]
 
 #: The posterior family of ``DeepGP(...)`` and ``build_deep_gp(...)`` when none is named.
 DEFAULT_POSTERIOR = "global"
@@ -34,6 +35,11 @@ DEFAULT_POSTERIOR = "global"
 #: ``predict_f_samples`` and ``sample_layers`` when ``num_samples`` is not given (as in
 #: :mod:`deepgp_gi.metrics`). Training uses ``num_samples=1`` unless told otherwise.
 DEFAULT_PREDICT_SAMPLES = 100
+
+#: The training objectives of :meth:`DeepGP.elbo_terms` (``fit(..., objective=...)``): the ELBO, and the
+#: predictive objective (the log predictive density of the training rows under the propagated
+#: mixture, minus the KL; Jankowiak et al. 2020).
+OBJECTIVES = ("elbo", "predictive")
 
 _SEED_DOC = (
     "``seed``: ``None`` (fresh random draws), an int or ``[2]`` seed (reproducible draws) or a "
@@ -190,8 +196,8 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         return ell - kl
 
     @check_shapes("return[0]: [S]", "return[1]: [S]")
-    def elbo_terms(self, data, num_samples: int = 1, seed: NoiseLike = None, *, batch_size=None
-                   ) -> Tuple[tf.Tensor, tf.Tensor]:
+    def elbo_terms(self, data, num_samples: int = 1, seed: NoiseLike = None, *, batch_size=None,
+                   objective: str = "elbo") -> Tuple[tf.Tensor, tf.Tensor]:
         """The two terms of the ELBO per joint sample: ``(ell [S], kl [S])`` with ELBO = ell - kl.
 
         ``ell`` is the expected log-likelihood summed over the batch, rescaled by
@@ -205,11 +211,28 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         the rows of ``data``). A data-parallel replica holding a block of a batch passes the whole
         batch's size, so its ``ell`` is its share of the batch's and the replicas' shares sum to
         it (a replica with no rows contributes 0).
+
+        ``objective``: ``"elbo"`` (default) or ``"predictive"``, the predictive objective
+        (Jankowiak et al. 2020): ``ell`` is then ``sum_n log mean_s p(y_n | sample s)``, the
+        log predictive density of each row under the mixture of the propagated samples (the last
+        layer's ``f`` integrated out), the same for every sample; ``mean_s(ell - kl)`` is the
+        objective. A family whose samples carry mixture weights (:meth:`~deepgp_gi.posteriors.
+        DeepPosterior.mixture_log_weights`) is weighted in both: with the ELBO, ``ell_s`` is
+        ``S w_s`` times the sample's expected log-likelihood, so that the mean over samples is
+        the weighted sum.
         """
+        objective = check_choice(objective, "objective", OBJECTIVES)
         X, Y = self.check_data(data)
         prop = self._propagate(X, num_samples, seed)
-        ell = expected_log_likelihood(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y)  # [S, N]
-        ell = tf.reduce_sum(ell, axis=-1)
+        log_weights = self.posterior.mixture_log_weights()
+        if objective == "predictive":
+            per_row = log_mean_exp(self.sample_log_density(X, Y, prop), log_weights)  # [N]
+            ell = tf.broadcast_to(tf.reduce_sum(per_row), tf.shape(prop.kl))
+        else:
+            ell = expected_log_likelihood(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y)
+            ell = tf.reduce_sum(ell, axis=-1)  # [S]
+            if log_weights is not None:
+                ell = ell * tf.cast(tf.shape(ell)[0], ell.dtype) * tf.exp(tf.cast(log_weights, ell.dtype))
         if self.num_data is not None:
             batch = tf.shape(X)[0] if batch_size is None else batch_size
             ell = ell * (tf.cast(self.num_data, ell.dtype) / tf.cast(batch, ell.dtype))
@@ -269,7 +292,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         :class:`~deepgp_gi.noise.NoiseSource`; ``noise=`` is its deprecated alias.
         """
         mean, var = self.predict_f_components(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f"))
-        return mixture_moments(mean, var)
+        return mixture_moments(mean, var, self.posterior.mixture_log_weights())
 
     @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
     def predict_y(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
@@ -280,16 +303,18 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         prop = self._propagate(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_y"))
         mean, var = self.likelihood_moments(prop)
         ymean, yvar = predict_mean_and_var(self.likelihood, likelihood_rows(Xnew), mean, var)
-        return mixture_moments(ymean, yvar)
+        return mixture_moments(ymean, yvar, self.posterior.mixture_log_weights())
 
     @check_shapes("return: [N]")
     def predict_log_density(self, data, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
                             noise: NoiseLike = None) -> tf.Tensor:
         """``[N]``: ``logsumexp_s log p(y_n | f_n^(s)) - log S`` (each term exact where possible;
-        ``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
+        ``num_samples`` default 100, ``seed`` as in :meth:`predict_f`; a family with weighted
+        samples uses its weights)."""
         X, Y = self.check_data(data, names=("Xnew", "Ynew"))
         prop = self._propagate(X, num_samples, seed_or_deprecated_noise(seed, noise, "predict_log_density"))
-        return mixture_log_density(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y)
+        return mixture_log_density(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y,
+                                   self.posterior.mixture_log_weights())
 
 
 def likelihood_rows(X: tf.Tensor) -> tf.Tensor:
@@ -299,8 +324,15 @@ def likelihood_rows(X: tf.Tensor) -> tf.Tensor:
     return tf.reshape(X, [-1, int(np.prod(X.shape[1:]))])  # static width (GPflow's MC reads it)
 
 
-def mixture_moments(mean: tf.Tensor, var: tf.Tensor):
-    """Moments of an equal-weight mixture over the leading axis."""
-    mixture_mean = tf.reduce_mean(mean, axis=0)
-    second = tf.reduce_mean(var + tf.square(mean), axis=0)
+def mixture_moments(mean: tf.Tensor, var: tf.Tensor, log_weights=None):
+    """Moments of a mixture over the leading axis of ``mean`` and ``var`` ``[S, ...]``: equal
+    weights, or ``exp(log_weights)`` (``[S]``, normalised)."""
+    if log_weights is None:
+        mixture_mean = tf.reduce_mean(mean, axis=0)
+        second = tf.reduce_mean(var + tf.square(mean), axis=0)
+    else:
+        w = tf.reshape(tf.exp(tf.cast(log_weights, mean.dtype)),
+                       tf.concat([[-1], tf.ones([tf.rank(mean) - 1], tf.int32)], 0))
+        mixture_mean = tf.reduce_sum(w * mean, axis=0)
+        second = tf.reduce_sum(w * (var + tf.square(mean)), axis=0)
     return mixture_mean, tf.maximum(second - tf.square(mixture_mean), 0.0)

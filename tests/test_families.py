@@ -50,7 +50,7 @@ def test_every_listed_option_is_accepted_by_its_family(rng):
                   d_init=2e-3, jitter=1e-5, num_members=3, member_spread=0.2, prior_regulariser=True,
                   precondition_offdiagonal=False, offdiagonal_step=0.5, last_layer="sampled", step_size=0.02,
                   momentum_decay=0.1, window_size=10, inducing_prior="determinantal",
-                  log_lengthscale_prior=(0.1, 2.0), log_variance_prior=(-2.0, 1.5))
+                  log_lengthscale_prior=(0.1, 2.0), log_variance_prior=(-2.0, 1.5), num_sigma_points=3)
     for name, family in DEEP_GP_FAMILIES.items():
         model = dg.build_deep_gp(X, Y, depth=2, posterior=name, num_inducing=5, inner_width=1,
                                  **{k: values[k] for k in family.options})

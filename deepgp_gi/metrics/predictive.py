@@ -122,7 +122,8 @@ def predictive_cdf(model, X_test, Y_test, num_samples: int = 100, chunk_size: in
     """``[N]``: the predictive mixture's CDF at each test target (its probability integral transform).
 
     For a Gaussian likelihood the predictive is the equal-weight mixture over ``num_samples``
-    samples of ``N(mean_s, var_s + noise)``, so the CDF is ``mean_s Phi((y - mean_s) / sd_s)``. A
+    samples of ``N(mean_s, var_s + noise)``, so the CDF is ``mean_s Phi((y - mean_s) / sd_s)``
+    (weighted by the family's mixture weights where it has them). A
     calibrated predictor gives uniform values. Standardising Y does not change them. Needs one
     output column (``Y_test`` ``[N, 1]``) and a ``gpflow.likelihoods.Gaussian`` likelihood.
     """
@@ -140,7 +141,11 @@ def predictive_cdf(model, X_test, Y_test, num_samples: int = 100, chunk_size: in
         noise = model.likelihood.variance_at(tf.constant(X[s]))  # [N, 1], constant or heteroscedastic
         sd = tf.sqrt(var + noise[None])
         z = (tf.constant(Y[s], sd.dtype)[None] - mean) / sd
-        return tf.reduce_mean(0.5 * tf.math.erfc(-z / np.sqrt(2.0)), axis=0)[:, 0].numpy()
+        cdf = 0.5 * tf.math.erfc(-z / np.sqrt(2.0))  # [S, N, 1]
+        log_weights = model.posterior.mixture_log_weights()
+        if log_weights is None:
+            return tf.reduce_mean(cdf, axis=0)[:, 0].numpy()
+        return tf.reduce_sum(tf.exp(tf.cast(log_weights, cdf.dtype))[:, None, None] * cdf, axis=0)[:, 0].numpy()
 
     return predict_in_chunks(chunk, X, chunk_size)
 

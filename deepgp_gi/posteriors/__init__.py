@@ -25,7 +25,8 @@ The *family* modules each define posteriors from the kit and import no other fam
 inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand->gi),
 :mod:`.convolutional` (convolutional BNNs), :mod:`.inducing_weights` (FFG-U, Ensemble-U,
 Ensemble-W; Ritter et al. 2021) and :mod:`.sghmc` (SGHMC samples of a deep GP's inducing outputs,
-Havasi et al. 2018: a sampler, not a variational family), and :mod:`.bsgp` (BSGP, Rossi et al. 2021:
+Havasi et al. 2018: a sampler, not a variational family), :mod:`.dspp` (deep sigma point
+processes, Jankowiak et al. 2020: mean-field with learned sigma-point paths), and :mod:`.bsgp` (BSGP, Rossi et al. 2021:
 SGHMC's sampler over the inducing inputs and kernel hyperparameters too, a subclass of SGHMC's).
 
 The name tables (``"mean_field"`` -> class) and :func:`register`, which adds a family defined
@@ -42,6 +43,7 @@ from .convolutional import (
     LocalConvPosterior,
 )
 from .draws import InducingDraw
+from .dspp import DSPPPosterior
 from .inducing import (
     GlobalInducingBNNPosterior,
     GlobalInducingPosterior,
@@ -81,6 +83,7 @@ __all__ = [
     "EnsembleWeightPosterior",
     "SGHMCPosterior",
     "BSGPPosterior",
+    "DSPPPosterior",
     "PseudoData",
     "ScalePosterior",
     "SpatialIWPosterior",

@@ -195,6 +195,13 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
             ``[S, N, P]``, and ``kl`` ``[S]``.
         """
 
+    def mixture_log_weights(self) -> Optional[tf.Tensor]:
+        """``[S]``: the log-weights of the propagation's samples in the predictive mixture, or
+        ``None`` (the default) when the samples are equally weighted draws. A family whose
+        samples are weighted paths (a deep sigma point process) returns them; the model's
+        predictions and objectives then use them."""
+        return None
+
     def natural_gradient_blocks(self) -> List[Tuple[gpflow.Parameter, gpflow.Parameter]]:
         """The ``(q_mu [M, P], q_sqrt [P, M, M])`` Gaussian blocks that natural gradients can
         update (``fit(..., natgrad_gamma=...)``). A family without such blocks raises."""

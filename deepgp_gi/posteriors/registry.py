@@ -24,6 +24,7 @@ from typing import Dict, Iterable, Optional, Tuple, Union
 from . import (
     bsgp,
     convolutional,
+    dspp,
     factorised,
     inducing,
     inducing_weights,
@@ -53,6 +54,7 @@ DEEP_GP_FAMILIES: Dict[str, type] = {
     "local": inducing.LocalInducingPosterior,
     "sghmc": sghmc.SGHMCPosterior,
     "bsgp": bsgp.BSGPPosterior,
+    "dspp": dspp.DSPPPosterior,
 }
 
 #: The inducing-weight families (Ritter et al. 2021) and their weight-space baseline, in the dense
