@@ -17,11 +17,13 @@ summary ``results/gap_regression.md`` is rewritten from the JSON lines at the en
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +36,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import append_line, code_commit, read_lines  # noqa: E402
 from deepgp_gi.bnn import build_bnn  # noqa: E402
 from deepgp_gi.datasets import gap_regression  # noqa: E402
 
@@ -48,15 +50,6 @@ PAPER = {
     "global": (2.236, 0.4820, 0.4877, 1.0820),
 }
 NOISE_STD = 3.0
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except Exception:  # pragma: no cover
-        return "unknown"
 
 
 def make_data(seed: int):
@@ -129,14 +122,15 @@ def config_of(args) -> dict:
                 train_samples=args.train_samples, test_samples=args.test_samples)
 
 
-def write_markdown(rows, args, command: str, stats, path: Path) -> None:
+def write_markdown(rows, config: dict, command: str, noise_variance: float, path: Path) -> None:
+    """The summary of ``rows`` (one per method, run with ``config``, :func:`config_of`) written to ``path``."""
     lines = [
         "# Toy gap regression (O&A 2021 §3.1, App. J Table 2)",
         "",
         f"Command: `{command}`",
         "",
-        f"Settings: {json.dumps(config_of(args))}; 2x50 ReLU BNN, NealPrior, noise variance fixed at "
-        f"(3 / std y)^2 = {stats['noise_variance']:.5f} (standardised units), U_0 ~ N(0, 1), "
+        f"Settings: {json.dumps(config)}; 2x50 ReLU BNN, NealPrior, noise variance fixed at "
+        f"(3 / std y)^2 = {noise_variance:.5f} (standardised units), U_0 ~ N(0, 1), "
         "full-batch Adam. ELBO = total over the 40 points (mean of 100 sample estimates +- s.e.). "
         "Predictive std = std of f (standardised output units), averaged over a grid of raw x in "
         "the gap (-1.9..1.9) and outside it (|x| in [2, 4]). V[F_l] as in App. J (x ~ N(0,1)).",
@@ -153,8 +147,8 @@ def write_markdown(rows, args, command: str, stats, path: Path) -> None:
             f"{r['elbo_per_point']:.4f} | {r['gap_pred_std']:.3f} | {r['outside_pred_std']:.3f} | {vf} | "
             f"{paper_vf} | {r['train_seconds']} | {r.get('commit', '')} |"
         )
-    if args.steps != 5000:
-        lines += ["", f"**Note:** run with {args.steps} steps instead of the paper's 5000 (machine load); "
+    if config["steps"] != 5000:
+        lines += ["", f"**Note:** run with {config['steps']} steps instead of the paper's 5000 (machine load); "
                   "rerun without `--steps` for the reference setting."]
     path.write_text("\n".join(lines) + "\n")
 
@@ -176,24 +170,18 @@ def main(argv=None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     Xs, Ys, stats = make_data(args.seed)
     config = config_of(args)
-    done = {}
-    if args.out.exists():
-        for line in args.out.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                if row.get("config") == config:
-                    done[row["method"]] = row
+    done = {row["method"]: row for row in read_lines(str(args.out)) if row.get("config") == config}
     for method in args.methods:
         if method in done:
             print(f"{method}: already in {args.out}, skipping", file=sys.stderr)
             continue
         row = run_method(method, args, Xs, Ys, stats)
-        row.update(config=config, commit=_git_commit(), command=command)
-        with args.out.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        row.update(config=config, commit=code_commit(), command=command)
+        append_line(str(args.out), row)
         done[method] = row
         print(json.dumps({k: row[k] for k in ("method", "elbo", "gap_pred_std", "V_F")}), file=sys.stderr)
-    write_markdown([done[m] for m in METHODS if m in done], args, command, stats, args.out.with_suffix(".md"))
+    write_markdown([done[m] for m in METHODS if m in done], config, command, stats["noise_variance"],
+                   args.out.with_suffix(".md"))
 
 
 if __name__ == "__main__":

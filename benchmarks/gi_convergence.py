@@ -21,10 +21,11 @@ difference to the baseline, and the paper's value.
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
 import contextlib
-import json
-import math
 import os
 import shlex
 import sys
@@ -34,12 +35,9 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:  # running as a script from a checkout
-    sys.path.insert(0, ROOT)
+from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads  # noqa: E402
 
-from deepgp_gi.experiments import read_json_lines  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DEFAULT_OUT = os.path.join(HERE, "results", "gi_convergence.jsonl")
 DEFAULT_MD = os.path.join(HERE, "results", "gi_convergence.md")
@@ -225,9 +223,6 @@ def _adam_with_schedule(schedule):
 # ------------------------------------------------------------------------------------------ run
 
 
-read_lines = read_json_lines
-
-
 def _key(r: Dict):
     return (r["dataset"], r["split"], r["variant"], int(r["steps"]), int(r["seed"]))
 
@@ -271,29 +266,12 @@ def run_one(dataset: str, split: int, variant: Variant, steps: int, seed: int, l
                 n_train=int(N), elbo_per_datapoint=elbo, elbo_se=se, elbo_samples=n,
                 kl_per_datapoint=round(kl_per_datapoint, 4), test_ll=float(test_ll),
                 rmse=float(rmse), noise_variance=float(model.likelihood.variance.numpy()),
-                kernels=kernels, train_time_s=round(train_time, 1), ms_per_step=round(ms, 2), commit=_commit(),
+                kernels=kernels, train_time_s=round(train_time, 1), ms_per_step=round(ms, 2), commit=code_commit(),
                 trace={"step": ts, "elbo_per_datapoint": [round(v, 4) for v in te]})
 
 
-def _commit() -> str:
-    import subprocess
-
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "deepgp_gi"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev or "unknown") + ("-dirty" if dirty else "")
-    except Exception:  # pragma: no cover
-        return "unknown"
-
-
 def cmd_run(args) -> int:
-    if args.threads:
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    set_threads(args.threads)
     names = args.variants.split(",") if args.variants else list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
@@ -308,10 +286,7 @@ def cmd_run(args) -> int:
                 t0 = time.time()
                 rec = run_one(dataset, args.split, VARIANTS[name], args.steps, seed, args.learning_rate)
                 rec["command"] = "python benchmarks/gi_convergence.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-                os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-                with open(args.out, "a") as fh:
-                    fh.write(json.dumps(rec) + "\n")
-                    fh.flush()
+                append_line(args.out, rec)
                 print(f"{dataset} {name} seed {seed}: ELBO/N {rec['elbo_per_datapoint']:.4f} "
                       f"± {rec['elbo_se']:.4f}, noise {rec['noise_variance']:.2e}, test LL {rec['test_ll']:.3f}, "
                       f"{rec['ms_per_step']:.1f} ms/step, {time.time() - t0:.0f} s", flush=True)
@@ -371,15 +346,14 @@ def cmd_report(args) -> int:
                               key=lambda v: order.index(v) if v in order else len(order))
             for v in variants:
                 rs = groups[(dataset, steps, v)]
-                e = np.array([r["elbo_per_datapoint"] for r in rs])
-                n = len(e)
+                mean, se, n = mean_se(r["elbo_per_datapoint"] for r in rs)
                 # n > 1: SE over seeds; n = 1: the Monte Carlo SE of that seed's estimate only
-                se = f"{np.std(e, ddof=1) / math.sqrt(n):.3f}" if n > 1 else f"{rs[0]['elbo_se']:.3f} (MC)"
+                se = f"{se:.3f}" if n > 1 else f"{rs[0]['elbo_se']:.3f} (MC)"
                 paired = [r["elbo_per_datapoint"] - base[int(r["seed"])] for r in rs if int(r["seed"]) in base]
                 delta = f"{np.mean(paired):+.3f}" if paired and v != "baseline" else ""
                 what = (VARIANTS[v].what if v in VARIANTS else rs[0].get("what", "")).replace("|", "/")
                 seeds = ",".join(str(int(r["seed"])) for r in rs)
-                lines.append(f"| {v} | {what} | {e.mean():.3f} ± {se} | {seeds} | {delta} | "
+                lines.append(f"| {v} | {what} | {mean:.3f} ± {se} | {seeds} | {delta} | "
                              f"{np.mean([r['test_ll'] for r in rs]):.3f} | "
                              f"{np.mean([r['noise_variance'] for r in rs]):.1e} | {_max_lengthscales(rs)} | {_kl(rs)} | "
                              f"{np.mean([r['ms_per_step'] for r in rs]):.1f} |")

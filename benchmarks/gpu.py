@@ -5,7 +5,7 @@ number of inducing points M, depth) it times one compiled Adam step (ELBO, gradi
 Monte Carlo sample; kin8nm inputs tiled to the batch size) of
 
 * every deep-GP family in :data:`deepgp_gi.families.DEEP_GP_FAMILIES`, plain ``tf.function`` and
-  XLA (``jit_compile=True``), built by ``benchmarks/speed.py``'s helpers;
+  XLA (``jit_compile=True``), built by ``benchmarks/timing.py``'s helpers;
 * GPflux's DSVI deep GP at the same configuration, plain and XLA;
 
 alternating the models round by round in one process (as ``speed.py`` does) and keeping the
@@ -37,6 +37,9 @@ counts that line as done (delete it to try again). The grid is large (3 batch si
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
 import collections
 import contextlib
@@ -47,7 +50,6 @@ import math
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
@@ -55,18 +57,18 @@ from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:  # speed.py's helpers, also when this file is loaded by path
-    sys.path.insert(0, HERE)
-
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
+from benchmarks.common import append_line, code_commit, read_lines  # noqa: E402
+from benchmarks.timing import (  # noqa: E402
+    fit_step, gpflux_dsvi, kin8nm_inputs, ours, raise_if_step_failed, time_models,
+)
 from deepgp_gi.families import DEEP_GP_FAMILIES  # noqa: E402
-from speed import fit_step, gpflux_dsvi, kin8nm_inputs, ours, raise_if_step_failed, time_models  # noqa: E402
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 DEFAULT_OUT = os.path.join(RESULTS, "gpu.md")
 BATCHES = (1000, 10000, 100000)
@@ -277,7 +279,7 @@ def _walk(graph, totals: dict) -> None:
 
 def step_cost(step) -> StepCost:
     """Static flops and memory traffic of one call of ``step``, a ``tf.function`` taking no
-    arguments (such as the steps of ``benchmarks/speed.py``).
+    arguments (such as the steps of ``benchmarks/timing.py``).
 
     Walks ``step.get_concrete_function().graph`` (traced once if needed) op by op, using each
     tensor's static shape, and follows the functions called through ``PartitionedCall`` /
@@ -569,11 +571,11 @@ def makers_for(X, Y, depth: int, M: int, names: List[str]) -> Dict[str, Callable
 
 
 def family_step(X, Y, depth: int, family: str, M: int, jit_compile: bool):
-    """A family's compiled step: ``speed.ours`` (Adam on the ELBO), or for a sampling family, which
-    has no ELBO, ``fit``'s own step (``speed.fit_step``: an SGHMC move and an Adam step)."""
+    """A family's compiled step: ``timing.ours`` (Adam on the ELBO), or for a sampling family, which
+    has no ELBO, ``fit``'s own step (``timing.fit_step``: an SGHMC move and an Adam step)."""
     import deepgp_gi as dg
 
-    if getattr(dg.families.DEEP_GP_FAMILIES[family].posterior_class, "is_sampler", False):
+    if getattr(dg.families.DEEP_GP_FAMILIES[family], "is_sampler", False):
         model = dg.build_deep_gp(X, Y, depth=depth, posterior=family, num_inducing=M, seed=0)
         return fit_step(model, X, Y, jit_compile)
     return ours(X, Y, depth, family, M, jit_compile=jit_compile)
@@ -604,13 +606,6 @@ def elbo_float32_vs_float64(X, Y, depth: int, M: int, family: str) -> Dict[str, 
 # --------------------------------------------------------------------------- runs
 def _line_key(config: dict, model: str) -> str:
     return json.dumps([config, model], sort_keys=True)
-
-
-def _read_lines(path: str) -> List[dict]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return [json.loads(x) for x in fh if x.strip()]
 
 
 def _failure(error: Exception) -> str:
@@ -748,6 +743,7 @@ def parse_args(argv):
     parser.add_argument("--out", default=DEFAULT_OUT, help="markdown table (default benchmarks/results/gpu.md)")
     parser.add_argument("--jsonl", default=None, help="jsonl of the lines (default: --out with .jsonl)")
     parser.add_argument("--resume", action="store_true", help="keep the jsonl and skip the lines already there")
+    parser.add_argument("--report-only", action="store_true", help="only rewrite --out from the lines in --jsonl")
     args = parser.parse_args(argv)
     grid = QUICK if args.quick else dict(batches=BATCHES, Ms=MS, depths=DEPTHS, rounds=7, steps_per_round=10)
     for key in ("batches", "Ms", "depths", "rounds", "steps_per_round"):
@@ -758,22 +754,13 @@ def parse_args(argv):
     return args
 
 
-def _commit() -> str:
-    """``DEEPGP_GI_COMMIT`` when set (a copied tree, whose git metadata may be missing or stale),
-    else the checkout's short commit."""
-    if os.environ.get("DEEPGP_GI_COMMIT"):
-        return os.environ["DEEPGP_GI_COMMIT"]
-    try:
-        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
-        commit = done.stdout.strip()
-    except OSError:  # no git on the machine
-        commit = ""
-    return commit or "unknown"
-
-
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.report_only:
+        write_markdown(read_lines(args.jsonl), args.out)
+        print(f"wrote {args.out}")
+        return 0
     if not args.no_gpflux and importlib.util.find_spec("gpflux") is None:
         raise SystemExit("benchmarks/gpu.py: gpflux is not installed (pip install -e \".[bench]\"); "
                          "pass --no-gpflux to time deepgp_gi alone")
@@ -784,7 +771,7 @@ def main(argv=None) -> int:
 def _run(args, argv) -> int:
     if args.tf32 is not None:
         tf.config.experimental.enable_tensor_float_32_execution(args.tf32 == "on")
-    header = dict(device=device_name(), tensorflow=tf.__version__, commit=_commit(),
+    header = dict(device=device_name(), tensorflow=tf.__version__, commit=code_commit(),
                   tf32=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
                   cholesky_branch="accelerator" if args.accelerator_branch or tf.config.list_logical_devices("GPU")
                   else "host",
@@ -794,7 +781,7 @@ def _run(args, argv) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if not args.resume and os.path.exists(args.jsonl):
         os.remove(args.jsonl)
-    done = {_line_key(l["config"], l["model"]) for l in _read_lines(args.jsonl)}
+    done = {_line_key(l["config"], l["model"]) for l in read_lines(args.jsonl)}
     dtype = "float32" if args.float32 else "float64"
     names = model_names(args.families, args.modes, gpflux=not args.no_gpflux)
     print(f"Device: {header['device']}; TensorFlow {tf.__version__}", flush=True)
@@ -807,9 +794,8 @@ def _run(args, argv) -> int:
                     continue
                 for line in run_config(config, todo, args, header):
                     print(summary_row(line), flush=True)
-                    with open(args.jsonl, "a") as fh:
-                        fh.write(json.dumps(line) + "\n")
-    write_markdown(_read_lines(args.jsonl), args.out)
+                    append_line(args.jsonl, line)
+    write_markdown(read_lines(args.jsonl), args.out)
     print(f"wrote {args.out} and {args.jsonl}")
     return 0
 

@@ -30,6 +30,9 @@ Inputs are standardised with the training images' mean and standard deviation (o
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
 import json
 import math
@@ -45,6 +48,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
+from benchmarks.common import append_line, mean_se, read_lines  # noqa: E402
 from deepgp_gi import metrics  # noqa: E402
 
 POSTERIORS = ("factorised", "global", "factorised_global")
@@ -157,11 +161,7 @@ def sweep(args):
     if not isinstance(args.options, dict):
         raise SystemExit("--posterior-options must be a JSON object, e.g. '{\"lambda_max\": 0.03}'")
     data = load(args.dataset, args.path, args.split)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if out.exists():
-        done = {cell_key(json.loads(line)) for line in out.read_text().splitlines() if line.strip()}
+    done = {cell_key(row) for row in read_lines(args.out)}
     for seed in map(int, args.seeds.split(",")):
         for prior in args.priors.split(","):
             for posterior in args.posteriors.split(","):
@@ -171,8 +171,7 @@ def sweep(args):
                     continue
                 print(f"== {args.dataset} {args.architecture} {posterior} {prior} seed {seed}", flush=True)
                 row = run_cell(args, data, posterior, prior, seed)
-                with out.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+                append_line(args.out, row)
                 print(json.dumps(row), flush=True)
 
 
@@ -195,14 +194,8 @@ def _settings_lines(rows) -> list:
             for d, st, b, lr, kl, ts, n in seen]
 
 
-def _mean_se(values):
-    values = np.asarray(values, dtype=float)
-    se = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
-    return values.mean(), se
-
-
-def report(args):
-    rows = [json.loads(line) for line in Path(args.results).read_text().splitlines() if line.strip()]
+def _groups(rows) -> dict:
+    """The rows by table row: ``(dataset, net, steps, prior, posterior label)`` -> rows."""
     groups = {}
     for r in rows:
         label = r["posterior"]
@@ -211,12 +204,19 @@ def report(args):
         if r.get("posterior_options"):
             label += " " + ", ".join(f"{k}={v}" for k, v in sorted(r["posterior_options"].items()))
         groups.setdefault((r["dataset"], r["architecture"], r["steps"], r["prior"], label), []).append(r)
+    return groups
+
+
+def render_report(rows, results: str, out: str | None = None, plot_path: str | None = None) -> str:
+    """The report (markdown) of the result lines ``rows`` read from ``results``; ``out`` and
+    ``plot_path`` are where it and the plot go, named in its command line."""
+    groups = _groups(rows)
     lines = ["# Convolutional BNNs on images", "",
              "Mean ± standard error over seeds (n = number of seeds). Accuracy and ECE in %, test "
              "log-likelihood and ELBO per image in nats; ms/step on the machine that ran the cell "
              "(compare only within one file).", "",
-             f"Produced by `python benchmarks/images.py report --results {args.results} --out {args.out}"
-             + (f" --plot {args.plot}" if getattr(args, "plot", None) else "") + "`; "
+             f"Produced by `python benchmarks/images.py report --results {results} --out {out}"
+             + (f" --plot {plot_path}" if plot_path else "") + "`; "
              "each row's sweep command is in the JSON lines.", ""]
     commands = sorted({r["command"] for r in rows if "command" in r})
     if len(commands) <= 3:
@@ -231,7 +231,7 @@ def report(args):
         g = groups[key]
 
         def cell(name, scale=1.0, digits=3):
-            m, s = _mean_se([r[name] * scale for r in g])
+            m, s, _ = mean_se(r[name] * scale for r in g)
             return f"{m:.{digits}f}" + ("" if math.isnan(s) else f" ± {s:.{digits}f}")
 
         lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {len(g)} | "
@@ -240,10 +240,16 @@ def report(args):
                      + (f"{g[0]['parameters']:,}" if "parameters" in g[0] else "") + " |")
     if any(r["dataset"] == "mnist" for r in rows):
         lines += ["", "Published LeNet numbers on MNIST:", ""] + [f"* {p}" for p in PUBLISHED_MNIST]
-    if getattr(args, "plot", None):
-        plot(groups, args.plot)
-        lines += ["", f"![accuracy, test log-likelihood and ECE against training time]({os.path.basename(args.plot)})"]
-    text = "\n".join(lines) + "\n"
+    if plot_path:
+        lines += ["", f"![accuracy, test log-likelihood and ECE against training time]({os.path.basename(plot_path)})"]
+    return "\n".join(lines) + "\n"
+
+
+def report(args):
+    rows = read_lines(args.results)
+    text = render_report(rows, args.results, args.out, args.plot)
+    if args.plot:
+        plot(_groups(rows), args.plot)
     if args.out:
         Path(args.out).write_text(text)
     print(text)

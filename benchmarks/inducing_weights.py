@@ -41,12 +41,13 @@ Subcommands (the first argument; without one the script runs the toy above):
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
-import json
 import math
 import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -59,8 +60,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import deepgp_gi as dg  # noqa: E402
+from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads  # noqa: E402
 from deepgp_gi.priors import NealPrior  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -70,18 +71,6 @@ PRIOR_SD = 4.0
 HIDDEN = 50
 VI_METHODS = ("ffg_u", "ensemble_u", "factorised")
 LABELS = {"ffg_u": "FFG-U", "ensemble_u": "Ensemble-U", "factorised": "FFG-W", "nuts": "HMC (NUTS)"}
-
-
-def _git_commit() -> str:
-    """The short commit hash, with ``+dirty`` when the library or benchmark code differs from it."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "deepgp_gi", "benchmarks/*.py"],
-                               cwd=HERE.parent, capture_output=True).returncode != 0
-        return commit + ("+dirty" if dirty else "")
-    except Exception:  # pragma: no cover
-        return "unknown"
 
 
 def make_data(seed: int, n: int = 40):
@@ -255,8 +244,7 @@ def main(argv=None):
     p.add_argument("--methods", default=",".join(VI_METHODS + ("nuts",)))
     p.add_argument("--out", default=str(RESULTS / "inducing_weights.md"))
     args = p.parse_args(argv)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    set_threads(1)
 
     X, Y = make_data(args.seed)
     X_test, Y_test = make_data(args.seed + 1, 200)
@@ -281,7 +269,7 @@ def main(argv=None):
     lines = [
         "# Inducing weights: 1-D toy (Ritter et al. 2021, App. J.1)",
         "",
-        f"Command: `{command.strip()}` (commit {_git_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"Command: `{command.strip()}` (commit {code_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"one CPU thread, total {total:.0f} s).",
         "",
         f"Data: 40 points, x ~ U(-1, 1), y = cos(4x) + N(0, {NOISE_STD}^2); 1 x {HIDDEN} tanh BNN, prior "
@@ -369,11 +357,9 @@ def toy_settings_main(argv):
     p.add_argument("--out", default=str(RESULTS / "inducing_weights_toy_settings.jsonl"))
     args = p.parse_args(argv)
     argv_all = ["toy-settings"] + list(argv)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    set_threads(1)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
+    rows = read_lines(args.out)
     done = {(r["setting"], r["method"], r["seed"], r["steps"]) for r in rows}
     command = "python benchmarks/inducing_weights.py " + " ".join(shlex.quote(a) for a in argv_all)
     X, Y = make_data(0)
@@ -381,11 +367,10 @@ def toy_settings_main(argv):
     grid = np.linspace(-3.0, 3.0, 121)
 
     def append(row):
-        row.update(commit=_git_commit(), command=command)
+        row.update(commit=code_commit(), command=command)
         row.pop("grid_mean", None)
         row.pop("grid_std", None)
-        with out.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_line(args.out, row)
         rows.append(row)
         done.add((row["setting"], row["method"], row["seed"], row["steps"]))
         print(f"{row['setting']} {row['method']} seed {row['seed']} steps {row['steps']}: ratio "
@@ -432,9 +417,7 @@ def toy_settings_main(argv):
                              u_sd_median=[float(np.median(sd.numpy())) for sd in getattr(post, "u_sds", [])])
                     append(r)
     md = out.with_suffix(".md")
-    text = toy_settings_report(rows, command)
-    if md.exists() and NOTES_MARKER in md.read_text():
-        text += "\n" + NOTES_MARKER + md.read_text().split(NOTES_MARKER, 1)[1]
+    text = with_notes(toy_settings_report(rows, command), md.read_text() if md.exists() else "")
     md.write_text(text)
     print(text)
 
@@ -531,6 +514,14 @@ NOTES_MARKER = "<!-- notes: kept when the table is rewritten -->"
 DIGITS_LABELS = {"ffg_u": "FFG-U", "ensemble_u": "Ensemble-U", "factorised": "FFG-W", "ensemble_w": "Ensemble-W"}
 
 
+def with_notes(table: str, previous: str) -> str:
+    """A rewritten table with the hand-written notes of its previous text kept: what follows
+    :data:`NOTES_MARKER` there is appended after the marker."""
+    if NOTES_MARKER not in previous:
+        return table
+    return table + "\n" + NOTES_MARKER + previous.split(NOTES_MARKER, 1)[1]
+
+
 def ritter_schedule(steps: int):
     """Ritter et al. (2021, App. J)'s KL annealing scaled to ``steps``: no KL for the first third
     (100 of 300 epochs), then linear annealing over the next sixth (50 epochs), then the ELBO."""
@@ -587,15 +578,9 @@ def digits_cell(args, method: str, seed: int, data) -> dict:
         "params": dg.parameter_count(model),
         "params_per_layer": dg.parameter_count(model, per_layer=True),
         "seconds": seconds,
-        "commit": _git_commit(),
+        "commit": code_commit(),
         "command": "python benchmarks/inducing_weights.py " + " ".join(shlex.quote(a) for a in args.argv),
     }
-
-
-def _mean_se(values):
-    values = np.asarray(values, dtype=float)
-    se = values.std(ddof=1) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
-    return values.mean(), se
 
 
 def digits_report(rows, out: Path, command: str) -> str:
@@ -639,7 +624,7 @@ def digits_report(rows, out: Path, command: str) -> str:
         g = groups[key]
 
         def cell(name, scale=1.0, digits=3):
-            m, s = _mean_se([r[name] * scale for r in g])
+            m, s, _ = mean_se(r[name] * scale for r in g)
             return f"{m:.{digits}f}" + ("" if math.isnan(s) else f" ± {s:.{digits}f}")
 
         M = g[0]["num_inducing"]
@@ -671,11 +656,9 @@ def digits_main(argv):
     args = p.parse_args(argv)
     args.argv = ["digits"] + list(argv)
     args.hidden = tuple(int(h) for h in args.hidden.split(","))
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    set_threads(1)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
+    rows = read_lines(args.out)
     done = {digits_cell_key(r) for r in rows}
     data = digits_data(args.split)
     for seed in map(int, args.seeds.split(",")):
@@ -687,8 +670,7 @@ def digits_main(argv):
                 print(f"skip {method} seed {seed} (in {out.name})", flush=True)
                 continue
             row = digits_cell(args, method, seed, data)
-            with out.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_line(args.out, row)
             rows.append(row)
             print(f"{method} seed {seed}: accuracy {row['accuracy']:.3f}, test LL {row['test_ll']:.3f}, "
                   f"ECE {row['ece']:.4f}, ELBO/N {row['elbo_per_image']:.3f}, {row['params']:,} params, "
@@ -696,9 +678,7 @@ def digits_main(argv):
     if rows:
         md = out.with_suffix(".md")
         command = "nice -n 19 python benchmarks/inducing_weights.py " + " ".join(shlex.quote(a) for a in args.argv)
-        text = digits_report(rows, md, command.strip())
-        if md.exists() and NOTES_MARKER in md.read_text():  # hand-written notes survive a rewrite
-            text += "\n" + NOTES_MARKER + md.read_text().split(NOTES_MARKER, 1)[1]
+        text = with_notes(digits_report(rows, md, command.strip()), md.read_text() if md.exists() else "")
         md.write_text(text)
         print(text)
 

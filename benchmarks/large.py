@@ -27,7 +27,8 @@ checkpoints every chunk (and in between), so the command can be stopped and rest
 chunk already in the results file is skipped, a chunk that was interrupted resumes from its
 checkpoint; a larger ``--steps`` with the same chunk length (``--steps 12000 --chunks 12``)
 continues a finished run from its last checkpoint. ``report`` writes ``large.md`` (table) and
-``large.png`` (ELBO and test LL against wall time, the true test log density as the ceiling line).
+``large.png`` (ELBO and test LL against wall time, the true test log density as the ceiling line)
+from the lines so far; it draws the test rows again for the ceiling and needs no shards.
 
 Defaults: M = 50, batch 1,000, learning rate 0.01, 6,000 steps (6 epochs) in 6 chunks: 14 to 21
 minutes of training per configuration on a 2-core CPU machine shared with other jobs (plus about a
@@ -40,6 +41,9 @@ minute per chunk for start-up and evaluation); writing the shards takes about 5 
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
 import json
 import math
@@ -51,8 +55,9 @@ import time
 
 import numpy as np
 
+from benchmarks.common import append_line, read_lines  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 CONFIGS = ("mean_field_adam", "mean_field_natgrad", "global")
 LABELS = {"mean_field_adam": "mean-field, Adam", "mean_field_natgrad": "mean-field, natural gradients",
@@ -121,6 +126,16 @@ class GeneratingDeepGP:
         return -0.5 * np.log(2.0 * np.pi) - np.log(self.noise_sd) - 0.5 * r**2
 
 
+def ceiling_info(num_features: int, seed: int = 0) -> dict:
+    """The true log density of the test rows (the ceiling no model beats on average): its mean
+    ``true_test_ll`` and standard error ``true_test_ll_se`` over the rows, with ``num_features``.
+    The test rows do not depend on the number of training rows, so no shards are needed."""
+    gen = GeneratingDeepGP(seed, num_features)
+    lpd = gen.log_density(*gen.sample(NUM_TEST, seed=seed + 1000))
+    return dict(num_features=num_features, true_test_ll=float(np.mean(lpd)),
+                true_test_ll_se=float(np.std(lpd) / np.sqrt(len(lpd))))
+
+
 def make_data(work_dir: str, rows: int, num_features: int, seed: int = 0, rows_per_shard: int = 50_000) -> dict:
     """Write (once) the training shards and the test rows; return their paths and the ceiling."""
     import deepgp_gi as dg
@@ -182,7 +197,7 @@ def worker(cfg: dict) -> None:
     natgrad = cfg["natgrad_gamma"] if cfg["config"] == "mean_field_natgrad" else None
     natgrad_layers = cfg.get("natgrad_layers", "all") if natgrad is not None else "all"
     ckpt = os.path.join(cfg["work_dir"], "checkpoints", cfg["key"])
-    done = {r["step"] for r in _read_lines(cfg["results"]) if r["key"] == cfg["key"] and "step" in r}
+    done = {r["step"] for r in read_lines(cfg["results"]) if r["key"] == cfg["key"] and "step" in r}
     steps = cfg["steps"]
     ends = [int(round(steps * (k + 1) / cfg["chunks"])) for k in range(cfg["chunks"])]
     start = 0
@@ -200,11 +215,9 @@ def worker(cfg: dict) -> None:
                              log_every=max(1, steps // cfg["chunks"] // 60), progress=cfg["progress"])
         except (ValueError, FloatingPointError, tf.errors.InvalidArgumentError, dg.linalg.CholeskyError) as err:
             # recorded for the report; the same settings replay the same steps, so a rerun fails the same way
-            with open(cfg["results"], "a") as fh:
-                fh.write(json.dumps(dict(key=cfg["key"], config=cfg["config"], failed_in=[start, end],
-                                         natgrad_gamma=natgrad, natgrad_layers=natgrad_layers,
-                                         error=_last_line(err),
-                                         command=cfg["command"])) + "\n")
+            append_line(cfg["results"], dict(key=cfg["key"], config=cfg["config"], failed_in=[start, end],
+                                             natgrad_gamma=natgrad, natgrad_layers=natgrad_layers,
+                                             error=_last_line(err), command=cfg["command"]))
             raise
         fit_s = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -223,8 +236,7 @@ def worker(cfg: dict) -> None:
             trace_elbo_per_row=[e / N for s, e in zip(history.step, history.elbo) if s > start],
             peak_rss_mb=_peak_rss_mb(), command=cfg["command"],
         )
-        with open(cfg["results"], "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        append_line(cfg["results"], row)
         print(json.dumps({k: v for k, v in row.items() if not k.startswith("trace")}), flush=True)
         start = end
 
@@ -236,16 +248,8 @@ def _last_line(err: Exception) -> str:
     return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:400]
 
 
-def _read_lines(path: str) -> list:
-    if not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def run_config(cfg: dict) -> None:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1",
-               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "worker", json.dumps(cfg)], env=env)
     if out.returncode != 0:
         raise RuntimeError(f"configuration {cfg['key']} failed (exit {out.returncode}); rerun the command to resume")
@@ -254,16 +258,36 @@ def run_config(cfg: dict) -> None:
 # -- report -----------------------------------------------------------------------------------------
 
 def report(results: str, out_md: str, out_png: str | None, data_info: dict | None = None) -> str:
-    rows = _read_lines(results)
-    failures = [r for r in rows if "failed_in" in r]
-    rows = [r for r in rows if "step" in r]
-    if not rows:
+    """The report of the lines in ``results`` (:func:`render_report`) written to ``out_md``, with the
+    plot ``out_png`` (none if None); the text is returned."""
+    lines = read_lines(results)
+    if not any("step" in r for r in lines):
         raise SystemExit(f"{results} holds no results yet")
+    text = render_report(lines, data_info, os.path.basename(out_png) if out_png else None)
+    if out_png:
+        _plot(_by_key(lines), data_info["true_test_ll"] if data_info else None, out_png)
+    with open(out_md, "w") as fh:
+        fh.write(text)
+    return text
+
+
+def _by_key(lines: list) -> dict:
+    """The chunk lines (not the failures) by configuration key, each in step order."""
     by_key: dict = {}
-    for r in rows:
-        by_key.setdefault(r["key"], []).append(r)
+    for r in lines:
+        if "step" in r:
+            by_key.setdefault(r["key"], []).append(r)
     for v in by_key.values():
         v.sort(key=lambda r: r["step"])
+    return by_key
+
+
+def render_report(records: list, data_info: dict | None = None, png_name: str | None = None) -> str:
+    """The markdown report of the result lines ``records``; ``data_info`` (:func:`ceiling_info`'s keys)
+    gives the ceiling; ``png_name``, the plot's file name, is linked at the end when given."""
+    failures = [r for r in records if "failed_in" in r]
+    rows = [r for r in records if "step" in r]
+    by_key = _by_key(rows)
     ceiling = data_info["true_test_ll"] if data_info else None
     first = rows[0]
     commands = sorted({r["command"] for r in rows})
@@ -319,11 +343,8 @@ def report(results: str, out_md: str, out_png: str | None, data_info: dict | Non
         lines += [f"* {_label(f)}, within steps {f['failed_in'][0]:,} to {f['failed_in'][1]:,}: {f['error']}"
                   f" (command: `{f['command']}`)" for f in failures]
     text = "\n".join(lines) + "\n"
-    if out_png:
-        _plot(by_key, ceiling, out_png)
-        text += f"\n![ELBO and test LL against wall time]({os.path.basename(out_png)})\n"
-    with open(out_md, "w") as fh:
-        fh.write(text)
+    if png_name:
+        text += f"\n![ELBO and test LL against wall time]({png_name})\n"
     return text
 
 
@@ -406,10 +427,12 @@ def main(argv=None) -> int:
         parser.error(f"--configs: unknown {unknown}; choose from {', '.join(CONFIGS)}")
     if args.steps < args.chunks:
         parser.error(f"--steps ({args.steps}) must be at least --chunks ({args.chunks})")
-    os.makedirs(args.work_dir, exist_ok=True)
-    info = make_data(args.work_dir, args.rows, args.features)
     failed = []
-    if args.action == "run":
+    if args.action == "report":  # the ceiling from the test rows alone: the shards need not exist
+        info = ceiling_info(args.features)
+    else:
+        os.makedirs(args.work_dir, exist_ok=True)
+        info = make_data(args.work_dir, args.rows, args.features)
         command = "python " + " ".join(shlex.quote(a) for a in ["benchmarks/large.py"] + argv)
         for name in configs:
             # the key leaves out --steps: a larger --steps with the same chunk length continues a finished run

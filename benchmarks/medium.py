@@ -2,7 +2,7 @@
 test LL against wall time, and the "which posterior to pick" decision table.
 
     python benchmarks/medium.py report [--results benchmarks/results/medium] [--small benchmarks/results/uci]
-        [--out-dir benchmarks/results/medium]
+        [--out-dir benchmarks/results/medium] [--no-plots]
 
 The runs come from the sweep (``benchmarks/sweeps/medium.toml``, see its header for the protocol):
 
@@ -21,6 +21,9 @@ table go into the README, each between its two generated-block marker lines.
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
 import csv
 import math
@@ -31,14 +34,13 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from benchmarks import uci  # noqa: E402  (the sweep's reading and summarising)
+from benchmarks.common import read_lines  # noqa: E402
+from deepgp_gi.families import DEEP_GP_FAMILIES  # noqa: E402
+from deepgp_gi.uci_protocol import SAMPLER_COLLECT  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-import uci  # noqa: E402  (benchmarks/uci.py: the sweep's reading and summarising)
-from deepgp_gi.experiments import SAMPLER_COLLECT  # noqa: E402
-from deepgp_gi.families import DEEP_GP_FAMILIES  # noqa: E402
 
 MEDIUM = ("kin8nm", "power", "naval", "protein")
 DEFAULT_RESULTS = os.path.join(HERE, "results", "medium")
@@ -518,7 +520,7 @@ def run_cost_s(cfg: Dict, costs: Dict) -> Optional[float]:
     if ms is None:
         return None
     family = DEEP_GP_FAMILIES.get(cfg["posterior"])
-    sampler = family is not None and getattr(family.posterior_class, "is_sampler", False)
+    sampler = family is not None and getattr(family, "is_sampler", False)
     collect = SAMPLER_COLLECT["num_samples"] * SAMPLER_COLLECT["thin"] if sampler else 0
     return ms * (cfg["steps"] + collect) / 1000.0
 
@@ -558,7 +560,7 @@ def cmd_report(args) -> int:
     reference = uci.load_reference()
     published = load_published(os.path.join(args.results, "published.csv"))
     medium_records = _records(args.results)
-    speed_lines = uci.read_json_lines(args.speed) if args.speed and os.path.exists(args.speed) else []
+    speed_lines = read_lines(args.speed) if args.speed else []
     costs = load_step_costs(speed_lines)
     rows = add_step_costs(summaries(medium_records, reference), costs)
     small = [s for s in summaries(_records(args.small), reference) if s["dataset"] not in MEDIUM]
@@ -608,7 +610,10 @@ def cmd_report(args) -> int:
               "goes to the cheaper family (median ms per step). Small sets: `benchmarks/results/uci` (5,000 full-batch steps); medium sets: this "
               "sweep. Groups of the sweep not yet run are missing from the comparison (see above). " + cost_note(rows), ""]
     os.makedirs(args.out_dir, exist_ok=True)
-    if plot_time(rows, published, os.path.join(args.out_dir, "test_ll_vs_time.png")):
+    # the figure has a point per medium row: with none it is not drawn (nor named)
+    if any(s["dataset"] in MEDIUM for s in rows):
+        if not args.no_plots:
+            plot_time(rows, published, os.path.join(args.out_dir, "test_ll_vs_time.png"))
         lines += ["![test LL against training time](test_ll_vs_time.png)", ""]
     with open(os.path.join(args.out_dir, "medium.md"), "w") as fh:
         fh.write("\n".join(lines))
@@ -618,7 +623,7 @@ def cmd_report(args) -> int:
            "", "Budgets are training time on a 2-core CPU with one TensorFlow thread; a family missing from a "
            "row was not run there, or its run has not finished (`medium.md` lists the groups still to run). "
            + cost_note(rows) + contention_note(rows), ""]
-    doc += gpu_cost_table(uci.read_json_lines(args.gpu) if args.gpu and os.path.exists(args.gpu) else [])
+    doc += gpu_cost_table(read_lines(args.gpu) if args.gpu else [])
     with open(args.decision_doc, "w") as fh:
         fh.write("\n".join(doc))
     if args.readme:
@@ -694,6 +699,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     rep.add_argument("--gpu", default=GPU_LINES, help="benchmarks/gpu.py's result lines ('' to leave them out)")
     rep.add_argument("--readme", default=os.path.join(ROOT, "README.md"),
                      help="the README whose generated decision-table block is rewritten ('' to skip)")
+    rep.add_argument("--no-plots", action="store_true", help="tables only (test_ll_vs_time.png is left as it is)")
     rep.set_defaults(func=cmd_report)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -47,6 +47,9 @@ Run from the repository root: the default paths are relative to it.
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
 import datetime
 import json
@@ -54,13 +57,14 @@ import math
 import os
 import re
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads  # noqa: E402
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -93,76 +97,7 @@ ECE_BINS = 15
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-# ----------------------------------------------------------------------------------- small helpers
-# (the shapes of the shared benchmark helpers: a commit stamp, JSON lines, mean +- SE, threads)
-
-def code_commit() -> str:
-    """``DEEPGP_GI_COMMIT`` if set, else the short hash of the checkout the imported ``deepgp_gi``
-    comes from, with ``-dirty`` when ``deepgp_gi/`` has uncommitted edits; ``"unknown"`` without git."""
-    if os.environ.get("DEEPGP_GI_COMMIT"):
-        return os.environ["DEEPGP_GI_COMMIT"]
-    import deepgp_gi
-
-    package = os.path.dirname(os.path.abspath(deepgp_gi.__file__))
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=package, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        if not rev:
-            return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "deepgp_gi"],
-                               cwd=os.path.dirname(package), capture_output=True, text=True, timeout=10).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def append_line(path, record: Dict) -> None:
-    """Append ``record`` as one JSON line (folder made if missing), flushed to the disk."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a") as fh:
-        fh.write(json.dumps(record) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def read_lines(path) -> List[Dict]:
-    """The JSON records of ``path`` in file order (a line that does not parse, such as the cut last
-    line of a killed run, is skipped; a missing file has none)."""
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-    return out
-
-
-def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:
-    """``(mean, standard error, n)``: SE = sample standard deviation (ddof 1) / sqrt(n), NaN for one value."""
-    v = np.asarray(list(values), dtype=float)
-    if len(v) == 0:
-        return float("nan"), float("nan"), 0
-    se = float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
-    return float(np.mean(v)), se, len(v)
-
-
-def set_threads(threads: Optional[int]) -> None:
-    """Limit TensorFlow to ``threads`` intra- and inter-op threads (``None`` or 0: leave it)."""
-    import tensorflow as tf
-
-    if threads:
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(threads)
-        except RuntimeError as err:
-            if tf.config.threading.get_intra_op_parallelism_threads() != threads:
-                print(f"warning: --threads {threads} not applied: {err}", file=sys.stderr)
-
+# ------------------------------------------------------------------------------ recorded commands
 
 def portable_path(path: str) -> str:
     """``path`` as a result line records it: relative paths as given, an absolute one relative to the

@@ -13,12 +13,15 @@ Run with nothing else heavy on the machine:
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
 import json
 import os
 import platform
+import re
 import shlex
-import subprocess
 import sys
 import time
 from typing import List
@@ -26,91 +29,18 @@ from typing import List
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
-from deepgp_gi.experiments import set_threads  # noqa: E402
+from benchmarks.common import append_line, code_commit, read_lines, set_threads  # noqa: E402
+from benchmarks.timing import (  # noqa: E402
+    fit_step, gpflux_dsvi, kin8nm_inputs, model_step, ours, ours_bnn, raise_if_step_failed, time_models,
+)
 from deepgp_gi.families import DEEP_GP_FAMILIES as DEEP_GP_POSTERIORS  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-
-
-def kin8nm_inputs(num_rows: int, seed: int = 0):
-    """kin8nm inputs (all 8192 rows, standardised), tiled to ``num_rows``; targets from the data."""
-    X, Y, _ = dg.datasets.load_uci_raw("kin8nm")
-    X = (X - X.mean(0)) / X.std(0)
-    Y = (Y - Y.mean(0)) / Y.std(0)
-    reps = -(-num_rows // len(X))
-    rng = np.random.default_rng(seed)
-    idx = rng.permutation(np.tile(np.arange(len(X)), reps))[:num_rows]
-    return X[idx], Y[idx]
-
-
-def compiled_step(model_loss, variables, learning_rate=0.01, jit_compile=False):
-    optimizer = dg.training.adam(learning_rate, variables)
-
-    @tf.function(jit_compile=jit_compile)
-    def step():
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(variables)
-            loss = model_loss()
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-
-    return step
-
-
-def model_step(model, X, Y, jit_compile=False):
-    """A compiled step of a deepgp_gi model on fixed data, fresh seeded noise every step.
-
-    Like ``fit``'s ``TrainStep``, in both modes: every ``safe_cholesky`` reports to
-    ``cholesky_checks`` and the step keeps the status in a variable on the device (no
-    ``tf.debugging.Assert``, which would read a device predicate on the host every step)."""
-    Xt, Yt = tf.constant(X), tf.constant(Y)
-    counter = tf.Variable(0, dtype=tf.int64)
-    failure = tf.Variable(0, dtype=tf.int64, trainable=False)  # int64: an int32 variable lives on the host on a GPU
-
-    def loss():
-        with dg.linalg.cholesky_checks() as checks:
-            counter.assign_add(1)
-            value = -model.elbo((Xt, Yt), 1, seed=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
-        failure.assign(tf.where(tf.equal(failure, 0), tf.cast(checks.status(), tf.int64), failure))  # the first failure's code
-        return value
-
-    step = compiled_step(loss, model.trainable_variables, jit_compile=jit_compile)
-    # read between timed rounds, never inside them (CholeskyError, a tf.errors.OpError, if a step failed)
-    step.raise_if_failed = lambda: dg.linalg.raise_if_failed(failure.numpy(), context="benchmark step")
-    return step
-
-
-def fit_step(model, X, Y, jit_compile=False, importance_samples=None, num_samples=1):
-    """The step ``fit`` trains ``model`` with, on fixed data: ``TrainStep`` (Adam on the ELBO, or on
-    a latent-variable model's bound with ``importance_samples`` draws of the latent variable per
-    point), or ``SamplerStep`` for a sampling family (one SGHMC move of the chain, then an Adam
-    step on the hyperparameters); fit's optimiser and variables, seed 0, one Monte Carlo sample,
-    the step counter advancing every call."""
-    from deepgp_gi.training.loop import _is_sampler, _trainable_variables
-    from deepgp_gi.training.step import SamplerStep, TrainStep
-
-    variables = _trainable_variables(model)
-    counter = tf.Variable(0, dtype=tf.int64, trainable=False)
-    kind = SamplerStep if _is_sampler(model) else TrainStep
-    train_step = kind(model, dg.training.adam(0.01, variables), variables, counter, num_samples=num_samples,
-                      seed=0, jit_compile=jit_compile, importance_samples=importance_samples)
-    Xt, Yt = tf.constant(X), tf.constant(Y)
-    calls = iter(range(1 << 62))
-
-    def step():
-        return train_step(tf.constant(next(calls), tf.int64), Xt, Yt)
-
-    step.raise_if_failed = train_step.raise_if_failed
-    # the traced graph of the compiled step, for the static cost of benchmarks/gpu.py's step_cost
-    step.get_concrete_function = lambda: train_step._compiled.get_concrete_function(
-        tf.constant(0, tf.int64), Xt, Yt, train_step.kl_weight_tensor())
-    return step
 
 
 def sampling_and_latent_families():
@@ -119,7 +49,7 @@ def sampling_and_latent_families():
     posterior class has ``is_sampler``) and a latent-variable model (``latent_dim=1``) of every
     family in ``deepgp_gi.latent.LATENT_FAMILIES``, when the package has them."""
     out = [(name, name, {}) for name, family in DEEP_GP_POSTERIORS.items()
-           if getattr(family.posterior_class, "is_sampler", False)]
+           if getattr(family, "is_sampler", False)]
     try:
         from deepgp_gi.latent import LATENT_FAMILIES
     except ImportError:  # a tree without latent-variable models
@@ -153,76 +83,6 @@ def medium_sweep_steps(X, Y, depth):
     if depth > 3:
         makers = {k: v for k, v in makers.items() if k in MEDIUM_DEPTH_5}
     return makers
-
-
-def ours(X, Y, depth, posterior, num_inducing, jit_compile=False, **options):
-    model = dg.build_deep_gp(X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing, seed=0, **options)
-    return model_step(model, X, Y, jit_compile)
-
-
-def ours_bnn(X, Y, posterior, num_inducing):
-    model = dg.build_bnn(X, Y, hidden=(50, 50), posterior=posterior, num_inducing=num_inducing, seed=0)
-    return model_step(model, X, Y)
-
-
-def gpflux_dsvi(X, Y, depth, num_inducing, jit_compile=False):
-    """GPflux's DSVI deep GP at the same configuration (its own helpers, whitened, Identity/PCA
-    inner mean functions, width min(30, D), SE-ARD kernels, Gaussian likelihood); its compiled
-    step, with XLA if ``jit_compile``."""
-    import gpflux
-
-    N, D = X.shape
-    width = min(30, D)
-    dims = [D] + [width] * (depth - 1) + [Y.shape[1]]
-    Z = dg.builders.kmeans_inducing_inputs(X, num_inducing, 0)
-    layers, F, Zl = [], X, Z
-    for l in range(depth):
-        d_in, d_out = dims[l], dims[l + 1]
-        kernel = gpflux.helpers.construct_basic_kernel(
-            gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=np.full(d_in, 2.0)), output_dim=d_out,
-            share_hyperparams=True,
-        )
-        iv = gpflux.helpers.construct_basic_inducing_variables(num_inducing, d_in, d_out, share_variables=True, z_init=Zl)
-        inner = l < depth - 1
-        mean = gpflux.helpers.construct_mean_function(F, d_in, d_out) if inner else gpflow.mean_functions.Zero()
-        layers.append(gpflux.layers.GPLayer(kernel, iv, num_data=N, mean_function=mean, num_latent_gps=d_out,
-                                            verbose=False))
-        if inner:
-            F, Zl = np.asarray(mean(F)), np.asarray(mean(Zl))
-    likelihood = gpflux.layers.LikelihoodLayer(gpflow.likelihoods.Gaussian(0.01))
-    dgp = gpflux.models.DeepGP(layers, likelihood)
-    Xt, Yt = tf.constant(X), tf.constant(Y)
-
-    def loss():
-        return -dgp.elbo((Xt, Yt))
-
-    return compiled_step(loss, dgp.trainable_variables, jit_compile=jit_compile)
-
-
-def raise_if_step_failed(step) -> None:
-    """Raise the ``CholeskyError`` (a ``tf.errors.OpError``) a :func:`model_step` step recorded;
-    steps without a record (GPflux's) pass."""
-    getattr(step, "raise_if_failed", lambda: None)()
-
-
-def time_models(makers, rounds, steps_per_round, check_failures=True):
-    """Median ms per step of each maker's step, the models alternated round by round; with
-    ``check_failures`` a step that recorded a failed factorisation raises after the rounds."""
-    steps = {name: make() for name, make in makers.items()}
-    for step in steps.values():  # trace and warm up
-        for _ in range(3):
-            step()
-    times = {name: [] for name in steps}
-    for _ in range(rounds):
-        for name, step in steps.items():
-            t0 = time.perf_counter()
-            for _ in range(steps_per_round):
-                loss = step()
-            loss.numpy()
-            times[name].append((time.perf_counter() - t0) / steps_per_round * 1e3)
-    for step in steps.values() if check_failures else ():
-        raise_if_step_failed(step)
-    return {name: float(np.median(v)) for name, v in times.items()}
 
 
 def paired_ratio(make_a, make_b, rounds: int, steps_per_round: int) -> dict:
@@ -287,14 +147,14 @@ def count_ops(depth: int = 3, M: int = 100, batch: int = 1000) -> None:
     """``--count-ops``: executed ops per step (``benchmarks/gpu.py``'s profiler count) of GPflux's
     DSVI step and of every deep-GP family's benchmark step (:func:`model_step`; none for a sampling
     family, which has no ELBO) and ``fit`` step (:func:`fit_step`); one JSON line per model."""
-    from gpu import executed_ops_per_step, heavy_counts
+    from benchmarks.gpu import executed_ops_per_step, heavy_counts
 
     X, Y = kin8nm_inputs(batch)
     print(json.dumps(dict(model="gpflux DSVI", benchmark_step=executed_ops_per_step(gpflux_dsvi(X, Y, depth, M), 2).total)),
           flush=True)
     for name, family in DEEP_GP_POSTERIORS.items():
         build = lambda n=name: dg.build_deep_gp(X, Y, depth=depth, posterior=n, num_inducing=M, seed=0)
-        sampler = getattr(family.posterior_class, "is_sampler", False)
+        sampler = getattr(family, "is_sampler", False)
         bench = None if sampler else executed_ops_per_step(model_step(build(), X, Y), 2).total
         fit = executed_ops_per_step(fit_step(build(), X, Y), 2)
         print(json.dumps(dict(model=name, depth=depth, M=M, batch=batch, benchmark_step=bench, fit_step=fit.total,
@@ -393,13 +253,18 @@ def main(argv=None):
                         help="only count executed ops per step (depth 3, M = 100, batch 1000; printed)")
     parser.add_argument("--xla-pairs", default=None, metavar="FAMILY,...",
                         help="only time these families' fit steps plain against XLA, depth 3 (printed)")
+    parser.add_argument("--report-only", action="store_true", help="only rewrite speed.md from speed.jsonl")
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
-    set_threads(args.threads)
     os.makedirs(RESULTS, exist_ok=True)
     jsonl = os.path.join(RESULTS, "speed.jsonl")
+    md = os.path.join(RESULTS, "speed.md")
+    if args.report_only:
+        print(write_markdown(read_lines(jsonl), md))
+        return
+    set_threads(args.threads)
     command = "python benchmarks/speed.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    commit = code_commit()
     if args.star_pairs or args.xla_pairs or args.count_ops:
         if args.count_ops:
             count_ops()
@@ -417,14 +282,13 @@ def main(argv=None):
                                              steps_per_round=per, commit=commit, command=command,
                                              machine=f"{platform.machine()} {os.cpu_count()} cores",
                                              tensorflow=tf.__version__, load_average=pair["load_average"])) + "\n")
-            write_markdown(jsonl, command)
+            print(write_markdown(read_lines(jsonl), md))
         if args.xla_pairs:
             xla_pairs(args.xla_pairs, rounds, per)
         return
     done = set()
-    if args.resume and os.path.exists(jsonl):
-        with open(jsonl) as fh:
-            done = {json.dumps([json.loads(l)["section"], json.loads(l)["config"]], sort_keys=True) for l in fh if l.strip()}
+    if args.resume:
+        done = {json.dumps([l["section"], l["config"]], sort_keys=True) for l in read_lines(jsonl)}
     elif os.path.exists(jsonl):
         os.remove(jsonl)
     for section, config, makers in sections(args.quick):
@@ -439,9 +303,14 @@ def main(argv=None):
                     tensorflow=tf.__version__, load_average=os.getloadavg()[0],
                     threads=tf.config.threading.get_intra_op_parallelism_threads() or None)
         print(json.dumps(line), flush=True)
-        with open(jsonl, "a") as fh:
-            fh.write(json.dumps(line) + "\n")
-    write_markdown(jsonl, command)
+        append_line(jsonl, line)
+    print(write_markdown(read_lines(jsonl), md))
+
+
+def _cores(lines) -> str:
+    """The core count of the machine the lines name (``"x86_64 2 cores"``), "?" where none says."""
+    counts = sorted({m.group(1) for l in lines if (m := re.search(r"(\d+) cores", l.get("machine", "")))}, key=int)
+    return " or ".join(counts) or "?"
 
 
 def _provenance(lines):
@@ -449,7 +318,8 @@ def _provenance(lines):
             f"{lines[0]['steps_per_round']} steps).")
     loads = [l["load_average"] for l in lines if "load_average" in l]
     if loads:  # the 1-minute load average as each configuration finished (os.getloadavg)
-        text += f" Load average as the configurations finished: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} cores."
+        text += (f" Load average as the configurations finished: {min(loads):.1f} to {max(loads):.1f} on "
+                 f"{_cores(lines)} cores.")
     return text
 
 
@@ -458,10 +328,11 @@ def _threads_label(threads) -> str:
     return "one TensorFlow thread" if threads == {1} else "threads " + ", ".join(map(str, sorted(threads, key=str)))
 
 
-def write_markdown(jsonl, command):
-    with open(jsonl) as fh:
-        lines = [json.loads(l) for l in fh if l.strip()]
-    md = ["# Training-step speed", "", f"Machine: {lines[0]['machine'] if lines else ''}, TensorFlow {tf.__version__}. "
+def write_markdown(lines: List[dict], path: str) -> str:
+    """The report of the speed lines ``lines`` (one section per benchmark section), written to
+    ``path`` and returned. Machine and TensorFlow version are those the lines record."""
+    versions = ", ".join(sorted({l["tensorflow"] for l in lines if "tensorflow" in l})) or tf.__version__
+    md = ["# Training-step speed", "", f"Machine: {lines[0]['machine'] if lines else ''}, TensorFlow {versions}. "
           "Each section names the command and commit that produced it.", "",
           "Median ms per compiled Adam step (ELBO + gradient + update, 1 Monte Carlo sample, float64), "
           "models alternated round by round in one process.", "",
@@ -602,9 +473,10 @@ def write_markdown(jsonl, command):
             md.append(f"| {c['kind']} | {c['family']} | {c['M']} | {t['plain']:.1f} | {t['xla']:.1f} | "
                       f"{t['xla'] / t['plain']:.2f} |")
         md.append("")
-    with open(os.path.join(RESULTS, "speed.md"), "w") as fh:
-        fh.write("\n".join(md) + "\n")
-    print("\n".join(md))
+    text = "\n".join(md) + "\n"
+    with open(path, "w") as fh:
+        fh.write(text)
+    return text
 
 
 if __name__ == "__main__":

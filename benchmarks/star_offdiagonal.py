@@ -23,20 +23,19 @@ appended to ``--out`` (lines already there are skipped); ``--md`` gets the table
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
-import json
 import os
 import shlex
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:  # running as a script from a checkout
-    sys.path.insert(0, ROOT)
+from benchmarks.common import append_line, read_lines, set_threads  # noqa: E402
 
-from deepgp_gi.experiments import read_json_lines, set_threads  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DEFAULT_OUT = os.path.join(HERE, "results", "star_offdiagonal.jsonl")
 DEFAULT_MD = os.path.join(HERE, "results", "star_offdiagonal.md")
@@ -86,8 +85,7 @@ def run_variant(args, variant, done, out_path):
                        stripes_norm=norm(getattr(post, "stripes", None)), arrow_norm=norm(getattr(post, "arrow", None)),
                        wall_s=round(time.perf_counter() - t0, 1))
             if _key(rec) not in done:
-                with open(out_path, "a") as fh:
-                    fh.write(json.dumps(rec) + "\n")
+                append_line(out_path, rec)
             print(f"{variant} step {step}: ELBO/N {elbo:.3f} KL/N {kl:.3f} ELL/N {elbo + kl:.3f}", flush=True)
 
 
@@ -135,11 +133,11 @@ def main(argv=None):
     if args.steps < args.every or args.every <= 0:
         p.error("--every must be positive and at most --steps")
     set_threads(args.threads)
-    done = {_key(r) for r in read_json_lines(args.out)}
+    done = {_key(r) for r in read_lines(args.out)}
     for v in variants:
         run_variant(args, v, done, args.out)
     command = "python benchmarks/star_offdiagonal.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    write_md(read_json_lines(args.out), args.md, command.strip())
+    write_md(read_lines(args.out), args.md, command.strip())
     return 0
 
 

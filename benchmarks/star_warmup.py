@@ -40,17 +40,18 @@ command; ``--plot`` the ELBO-per-datapoint curves.
 """
 from __future__ import annotations
 
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
+
 import argparse
-import json
 import os
 import shlex
 import sys
 import time
 
+from benchmarks.common import append_line, read_lines, set_threads  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:  # running as a script from a checkout
-    sys.path.insert(0, ROOT)
 
 DEFAULT_OUT = os.path.join(HERE, "results", "star_warmup.jsonl")
 DEFAULT_MD = os.path.join(HERE, "results", "star_warmup.md")
@@ -198,8 +199,7 @@ def run(args, setting, variant, seed, done, command):
         rec = dict(setting=setting, variant=variant, seed=seed, step=t, **diagnostics(before),
                    wall_s=round(time.perf_counter() - t0, 1), command=command)
         if _key(rec) not in done:
-            with open(args.out, "a") as fh:
-                fh.write(json.dumps(rec) + "\n")
+            append_line(args.out, rec)
         print(f"{setting} {variant} seed {seed} step {t}: ELBO/N {rec['elbo']:.3f} KL/N {rec['kl']:.3f}"
               + (f" off-diagonal gain {rec['offdiag_gain']:+.3f}" if "offdiag_gain" in rec else ""), flush=True)
 
@@ -309,8 +309,6 @@ def plot(records, path):
 
 
 def main(argv=None):
-    from deepgp_gi.experiments import read_json_lines, set_threads
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--setting", default="toy", choices=tuple(SETTINGS))
     p.add_argument("--steps", type=int, default=6000)
@@ -335,11 +333,11 @@ def main(argv=None):
     command = command.strip()
     if not args.report_only:
         set_threads(args.threads)
-        done = {_key(r) for r in read_json_lines(args.out)}
+        done = {_key(r) for r in read_lines(args.out)}
         for seed in seeds:
             for v in variants:
                 run(args, args.setting, v, seed, done, command)
-    records = read_json_lines(args.out)
+    records = read_lines(args.out)
     write_md(records, args.md)
     plot(records, args.plot)
     return 0

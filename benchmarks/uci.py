@@ -9,7 +9,7 @@
 ``sweep`` reads a TOML sweep file (see ``benchmarks/sweeps/uci.toml``): a ``[defaults]`` table and a
 list of ``[[group]]`` tables, each with ``datasets``, ``posteriors``, ``splits`` and optionally
 ``depths`` (deep GPs), ``priors`` and ``learning_rates`` plus any configuration key of
-:data:`deepgp_gi.experiment_config.CONFIG_KEYS`. Groups run in file order; inside a group the split is the
+:data:`deepgp_gi.uci_protocol.CONFIG_KEYS`. Groups run in file order; inside a group the split is the
 outer loop, so a group's first split is complete over all its datasets and methods before the
 next split starts. One JSON line per (configuration, split) is appended (and flushed) as soon as it
 is done; lines already present are skipped, so an interrupted sweep resumes where it stopped
@@ -21,11 +21,14 @@ over splits beside the papers' numbers from ``paper_reference.csv``) and PNG plo
 ``layers`` looks inside runs still in training: for each deep-GP task of the sweep whose checkpoint
 is in ``--checkpoint-dir``, it rebuilds the model, restores the latest checkpoint and prints (and
 with ``--out`` appends to a markdown file) each layer's between-row and within-sample variance on
-the training rows (:func:`deepgp_gi.experiments.layer_variances_on_training_rows`, the numbers a
+the training rows (:func:`deepgp_gi.uci_protocol.layer_variances_on_training_rows`, the numbers a
 finished run records as ``layer_variances``); ``--untrained`` gives the same for the models as
 initialised.
 """
 from __future__ import annotations
+
+if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
+    import _by_path  # noqa: F401
 
 import argparse
 import csv
@@ -36,7 +39,6 @@ import math
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from collections import OrderedDict, defaultdict
@@ -44,20 +46,12 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:  # running as a script from a checkout
-    sys.path.insert(0, ROOT)
-
-from deepgp_gi.experiment_config import (  # noqa: E402
-    CONFIG_KEYS,
-    OFFDIAGONAL_DEFAULTS,
-    config_key,
-    normalise_config,  # noqa: F401 (used by callers of this module)
-    with_legacy_values,
-)
-from deepgp_gi.experiments import read_json_lines, set_threads  # noqa: E402
+from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads  # noqa: E402
+from benchmarks.experiment_config import config_key, with_legacy_values  # noqa: E402
 from deepgp_gi.metrics import steps_to_fraction  # noqa: E402
+from deepgp_gi.uci_protocol import CONFIG_KEYS, OFFDIAGONAL_DEFAULTS, normalise_config  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DEFAULT_RESULTS = os.path.join(HERE, "results", "uci")
 REFERENCE_CSV = os.path.join(DEFAULT_RESULTS, "paper_reference.csv")
@@ -132,12 +126,9 @@ def group_progress(path: str, records: Iterable[Dict]) -> List[Tuple[str, int, L
     return [(name, n_done, todo) for name, (n_done, todo) in out.items()]
 
 
-read_lines = read_json_lines
-
-
 def read_records(path: str) -> List[Dict]:
     """Result lines with the configuration keys they predate filled in (:func:`with_legacy_values`)."""
-    return [with_legacy_values(r) for r in read_json_lines(path)]
+    return [with_legacy_values(r) for r in read_lines(path)]
 
 
 def done_set(path: str) -> set:
@@ -148,23 +139,6 @@ def done_set(path: str) -> set:
     files = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".jsonl")] \
         if os.path.isdir(folder) else []
     return {(config_key(r), int(r["split"])) for f in files for r in read_lines(f)}
-
-
-def code_commit() -> str:
-    """Short hash of the checkout the imported ``deepgp_gi`` comes from, ``-dirty`` if it has edits."""
-    import deepgp_gi
-
-    here = os.path.dirname(os.path.abspath(deepgp_gi.__file__))
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        if not rev:
-            return os.environ.get("DEEPGP_GI_COMMIT", "unknown")
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "deepgp_gi"],
-                               cwd=os.path.dirname(here), capture_output=True, text=True, timeout=10).stdout.strip()
-        return rev + ("-dirty" if dirty else "")
-    except Exception:  # pragma: no cover - git missing
-        return os.environ.get("DEEPGP_GI_COMMIT", "unknown")
 
 
 class SelectionError(ValueError):
@@ -209,7 +183,7 @@ def _run_task(args):
     """Worker: run one (configuration, split); returns the record (or an error record)."""
     group, cfg, split, threads, checkpoint_dir, commit, command = args
     set_threads(threads)
-    from deepgp_gi.experiments import run_split
+    from deepgp_gi.uci_protocol import run_split
 
     ckpt = _task_dir(checkpoint_dir, cfg, split)
     record = run_split(cfg, split, progress=False, checkpoint_dir=ckpt)
@@ -218,14 +192,6 @@ def _run_task(args):
     if ckpt and os.path.isdir(ckpt):
         shutil.rmtree(ckpt, ignore_errors=True)
     return record
-
-
-def _append(path: str, record: Dict) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a") as fh:
-        fh.write(json.dumps(record) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def cmd_sweep(args) -> int:
@@ -256,7 +222,7 @@ def cmd_sweep(args) -> int:
     failures = 0
 
     def finish(task, record):
-        _append(args.out, record)
+        append_line(args.out, record)
         bar.update(task[1]["steps"])
         bar.write(f"[{record['group']}] {record['dataset']} {record['posterior']} d{record['depth']} "
                   f"split {record['split']}: test LL {record['test_ll']:.3f} RMSE {record['rmse']:.3f} "
@@ -295,16 +261,6 @@ METRICS = (("test_ll", "test LL"), ("rmse", "RMSE"), ("elbo_per_datapoint", "ELB
 _ROW_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
              "train_samples", "test_samples", "positive_transform", "protocol", "offdiagonal",
              "last_layer", "latent_dim", "importance_samples", "learning_rate_decay")
-
-
-def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:
-    """Mean and one standard error (sample standard deviation, ddof=1, over sqrt(n)); SE is nan for n=1."""
-    v = np.asarray(list(values), dtype=float)
-    n = len(v)
-    if n == 0:
-        return float("nan"), float("nan"), 0
-    se = float(np.std(v, ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-    return float(np.mean(v)), se, n
 
 
 def select_runs(records: List[Dict]) -> "OrderedDict[Tuple, List[Dict]]":
@@ -368,7 +324,7 @@ def _fmt(m, se, digits=2):
 
 
 def record_device(record: Dict) -> str:
-    """The device a run trained on (``experiments.training_device``); a record without the field
+    """The device a run trained on (``uci_protocol.training_device``); a record without the field
     predates it and ran on the CPU."""
     return record.get("device", "CPU")
 
@@ -837,7 +793,7 @@ def _decay_label(cfg: Dict) -> str:
 def cmd_layers(args) -> int:
     import tensorflow as tf
 
-    from deepgp_gi.experiments import build_model, layer_variances_on_training_rows
+    from deepgp_gi.uci_protocol import build_model, layer_variances_on_training_rows
 
     if not args.untrained and not args.checkpoint_dir:
         raise SystemExit("layers: give --checkpoint-dir (the sweep's) or --untrained")

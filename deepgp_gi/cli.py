@@ -131,8 +131,8 @@ def _commit() -> str:
 
 def run_uci_split(cfg: Dict, split: int, progress: bool = True, checkpoint_dir: Optional[str] = None) -> Dict:
     """Fit one split with the configuration ``cfg`` and return the result record
-    (:func:`deepgp_gi.experiments.run_split`, shared with ``benchmarks/uci.py``)."""
-    from .experiments import run_split
+    (:func:`deepgp_gi.uci_protocol.run_split`)."""
+    from .uci_protocol import run_split
 
     return run_split(cfg, split, progress=progress, checkpoint_dir=checkpoint_dir)
 
@@ -160,7 +160,7 @@ def _summary(records: List[Dict]) -> str:
 
 def _cmd_uci(args) -> int:
     from . import datasets
-    from .experiment_config import GLOBAL_LAST_LAYER, config_key, normalise_config
+    from .uci_protocol import GLOBAL_LAST_LAYER, config_key, normalise_config
 
     model = "bnn" if args.model == "bnn" else "gp"
     gp_posteriors, bnn_posteriors, _ = _tables()
@@ -241,8 +241,8 @@ def _hidden(text: str):
 
 def _lr_decay(text: str):
     """``RATE,EVERY`` -> ``[rate, every]``: the learning rate times ``rate`` every ``every`` steps
-    (checked by :func:`~deepgp_gi.experiment_config.check_learning_rate_decay`)."""
-    from .experiment_config import check_learning_rate_decay
+    (checked by :func:`~deepgp_gi.uci_protocol.check_learning_rate_decay`)."""
+    from .uci_protocol import check_learning_rate_decay
 
     try:
         rate, every = text.split(",")

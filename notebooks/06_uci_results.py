@@ -36,7 +36,7 @@
 # (fewer steps and splits), is in `benchmarks/results/uci/README.md`.
 
 # %%
-import importlib.util
+import runpy
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -49,9 +49,8 @@ ROOT = Path.cwd()
 while not (ROOT / "benchmarks" / "uci.py").exists() and ROOT != ROOT.parent:
     ROOT = ROOT.parent
 RESULTS = ROOT / "benchmarks" / "results" / "uci"
-spec = importlib.util.spec_from_file_location("uci_benchmark", ROOT / "benchmarks" / "uci.py")
-uci = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(uci)
+runpy.run_path(str(ROOT / "benchmarks" / "_by_path.py"))  # benchmarks/ importable as the package benchmarks
+from benchmarks import uci  # noqa: E402
 
 all_records = [r for f in sorted(RESULTS.glob("*.jsonl")) for r in uci.read_records(str(f))]
 records = [r for r in all_records if r["protocol"] == "random"]
@@ -245,9 +244,8 @@ from collections import defaultdict
 
 import matplotlib
 
-spec = importlib.util.spec_from_file_location("medium_benchmark", ROOT / "benchmarks" / "medium.py")
-medium = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(medium)
+from benchmarks import medium
+
 MEDIUM_RESULTS = ROOT / "benchmarks" / "results" / "medium"
 
 backend = matplotlib.get_backend()  # the report's plot switches matplotlib to Agg: restored below

@@ -32,8 +32,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def load_script():
-    """``load_script("benchmarks/uci.py")``: a script of the repository imported as a module, by
-    path (the benchmark and notebook scripts are not part of the installed package)."""
+    """``load_script("tools/fetch_mnist.py")``: a script of the repository imported as a module, by
+    path (the tool scripts are not part of the installed package; the benchmarks are the package
+    ``benchmarks``, imported as such)."""
 
     def load(relative_path: str):
         name = os.path.splitext(relative_path.replace("/", "_"))[0]

@@ -1,4 +1,5 @@
-"""deepgp_gi.metrics.estimate_elbo: evaluating the rows in chunks estimates the same ELBO."""
+"""deepgp_gi.metrics.estimate_elbo: evaluating the rows in chunks estimates the same ELBO; the record of
+deepgp_gi.uci_protocol.run_split; the library stands without the benchmarks."""
 import numpy as np
 import pytest
 
@@ -65,7 +66,7 @@ def test_run_split_collects_a_sampling_familys_sample_set():
     over the samples; it has no ELBO, so the record's is NaN."""
     import math
 
-    from deepgp_gi.experiments import SAMPLER_COLLECT, run_split
+    from deepgp_gi.uci_protocol import SAMPLER_COLLECT, run_split
 
     r = run_split(dict(dataset="yacht", posterior="sghmc", depth=2, steps=40, num_inducing=8), 0)
     assert r["collected"] == SAMPLER_COLLECT and r["collect_time_s"] > 0
@@ -83,11 +84,11 @@ def test_run_split_collects_a_sampling_familys_sample_set():
 def test_a_resumed_run_records_the_training_time_of_every_process(tmp_path, monkeypatch):
     """run_split's train_time_s counts the earlier processes of a run resumed from its checkpoint
     (the history's clock), not only the last one's."""
-    import deepgp_gi.experiments as experiments
+    from deepgp_gi import uci_protocol
     from deepgp_gi.training.checkpoint import Checkpointer
 
     cfg = dict(dataset="yacht", posterior="mean_field", depth=1, steps=20, num_inducing=5, test_samples=2)
-    first = experiments.run_split(cfg, 0, checkpoint_dir=str(tmp_path))
+    first = uci_protocol.run_split(cfg, 0, checkpoint_dir=str(tmp_path))
     # the checkpoint holds all 20 steps: the rerun restores it and trains no further, so its own
     # process spends almost nothing on training; pretend the earlier process took 1,000 s
     real_restore = Checkpointer.restore
@@ -98,10 +99,22 @@ def test_a_resumed_run_records_the_training_time_of_every_process(tmp_path, monk
         return start
 
     monkeypatch.setattr(Checkpointer, "restore", slow_restore)
-    again = experiments.run_split(cfg, 0, checkpoint_dir=str(tmp_path))
+    again = uci_protocol.run_split(cfg, 0, checkpoint_dir=str(tmp_path))
     assert again["test_ll"] == first["test_ll"]
     # the layer diagnostic is seeded: the same restored model gives the same numbers
     lv = first["layer_variances"]
     assert lv["rows"] == first["n_train"] and len(lv["between_rows"]) == len(lv["within_samples"]) == 1
     assert again["layer_variances"] == lv and lv["within_samples"][0] > 0
     assert 1000.0 < again["train_time_s"] < 1000.0 + first["train_time_s"] + 5.0
+
+
+def test_the_library_never_imports_the_benchmarks():
+    """No module of deepgp_gi imports the repository's benchmarks/ (an installed package has none);
+    ``deepgp-gi uci`` runs on deepgp_gi.uci_protocol alone."""
+    import re
+    from pathlib import Path
+
+    package = Path(dg.__file__).parent
+    importing = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
+                 if re.search(r"^\s*(from|import)\s+benchmarks\b", path.read_text(), re.MULTILINE)]
+    assert importing == []

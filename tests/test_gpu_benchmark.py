@@ -8,10 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-
-@pytest.fixture(scope="module")
-def bench(load_script):
-    return load_script("benchmarks/gpu.py")
+from benchmarks import gpu as bench
 
 
 # GPflux is the peer row where the bench extra is installed; `make test` installs only dev
@@ -23,7 +20,7 @@ PEERS = ["gpflux DSVI", "gpflux DSVI (XLA)"] if HAS_GPFLUX else []
 
 
 @pytest.mark.slow  # times and profiles four steps, plain and XLA: `make test-all`
-def test_tiny_grid_end_to_end(bench, tmp_path):
+def test_tiny_grid_end_to_end(tmp_path):
     md, jsonl = tmp_path / "gpu.md", tmp_path / "gpu.jsonl"
     argv = TINY + ["--profile", "--profile-steps", "2", "--out", str(md)]
     assert bench.main(argv) == 0
@@ -78,21 +75,21 @@ def test_tiny_grid_end_to_end(bench, tmp_path):
 
 @pytest.mark.parametrize("flag, value", [("--families", "mean_field,sideways"), ("--batches", "0"),
                                          ("--modes", "eager"), ("--Ms", "ten"), ("--rounds", "-1")])
-def test_bad_arguments_name_the_flag(bench, tmp_path, capsys, flag, value):
+def test_bad_arguments_name_the_flag(tmp_path, capsys, flag, value):
     with pytest.raises(SystemExit):
         bench.main([flag, value, "--out", str(tmp_path / "x.md")])
     assert f"argument {flag}" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(HAS_GPFLUX, reason="only where gpflux is missing")
-def test_missing_gpflux_is_named_before_any_timing(bench, tmp_path):
+def test_missing_gpflux_is_named_before_any_timing(tmp_path):
     with pytest.raises(SystemExit, match="gpflux is not installed.*--no-gpflux"):
         bench.main(TINY[:-1] + ["--out", str(tmp_path / "x.md")])
     assert not (tmp_path / "x.jsonl").exists()
     assert not (tmp_path / "x.jsonl").exists()
 
 
-def test_step_cost_counts_known_ops_exactly(bench):
+def test_step_cost_counts_known_ops_exactly():
     rng = np.random.default_rng(0)
     a, b = tf.constant(rng.normal(size=(30, 20))), tf.constant(rng.normal(size=(20, 10)))
     c = tf.constant(rng.normal(size=(3, 30, 20)))
@@ -138,7 +135,7 @@ def test_step_cost_counts_known_ops_exactly(bench):
     assert unknown.get("Exp") == 1
 
 
-def test_executed_ops_counts_the_kernels_of_a_known_step(bench):
+def test_executed_ops_counts_the_kernels_of_a_known_step():
     rng = np.random.default_rng(1)
     S = rng.normal(size=(20, 20))
     S = tf.constant(S @ S.T + 20 * np.eye(20))
@@ -158,7 +155,7 @@ def test_executed_ops_counts_the_kernels_of_a_known_step(bench):
         bench.executed_ops_per_step(step, steps=0)
 
 
-def test_heavy_groups_and_host_event_names(bench):
+def test_heavy_groups_and_host_event_names():
     counts = bench.heavy_counts({"_MklMatMul": 2.0, "BatchMatMulV2": 1.0, "_MklBatchMatMulV2": 1.0, "Cholesky": 3.0,
                                  "Transpose": 1.0, "_MklTranspose": 2.0, "Mul": 9.0})
     assert counts == {"Cholesky": 3.0, "TriSolve": 0.0, "MatMul": 4.0, "Transpose": 3.0}
@@ -168,7 +165,7 @@ def test_heavy_groups_and_host_event_names(bench):
         assert bench._host_op_type(name) is None
 
 
-def test_a_failing_step_is_recorded_not_fatal(bench, tmp_path):
+def test_a_failing_step_is_recorded_not_fatal(tmp_path):
     indefinite = tf.constant([[1.0, 2.0], [2.0, 1.0]], tf.float64)
     ok = tf.constant([[2.0, 1.0], [1.0, 2.0]], tf.float64)
     def factor(A):
@@ -188,12 +185,13 @@ def test_a_failing_step_is_recorded_not_fatal(bench, tmp_path):
 
 
 @pytest.mark.slow  # compiles a deep GP step plain and with XLA: `make test-all`
-def test_a_failed_factorisation_in_a_model_step_is_a_failure_line(bench, load_script):
+def test_a_failed_factorisation_in_a_model_step_is_a_failure_line():
     """The timed deepgp_gi steps record failed factorisations as fit does (no Assert in the
     step): build_steps reads the record and turns it into a failure, in both modes."""
     import deepgp_gi as dg
 
-    model_step = load_script("benchmarks/speed.py").model_step
+    from benchmarks.timing import model_step
+
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(16, 2)), rng.normal(size=(16, 1))
 
@@ -212,7 +210,7 @@ def test_a_failed_factorisation_in_a_model_step_is_a_failure_line(bench, load_sc
 
 
 @pytest.mark.slow  # runs and profiles the benchmark twice: `make test-all`
-def test_accelerator_branch_counts_one_batched_ladder_per_factorisation(bench, tmp_path):
+def test_accelerator_branch_counts_one_batched_ladder_per_factorisation(tmp_path):
     """``--accelerator-branch`` traces safe_cholesky as on a GPU: each factorisation is followed by
     its jitter ladder, one batched Cholesky (so twice the host branch's Cholesky kernels), the
     lines say which branch they measured, and the library's own branch is restored afterwards."""
@@ -233,7 +231,7 @@ def test_accelerator_branch_counts_one_batched_ladder_per_factorisation(bench, t
     assert host >= 2 and accelerator == 2 * host
 
 
-def test_gpu_kernels_are_counted_by_the_op_that_launched_them(bench):
+def test_gpu_kernels_are_counted_by_the_op_that_launched_them():
     """A synthetic GPU plane: two kernels of a Cholesky, one of a MatMul (its op name referenced
     through the stat metadata), one kernel tied to no op, and a memory copy, which is no kernel."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2

@@ -7,14 +7,11 @@ import struct
 import numpy as np
 import pytest
 
-
-@pytest.fixture(scope="module")
-def images(load_script):
-    return load_script("benchmarks/images.py")
+from benchmarks import images
 
 
 @pytest.mark.slow  # trains a conv net end to end: `make test-all`
-def test_digits_sweep_resume_and_report(images, tmp_path):
+def test_digits_sweep_resume_and_report(tmp_path):
     out = tmp_path / "digits.jsonl"
     args = ["sweep", "--steps", "2", "--seeds", "0", "--posteriors", "global", "--priors", "neal",
             "--num-inducing", "10", "--test-samples", "2", "--out", str(out)]
@@ -41,7 +38,7 @@ def _write_idx(path, array, magic):
         f.write(header + array.astype(np.uint8).tobytes())
 
 
-def test_mnist_mode_reads_local_files(images, tmp_path, monkeypatch):
+def test_mnist_mode_reads_local_files(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     folder = tmp_path / "mnist"
     folder.mkdir()
@@ -59,7 +56,7 @@ def test_mnist_mode_reads_local_files(images, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow  # trains three conv nets end to end: `make test-all`
-def test_posterior_options_reach_the_model_and_the_cell_key(images, tmp_path, monkeypatch):
+def test_posterior_options_reach_the_model_and_the_cell_key(tmp_path, monkeypatch):
     import deepgp_gi as dg
 
     seen = []

@@ -9,13 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-
-@pytest.fixture(scope="module")
-def large(load_script):
-    return load_script("benchmarks/large.py")
+from benchmarks import large
 
 
-def test_random_feature_layer_has_the_squared_exponential_covariance(large):
+def test_random_feature_layer_has_the_squared_exponential_covariance():
     # E[f(x) f(x')] over draws of (w, b, a) is exactly variance * exp(-|x - x'|^2 / (2 lengthscale^2))
     X = np.array([[0.0, 0.0], [0.5, -0.3], [1.5, 1.0]])
     variance, lengthscale, draws = 1.7, 0.8, 4000
@@ -28,7 +25,7 @@ def test_random_feature_layer_has_the_squared_exponential_covariance(large):
     np.testing.assert_allclose(empirical, exact, atol=5 * variance * math.sqrt(2 / draws))
 
 
-def test_true_log_density_two_ways(large):
+def test_true_log_density_two_ways():
     gen = large.GeneratingDeepGP(seed=0, num_features=100)
     X, Y = gen.sample(10_000, seed=5)
     lpd = gen.log_density(X, Y)
@@ -47,7 +44,7 @@ def test_true_log_density_two_ways(large):
 
 
 @pytest.mark.slow  # three deep GPs, each in its own process: `make test-all`
-def test_fast_run_resumes_and_reports(large, tmp_path):
+def test_fast_run_resumes_and_reports(tmp_path):
     args = ["--fast", "--work-dir", str(tmp_path / "work"), "--results", str(tmp_path / "large.jsonl"),
             "--out", str(tmp_path / "large.md"), "--plot", str(tmp_path / "large.png"), "--no-progress"]
     assert large.main(args) == 0

@@ -385,10 +385,11 @@ def test_latent_model_beats_plain_on_pm_sine(rng):
     assert lp_latent > lp_plain + 0.3, (lp_latent, lp_plain)
 
 
-def test_benchmark_configurations_keep_latent_models_apart(load_script):
+def test_benchmark_configurations_keep_latent_models_apart():
     """latent_dim and importance_samples are configuration keys: normalised, refused where they do
     not apply, and a report row of a latent model is not merged with the plain one."""
-    from deepgp_gi.experiment_config import config_key, normalise_config
+    from benchmarks import uci
+    from deepgp_gi.uci_protocol import config_key, normalise_config
 
     plain = normalise_config({"dataset": "kin8nm", "posterior": "mean_field"})
     latent = normalise_config({"dataset": "kin8nm", "posterior": "mean_field", "latent_dim": 1,
@@ -403,7 +404,6 @@ def test_benchmark_configurations_keep_latent_models_apart(load_script):
         normalise_config({"dataset": "kin8nm", "importance_samples": 5})
     with pytest.raises(ValueError, match="latent_dim applies to deep GPs"):
         normalise_config({"dataset": "kin8nm", "model": "bnn", "latent_dim": 1})
-    uci = load_script("benchmarks/uci.py")
     rows = [dict(cfg, split=0, elbo_per_datapoint=0.0) for cfg in (plain, latent)]
     assert len(uci.select_runs(rows)) == 2
     assert [uci._method(r) for r in rows] == ["mean_field", "mean_field (latent 1, K=5)"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import deepgp_gi as dg
-from deepgp_gi.experiment_config import learning_rate_of, normalise_config
+from deepgp_gi.uci_protocol import learning_rate_of, normalise_config
 from fit_checks import parameter_values, toy_regression
 
 ExponentialDecay = gpflow.keras.tf_keras.optimizers.schedules.ExponentialDecay

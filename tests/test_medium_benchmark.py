@@ -1,13 +1,7 @@
 """benchmarks/medium.py: the decision table and the per-data-set tables from synthetic result rows."""
-import os
-import sys
-
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
-
-import medium  # noqa: E402
+from benchmarks import medium
 
 
 def _row(dataset, posterior, depth, test_ll, elbo, minutes, ms):
@@ -219,7 +213,7 @@ def test_the_gpu_cost_table_divides_by_gpflux_of_the_same_batch():
 
 
 def test_the_groups_still_to_run_name_the_runs_they_lack(tmp_path):
-    import uci
+    from benchmarks import uci
 
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(
@@ -363,5 +357,7 @@ def test_the_same_passes_table_pairs_a_larger_minibatch_with_more_steps():
     assert medium.same_passes([many, other], costs) == []
 
 
-def test_the_minibatch_costs_come_from_the_section_speed_writes(load_script):
-    assert load_script("benchmarks/speed.py").MEDIUM_MINIBATCH == medium.MINIBATCH_COST_SECTION
+def test_the_minibatch_costs_come_from_the_section_speed_writes():
+    from benchmarks import speed
+
+    assert speed.MEDIUM_MINIBATCH == medium.MINIBATCH_COST_SECTION

@@ -4,11 +4,7 @@ import pytest
 import tensorflow as tf
 
 import deepgp_gi as dg
-
-
-@pytest.fixture
-def speed(load_script):
-    return load_script("benchmarks/speed.py")
+from benchmarks import medium, speed
 
 
 def data(n=12, seed=0):
@@ -16,10 +12,10 @@ def data(n=12, seed=0):
     return rng.normal(size=(n, 2)), rng.normal(size=(n, 1))
 
 
-def test_sampling_families_come_from_the_family_table(speed):
+def test_sampling_families_come_from_the_family_table():
     rows = speed.sampling_and_latent_families()
     sampling = [name for name, family in dg.families.DEEP_GP_FAMILIES.items()
-                if getattr(family.posterior_class, "is_sampler", False)]
+                if getattr(family, "is_sampler", False)]
     assert "sghmc" in sampling
     assert [label for label, _, options in rows if not options] == sampling
     assert all(name in dg.families.DEEP_GP_FAMILIES for _, name, _ in rows)
@@ -27,7 +23,7 @@ def test_sampling_families_come_from_the_family_table(speed):
 
 @pytest.mark.slow  # two fits and two timed steps, about 10 s each: `make test-all`
 @pytest.mark.parametrize("posterior", ["mean_field", "sghmc"])
-def test_fit_step_repeats_fit(speed, posterior):
+def test_fit_step_repeats_fit(posterior):
     """Three calls of fit_step give the values fit logs for its first three full-batch steps
     (seed 0, one sample): the same step class, variables, optimiser and noise stream."""
     X, Y = data()
@@ -39,7 +35,7 @@ def test_fit_step_repeats_fit(speed, posterior):
     step.raise_if_failed()
 
 
-def test_paired_ratio_of_steps_with_known_times(speed, monkeypatch):
+def test_paired_ratio_of_steps_with_known_times(monkeypatch):
     """Two 'steps' that advance a fake clock by 2 ms and 6 ms per call, except that round 3 (B first)
     runs under a load that triples both: the medians are 2 and 6 ms, every paired ratio is 3."""
     clock = {"now": 0.0, "load": 1.0, "calls": 0}
@@ -70,7 +66,7 @@ def test_paired_ratio_of_steps_with_known_times(speed, monkeypatch):
     assert result["paired_ratio_quartiles"] == pytest.approx([3.0, 3.0])
 
 
-def test_star_pairs_are_written_to_the_results_table(speed, monkeypatch, tmp_path):
+def test_star_pairs_are_written_to_the_results_table(monkeypatch, tmp_path):
     """``--star-pairs`` keeps its paired ratios in speed.jsonl (replacing the previous run's, other
     sections untouched) and speed.md shows them with their command."""
     monkeypatch.setattr(speed, "RESULTS", str(tmp_path))
@@ -94,11 +90,10 @@ def test_star_pairs_are_written_to_the_results_table(speed, monkeypatch, tmp_pat
     assert "--star-pairs 1000:100:8 --rounds 5 --steps-per-round 2" in md
 
 
-def test_the_medium_step_section_times_every_step_the_medium_sweep_trains(speed, load_script):
+def test_the_medium_step_section_times_every_step_the_medium_sweep_trains():
     """Every (family, depth) of benchmarks/sweeps/medium.toml at the sweep's minibatch has a timed
     step in the section the decision table budgets with, named as benchmarks/medium.py names it
     (a decaying learning rate trains with its family's step); nothing else is timed there."""
-    medium = load_script("benchmarks/medium.py")
     wanted = {(medium._step_family(cfg), cfg["depth"]) for name, cfg, _ in medium.uci.load_sweep(medium.SWEEP)
               if medium._step_family(cfg) is not None}
     X, Y = data()
@@ -108,13 +103,10 @@ def test_the_medium_step_section_times_every_step_the_medium_sweep_trains(speed,
 
 
 def test_the_minibatch_section_times_every_medium_row_at_another_minibatch_beside_the_sweeps(
-        speed, load_script, monkeypatch, tmp_path):
+        monkeypatch, tmp_path):
     """The medium sweep's rows at another minibatch (the `medium-*-batch10000` groups) have their
     family and depth timed at that minibatch and at the sweep's, and speed.md gives the price of a
     pass over the data at each: a step at 10,000 rows against ten at 1,000."""
-    import json
-
-    medium = load_script("benchmarks/medium.py")
     sweep = [cfg for _, cfg, _ in medium.uci.load_sweep(medium.SWEEP) if medium._other_batch(cfg)]
     timed = [(config, makers) for section, config, makers in speed.sections(quick=True)
              if section == speed.MEDIUM_MINIBATCH]
@@ -122,11 +114,9 @@ def test_the_minibatch_section_times_every_medium_row_at_another_minibatch_besid
     assert {cfg["batch_size"] for cfg in sweep} | {medium.SWEEP_BATCH} == set(speed.MEDIUM_BATCHES)
     assert all(set(makers) == {f"batch {b}" for b in speed.MEDIUM_BATCHES} for _, makers in timed)
 
-    monkeypatch.setattr(speed, "RESULTS", str(tmp_path))
     line = dict(section=speed.MEDIUM_MINIBATCH, config=dict(family="global", depth=2, M=100),
                 ms_per_step={"batch 1000": 25.0, "batch 10000": 200.0}, rounds=7, steps_per_round=10, commit="c",
                 command="python benchmarks/speed.py --only medium_minibatch --threads 1", machine="m", threads=1)
-    (tmp_path / "speed.jsonl").write_text(json.dumps(line) + "\n")
-    speed.write_markdown(str(tmp_path / "speed.jsonl"), line["command"])
-    md = (tmp_path / "speed.md").read_text()
+    md = speed.write_markdown([line], str(tmp_path / "speed.md"))
+    assert (tmp_path / "speed.md").read_text() == md
     assert "| global-2 | 25.0 | 200.0 | 8.0 | 0.80 |" in md and "one TensorFlow thread" in md

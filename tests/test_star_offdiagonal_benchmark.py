@@ -3,14 +3,11 @@ import json
 
 import pytest
 
-
-@pytest.fixture(scope="module")
-def bench(load_script):
-    return load_script("benchmarks/star_offdiagonal.py")
+from benchmarks import star_offdiagonal as bench
 
 
 @pytest.mark.slow  # trains two variants end to end: `make test-all`
-def test_runs_resumes_and_writes_the_table(bench, tmp_path):
+def test_runs_resumes_and_writes_the_table(tmp_path):
     out, md = tmp_path / "s.jsonl", tmp_path / "s.md"
     argv = ["--dataset", "yacht", "--steps", "1", "--every", "1", "--variants", "plain,preconditioned",
             "--elbo-se", "1.0", "--out", str(out), "--md", str(md)]
@@ -27,7 +24,7 @@ def test_runs_resumes_and_writes_the_table(bench, tmp_path):
     assert "| yacht | 0 | preconditioned | 1 |" in table
 
 
-def test_bad_arguments_name_the_flag(bench, tmp_path):
+def test_bad_arguments_name_the_flag(tmp_path):
     with pytest.raises(SystemExit):
         bench.main(["--variants", "sideways", "--out", str(tmp_path / "x")])
     with pytest.raises(SystemExit):

@@ -8,12 +8,9 @@ import re
 import numpy as np
 import pytest
 
+from benchmarks import uci
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module")
-def uci(load_script):
-    return load_script("benchmarks/uci.py")
 
 
 TINY = """
@@ -37,7 +34,7 @@ SCHEMA = {"model", "dataset", "posterior", "depth", "prior", "hidden", "num_indu
 
 
 @pytest.mark.slow  # trains one configuration end to end: `make test-all`
-def test_sweep_and_report_end_to_end(uci, tmp_path, capsys):
+def test_sweep_and_report_end_to_end(tmp_path, capsys):
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(TINY)
     out = tmp_path / "res" / "uci.jsonl"
@@ -80,7 +77,7 @@ def _line(split, lr, ll, elbo, rmse, dataset="boston", posterior="global", steps
                 trace={"step": [10, 20, 30, 40, 50], "elbo_per_datapoint": [-3.0, -1.0, -0.2, -0.15, -0.1]}) | extra
 
 
-def test_report_mean_se_against_hand_computation(uci, tmp_path):
+def test_report_mean_se_against_hand_computation(tmp_path):
     ll = [-2.31, -2.52, -2.47, -2.38]
     elbo = [-0.31, -0.27, -0.35, -0.29]
     rmse = [2.7, 3.1, 2.9, 2.6]
@@ -117,7 +114,7 @@ def test_report_mean_se_against_hand_computation(uci, tmp_path):
     assert "| boston | global | 2 | 100 | 4 | 50 | 40 |" in md
 
 
-def test_a_latent_variable_row_is_not_compared_with_the_plain_models_paper_number(uci):
+def test_a_latent_variable_row_is_not_compared_with_the_plain_models_paper_number():
     """The papers' numbers are for the plain families: a latent row of the same family and depth
     gets a dash, not a verdict, while the plain row beside it keeps its comparison."""
     reference = {("gp", "boston", "global", 2, None): {"test_ll": (-2.42, 0.05, "test", 20)}}
@@ -128,7 +125,7 @@ def test_a_latent_variable_row_is_not_compared_with_the_plain_models_paper_numbe
     assert rows[True]["paper_test_ll"] is None and rows[True]["ok_test_ll"] is None
 
 
-def test_a_decaying_learning_rate_is_its_own_row_not_a_learning_rate_choice(uci):
+def test_a_decaying_learning_rate_is_its_own_row_not_a_learning_rate_choice():
     """Lines at the same rate, one constant and one decayed, are two rows (the ELBO choice between
     learning rates must not swallow the constant run); the decayed row is marked."""
     constant = [_line(k, 0.01, 6.7, 2.3, 0.001, dataset="naval") for k in range(2)]
@@ -139,7 +136,7 @@ def test_a_decaying_learning_rate_is_its_own_row_not_a_learning_rate_choice(uci)
     assert uci._protocol_marks(rows["[0.9, 1000]"]) == ["lr 0.01 x0.9/1000"] and uci._protocol_marks(rows["null"]) == []
 
 
-def test_mean_se_and_two_se_rule(uci):
+def test_mean_se_and_two_se_rule():
     m, se, n = uci.mean_se([1.0, 2.0, 4.0])
     assert n == 3 and m == pytest.approx(7 / 3) and se == pytest.approx(np.std([1, 2, 4], ddof=1) / math.sqrt(3))
     assert math.isnan(uci.mean_se([1.0])[1])
@@ -154,7 +151,7 @@ def test_mean_se_and_two_se_rule(uci):
     assert uci.within_two_se(1.51, 0.01, 1.48, 0.0) is False
 
 
-def test_sweep_file_order_and_validation(uci, tmp_path):
+def test_sweep_file_order_and_validation(tmp_path):
     tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "uci.toml"))
     first = [t for t in tasks if t[0] == "dgp-d2-split0"]
     assert len(first) == 10 and tasks[:10] == first  # split 0 of every deep-GP (dataset, family) first
@@ -168,7 +165,7 @@ def test_sweep_file_order_and_validation(uci, tmp_path):
         uci.load_sweep(str(bad))
 
 
-def test_lines_written_before_a_config_key_existed(uci, tmp_path):
+def test_lines_written_before_a_config_key_existed(tmp_path):
     """A line without ``positive_transform``/``protocol`` was trained with softplus on the random
     splits: it matches a softplus configuration, not the exp default of global inducing, and the
     report shows it as its own row, marked."""
@@ -201,7 +198,7 @@ def test_lines_written_before_a_config_key_existed(uci, tmp_path):
     ("stripes_arrow", "offdiagonal", "preconditioned", "plain", "mean_field"),
     ("global", "last_layer", "marginal", "sampled", "local"),
 ])
-def test_lines_before_a_family_key_count_as_its_legacy_value(uci, tmp_path, posterior, key, default, legacy, other):
+def test_lines_before_a_family_key_count_as_its_legacy_value(tmp_path, posterior, key, default, legacy, other):
     """A STAR line without ``offdiagonal`` was trained with plain off-diagonal blocks, a global
     deep-GP line without ``last_layer`` with its last layer sampled: the sweep reruns them with the
     current default, the report shows them as their own rows, and other families never carry
@@ -234,7 +231,7 @@ def test_lines_before_a_family_key_count_as_its_legacy_value(uci, tmp_path, post
     assert f"| boston | {posterior} | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
 
 
-def test_fully_coupled_lines_with_a_null_offdiagonal_are_plain(uci, tmp_path):
+def test_fully_coupled_lines_with_a_null_offdiagonal_are_plain(tmp_path):
     """Fully-coupled lines written before the family carried ``offdiagonal`` store ``null`` there:
     they count as the plain storage (what they were trained with). The family's default is now
     the preconditioned storage, so a configuration without the key is not done by them, one with
@@ -257,7 +254,7 @@ def test_fully_coupled_lines_with_a_null_offdiagonal_are_plain(uci, tmp_path):
     assert "| boston | fully_coupled | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
 
 
-def test_extrapolation_section_against_hand_computation(uci, tmp_path):
+def test_extrapolation_section_against_hand_computation(tmp_path):
     rng = np.random.default_rng(0)
     lines = []
     star_pts, mf_pts = {}, {}
@@ -297,7 +294,7 @@ def test_extrapolation_section_against_hand_computation(uci, tmp_path):
         uci.star_beats_frequency(bad, lines[1])
 
 
-def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paired_among_themselves(uci, tmp_path):
+def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paired_among_themselves(tmp_path):
     rng = np.random.default_rng(1)
     pts = {}
     lines = []
@@ -324,7 +321,7 @@ def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paire
     assert f"| stripes_arrow ({mark}) | mean_field |" not in extra
 
 
-def test_calibration_plot_draws_each_configuration_once(uci, tmp_path, monkeypatch):
+def test_calibration_plot_draws_each_configuration_once(tmp_path, monkeypatch):
     """The report's extrapolation lines of one method at two step budgets (and the plain-STAR
     variant) are different configurations: each is one line, in a panel of its dataset and step
     budget, so that no method is listed twice in a panel; a method keeps its colour in every panel."""
@@ -368,7 +365,7 @@ def test_calibration_plot_draws_each_configuration_once(uci, tmp_path, monkeypat
     assert len({c for cs in colours.values() for c in cs}) == 3
 
 
-def test_latent_comparison_pairs_the_plain_family_split_by_split(uci):
+def test_latent_comparison_pairs_the_plain_family_split_by_split():
     """Δ test LL is the mean over the common splits of latent minus plain, with its SE; a plain
     split without a latent partner is left out, and the cost is the ratio of median ms/step."""
     plain = [_line(k, 0.01, ll, -0.3, 3.0, posterior="mean_field") for k, ll in enumerate([-2.50, -2.40, -2.60, -9.0])]
@@ -391,12 +388,12 @@ def test_latent_comparison_pairs_the_plain_family_split_by_split(uci):
 
 
 @pytest.mark.slow  # trains a tiny model and restores it: `make test-all`
-def test_layers_reads_the_checkpoint_of_a_run_in_training(uci, tmp_path, capsys):
+def test_layers_reads_the_checkpoint_of_a_run_in_training(tmp_path, capsys):
     """``layers`` rebuilds a task's model, restores its checkpoint and prints the restored model's
     per-layer variances: the same numbers as the in-memory model that wrote the checkpoint (not the
     untrained model's, which ``--untrained`` prints)."""
     from deepgp_gi import fit
-    from deepgp_gi.experiments import build_model, layer_variances_on_training_rows
+    from deepgp_gi.uci_protocol import build_model, layer_variances_on_training_rows
 
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(TINY)
@@ -428,7 +425,7 @@ def test_layers_reads_the_checkpoint_of_a_run_in_training(uci, tmp_path, capsys)
                                rtol=1e-3)
 
 
-def test_sweep_filters_select_runs_within_a_group_and_a_typo_is_an_error(uci, tmp_path, capsys):
+def test_sweep_filters_select_runs_within_a_group_and_a_typo_is_an_error(tmp_path, capsys):
     sweep = tmp_path / "two.toml"
     sweep.write_text(TINY.replace('datasets = ["yacht"]', 'datasets = ["yacht", "energy"]')
                      .replace('posteriors = ["mean_field"]', 'posteriors = ["mean_field", "global"]')

@@ -1,10 +1,14 @@
-"""Fit and evaluate one UCI split: the routine shared by ``deepgp-gi uci`` and ``benchmarks/uci.py``.
+"""Fit and evaluate one UCI split with the papers' protocol: the routine behind ``deepgp-gi uci``.
+
+A configuration names a model, a posterior, a UCI data set and the training protocol (the keys of
+:data:`CONFIG_KEYS`). :func:`normalise_config` fills in defaults (:data:`DEFAULTS`) and resolves
+each option to the value it trains with; :func:`config_key` is the canonical string by which two
+result records of one configuration are matched.
 
 :func:`run_split` builds the model a configuration names (a deep GP or a BNN), trains it with
 :func:`deepgp_gi.fit` on the split's normalised training set, and returns one result record:
 
-* the configuration itself (every key of :data:`~deepgp_gi.experiment_config.CONFIG_KEYS`), the split
-  and the seed used;
+* the configuration itself (every key of :data:`CONFIG_KEYS`), the split and the seed used;
 * ``elbo_per_datapoint``: the final ELBO divided by N, estimated on the full training set from
   independent Monte Carlo draws until its standard error is below ``elbo_se_target``
   (``elbo_se_per_datapoint`` and ``elbo_samples`` say how far that went); NaN for a sampling
@@ -33,32 +37,164 @@ record; ``elbo_per_datapoint`` is its ordinary ELBO (K = 1), comparable with the
 from __future__ import annotations
 
 import json
-import os
 import time
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import numpy as np
 
-from .experiment_config import OFFDIAGONAL_DEFAULTS, learning_rate_of, normalise_config
 from .metrics import estimate_elbo, smooth_trace
 
-# Backwards compatibility: the configuration schema now lives in deepgp_gi.experiment_config and
-# the ELBO estimate and trace summaries in deepgp_gi.metrics; these names, public here before,
-# stay importable from this module.
-from .experiment_config import (  # noqa: F401
-    CONFIG_KEYS,
-    DEFAULTS,
-    GLOBAL_LAST_LAYER,
-    LAST_LAYER_CHOICES,
-    LEGACY_VALUES,
-    OFFDIAGONAL_CHOICES,
-    config_key,
-    with_legacy_values,
-)
-from .metrics import steps_to_fraction  # noqa: F401
+__all__ = ["CONFIG_KEYS", "DEFAULTS", "OFFDIAGONAL_CHOICES", "OFFDIAGONAL_DEFAULTS", "LAST_LAYER_CHOICES",
+           "GLOBAL_LAST_LAYER", "SAMPLER_COLLECT", "LAYER_VARIANCE_ROWS", "normalise_config",
+           "check_learning_rate_decay", "learning_rate_of", "config_key", "build_model",
+           "layer_variances_on_training_rows", "training_device", "run_split"]
 
-__all__ = ["run_split", "build_model", "layer_variances_on_training_rows", "read_json_lines", "set_threads",
-           "SAMPLER_COLLECT", "LAYER_VARIANCE_ROWS"]
+#: The keys that identify a configuration (together with the split).
+CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
+               "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol",
+               "offdiagonal", "last_layer", "learning_rate_decay", "latent_dim", "importance_samples")
+
+#: ``offdiagonal``: how a STAR or fully-coupled posterior stores its off-diagonal blocks (their
+#: ``precondition_offdiagonal``).
+OFFDIAGONAL_CHOICES = ("preconditioned", "plain")
+
+#: The deep-GP posteriors that carry ``offdiagonal``, with their defaults (the posteriors' own,
+#: preconditioned for both).
+OFFDIAGONAL_DEFAULTS = {"stripes_arrow": "preconditioned", "fully_coupled": "preconditioned"}
+
+#: ``last_layer``: whether a global-inducing last layer integrates its inducing outputs (deep GP)
+#: or weights (BNN) out of the ELBO (:class:`~deepgp_gi.posteriors.GlobalInducingPosterior`
+#: ``last_layer``).
+LAST_LAYER_CHOICES = ("marginal", "sampled")
+
+#: The (model, posterior) pairs with a global-inducing last layer, which carry ``last_layer``.
+GLOBAL_LAST_LAYER = {("gp", "global"), ("bnn", "global"), ("bnn", "factorised_global"), ("bnn", "random_global")}
+
+#: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
+DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
+                steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
+                positive_transform=None, protocol="random", offdiagonal=None, last_layer=None,
+                learning_rate_decay=None, latent_dim=None, importance_samples=None)
+
+
+def normalise_config(cfg: Dict) -> Dict:
+    """Fill defaults and put the configuration in the canonical form stored in result lines.
+
+    ``model`` is ``"gp"`` (deep GP; ``"dgp"`` is accepted) or ``"bnn"``; for a BNN ``depth`` is the
+    number of weight layers (``len(hidden) + 1``) and ``prior`` defaults to ``"neal"``; a deep GP
+    has ``prior = hidden = None``. ``positive_transform`` (deep GPs only; ``None`` for a BNN) is
+    resolved to the family's default (its posterior class's ``positive_transform``) when
+    not given, so a line records the transform it was trained with. ``protocol`` is the split
+    protocol of :func:`deepgp_gi.datasets.load_uci` (``"random"`` or ``"extrapolation"``).
+    ``offdiagonal`` (STAR and fully-coupled, else ``None``) is ``"preconditioned"`` or ``"plain"``
+    (defaults: :data:`OFFDIAGONAL_DEFAULTS`): their ``precondition_offdiagonal`` option. ``last_layer`` (posteriors with
+    a global-inducing last layer, :data:`GLOBAL_LAST_LAYER`, else ``None``) is ``"marginal"``
+    (the default) or ``"sampled"``: their ``last_layer`` option. ``learning_rate_decay`` is ``None``
+    (a constant learning rate) or ``[rate, every]``: the learning rate is multiplied by ``rate``
+    every ``every`` steps (a staircase, as Lindinger et al.'s 0.98 every 1,000 steps; see
+    :func:`learning_rate_of`). ``latent_dim`` (deep GPs only) is ``None`` (a plain deep GP) or ``D_w >= 1``:
+    a latent-variable deep GP (``build_deep_gp(..., latent_dim=D_w)``), trained on the importance-weighted
+    bound with ``importance_samples`` (K, default 1) draws per point; a plain model has
+    ``importance_samples = None``. Lines written before these keys read as plain models (both ``None``).
+    """
+    from .builders import POSITIVE_TRANSFORMS
+    from .datasets import PROTOCOLS
+    from .families import DEEP_GP_FAMILIES
+    from .validation import check_choice
+
+    out = dict(DEFAULTS)
+    out.update({k: v for k, v in cfg.items() if k in CONFIG_KEYS})
+    if "dataset" not in cfg:
+        raise ValueError("a configuration needs a dataset")
+    model = {"dgp": "gp"}.get(out["model"], out["model"])
+    if model not in ("gp", "bnn"):
+        raise ValueError(f"model must be 'gp' (or 'dgp') or 'bnn', got {out['model']!r}")
+    out["model"] = model
+    if model == "bnn":
+        out["hidden"] = [int(h) for h in (out["hidden"] if out["hidden"] is not None else (50, 50))]
+        out["depth"] = len(out["hidden"]) + 1
+        out["prior"] = out["prior"] or "neal"
+        if "posterior" not in cfg:
+            out["posterior"] = "global"
+        out["positive_transform"] = None
+    else:
+        out["prior"] = None
+        out["hidden"] = None
+        out["depth"] = int(out["depth"])
+        family = DEEP_GP_FAMILIES.get(out["posterior"])
+        if out["positive_transform"] is None and family is not None:
+            out["positive_transform"] = family.positive_transform
+        if out["positive_transform"] is not None:
+            out["positive_transform"] = check_choice(out["positive_transform"], "positive_transform",
+                                                     POSITIVE_TRANSFORMS)
+    out["protocol"] = check_choice(out["protocol"], "protocol", PROTOCOLS)
+    if model == "gp" and out["posterior"] in OFFDIAGONAL_DEFAULTS:
+        out["offdiagonal"] = check_choice(out["offdiagonal"] or OFFDIAGONAL_DEFAULTS[out["posterior"]],
+                                          "offdiagonal", OFFDIAGONAL_CHOICES)
+    elif out["offdiagonal"] is not None:
+        raise ValueError(f"offdiagonal applies to the {' and '.join(OFFDIAGONAL_DEFAULTS)} posteriors only, got "
+                         f"{out['offdiagonal']!r} for posterior {out['posterior']!r}")
+    if (model, out["posterior"]) in GLOBAL_LAST_LAYER:
+        out["last_layer"] = check_choice(out["last_layer"] or "marginal", "last_layer", LAST_LAYER_CHOICES)
+    elif out["last_layer"] is not None:
+        raise ValueError(f"last_layer applies to a global-inducing last layer only, got {out['last_layer']!r} "
+                         f"for model {model!r}, posterior {out['posterior']!r}")
+    for k in ("num_inducing", "steps", "train_samples", "test_samples", "seed"):
+        out[k] = int(out[k])
+    out["learning_rate"] = float(out["learning_rate"])
+    if out["learning_rate_decay"] is not None:
+        out["learning_rate_decay"] = check_learning_rate_decay(out["learning_rate_decay"])
+    if out["batch_size"] is not None:
+        out["batch_size"] = int(out["batch_size"])
+    _normalise_latent(out)
+    return out
+
+
+def _normalise_latent(out: Dict) -> None:
+    """``latent_dim`` and ``importance_samples`` in place (see :func:`normalise_config`)."""
+    from .validation import check_positive_int
+
+    if out["latent_dim"] is None:
+        if out["importance_samples"] is not None:
+            raise ValueError(f"importance_samples={out['importance_samples']!r} needs a latent-variable deep GP: "
+                             "set latent_dim too")
+        return
+    if out["model"] != "gp":
+        raise ValueError(f"latent_dim applies to deep GPs (model 'gp') only, got model {out['model']!r}")
+    out["latent_dim"] = check_positive_int(out["latent_dim"], "latent_dim")
+    K = 1 if out["importance_samples"] is None else out["importance_samples"]
+    out["importance_samples"] = check_positive_int(K, "importance_samples")
+
+
+def check_learning_rate_decay(decay) -> list:
+    """``[rate, every]`` with ``rate`` in (0, 1] and ``every`` a positive integer number of steps, as
+    floats and ints; anything else is a ``ValueError`` naming ``learning_rate_decay``."""
+    if not (isinstance(decay, (list, tuple)) and len(decay) == 2):
+        raise ValueError(f"learning_rate_decay must be [rate, every], got {decay!r}")
+    rate, every = float(decay[0]), int(decay[1])
+    if not (0.0 < rate <= 1.0) or every < 1 or every != decay[1]:
+        raise ValueError(f"learning_rate_decay must be [rate in (0, 1], every >= 1 steps (an integer)], got {decay!r}")
+    return [rate, every]
+
+
+def learning_rate_of(cfg: Dict):
+    """The ``learning_rate`` argument of :func:`~deepgp_gi.fit` for a normalised configuration: the
+    float ``learning_rate``, or with ``learning_rate_decay = [rate, every]`` a staircase
+    ``ExponentialDecay`` (``learning_rate * rate ** floor(step / every)``)."""
+    if cfg.get("learning_rate_decay") is None:
+        return cfg["learning_rate"]
+    import gpflow
+
+    rate, every = cfg["learning_rate_decay"]
+    return gpflow.keras.tf_keras.optimizers.schedules.ExponentialDecay(
+        cfg["learning_rate"], decay_steps=every, decay_rate=rate, staircase=True)
+
+
+def config_key(cfg: Dict) -> str:
+    """A canonical string of the configuration (the keys of :data:`CONFIG_KEYS`; a missing key reads
+    as ``None``), for matching the records of one configuration."""
+    return json.dumps({k: cfg.get(k) for k in CONFIG_KEYS}, sort_keys=True)
+
 
 #: How :func:`run_split` collects a sampling family's sample set after training (``collect_samples``
 #: arguments; Havasi et al. 2018's reference settings). ``train_time_s`` includes the collection.
@@ -66,39 +202,6 @@ SAMPLER_COLLECT = {"num_samples": 100, "thin": 50}
 
 #: Training rows (at most) on which :func:`run_split` records a deep GP's ``layer_variances``.
 LAYER_VARIANCE_ROWS = 2000
-
-
-def set_threads(threads: Optional[int]) -> None:
-    """Limit TensorFlow to ``threads`` intra- and inter-op threads (``None`` or 0: leave it). When
-    TensorFlow is already initialised in this process (e.g. under pytest), warn instead of failing."""
-    import sys
-
-    import tensorflow as tf
-
-    if threads:
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(threads)
-        except RuntimeError as err:
-            if tf.config.threading.get_intra_op_parallelism_threads() != threads:
-                print(f"warning: --threads {threads} not applied: {err}", file=sys.stderr)
-
-
-def read_json_lines(path: str) -> List[Dict]:
-    """The JSON records of a results file, one per line (a truncated last line, from a killed run,
-    is ignored; a missing file is empty)."""
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-    return out
 
 
 def build_model(cfg: Dict, split: int):
