@@ -1,16 +1,12 @@
 """Families defined outside the package: ``dg.posteriors.register`` makes the builders build and
 ``fit`` train them; the ELBO of a registered subclass equals its parent's under the same noise,
 and the "Adding a family" page's example runs."""
-import re
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import deepgp_gi as dg
 from deepgp_gi.posteriors import registry
-
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+from doc_examples import run_page
 
 
 class ScaledKLMeanField(dg.posteriors.MeanFieldPosterior):
@@ -114,12 +110,7 @@ def test_register_refuses_bad_calls(tables):
 
 
 def test_the_adding_a_family_page_runs(tables, capsys):
-    text = (DOCS / "adding_a_family.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert blocks
-    namespace = {}
-    for block in blocks:
-        exec(compile(block, str(DOCS / "adding_a_family.md"), "exec"), namespace)
+    namespace = run_page("adding_a_family.md")
     assert np.isfinite(float(capsys.readouterr().out.split()[-1]))
     model = namespace["model"]
     assert type(model.posterior).__name__ == "WeightedKLMeanField" and model.posterior.kl_weight == 0.5

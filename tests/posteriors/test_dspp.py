@@ -12,6 +12,7 @@ import tensorflow as tf
 import deepgp_gi as dg
 from deepgp_gi.noise import FixedNoise, SeededNoise
 from deepgp_gi.posteriors import DSPPPosterior, MeanFieldPosterior
+from doc_examples import run_page  # noqa: E402  (tests/ is on sys.path under pytest)
 
 N, D, M = 30, 2, 6
 
@@ -110,3 +111,10 @@ def test_dspp_refuses_what_it_cannot_do():
     model = dg.build_deep_gp(X, Y, depth=2, posterior="dspp", num_inducing=M)
     with pytest.raises(ValueError, match="unknown objective 'predict'"):
         model.elbo_terms((X, Y), objective="predict")
+
+
+
+def test_the_predictive_objective_page_runs(capsys):
+    run_page("predictive_objective.md")
+    value, shape = capsys.readouterr().out.split(maxsplit=1)
+    assert np.isfinite(float(value)) and shape.strip() == "(5,)"
