@@ -38,12 +38,7 @@ def test_medium_tables_the_decision_table_and_the_readme_blocks(tmp_path, capsys
     _assert_regenerates(ROOT / "README.md", readme.read_text(encoding="utf-8"))
 
 
-_STALE_DIGITS = pytest.mark.xfail(strict=True, reason="committed before the report listed the settings and the "
-                                                      "parameter counts: rerun its report command")
-
-
-@pytest.mark.parametrize("name, plot", [("mnist", True), pytest.param("digits", False, marks=_STALE_DIGITS),
-                                        pytest.param("digits_inducing_weights", False, marks=_STALE_DIGITS)])
+@pytest.mark.parametrize("name, plot", [("mnist", True), ("digits", False), ("digits_inducing_weights", False)])
 def test_image_tables(name, plot):
     from benchmarks import images
     from benchmarks.common import read_lines
