@@ -28,7 +28,8 @@ _NAMES = {"build_bnn": "bnn", "build_deep_gp": "builders", "build_conv_bnn": "co
           "DenseLayer": "layers", "GPLayer": "layers", "safe_cholesky": "linalg", "DeepGP": "models",
           "LatentDeepGP": "latent", "parameter_count": "posteriors.counting", "parameter_table": "posteriors.counting",
           "History": "training", "KLSchedule": "training", "LinearSchedule": "training",
-          "PaperSchedule": "training", "fit": "training", "collect_samples": "training"}
+          "PaperSchedule": "training", "fit": "training", "collect_samples": "training",
+          "save": "saving", "load": "saving"}
 _loading = False
 
 if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -42,6 +43,7 @@ if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .models import DeepGP  # noqa: F401
     from .latent import LatentDeepGP  # noqa: F401
     from .posteriors.counting import parameter_count, parameter_table  # noqa: F401
+    from .saving import load, save  # noqa: F401
     from .training import (  # noqa: F401
         History, KLSchedule, LinearSchedule, PaperSchedule, collect_samples, fit,
     )
@@ -93,6 +95,8 @@ __all__ = [
     "build_deep_gp",
     "fit",
     "collect_samples",
+    "save",
+    "load",
     "safe_cholesky",
     "parameter_count",
     "parameter_table",
