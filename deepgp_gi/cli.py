@@ -1,4 +1,5 @@
-"""The ``deepgp-gi`` command: ``demo`` and ``uci`` (the papers' UCI protocol).
+"""The ``deepgp-gi`` command: ``demo``, ``uci`` (the papers' UCI protocol), and ``fit``, ``predict``
+and ``evaluate`` on a user's table (:mod:`deepgp_gi.table_commands`).
 
 TensorFlow prints C++ log lines on stderr as it loads and on its first operation (``I0000 ...
 cudart_stub.cc``, ``E0000 ... cuInit`` where there is no GPU, the oneDNN notice). The command
@@ -267,6 +268,10 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     demo.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
     demo.set_defaults(func=_cmd_demo)
+
+    from .table_commands import add_table_commands  # fit, predict, evaluate on a user's table
+
+    add_table_commands(sub, _VERBOSE_HELP)
 
     uci = sub.add_parser("uci", help="fit and evaluate on UCI splits with the papers' protocol")
     uci.set_defaults(func=_cmd_uci)
