@@ -311,3 +311,14 @@ def test_bad_arguments_name_the_argument(saved, tmp_path):
     with pytest.raises(ValueError, match="Xnew has 4 rows but Ynew has 3"):
         loaded.predict_log_density((np.zeros((4, 2)), np.zeros((3, 1))))
     assert not (tmp_path / "m").exists()
+
+
+def test_the_saving_page_runs():
+    from doc_examples import run_page
+
+    namespace = run_page("saving.md")
+    try:
+        assert namespace["record"]["family"] == "mean_field"
+        assert set(namespace["response"]["predictions"][0]) == {"mean", "variance"}
+    finally:
+        shutil.rmtree(namespace["where"], ignore_errors=True)
