@@ -19,10 +19,11 @@ __all__ = ["LEGACY_VALUES", "with_legacy_values", "config_key"]
 #: earlier line used the random 90/10 splits, every earlier deep GP the softplus transform (the
 #: library's only one then), every earlier STAR posterior the plain off-diagonal blocks (and the
 #: fully-coupled lines written before the preconditioned default were trained with Lindinger's
-#: plain storage), and every earlier global-inducing last layer (deep GP or BNN) was sampled.
+#: plain storage), every earlier global-inducing last layer (deep GP or BNN) was sampled, and every
+#: earlier line trained on its whole training split (``validation`` None: no rows held out).
 #: :func:`config_key` reads a missing key as this value.
 LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus", "offdiagonal": "plain",
-                 "last_layer": "sampled"}
+                 "last_layer": "sampled", "validation": None}
 
 
 def with_legacy_values(record: Dict) -> Dict:

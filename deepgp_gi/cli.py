@@ -180,7 +180,7 @@ def _cmd_uci(args) -> int:
         positive_transform=args.positive_transform if model == "gp" else None, protocol=args.protocol,
         offdiagonal=args.offdiagonal if model == "gp" and posterior == "stripes_arrow" else None,
         last_layer=args.last_layer if (model, posterior) in GLOBAL_LAST_LAYER else None,
-        learning_rate_decay=args.lr_decay,
+        learning_rate_decay=args.lr_decay, validation=args.validation,
     )
     cfg = normalise_config(cfg)
     done: Dict[int, Dict] = {}
@@ -200,10 +200,13 @@ def _cmd_uci(args) -> int:
             print(f"split {split}: already in {args.out}, skipped")
             records.append(done[split])
             continue
-        ckpt = os.path.join(args.checkpoint_dir, f"{cfg['dataset']}-{posterior}-{split}") if args.checkpoint_dir else None
+        valid = f"-valid{cfg['validation']:g}" if cfg["validation"] else ""  # not the full-split run's checkpoint
+        ckpt = os.path.join(args.checkpoint_dir, f"{cfg['dataset']}-{posterior}-{split}{valid}") if args.checkpoint_dir else None
         r = run_uci_split(cfg, split, progress=not args.no_progress, checkpoint_dir=ckpt)
         r.update(commit=_commit(), command=command)
-        print(f"split {split}: test LL {r['test_ll']:.4f}  RMSE {r['rmse']:.4f}  ELBO/N {r['elbo_per_datapoint']:.4f}  ({r['train_time_s']:.0f} s)")
+        valid = f"validation LL {r['valid_ll']:.4f}  " if "valid_ll" in r else ""
+        print(f"split {split}: {valid}test LL {r['test_ll']:.4f}  RMSE {r['rmse']:.4f}  "
+              f"ELBO/N {r['elbo_per_datapoint']:.4f}  ({r['train_time_s']:.0f} s)")
         if args.out:
             with open(args.out, "a") as fh:
                 fh.write(json.dumps(r) + "\n")
@@ -251,6 +254,18 @@ def _lr_decay(text: str):
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"--lr-decay {text!r} must be RATE,EVERY with RATE in (0, 1] and EVERY a "
                                          f"positive number of steps, like 0.9,1000 ({err})") from None
+
+
+def _validation(text: str) -> float:
+    """``FRACTION`` -> the share of the training rows held out (checked by
+    :func:`~deepgp_gi.datasets.uci.check_validation_fraction`)."""
+    from .datasets.uci import check_validation_fraction
+
+    try:
+        return check_validation_fraction(float(text))
+    except (TypeError, ValueError) as err:
+        raise argparse.ArgumentTypeError(f"--validation {text!r} must be a fraction strictly between 0 and 1, "
+                                         f"like 0.1 ({err})") from None
 
 
 _VERBOSE_HELP = "show TensorFlow's C++ log lines (hidden by default: TF_CPP_MIN_LOG_LEVEL=3 unless set)"
@@ -307,6 +322,10 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
                      help="a global-inducing last layer (gp global; bnn global, factorised_global, random_global): "
                           "integrate its inducing outputs or weights out of the ELBO (marginal; the default) or "
                           "sample them (sampled; O&A's algorithm)")
+    uci.add_argument("--validation", type=_validation, nargs="?", const=0.1, default=None, metavar="FRACTION",
+                     help="hold out this share of each split's training rows (default with the flag: 0.1; rows "
+                          "from a permutation seeded by 1000 + split), train on the rest and record the "
+                          "validation LL and RMSE beside the test ones (default: no validation split)")
     uci.add_argument("--out", default=None, help="append one JSON line per split here; splits already there are skipped")
     uci.add_argument("--checkpoint-dir", default=None, help="checkpoint each split's training here (resumable)")
     uci.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -16,6 +16,10 @@ result records of one configuration are matched.
   how its sample set is collected (recorded as ``collected``, timed as ``collect_time_s``);
 * ``test_ll`` and ``rmse`` in the original units of the targets, from ``test_samples`` samples of
   the predictive mixture (the papers use S = 100);
+* with ``validation`` (a share of the training rows held out, :func:`deepgp_gi.datasets.load_uci`'s
+  ``validation``): the model fits the remaining rows, and the record adds ``valid_ll`` and
+  ``valid_rmse`` (the same metrics on the held-out rows, seeded by the split's seed) and ``n_valid``;
+  ``n_train`` is then the number of rows fitted;
 * ``train_time_s`` (the whole training, every process of a resumed run included), ``ms_per_step``
   (training wall time per Adam step after the first logged step, i.e. without
   tracing/compilation) and ``eval_time_s``;
@@ -52,7 +56,8 @@ __all__ = ["CONFIG_KEYS", "DEFAULTS", "OFFDIAGONAL_CHOICES", "OFFDIAGONAL_DEFAUL
 #: The keys that identify a configuration (together with the split).
 CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
                "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol",
-               "offdiagonal", "last_layer", "learning_rate_decay", "latent_dim", "importance_samples")
+               "offdiagonal", "last_layer", "learning_rate_decay", "latent_dim", "importance_samples",
+               "validation")
 
 #: ``offdiagonal``: how a STAR or fully-coupled posterior stores its off-diagonal blocks (their
 #: ``precondition_offdiagonal``).
@@ -74,7 +79,7 @@ GLOBAL_LAST_LAYER = {("gp", "global"), ("bnn", "global"), ("bnn", "factorised_gl
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
                 positive_transform=None, protocol="random", offdiagonal=None, last_layer=None,
-                learning_rate_decay=None, latent_dim=None, importance_samples=None)
+                learning_rate_decay=None, latent_dim=None, importance_samples=None, validation=None)
 
 
 def normalise_config(cfg: Dict) -> Dict:
@@ -96,6 +101,10 @@ def normalise_config(cfg: Dict) -> Dict:
     a latent-variable deep GP (``build_deep_gp(..., latent_dim=D_w)``), trained on the importance-weighted
     bound with ``importance_samples`` (K, default 1) draws per point; a plain model has
     ``importance_samples = None``. Lines written before these keys read as plain models (both ``None``).
+    ``validation`` is ``None`` (train on the whole training split) or the share of the training rows
+    held out for validation, a float in (0, 1) (``True`` means
+    :data:`~deepgp_gi.datasets.uci.VALIDATION_FRACTION`, 0.1; ``False`` means ``None``); lines written
+    before the key read as ``None``.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -147,6 +156,12 @@ def normalise_config(cfg: Dict) -> Dict:
     if out["batch_size"] is not None:
         out["batch_size"] = int(out["batch_size"])
     _normalise_latent(out)
+    if out["validation"] is False:
+        out["validation"] = None
+    if out["validation"] is not None:
+        from .datasets.uci import check_validation_fraction
+
+        out["validation"] = check_validation_fraction(out["validation"])
     return out
 
 
@@ -212,7 +227,7 @@ def build_model(cfg: Dict, split: int):
     from .builders import build_deep_gp
 
     cfg = normalise_config(cfg)
-    data = datasets.load_uci(cfg["dataset"], split, protocol=cfg["protocol"])
+    data = datasets.load_uci(cfg["dataset"], split, protocol=cfg["protocol"], validation=cfg["validation"])
     N = data.X_train.shape[0]
     seed = cfg["seed"] + split
     if cfg["model"] == "gp":
@@ -313,6 +328,13 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     else:
         test_ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, S, chunk)
     err = metrics.rmse(model, data.X_test, data.Y_test, data.y_std, S, chunk)
+    valid = {}
+    if cfg["validation"] is not None:  # the held-out training rows, for choosing among configurations
+        valid = dict(
+            valid_ll=float(metrics.test_log_likelihood(model, data.X_valid, data.Y_valid, data.y_std, S, chunk,
+                                                       seed=seed)),
+            valid_rmse=float(metrics.rmse(model, data.X_valid, data.Y_valid, data.y_std, S, chunk, seed=seed)),
+            n_valid=int(data.X_valid.shape[0]))
     spread = None
     if cfg["model"] == "gp":
         rows, spread = layer_variances_on_training_rows(model, data, cfg, split)
@@ -322,7 +344,7 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     record = dict(cfg)
     record.update(
         split=split, seed_used=seed, n_train=int(N), n_test=int(data.X_test.shape[0]), batch_size_used=batch_size,
-        test_ll=float(test_ll), rmse=float(err), elbo_per_datapoint=elbo, elbo_se_per_datapoint=elbo_se,
+        test_ll=float(test_ll), rmse=float(err), **valid, elbo_per_datapoint=elbo, elbo_se_per_datapoint=elbo_se,
         elbo_samples=elbo_samples, final_train_elbo_per_datapoint=float(history.elbo_per_datapoint[-1]),
         train_time_s=round(train_time, 2), ms_per_step=round(ms_per_step, 3), eval_time_s=round(eval_time, 2),
         resumed_from=int(history.resumed_from), device=training_device(),

@@ -131,3 +131,14 @@ def test_lr_decay_is_parsed_and_bad_values_are_refused(capsys):
         with pytest.raises(SystemExit):
             cli.build_parser().parse_args(["uci", "--dataset", "naval", "--lr-decay", bad])
         assert "--lr-decay" in capsys.readouterr().err
+
+
+def test_validation_is_parsed_and_bad_values_are_refused(capsys):
+    parse = cli.build_parser().parse_args
+    assert parse(["uci", "--dataset", "yacht"]).validation is None
+    assert parse(["uci", "--dataset", "yacht", "--validation"]).validation == 0.1
+    assert parse(["uci", "--dataset", "yacht", "--validation", "0.2", "--splits", "0"]).validation == 0.2
+    for bad in ("0", "1", "-0.1", "1.5", "ten", "nan"):
+        with pytest.raises(SystemExit):
+            parse(["uci", "--dataset", "yacht", "--validation", bad])
+        assert "--validation" in capsys.readouterr().err

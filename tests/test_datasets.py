@@ -192,3 +192,95 @@ def test_extrapolation_protocol_splits_along_a_random_projection():
     assert not np.array_equal(a, b)
     with pytest.raises(ValueError, match="protocol 'interpolation'"):
         deepgp_gi.datasets.load_uci("concrete", 0, protocol="interpolation")
+
+
+# ---------------------------------------------------------------------------- validation split
+def _raw(ds, X, Y):
+    """Rows of a split back in the original units (the loader's normalisation undone)."""
+    return np.hstack([X * ds.x_std + ds.x_mean, ds.unnormalise_y(Y)])
+
+
+def _row_set(A):
+    return sorted(map(tuple, np.round(A, 8)))
+
+
+@pytest.mark.parametrize("name, split", [("boston", 0), ("yacht", 3), ("wine", 19)])
+def test_a_validation_split_holds_out_ten_percent_of_the_training_rows(name, split):
+    """``validation=0.1``: the training rows fall into the fitted rows and round(0.1 N) held-out rows,
+    disjoint; the test rows are those of the plain split; the statistics are the fitted rows'."""
+    from deepgp_gi.datasets.uci import UCIValidationSplit
+
+    plain = load_uci(name, split)
+    ds = load_uci(name, split, validation=0.1)
+    assert isinstance(ds, UCIValidationSplit) and ds.validation == 0.1
+    n = len(plain.X_train)
+    assert len(ds.X_valid) == int(np.floor(0.1 * n + 0.5)) and len(ds.X_train) == n - len(ds.X_valid)
+    assert ds.Y_valid.shape == (len(ds.X_valid), 1) and ds.X_valid.shape[1] == plain.X_train.shape[1]
+    fitted, held = _raw(ds, ds.X_train, ds.Y_train), _raw(ds, ds.X_valid, ds.Y_valid)
+    # together exactly the split's training rows (as a multiset), and the test rows untouched
+    assert _row_set(np.vstack([fitted, held])) == _row_set(_raw(plain, plain.X_train, plain.Y_train))
+    np.testing.assert_allclose(_raw(ds, ds.X_test, ds.Y_test), _raw(plain, plain.X_test, plain.Y_test), atol=1e-8)
+    # normalised with the fitted rows' own statistics
+    nonconst = np.ptp(ds.X_train, axis=0) > 0
+    np.testing.assert_allclose(ds.X_train.mean(0), 0.0, atol=1e-10)
+    np.testing.assert_allclose(ds.X_train[:, nonconst].std(0), 1.0, rtol=1e-10)
+    assert abs(ds.Y_train.mean()) < 1e-10 and abs(ds.Y_train.std() - 1) < 1e-10
+    assert "X_valid=" in repr(ds)
+
+
+def test_the_validation_rows_follow_the_documented_seeded_rule():
+    """The permutation comes from default_rng(1000 + split); its first round(f N) positions are held
+    out. The same split always holds out the same rows, another split others."""
+    from deepgp_gi.datasets.uci import VALIDATION_SEED_OFFSET, validation_rows
+
+    fit, valid = validation_rows(455, 4, 0.1)
+    order = np.random.default_rng(VALIDATION_SEED_OFFSET + 4).permutation(455)
+    np.testing.assert_array_equal(valid, np.sort(order[:46]))  # 45.5 rounds up
+    np.testing.assert_array_equal(fit, np.sort(order[46:]))
+    assert not set(fit) & set(valid) and len(fit) + len(valid) == 455
+    again = validation_rows(455, 4, 0.1)
+    np.testing.assert_array_equal(again[1], valid)
+    assert not np.array_equal(validation_rows(455, 5, 0.1)[1], valid)
+    a, b = load_uci("energy", 2, validation=0.1), load_uci("energy", 2, validation=True)
+    np.testing.assert_array_equal(a.X_valid, b.X_valid)
+    assert len(validation_rows(100, 0, 0.25)[1]) == 25
+
+
+def test_the_validation_split_works_on_the_extrapolation_protocol_too():
+    plain = load_uci("concrete", 1, protocol="extrapolation")
+    ds = load_uci("concrete", 1, protocol="extrapolation", validation=0.2)
+    assert len(ds.X_train) + len(ds.X_valid) == len(plain.X_train)
+    np.testing.assert_allclose(_raw(ds, ds.X_test, ds.Y_test), _raw(plain, plain.X_test, plain.Y_test), atol=1e-8)
+
+
+def test_no_validation_split_is_the_plain_split():
+    from deepgp_gi.datasets import UCIDataset
+    from deepgp_gi.datasets.uci import UCIValidationSplit
+
+    for off in (None, False):
+        ds = load_uci("yacht", 0, validation=off)
+        assert type(ds) is UCIDataset and not isinstance(ds, UCIValidationSplit)
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (0.0, ValueError), (1, ValueError), (1.0, ValueError),
+                                        (-0.1, ValueError), (1.5, ValueError), (float("nan"), ValueError),
+                                        ("0.1", TypeError), ([0.1], TypeError)])
+def test_bad_validation_fractions_are_refused(bad, error):
+    from deepgp_gi.datasets.uci import check_validation_fraction
+
+    with pytest.raises(error, match="validation"):
+        load_uci("yacht", 0, validation=bad)
+    with pytest.raises(error, match="validation"):
+        check_validation_fraction(bad)
+
+
+def test_a_validation_fraction_that_empties_a_part_is_refused():
+    from deepgp_gi.datasets.uci import check_validation_fraction, validation_rows
+
+    assert check_validation_fraction(True) == 0.1 and check_validation_fraction(np.float64(0.3)) == 0.3
+    with pytest.raises(TypeError, match="validation"):
+        check_validation_fraction(False)
+    with pytest.raises(ValueError, match="at least one row"):
+        validation_rows(4, 0, 0.1)  # round(0.4) = 0 rows held out
+    with pytest.raises(ValueError, match="at least one row"):
+        validation_rows(4, 0, 0.9)  # round(3.6) = 4: nothing left to fit

@@ -118,3 +118,23 @@ def test_the_library_never_imports_the_benchmarks():
     importing = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
                  if re.search(r"^\s*(from|import)\s+benchmarks\b", path.read_text(), re.MULTILINE)]
     assert importing == []
+
+
+@pytest.mark.slow  # trains one tiny configuration: `make test-all`
+def test_run_split_with_a_validation_split_fits_the_rest_and_records_both_log_likelihoods():
+    """``validation=0.1``: the model fits 90 % of the training rows and the record holds the
+    validation LL and RMSE beside the test ones; the test rows are the split's own."""
+    import math
+
+    from deepgp_gi import datasets
+    from deepgp_gi.uci_protocol import run_split
+
+    cfg = dict(dataset="yacht", posterior="mean_field", depth=1, steps=20, num_inducing=5, test_samples=4)
+    r = run_split(dict(cfg, validation=True), 0)
+    plain = datasets.load_uci("yacht", 0)
+    assert r["validation"] == 0.1 and r["n_valid"] == 28 and r["n_train"] == len(plain.X_train) - 28
+    assert r["n_test"] == len(plain.X_test)
+    assert all(math.isfinite(r[k]) for k in ("valid_ll", "valid_rmse", "test_ll", "rmse"))
+    assert r["layer_variances"]["rows"] == r["n_train"]
+    without = run_split(cfg, 0)
+    assert without["validation"] is None and "valid_ll" not in without and without["n_train"] == len(plain.X_train)

@@ -4,14 +4,18 @@ The data sets are bundled as ``deepgp_gi/data/uci/<name>.npz`` (see ``LICENSE.md
 sources and licence); a folder in the original layout can be read instead. :func:`load_uci`
 returns one split normalised with the training points' mean and standard deviation, as in the
 deep GP / BNN literature, under the standard random 90/10 splits or Lindinger et al.'s
-extrapolation protocol (:func:`extrapolation_split`). :func:`load_uci_raw` gives a whole data set
-un-normalised.
+extrapolation protocol (:func:`extrapolation_split`). ``load_uci(..., validation=0.1)`` also carves a
+validation set out of the training rows (:func:`validation_rows`) and returns a
+:class:`UCIValidationSplit`. :func:`load_uci_raw` gives a whole data set un-normalised.
 
 Plain NumPy (float64); nothing here touches TensorFlow.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +29,11 @@ __all__ = [
     "load_uci_raw",
     "extrapolation_split",
     "PROTOCOLS",
+    "VALIDATION_FRACTION",
+    "VALIDATION_SEED_OFFSET",
+    "UCIValidationSplit",
+    "check_validation_fraction",
+    "validation_rows",
 ]
 
 #: Short names of the bundled UCI data sets.
@@ -147,11 +156,89 @@ def extrapolation_split(X: np.ndarray, split: int) -> tuple[np.ndarray, np.ndarr
     return np.sort(order[:half]), np.sort(order[half:])
 
 
-def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protocol: str = "random") -> UCIDataset:
+#: The share of a split's training rows that ``load_uci(..., validation=True)`` holds out.
+VALIDATION_FRACTION = 0.1
+
+#: The validation rows of split ``k`` come from ``numpy.random.default_rng(VALIDATION_SEED_OFFSET + k)``
+#: (:func:`validation_rows`): apart from the seeds the splits' models train with (``seed + k``).
+VALIDATION_SEED_OFFSET = 1000
+
+
+def check_validation_fraction(fraction) -> float:
+    """``fraction`` as a float strictly between 0 and 1 (the share of the training rows held out
+    for validation); ``True`` means :data:`VALIDATION_FRACTION`. Anything else (0, 1, a negative
+    number, NaN, a string, ``False``) is an error naming ``validation``."""
+    if fraction is True:
+        return VALIDATION_FRACTION
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
+        raise TypeError(f"validation must be a fraction of the training rows in (0, 1) or True "
+                        f"({VALIDATION_FRACTION}), got {fraction!r}")
+    fraction = float(fraction)
+    if not (0.0 < fraction < 1.0):  # NaN fails too
+        raise ValueError(f"validation must be a fraction of the training rows strictly between 0 and 1, "
+                         f"got {fraction!r} (None: no validation split)")
+    return fraction
+
+
+def validation_rows(n_train: int, split: int, fraction: float = VALIDATION_FRACTION) -> tuple[np.ndarray, np.ndarray]:
+    """Which of a split's ``n_train`` training rows are held out for validation.
+
+    The rule: draw a permutation of ``range(n_train)`` from
+    ``numpy.random.default_rng(VALIDATION_SEED_OFFSET + split)``; its first
+    ``n_valid = floor(fraction * n_train + 0.5)`` entries (``fraction * n_train`` rounded, halves up)
+    are the validation rows, the others the rows a model fits. Both parts must keep at least one row.
+
+    Args:
+        n_train: number of training rows of the split.
+        split: the split number (seeds the permutation: each split holds out other rows).
+        fraction: share held out, in (0, 1) (:func:`check_validation_fraction`).
+
+    Returns:
+        ``(fit, valid)``: positions in the training rows (``0 <= i < n_train``), each sorted, disjoint,
+        together all of them.
+    """
+    fraction = check_validation_fraction(fraction)
+    check_split(split)
+    n_train = int(n_train)
+    n_valid = int(math.floor(fraction * n_train + 0.5))
+    if not 1 <= n_valid <= n_train - 1:
+        raise ValueError(f"validation={fraction} of {n_train} training rows holds out {n_valid}: both the "
+                         f"validation and the fitted part need at least one row")
+    order = np.random.default_rng(VALIDATION_SEED_OFFSET + int(split)).permutation(n_train)
+    return np.sort(order[n_valid:]), np.sort(order[:n_valid])
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class UCIValidationSplit(UCIDataset):
+    """A :class:`UCIDataset` whose training rows were split once more (``load_uci(..., validation=f)``):
+    ``X_train``/``Y_train`` are the rows a model fits, ``X_valid``/``Y_valid`` the held-out share
+    ``validation`` of the split's training rows (:func:`validation_rows`), and the test rows are the
+    split's own. The normalisation statistics (``x_mean``, ``x_std``, ``y_mean``, ``y_std``) are
+    those of the fitted rows alone, so nothing of the validation rows reaches the model.
+
+    Attributes (beyond :class:`UCIDataset`'s):
+        X_valid: [N_valid, D] validation inputs, normalised like the others.
+        Y_valid: [N_valid, 1] validation targets, normalised like the others.
+        validation: the share of the split's training rows held out.
+    """
+
+    X_valid: np.ndarray = field(kw_only=True)
+    Y_valid: np.ndarray = field(kw_only=True)
+    validation: float = field(kw_only=True)
+
+    def __repr__(self) -> str:
+        return (f"UCIValidationSplit(name={self.name!r}, split={self.split}, X_train={self.X_train.shape}, "
+                f"X_valid={self.X_valid.shape}, X_test={self.X_test.shape})")
+
+
+def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protocol: str = "random",
+             validation=None) -> UCIDataset:
     """Load one standard train/test split of a UCI data set, normalised.
 
     Inputs and targets are standardised with the training points' mean and standard
-    deviation (ddof=0); constant input columns are only centred.
+    deviation (ddof=0); constant input columns are only centred. With ``validation``, a share of
+    the training rows is held out first (:func:`validation_rows`) and the statistics are those of
+    the remaining rows.
 
     Args:
         name: one of :data:`UCI_NAMES` or an original folder name (e.g. ``"wine-quality-red"``).
@@ -161,14 +248,21 @@ def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protoc
         protocol: ``"random"`` (the standard 90/10 splits) or ``"extrapolation"``
             (:func:`extrapolation_split`: a 50/50 split along a random 1-D projection drawn from
             the split number, Lindinger et al. 2020).
+        validation: ``None`` (or ``False``): no validation rows. A fraction in (0, 1), or ``True``
+            for :data:`VALIDATION_FRACTION` (10 %): hold out that share of the split's training rows,
+            chosen by :func:`validation_rows` (a permutation from
+            ``numpy.random.default_rng(1000 + split)``), and return a :class:`UCIValidationSplit`
+            whose ``X_train``/``Y_train`` are the remaining rows. The test rows are the same either way.
 
     Returns:
         A :class:`UCIDataset` with X_train [N_train, D], Y_train [N_train, 1],
-        X_test [N_test, D], Y_test [N_test, 1].
+        X_test [N_test, D], Y_test [N_test, 1]; with ``validation``, a :class:`UCIValidationSplit`
+        with X_valid [N_valid, D] and Y_valid [N_valid, 1] too.
 
     Raises:
-        ValueError: unknown name, or split out of range.
-        TypeError: split is not an integer.
+        ValueError: unknown name, split out of range, or a validation fraction outside (0, 1) (or one
+            that leaves either part without rows).
+        TypeError: split is not an integer, or validation is not a number, ``True``, ``False`` or ``None``.
         FileNotFoundError: ``data_dir`` holds no data set in the expected layout.
     """
     check_split(split)
@@ -180,6 +274,11 @@ def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protoc
         raise ValueError(f"split={split} is out of range: {short} has {n_splits} splits "
                          f"(0 to {n_splits - 1})")
     train, test = idx if protocol == "random" else extrapolation_split(X, split)
+    valid = None
+    if validation is not None and validation is not False:
+        validation = check_validation_fraction(validation)
+        fit_pos, valid_pos = validation_rows(len(train), split, validation)
+        train, valid = np.asarray(train)[fit_pos], np.asarray(train)[valid_pos]
 
     x_mean = X[train].mean(axis=0)
     x_std = X[train].std(axis=0)
@@ -193,8 +292,11 @@ def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protoc
     def ny(A: np.ndarray) -> np.ndarray:
         return (A - y_mean) / y_std
 
-    return UCIDataset(
+    common = dict(
         name=short, split=split,
         X_train=nx(X[train]), Y_train=ny(Y[train]), X_test=nx(X[test]), Y_test=ny(Y[test]),
         x_mean=x_mean, x_std=x_std, y_mean=y_mean, y_std=y_std, n_splits=n_splits,
     )
+    if valid is None:
+        return UCIDataset(**common)
+    return UCIValidationSplit(**common, X_valid=nx(X[valid]), Y_valid=ny(Y[valid]), validation=validation)
