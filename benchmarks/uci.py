@@ -16,7 +16,9 @@ is done; lines already present are skipped, so an interrupted sweep resumes wher
 (with ``--checkpoint-dir`` even inside a split's training).
 
 ``report`` reads every ``*.jsonl`` under ``--results``, writes ``uci.md`` (mean ± one standard error
-over splits beside the papers' numbers from ``paper_reference.csv``) and PNG plots.
+over splits beside the papers' numbers from ``paper_reference.csv``; for the lines trained with a
+validation split, the configuration each data set's validation data choose, :func:`choose_on_validation`)
+and PNG plots.
 
 ``layers`` looks inside runs still in training: for each deep-GP task of the sweep whose checkpoint
 is in ``--checkpoint-dir``, it rebuilds the model, restores the latest checkpoint and prints (and
@@ -224,8 +226,9 @@ def cmd_sweep(args) -> int:
     def finish(task, record):
         append_line(args.out, record)
         bar.update(task[1]["steps"])
+        valid = f"valid LL {record['valid_ll']:.3f} " if "valid_ll" in record else ""
         bar.write(f"[{record['group']}] {record['dataset']} {record['posterior']} d{record['depth']} "
-                  f"split {record['split']}: test LL {record['test_ll']:.3f} RMSE {record['rmse']:.3f} "
+                  f"split {record['split']}: {valid}test LL {record['test_ll']:.3f} RMSE {record['rmse']:.3f} "
                   f"ELBO/N {record['elbo_per_datapoint']:.3f}±{record['elbo_se_per_datapoint']:.3f} "
                   f"({record['ms_per_step']:.1f} ms/step, {record['train_time_s']:.0f} s)")
 
@@ -260,7 +263,7 @@ def cmd_sweep(args) -> int:
 METRICS = (("test_ll", "test LL"), ("rmse", "RMSE"), ("elbo_per_datapoint", "ELBO/N"))
 _ROW_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
              "train_samples", "test_samples", "positive_transform", "protocol", "offdiagonal",
-             "last_layer", "latent_dim", "importance_samples", "learning_rate_decay")
+             "last_layer", "latent_dim", "importance_samples", "learning_rate_decay", "validation")
 
 
 def select_runs(records: List[Dict]) -> "OrderedDict[Tuple, List[Dict]]":
@@ -378,9 +381,12 @@ def steps_to_within(steps, values, tol: float) -> Optional[int]:
 
 def _protocol_marks(s: Dict) -> List[str]:
     """A deep GP's training protocol where it is not the sweep's usual one sample at a constant
-    learning rate, e.g. ``5 samples, lr 0.005 x0.98/1000`` (Lindinger et al.'s), and a latent-variable
-    model's latent dimension and importance samples, e.g. ``latent 1, K=5``."""
+    learning rate, e.g. ``5 samples, lr 0.005 x0.98/1000`` (Lindinger et al.'s), a latent-variable
+    model's latent dimension and importance samples, e.g. ``latent 1, K=5``, and the share of the
+    training rows held out for validation, e.g. ``validation 10%`` (the model fitted the rest)."""
     marks = []
+    if s.get("validation"):  # trained on the rest of the training rows
+        marks.append(f"validation {s['validation']:.0%}")
     if s.get("latent_dim"):
         marks.append(f"latent {s['latent_dim']}, K={s.get('importance_samples') or 1}")
     if s.get("train_samples", 1) != 1:
@@ -556,6 +562,191 @@ def render_latent_comparison(records: List[Dict], command: str = REPORT_COMMAND)
         "RMSE plain / latent | cost (× plain) | helps |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ] + sorted(lines)) + "\n"
+
+
+#: K of the choice on validation data: a configuration is eligible when it has a validation line on
+#: each of splits 0, ..., K - 1, and it is scored by its mean validation LL over exactly those splits.
+VALIDATION_SPLITS = 3
+
+#: Two mean validation LLs closer than this count as a tie (:func:`choose_on_validation`).
+VALIDATION_TIE = 1e-9
+
+#: How the choice on validation data is named wherever its rows appear.
+CHOSEN_ON_VALIDATION = "chosen on validation data"
+#: How a row picked by its own test LL (the best mean test LL among the rows) is named.
+PICKED_ON_TEST = "picked on test data"
+
+
+def validation_candidates(records: Iterable[Dict], k: int = VALIDATION_SPLITS) -> "OrderedDict[str, List[Dict]]":
+    """Per data set, every configuration with result lines trained on a validation split (``validation``
+    set; the random 90/10 splits only), in first-line order: a dict with ``config`` (its first line),
+    ``key`` (:func:`config_key`), ``runs`` (one line per split, the last of repeated lines, in split
+    order), ``eligible`` (a line on every split ``0..k-1``, each with a finite validation LL),
+    ``missing`` (those of splits ``0..k-1`` it lacks), ``valid_ll`` and ``valid_rmse`` (means over
+    splits ``0..k-1``; NaN when not eligible), ``test_ll`` (mean, SE over all its splits) and
+    ``ms_per_step`` (median over its splits)."""
+    per: "OrderedDict[str, OrderedDict[str, Dict[int, Dict]]]" = OrderedDict()
+    for r in records:
+        if not r.get("validation") or r.get("protocol", "random") != "random":
+            continue
+        per.setdefault(r["dataset"], OrderedDict()).setdefault(config_key(r), {})[int(r["split"])] = r
+    out: "OrderedDict[str, List[Dict]]" = OrderedDict()
+    for dataset, configs in per.items():
+        cands = []
+        for key, by_split in configs.items():
+            runs = [by_split[s] for s in sorted(by_split)]
+            first = [by_split[s] for s in range(k) if s in by_split]
+            missing = [s for s in range(k) if s not in by_split or not np.isfinite(by_split[s].get("valid_ll", np.nan))]
+            eligible = not missing
+            cands.append(dict(
+                config=runs[0], key=key, runs=runs, eligible=eligible, missing=missing,
+                valid_ll=float(np.mean([r["valid_ll"] for r in first])) if eligible else float("nan"),
+                valid_rmse=float(np.mean([r["valid_rmse"] for r in first])) if eligible else float("nan"),
+                test_ll=mean_se(r["test_ll"] for r in runs)[:2],
+                ms_per_step=float(np.median([r["ms_per_step"] for r in runs]))))
+        out[dataset] = cands
+    return out
+
+
+def choose_on_validation(records: Iterable[Dict], k: int = VALIDATION_SPLITS) -> "OrderedDict[str, Dict]":
+    """The configuration each data set's validation data choose, as a candidate of
+    :func:`validation_candidates`; a data set with no eligible configuration has no entry.
+
+    The rule: among the configurations (family, depth and every other option, learning rate and seed
+    included) with a validation line on each of splits ``0..k-1``, take the one with the best mean
+    validation log-likelihood over those ``k`` splits. A tie (means within :data:`VALIDATION_TIE`)
+    goes to the cheaper configuration (lower median ms per step), then to the first in the order of
+    the configuration keys. Its test log-likelihood is then reported over every split it has; the
+    test LL plays no part in the choice."""
+    chosen: "OrderedDict[str, Dict]" = OrderedDict()
+    for dataset, cands in validation_candidates(records, k).items():
+        eligible = [c for c in cands if c["eligible"]]
+        if not eligible:
+            continue
+        best = max(c["valid_ll"] for c in eligible)
+        tied = [c for c in eligible if c["valid_ll"] >= best - VALIDATION_TIE]
+        chosen[dataset] = min(tied, key=lambda c: (c["ms_per_step"], c["key"]))
+    return chosen
+
+
+def _plain_method(s: Dict) -> str:
+    """:func:`_method` of a row without its validation mark (for tables of validation rows only)."""
+    return _method(dict(s, validation=None))
+
+
+#: Short names of the papers' methods in ``paper_reference.csv`` (by our family name).
+PAPER_METHOD_NAMES = {"mean_field": "DSVI", "local": "LI", "global": "GI", "stripes_arrow": "STAR",
+                      "sghmc": "SGHMC", "bsgp": "BSGP"}
+
+
+def published_from_reference(reference: Dict) -> List[Dict]:
+    """The papers' deep-GP test log-likelihoods of :func:`load_reference` as rows like
+    ``benchmarks/results/medium/published.csv``'s: ``dataset``, ``source`` (the paper: ``O&A``,
+    ``Lindinger``, ``Rossi``), ``method`` (e.g. ``GI``), ``depth``, ``test_ll``, ``se``, ``n_splits``,
+    ``protocol`` (``80/20`` for a source that says so, else ``random 90/10``)."""
+    out = []
+    for (model, dataset, posterior, depth, _prior), metrics in reference.items():
+        if model != "gp" or "test_ll" not in metrics:
+            continue
+        mean, se, source, n = metrics["test_ll"]
+        out.append(dict(dataset=dataset, source=source.split()[0], method=PAPER_METHOD_NAMES.get(posterior, posterior),
+                        depth=depth, test_ll=mean, se=se, n_splits=n,
+                        protocol="80/20" if "80/20" in source else "random 90/10"))
+    return out
+
+
+#: The split protocol of the sweeps' random splits, as the published rows name it.
+RANDOM_PROTOCOL = "random 90/10"
+
+
+def best_published(dataset: str, published: List[Dict], protocol: Optional[str] = None) -> Optional[Dict]:
+    """The published row with the best test LL on ``dataset`` (of ``protocol`` only, when given)."""
+    pub = [p for p in published if p["dataset"] == dataset and (protocol is None or p["protocol"] == protocol)]
+    return max(pub, key=lambda p: p["test_ll"]) if pub else None
+
+
+def published_name(p: Dict) -> str:
+    """A published row's name, e.g. ``Lindinger SGHMC-3`` (no depth suffix when the paper gives none)."""
+    return f"{p['source']} {p['method']}{'-' + str(p['depth']) if p['depth'] else ''}"
+
+
+def gap_text(ours: float, published: Optional[Dict]) -> str:
+    """Our test LL minus a published one: ``at or above`` or the signed gap (a dash without one)."""
+    if published is None or not np.isfinite(ours):
+        return "—"
+    gap = ours - published["test_ll"]
+    return "at or above" if gap >= 0 else f"{gap:+.2f}"
+
+
+def validation_rule_text(k: int = VALIDATION_SPLITS) -> str:
+    """The choice on validation data in one paragraph (the reports print it beside its rows)."""
+    from deepgp_gi.datasets.uci import VALIDATION_SEED_OFFSET
+
+    return (f"*{CHOSEN_ON_VALIDATION.capitalize()}*: a configuration trained with `validation` (the sweep key; "
+            f"`deepgp-gi uci --validation`) holds out 10 % of each split's training rows (a permutation of them from "
+            f"`numpy.random.default_rng({VALIDATION_SEED_OFFSET} + split)`, the first round(0.1 N) held out; "
+            "`deepgp_gi.datasets.load_uci(name, split, validation=0.1)`), fits the other 90 % (normalised with their "
+            "own statistics) and records its log-likelihood on the held-out rows beside the test one. Per data set, "
+            f"among the configurations with such a line on each of splits 0-{k - 1}, the one with the best mean "
+            f"validation LL over those {k} splits is chosen (a tie goes to the lower median ms per step); its "
+            "test LL is then the mean over every split it has, and the test rows play no part in the choice. "
+            f"*{PICKED_ON_TEST.capitalize()}*: the row with the best mean test LL among the rows trained on the whole "
+            "training splits, whose test LL both picked it and is reported (optimistic by the choice).")
+
+
+def render_validation(records: List[Dict], published: List[Dict], command: str = REPORT_COMMAND,
+                      k: int = VALIDATION_SPLITS) -> str:
+    """The section on the choice on validation data (:func:`choose_on_validation`): per data set with
+    validation lines, the chosen configuration's test LL beside the best published number of the same
+    protocol and beside the row picked by its own test LL; then every candidate with its validation
+    and test LL. Empty when no line has a validation split."""
+    cands = validation_candidates(records, k)
+    if not cands:
+        return ""
+    chosen = choose_on_validation(records, k)
+    # the old way: the deep-GP row (whole training splits) with the best mean test LL
+    full = summarise([r for r in records if r["model"] == "gp" and not r.get("validation")], {})
+    out = ["", "## Chosen on validation data", "", f"Regenerate: `{command}`", "", validation_rule_text(k), "",
+           f"| dataset | candidates ({k} splits) | {CHOSEN_ON_VALIDATION} | depth | steps | validation LL "
+           f"(splits 0-{k - 1}) | test LL | splits | best published ({RANDOM_PROTOCOL}) | gap | "
+           f"{PICKED_ON_TEST} (whole training splits) | its test LL |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for dataset in sorted(cands):
+        eligible = sum(c["eligible"] for c in cands[dataset])
+        ours = [s for s in full if s["dataset"] == dataset]
+        top = max(ours, key=lambda s: s["test_ll"][0]) if ours else None
+        top_cells = (f"{_method(top)}-{top['depth']}, {top['steps']} steps, {len(top['splits'])} splits | "
+                     f"{_fmt(*top['test_ll'])}") if top else "— | —"
+        c = chosen.get(dataset)
+        if c is None:
+            out.append(f"| {dataset} | {eligible} of {len(cands[dataset])} | none eligible yet | — | — | — | — | — | — "
+                       f"| — | {top_cells} |")
+            continue
+        cfg, pub = c["config"], best_published(dataset, published, RANDOM_PROTOCOL)
+        pub_cell = f"{published_name(pub)} {pub['test_ll']:.2f}" if pub else "—"
+        out.append(f"| {dataset} | {eligible} of {len(cands[dataset])} | {_plain_method(cfg)} | {cfg['depth']} | "
+                   f"{cfg['steps']} | {c['valid_ll']:.2f} | {_fmt(*c['test_ll'])} | {len(c['runs'])} | {pub_cell} | "
+                   f"{gap_text(c['test_ll'][0], pub)} | {top_cells} |")
+    out += ["", "Every configuration with validation lines (eligible: a line on each of splits "
+            f"0-{k - 1}); validation LL and RMSE are means over those splits, the test LL over all its splits. Test LL, "
+            "validation LL and RMSE in original units.", "",
+            f"| dataset | configuration | depth | steps | validation splits | validation LL (0-{k - 1}) | "
+            "validation RMSE | test LL | test splits | chosen |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for dataset in sorted(cands):
+        ranked = sorted(cands[dataset], key=lambda c: (not c["eligible"], -c["valid_ll"] if c["eligible"] else 0,
+                                                       _plain_method(c["config"]), c["config"]["depth"]))
+        for c in ranked:
+            cfg = c["config"]
+            splits = ", ".join(str(r["split"]) for r in c["runs"])
+            if c["eligible"]:
+                valid = f"{c['valid_ll']:.2f} | {c['valid_rmse']:.3g}"
+            else:
+                valid = f"not eligible: lacks split{'s' if len(c['missing']) > 1 else ''} " \
+                        f"{', '.join(map(str, c['missing']))} | —"
+            mark = "**yes**" if dataset in chosen and chosen[dataset]["key"] == c["key"] else ""
+            out.append(f"| {dataset} | {_plain_method(cfg)} | {cfg['depth']} | {cfg['steps']} | {splits} | {valid} | "
+                       f"{_fmt(*c['test_ll'])} | {len(c['runs'])} | {mark} |")
+    return "\n".join(out) + "\n"
 
 
 def plot_metric(rows: List[Dict], metric: str, label: str, path_prefix: str) -> List[str]:
@@ -771,6 +962,7 @@ def cmd_report(args) -> int:
     os.makedirs(args.out_dir, exist_ok=True)
     text = render_markdown(rows, len(records), files)
     text += render_latent_comparison(records)
+    text += render_validation(records, published_from_reference(reference), REPORT_COMMAND)
     if extrapolation:
         text += render_extrapolation(extrapolation)
     with open(os.path.join(args.out_dir, "uci.md"), "w") as fh:

@@ -40,7 +40,8 @@ def test_the_dataset_table_states_the_gap_to_the_best_published_number():
                  dict(dataset="kin8nm", source="DSVI", method="DGP", depth=2, test_ll=1.34, se=0.01,
                       protocol="random 90/10")]
     text = "\n".join(medium.render_dataset("kin8nm", rows, published))
-    assert "Best published: Rossi BSGP 1.43 (80/20); our best so far: global-2 1.36 (0.07 below)." in text
+    assert ("Best published: Rossi BSGP 1.43 (80/20); our best so far (picked on test data): global-2 1.36 "
+            "(0.07 below).") in text
     assert "| global | 2 | 3 | 20,000 | 1000 | 1.36 ± 0.01 | — | — |" in text
 
 
@@ -91,10 +92,10 @@ def test_the_best_row_table_takes_our_best_mean_and_the_best_published_number():
     # a higher mean on one split leads the table; the best row on 3+ splits is named beside it
     rows.append(dict(_row("kin8nm", "global", 3, 1.50, -0.09, 20, 40), splits=[0], test_ll=(1.50, float("nan"))))
     lines = medium.best_against_published(rows, published)
-    assert ("| kin8nm | global-3 | 1.50 (1 split) | 1 | Rossi BSGP 1.43 | 80/20 | at or above | "
+    assert ("| kin8nm | picked on test data | global-3 | 1.50 (1 split) | 1 | Rossi BSGP 1.43 | 80/20 | at or above | "
             "sghmc-2 1.45 ± 0.01 (3) | at or above |") in lines
-    assert ("| power | mean_field-2 | -2.80 ± 0.01 | 3 | Lindinger SGHMC-3 -2.65 | random 90/10 | -0.15 | "
-            "mean_field-2 -2.80 ± 0.01 (3) | -0.15 |") in lines
+    assert ("| power | picked on test data | mean_field-2 | -2.80 ± 0.01 | 3 | Lindinger SGHMC-3 -2.65 | random 90/10 | "
+            "-0.15 | mean_field-2 -2.80 ± 0.01 (3) | -0.15 |") in lines
     rows = [dict(r, splits=[0, 1]) for r in rows if r["dataset"] == "power"]
     assert medium.best_against_published(rows, published)[-1].endswith("| -0.15 | — | — |")
     assert not [line for line in lines if line.startswith("| naval")]  # no rows of ours: no line
@@ -361,3 +362,49 @@ def test_the_minibatch_costs_come_from_the_section_speed_writes():
     from benchmarks import speed
 
     assert speed.MEDIUM_MINIBATCH == medium.MINIBATCH_COST_SECTION
+
+
+def _vline(dataset, posterior, split, valid_ll, test_ll, depth=2):
+    """A result line trained with a validation split, as the sweep writes it (the keys the rule reads)."""
+    return dict(model="gp", dataset=dataset, posterior=posterior, depth=depth, prior=None, hidden=None,
+                num_inducing=100, steps=20000, batch_size=None, learning_rate=0.01, train_samples=1,
+                test_samples=100, seed=0, positive_transform="exp", protocol="random", split=split,
+                validation=0.1, valid_ll=valid_ll, valid_rmse=1.0, test_ll=test_ll, ms_per_step=10.0)
+
+
+def test_the_best_row_table_adds_the_choice_on_validation_data():
+    """A data set with validation lines gets a second row: the configuration with the best mean
+    validation LL on splits 0-2 (not the best test LL), its test LL over all its splits, and its gap
+    to the best published number of the same protocol (random 90/10: not Rossi's 80/20 BSGP). A small
+    set appears only once it has validation lines; a validation row is never the test-picked one."""
+    published = [dict(dataset="kin8nm", source="Rossi", method="BSGP", depth=None, test_ll=1.43, se=float("nan"),
+                      protocol="80/20"),
+                 dict(dataset="kin8nm", source="DSVI", method="DGP", depth=4, test_ll=1.38, se=0.01,
+                      protocol="random 90/10"),
+                 dict(dataset="yacht", source="O&A", method="LI", depth=3, test_ll=0.17, se=0.05,
+                      protocol="random 90/10")]
+    rows = [_row("kin8nm", "global", 2, 1.36, -0.10, 20, 40),
+            dict(_row("kin8nm", "sghmc", 2, 1.50, float("nan"), 15, 37), validation=0.1)]  # a validation row
+    records = [_vline("kin8nm", "global", s, 1.30, 1.33) for s in range(3)]
+    records += [_vline("kin8nm", "sghmc", s, 1.20, 1.50) for s in range(3)] + [_vline("kin8nm", "sghmc", 3, 9.0, 1.5)]
+    records += [_vline("yacht", "mean_field", s, -0.5, 0.20, depth=3) for s in range(4)]
+    lines = medium.best_against_published(rows, published, records)
+    assert lines[2].startswith("| kin8nm | picked on test data | global-2 | 1.36 ± 0.01 |")
+    assert ("| kin8nm | chosen on validation data (splits 0-2) | global-2+valid0.1 | 1.33 ± 0.00 | 3 | DSVI DGP-4 1.38 | "
+            "random 90/10 | -0.05 | — | — |") in lines
+    assert "| yacht | chosen on validation data (splits 0-2) | mean_field-3+valid0.1 | 0.20 ± 0.00 | 4 | O&A LI-3 0.17 | " \
+           "random 90/10 | at or above | — | — |" in lines
+    assert not [line for line in lines if line.startswith("| yacht | picked")]  # no small-set row of ours
+    assert not [line for line in lines if line.startswith(("| boston", "| power"))]
+    # without validation lines the table is the test-picked rows alone, and the note says so
+    assert not [line for line in medium.best_against_published(rows, published) if "validation" in line]
+    assert medium.validation_note([]).endswith("no data set has validation lines yet.")
+    assert "yet" not in medium.validation_note(records)
+
+
+def test_a_validation_row_stays_out_of_the_decision_table():
+    rows = [_row("kin8nm", "global", 2, 1.36, -0.10, 20, 40),
+            dict(_row("kin8nm", "sghmc", 2, 1.50, 0.5, 15, 37), validation=0.1)]
+    line = [line for line in medium.decision_table(rows) if "| any |" in line][0]
+    assert "| global (1 / 1) | global (1 / 1) |" in line and "sghmc" not in line
+    assert medium._family(rows[1]) == "sghmc+valid0.1"

@@ -450,3 +450,136 @@ def test_sweep_filters_select_runs_within_a_group_and_a_typo_is_an_error(tmp_pat
                            (("--split", "2"), "--split 2 matches no task")):
         code, runs, err = dry(*extra)
         assert code == 2 and not runs and message in err, (extra, err)
+
+
+# ------------------------------------------------------------------ the choice on validation data
+def _vline(split, posterior, valid_ll, test_ll, dataset="boston", depth=2, ms=10.0, **extra):
+    """A result line trained with a validation split (10 % of the training rows held out)."""
+    return _line(split, 0.01, test_ll, -0.3, 3.0, dataset=dataset, posterior=posterior, validation=0.1,
+                 valid_ll=valid_ll, valid_rmse=2.5, n_valid=46, depth=depth, ms_per_step=ms, **extra)
+
+
+def _records(lines):
+    return [uci.with_legacy_values(r) for r in lines]
+
+
+def test_the_validation_key_is_normalised_and_older_lines_have_none():
+    cfg = uci.normalise_config({"dataset": "boston", "validation": True})
+    assert cfg["validation"] == 0.1
+    assert uci.normalise_config({"dataset": "boston", "validation": 0.2})["validation"] == 0.2
+    for off in (None, False):
+        assert uci.normalise_config({"dataset": "boston", "validation": off})["validation"] is None
+    for bad in (0, 1.0, -0.5, "yes"):
+        with pytest.raises((TypeError, ValueError), match="validation"):
+            uci.normalise_config({"dataset": "boston", "validation": bad})
+    # a line written before the key matches the configuration without a validation split, not one with it
+    old = _line(0, 0.01, -2.4, -0.3, 3.0)
+    plain = uci.normalise_config({k: v for k, v in old.items() if k in uci.CONFIG_KEYS})
+    assert plain["validation"] is None and uci.config_key(old) == uci.config_key(plain)
+    assert uci.config_key(old) != uci.config_key(dict(plain, validation=0.1))
+    from benchmarks.experiment_config import LEGACY_VALUES
+
+    assert "validation" in LEGACY_VALUES and LEGACY_VALUES["validation"] is None
+
+
+def test_a_sweep_group_with_validation_runs_as_its_own_tasks(tmp_path):
+    sweep = tmp_path / "v.toml"
+    sweep.write_text('[defaults]\nsteps = 10\n[[group]]\nname = "plain"\nmodel = "gp"\ndatasets = ["yacht"]\n'
+                     'posteriors = ["global"]\nsplits = [0]\n[[group]]\nname = "valid"\nmodel = "gp"\n'
+                     'validation = true\ndatasets = ["yacht"]\nposteriors = ["global"]\nsplits = [0]\n')
+    tasks = uci.load_sweep(str(sweep))
+    assert [(g, c["validation"]) for g, c, _ in tasks] == [("plain", None), ("valid", 0.1)]
+
+
+def test_the_choice_goes_by_validation_not_test():
+    """global has the better mean validation LL over splits 0-2, mean_field the better test LL: the
+    rule picks global and reports its test LL over all its splits (split 3 included)."""
+    lines = [_vline(s, "global", -2.30 + 0.01 * s, -2.60) for s in range(3)] + [_vline(3, "global", -9.0, -2.20)]
+    lines += [_vline(s, "mean_field", -2.40, -2.10) for s in range(3)]
+    chosen = uci.choose_on_validation(_records(lines))
+    c = chosen["boston"]
+    assert c["config"]["posterior"] == "global" and len(c["runs"]) == 4
+    assert c["valid_ll"] == pytest.approx(-2.29)  # splits 0-2 only: split 3's -9.0 is not scored
+    m, se, _ = uci.mean_se([-2.60, -2.60, -2.60, -2.20])
+    assert c["test_ll"] == (pytest.approx(m), pytest.approx(se))
+
+
+def test_a_configuration_missing_one_of_the_first_splits_is_not_eligible():
+    lines = [_vline(s, "global", -2.0, -2.0) for s in (0, 1, 3)]  # the best scores, but no split 2
+    lines += [_vline(s, "mean_field", -2.5, -2.5) for s in (0, 1, 2)]
+    lines += [_vline(0, "sghmc", float("nan"), -2.4), _vline(1, "sghmc", -1.0, -2.4), _vline(2, "sghmc", -1.0, -2.4)]
+    cands = {c["config"]["posterior"]: c for c in uci.validation_candidates(_records(lines))["boston"]}
+    assert not cands["global"]["eligible"] and cands["global"]["missing"] == [2]
+    assert not cands["sghmc"]["eligible"] and cands["sghmc"]["missing"] == [0]  # a NaN validation LL
+    assert uci.choose_on_validation(_records(lines))["boston"]["config"]["posterior"] == "mean_field"
+    # with K = 2 the global configuration is eligible and chosen
+    assert uci.choose_on_validation(_records(lines), k=2)["boston"]["config"]["posterior"] == "global"
+    # no eligible configuration: the data set has no choice
+    assert "boston" not in uci.choose_on_validation(_records(lines[:3]))
+
+
+def test_a_tie_goes_to_the_cheaper_configuration_then_the_key_order():
+    lines = [_vline(s, "mean_field", -2.3, -2.0, ms=40.0) for s in range(3)]
+    lines += [_vline(s, "global", -2.3, -2.9, ms=12.0) for s in range(3)]
+    assert uci.choose_on_validation(_records(lines))["boston"]["config"]["posterior"] == "global"
+    same_cost = [dict(r, ms_per_step=10.0) for r in lines]
+    picked = uci.choose_on_validation(_records(same_cost))["boston"]
+    keys = sorted(c["key"] for c in uci.validation_candidates(_records(same_cost))["boston"])
+    assert picked["key"] == keys[0]
+
+
+def test_lines_without_a_validation_split_are_no_candidates_and_data_sets_are_apart():
+    lines = [_line(s, 0.01, -1.0, -0.1, 2.0) for s in range(3)]  # the old lines: no validation
+    lines += [_vline(s, "global", -2.5, -2.6, dataset="yacht") for s in range(3)]
+    lines += [_vline(s, "mean_field", -2.4, -2.7, dataset="yacht", protocol="extrapolation") for s in range(3)]
+    cands = uci.validation_candidates(_records(lines))
+    assert list(cands) == ["yacht"] and len(cands["yacht"]) == 1  # extrapolation lines are not candidates
+    assert uci.choose_on_validation(_records(lines))["yacht"]["config"]["posterior"] == "global"
+
+
+def test_the_report_has_the_validation_section_with_the_choice_and_the_test_picked_row(tmp_path):
+    lines = [_vline(s, "global", -2.30, -2.50) for s in range(3)]
+    lines += [_vline(s, "mean_field", -2.40, -2.20, depth=3) for s in range(2)]  # lacks split 2
+    lines += [_line(s, 0.01, -2.35, -0.3, 3.0, posterior="mean_field") for s in range(3)]  # whole training splits
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "v.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    ref = tmp_path / "ref.csv"
+    ref.write_text("model,dataset,posterior,depth,prior,metric,mean,se,source,n_splits\n"
+                   "gp,boston,global,2,,test_ll,-2.42,0.05,O&A Tab. 8-10,20\n"
+                   "gp,boston,bsgp,2,,test_ll,-2.10,0.05,Rossi supp. Tab. 2 (80/20 splits),\n")
+    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--reference", str(ref),
+                     "--no-plots"]) == 0
+    md = (tmp_path / "rep" / "uci.md").read_text()
+    assert "## Chosen on validation data" in md and "numpy.random.default_rng(1000 + split)" in md
+    # the choice, against the best 90/10 number (O&A's GI-2, not Rossi's 80/20 BSGP), beside the test-picked row
+    assert ("| boston | 1 of 2 | global | 2 | 100 | -2.30 | -2.50 ± 0.00 | 3 | O&A GI-2 -2.42 | -0.08 | "
+            "mean_field-2, 100 steps, 3 splits | -2.35 ± 0.00 |") in md
+    assert "| boston | global | 2 | 100 | 0, 1, 2 | -2.30 | 2.5 | -2.50 ± 0.00 | 3 | **yes** |" in md
+    assert "| boston | mean_field | 3 | 100 | 0, 1 | not eligible: lacks split 2 | — | -2.20 ± 0.00 | 2 |  |" in md
+    # the full tables keep the validation rows apart, marked
+    assert "| boston | global (validation 10%) | 2 | 100 | 100 | 3 | -2.50 ± 0.00 |" in md
+
+
+def test_published_rows_from_the_reference_name_the_paper_and_protocol():
+    pub = uci.published_from_reference(uci.load_reference())
+    boston = {(p["source"], p["method"], p["depth"]): p for p in pub if p["dataset"] == "boston"}
+    assert boston[("O&A", "GI", 5)]["protocol"] == "random 90/10" and boston[("O&A", "GI", 5)]["n_splits"] == 20
+    assert boston[("Rossi", "BSGP", 2)]["protocol"] == "80/20"
+    assert boston[("Lindinger", "STAR", 3)]["test_ll"] == pytest.approx(-2.43)
+    assert not [p for p in pub if p["method"] in ("fac", "gi")]  # the BNN numbers are not deep GPs
+    best = uci.best_published("yacht", pub, uci.RANDOM_PROTOCOL)
+    assert (best["source"], best["method"], best["depth"]) == ("O&A", "LI", 3)
+    assert uci.best_published("yacht", pub)["source"] == "Rossi"
+
+
+def test_the_validation_sweep_holds_out_rows_in_every_run_and_runs_the_leaders_first():
+    tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "uci_validation.toml"))
+    assert all(c["validation"] == 0.1 and c["steps"] == 20000 and s in (0, 1, 2) for _, c, s in tasks)
+    assert {c["dataset"] for _, c, _ in tasks} == {"boston", "concrete", "energy", "wine", "yacht"}
+    leaders = [t for t in tasks if t[0].startswith("valid-leaders")]
+    assert tasks[:len(leaders)] == leaders
+    # after the leaders every set has two configurations on each of splits 0-2
+    for d in ("boston", "concrete", "energy", "wine", "yacht"):
+        configs = {uci.config_key(c) for _, c, _ in leaders if c["dataset"] == d}
+        assert len(configs) == 2 and sum(c["dataset"] == d for _, c, _ in leaders) == 6
