@@ -102,7 +102,7 @@ class Table:
 
 
 def _read_csv(path: str) -> Dict[str, np.ndarray]:
-    with open(path, newline="") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark is dropped
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or not any(h.strip() for h in header):

@@ -120,7 +120,7 @@ def _sweep():
     return cases + [("classifier", "global")]
 
 
-@pytest.mark.slow  # every family of every model kind (about 2 minutes)
+@pytest.mark.slow  # every family of every model kind (several minutes)
 @pytest.mark.parametrize("kind, family", _sweep())
 def test_every_family_round_trips(kind, family, data, tmp_path):
     _, loaded, _, _ = round_trip(kind, family, data, tmp_path)

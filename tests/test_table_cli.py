@@ -192,6 +192,19 @@ def test_parquet_tables(tables, tmp_path, capsys, monkeypatch):
                                rtol=1e-15)
 
 
+def test_class_labels_map_to_indices():
+    from deepgp_gi.tables import ClassLabels, TableError
+
+    labels = ClassLabels.from_cells(["2", "0", "1", "0"], "y", "t.csv")
+    assert labels.names == ["0", "1", "2"]  # labels 0..C-1 keep their values
+    assert labels.indices(["2", "0", "1.0"], "y", "t.csv")[:, 0].tolist() == [2.0, 0.0, 1.0]
+    assert ClassLabels.from_cells(["10", "3", "3"], "y", "t.csv").names == ["3", "10"]  # numeric order
+    names = ClassLabels.from_cells(["cat", "dog", "ant"], "y", "t.csv")
+    assert names.names == ["ant", "cat", "dog"]
+    with pytest.raises(TableError, match="column 'y', row 2 holds 'cow', which is not one of the model's classes"):
+        names.indices(["cat", "cow"], "y", "t.csv")
+
+
 def test_help_lists_the_table_commands(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
