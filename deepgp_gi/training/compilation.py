@@ -35,7 +35,7 @@ def resolve_jit_compile(jit_compile: Union[bool, str], model, *, natgrad: bool =
     """``fit``'s ``jit_compile`` as a bool: ``True`` / ``False`` as given; ``"auto"`` is True
     exactly when ``(type(model.posterior).__name__, device_kind())`` is in :data:`XLA_FASTER` and
     the step is a plain one (no natural-gradient step, no ``tf.distribute`` strategy: neither
-    was measured under XLA, and a strategy does not take XLA yet).
+    was measured under XLA; ``True`` compiles them too).
 
     :raises TypeError: anything other than a bool or ``"auto"``.
     """

@@ -89,19 +89,30 @@ def _check_learning_rate(learning_rate):
     return learning_rate
 
 
-def _trainable_variables(model) -> list:
-    """``model.trainable_variables`` without the ones ``gpflow.set_trainable(..., False)`` froze.
+def _is_trainable(variable) -> bool:
+    """Whether ``variable`` is to be trained: the flag ``gpflow.set_trainable`` writes.
 
-    Under a ``tf.distribute`` strategy a GPflow parameter's variable is a distributed variable, and
-    ``set_trainable`` sets ``_trainable`` on that wrapper while its ``trainable`` property reads the
-    per-device component (still True), so the frozen variable would be trained; the flag that
-    ``set_trainable`` wrote is the one to trust.
+    On one device that is the variable's ``trainable``. Under a ``tf.distribute`` strategy a
+    GPflow parameter's variable is a distributed variable: a parameter created with
+    ``trainable=False`` (as the builders create the ones they freeze) is frozen in every copy,
+    but ``set_trainable`` on a model built under the strategy writes its flag on the wrapper
+    only, while the wrapper's ``trainable`` (what ``model.trainable_variables``, GPflow's
+    ``Scipy`` and ``print_summary`` read) still reads the per-device copy. The flag written last
+    on the wrapper is the one the user meant; where none was written, the wrapper reads the
+    copy's."""
+    return bool(getattr(variable, "_trainable", variable.trainable))
+
+
+def _trainable_variables(model) -> list:
+    """The variables ``fit`` trains, in ``model.variables``' order: those :func:`_is_trainable`
+    accepts (on one device exactly ``model.trainable_variables``; under a strategy also honouring
+    a ``gpflow.set_trainable`` call on the built model).
 
     A sampling posterior's chain (its inducing outputs, momenta, adaptation statistics, window and
     samples) is never the optimiser's, whatever ``set_trainable`` was told.
     """
     chain = {id(v) for v in _sampler_variables(model)}
-    return [v for v in model.trainable_variables if getattr(v, "_trainable", True) and id(v) not in chain]
+    return [v for v in model.variables if _is_trainable(v) and id(v) not in chain]
 
 
 def _is_sampler(model) -> bool:
@@ -223,7 +234,10 @@ def fit(
         ``strategy.scope()``; ``fit`` enters the scope itself (calling it inside the scope works
         too) and creates its optimiser and step there; each replica takes a block of every batch
         (see :class:`~deepgp_gi.training.step.DistributedStep`), the KL is counted once and the
-        gradients are summed across replicas.
+        gradients are summed across replicas. It combines with ``natgrad_gamma`` (each replica
+        applies the natural-gradient update of the blocks' summed gradients) and with
+        ``jit_compile=True`` (each replica's loss and gradients are compiled; the all-reduces and
+        updates are not), and several strategies may train in one process, one after another.
     :param kl_schedule: KL tempering (:mod:`deepgp_gi.training.tempering`): step ``t`` (0-based)
         maximises ``E[log p(y | f)] - beta_t * KL`` (:meth:`~deepgp_gi.DeepGP.elbo_terms`) instead
         of the ELBO. ``None``: no tempering (``beta = 1``); ``"paper"``: O&A (2021)'s
@@ -260,7 +274,7 @@ def fit(
         return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
                     natgrad_layers=natgrad_layers, strategy=None, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
                     progress=progress)
-    _check_strategy(model, strategy, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma)
+    _check_strategy(model, strategy)
     # the optimiser's slots, the step counter and the failure record are created under the
     # strategy too, whether or not the caller is inside its scope already
     with strategy.scope():
@@ -269,9 +283,9 @@ def fit(
                     progress=progress)
 
 
-def _check_strategy(model, strategy, *, jit_compile: bool, natgrad_gamma) -> None:
-    """Before training: the strategy is a strategy, no other one's scope is open, the model's
-    variables are that strategy's, and the options combine with it."""
+def _check_strategy(model, strategy) -> None:
+    """Before training: the strategy is a strategy, no other one's scope is open, and the model's
+    variables are that strategy's."""
     if not isinstance(strategy, tf.distribute.Strategy):
         raise TypeError(f"strategy must be a tf.distribute.Strategy, got {type(strategy).__name__}")
     if tf.distribute.has_strategy() and tf.distribute.get_strategy() is not strategy:
@@ -282,10 +296,6 @@ def _check_strategy(model, strategy, *, jit_compile: bool, natgrad_gamma) -> Non
             f"strategy: the model's variables were not created under this strategy ({len(foreign)} of them, e.g. "
             f"{foreign[0]}); build the model inside `with strategy.scope():`"
         )
-    if natgrad_gamma is not None:
-        raise ValueError("natgrad_gamma is not combined with a strategy yet")
-    if jit_compile:
-        raise ValueError("jit_compile=True is not combined with a strategy yet; compile per replica later")
 
 
 def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, natgrad_layers, strategy, checkpoint_dir,
@@ -318,7 +328,8 @@ def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, natg
     options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile,
                    importance_samples=plan.importance_samples)
     if strategy is not None:
-        train_step = DistributedStep(model, optimizer, variables, step_counter, strategy=strategy, **options)
+        train_step = DistributedStep(model, optimizer, variables, step_counter, strategy=strategy,
+                                     natgrad_blocks=blocks, gamma=natgrad_gamma, **options)
     elif _is_sampler(model):
         model.posterior.clear_samples()  # drawn under the hyperparameters this run changes
         train_step = SamplerStep(model, optimizer, variables, step_counter, **options)
@@ -334,7 +345,7 @@ def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, natg
 def _takes_steps(block) -> bool:
     """Whether a ``(q_mu, q_sqrt)`` block is trainable (``gpflow.set_trainable(..., False)`` on
     both keeps it fixed under natural gradients too); one trainable half alone is refused."""
-    flags = [half.unconstrained_variable.trainable for half in block]
+    flags = [_is_trainable(half.unconstrained_variable) for half in block]
     if flags[0] != flags[1]:
         raise ValueError("natgrad_gamma: a Gaussian block has one of q_mu, q_sqrt trainable and the other not; "
                          "natural gradients update both together (set both trainable or neither)")

@@ -8,9 +8,10 @@ in two variables on the device (branch-free, no host round-trip per step), and
 :meth:`TrainStep.raise_if_failed` turns them into a :class:`~deepgp_gi.linalg.CholeskyError`
 when the loop next reads results anyway (before logging or checkpointing).
 
-The parts a later optimiser (natural gradients) or a ``tf.distribute`` strategy would change are
-separate methods: :meth:`objective` (the loss and the ELBO it reports) and :meth:`update` (how
-the gradients are applied).
+The parts the other steps change are separate methods: :meth:`objective` (the loss and the ELBO
+it reports) and :meth:`update` (how the gradients are applied); :class:`NaturalGradientStep`,
+:class:`SamplerStep` and :class:`DistributedStep` (a ``tf.distribute`` strategy, with or without
+natural gradients and XLA) replace the step itself.
 
 Every step takes the KL weight ``beta`` (:mod:`.tempering`) as a scalar tensor argument of the
 model's dtype, so a schedule that changes it every step never retraces the compiled function
@@ -28,6 +29,7 @@ import tensorflow as tf
 from ..linalg import cholesky_checks, raise_if_failed
 from ..noise import NoiseSource
 from .batches import step_noise
+from .collectives import separate_collective_keys
 
 __all__ = ["TrainStep", "NaturalGradientStep", "DistributedStep", "SamplerStep", "tempered_loss"]
 
@@ -165,8 +167,7 @@ class NaturalGradientStep(TrainStep):
         super().__init__(model, optimizer, variables, step_counter, **kwargs)
 
     def _step(self, step, X_b, Y_b, kl_weight):
-        block_vars = [v for q_mu, q_sqrt in self.blocks for v in (q_mu.unconstrained_variable,
-                                                                  q_sqrt.unconstrained_variable)]
+        block_vars = block_variables(self.blocks)
         with cholesky_checks() as checks:
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(self.variables + block_vars)
@@ -176,13 +177,24 @@ class NaturalGradientStep(TrainStep):
         n = len(self.variables)
         if n:
             self.update(grads[:n])
-        for k, (q_mu, q_sqrt) in enumerate(self.blocks):
-            g_mu, g_sqrt = grads[n + 2 * k], grads[n + 2 * k + 1]
-            if hasattr(q_mu, "natgrad_gradient"):  # a reshaped view (fully-coupled q(f_M))
-                g_mu, g_sqrt = q_mu.natgrad_gradient(g_mu), q_sqrt.natgrad_gradient(g_sqrt)
-            self.natgrad._natgrad_apply_gradients(g_mu, g_sqrt, q_mu, q_sqrt)
+        apply_natural_gradients(self.natgrad, self.blocks, grads[n:])
         self.finish_step(step, status)
         return elbo
+
+
+def block_variables(blocks) -> list:
+    """The unconstrained variables of ``(q_mu, q_sqrt)`` blocks, two per block in block order."""
+    return [v for q_mu, q_sqrt in blocks for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)]
+
+
+def apply_natural_gradients(natgrad, blocks, grads) -> None:
+    """One natural-gradient step of each ``(q_mu, q_sqrt)`` block from the loss gradients of its
+    unconstrained variables (``grads``: two per block, ordered as :func:`block_variables`)."""
+    for k, (q_mu, q_sqrt) in enumerate(blocks):
+        g_mu, g_sqrt = grads[2 * k], grads[2 * k + 1]
+        if hasattr(q_mu, "natgrad_gradient"):  # a reshaped view (fully-coupled q(f_M))
+            g_mu, g_sqrt = q_mu.natgrad_gradient(g_mu), q_sqrt.natgrad_gradient(g_sqrt)
+        natgrad._natgrad_apply_gradients(g_mu, g_sqrt, q_mu, q_sqrt)
 
 
 class _Renamed(NoiseSource):
@@ -337,51 +349,101 @@ class DistributedStep(TrainStep):
     sums the replicas' gradients (an all-reduce), so a step equals one device's step on the whole
     batch up to summation order. With a KL weight ``beta`` each replica's loss subtracts
     ``beta / R`` of the KL instead, and its reported share of the ELBO stays untempered.
+
+    ``natgrad_blocks`` and ``gamma`` (as :class:`NaturalGradientStep`'s): the replicas' gradients
+    of the blocks are summed in one all-reduce, and each replica applies the natural-gradient
+    update of the sum to its own copy of the blocks, as the optimiser applies Adam's update of the
+    summed gradients to each copy of the other variables (the same inputs and operations in every
+    replica, so the copies stay equal).
+
+    ``jit_compile=True`` compiles each replica's loss and gradients with XLA (one program per
+    replica and batch shape); the all-reduces and the updates around them run in the plain step
+    (on CPUs a strategy's all-reduce cannot run inside an XLA program).
+
+    The strategy's collective keys are moved past those of every strategy stepped before
+    (:func:`~.collectives.separate_collective_keys`), so several strategies train in one process.
     """
 
-    def __init__(self, model, optimizer, variables, step_counter, *, strategy, **kwargs):
-        if kwargs.get("jit_compile"):
-            raise ValueError("jit_compile=True is not combined with a strategy yet; compile per replica later")
+    def __init__(self, model, optimizer, variables, step_counter, *, strategy, natgrad_blocks=(), gamma=None,
+                 **kwargs):
         self.strategy = strategy
-        super().__init__(model, optimizer, variables, step_counter, **kwargs)
+        self.blocks = list(natgrad_blocks)
+        self.natgrad = None
+        if self.blocks:
+            import gpflow
 
-    def _replica_gradients(self, step, X_b, Y_b, kl_weight):
+            self.natgrad = gpflow.optimizers.NaturalGradient(gamma)
+        separate_collective_keys(strategy)
+        super().__init__(model, optimizer, variables, step_counter, **kwargs)
+        # the step itself stays plain (its all-reduces are outside XLA); with jit_compile, each
+        # replica's objective and gradients are one XLA program, traced per replica (its row block
+        # is a compile-time constant) and batch shape
+        self._compiled = tf.function(self._step, autograph=False)
+        self._replica_xla = None
+        if self.jit_compile:
+            self._replica_xla = tf.function(self._replica_gradients, autograph=False, jit_compile=True)
+
+    def _replica_gradients(self, step, X_b, Y_b, kl_weight, replica=None):
         """This replica's ``(share of the ELBO, gradients of its share of the loss, status)``: the
         model's one objective (:meth:`~deepgp_gi.DeepGP.elbo_terms`) on the replica's rows, its
-        likelihood term rescaled for the whole batch, ``1/R`` of the KL and of the log prior."""
+        likelihood term rescaled for the whole batch, ``1/R`` of the KL and of the log prior. The
+        gradients are those of the Adam variables, then of the natural-gradient blocks'.
+        ``replica``: this replica's index as a Python int (the XLA program's row block is then a
+        constant), or ``None`` to read it from the replica context."""
         from ..noise import RowSlice
 
         R = self.strategy.num_replicas_in_sync
-        r = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32)
-        B = tf.shape(X_b)[0]
+        if replica is None:
+            r = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32)
+            B = tf.shape(X_b)[0]
+        else:
+            r = replica
+            B = X_b.shape[0] if X_b.shape[0] is not None else tf.shape(X_b)[0]
         start, stop = B * r // R, B * (r + 1) // R
         noise = RowSlice(step_noise(self.seed, step), start, stop, B)
+        watched = self.variables + block_variables(self.blocks)
         with cholesky_checks() as checks:
             with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(self.variables)
+                tape.watch(watched)
                 ell, kl = self.model.elbo_terms((X_b[start:stop], Y_b[start:stop]), self.num_samples, noise,
                                                 batch_size=B)
                 loss, share = tempered_loss(ell, kl / R, kl_weight, self.model.log_prior_density() / R)
-            grads = tape.gradient(loss, self.variables)
+            grads = tape.gradient(loss, watched)
         # every replica must all-reduce the same list: a variable its rows do not reach (e.g. an
         # empty block of a small last batch) gets an explicit zero gradient, not None
-        grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, self.variables)]
+        grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, watched)]
         return share, grads, checks.status()
 
+    def _replica_terms(self, step, X_b, Y_b, kl_weight):
+        """:meth:`_replica_gradients` of the current replica, XLA-compiled with ``jit_compile``."""
+        if self._replica_xla is None:
+            return self._replica_gradients(step, X_b, Y_b, kl_weight)
+        replica = tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
+        if replica is None:
+            raise ValueError("jit_compile=True under this strategy: its replica index is not known when the step "
+                             "is traced, so a replica's row block cannot be compiled; use jit_compile=False")
+        return self._replica_xla(step, X_b, Y_b, kl_weight, int(replica))
+
     def _replica(self, step, X_b, Y_b, kl_weight):
-        share, grads, status = self._replica_gradients(step, X_b, Y_b, kl_weight)
-        self.update(grads)  # the optimiser all-reduces (sums) the replicas' gradients
+        share, grads, status = self._replica_terms(step, X_b, Y_b, kl_weight)
+        n = len(self.variables)
+        if n:
+            self.update(grads[:n])  # the optimiser all-reduces (sums) the replicas' gradients
+        if self.blocks:  # one batched all-reduce; every replica updates its copy from the sum
+            summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads[n:])
+            apply_natural_gradients(self.natgrad, self.blocks, summed)
         return share, status
 
     def loss_and_gradients(self, step, X_b, Y_b, kl_weight=None):
-        """The whole batch's ELBO and loss gradients as the replicas compute them (summed across
-        replicas), without an update: for checking against one device."""
+        """The whole batch's ELBO and loss gradients of the Adam variables as the replicas compute
+        them (summed across replicas), without an update: for checking against one device."""
+        n = len(self.variables)
 
         @tf.function(autograph=False)
         def run(step, X_b, Y_b, kl_weight):
-            shares, grads, _ = self.strategy.run(self._replica_gradients, args=(step, X_b, Y_b, kl_weight))
+            shares, grads, _ = self.strategy.run(self._replica_terms, args=(step, X_b, Y_b, kl_weight))
             total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
-            return total, [self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None) for g in grads]
+            return total, [self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None) for g in grads[:n]]
 
         return run(step, X_b, Y_b, self.kl_weight_tensor(kl_weight))
 
