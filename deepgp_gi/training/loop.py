@@ -13,8 +13,8 @@ import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
 
-from ..models import DeepGP
-from ..validation import check_positive_float, check_positive_int, resolve_seed
+from ..models import OBJECTIVES, DeepGP
+from ..validation import check_choice, check_positive_float, check_positive_int, resolve_seed
 from .batches import array_batches, dataset_batches
 from .checkpoint import Checkpointer
 from .compilation import resolve_jit_compile
@@ -41,6 +41,7 @@ class _Plan:
     X: Optional[tf.Tensor] = None
     Y: Optional[tf.Tensor] = None
     importance_samples: Optional[int] = None  # K of a latent-variable model's bound
+    objective: str = "elbo"
 
 
 def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_samples, seed, log_every) -> _Plan:
@@ -161,6 +162,20 @@ def _batches(plan: _Plan, data, start: int, dtype: tf.DType) -> tf.data.Dataset:
     return array_batches(plan.X, plan.Y, start, plan.steps, plan.batch_size, plan.seed)
 
 
+def _check_objective(model, objective) -> str:
+    """``objective`` is a name in :data:`~deepgp_gi.models.OBJECTIVES` the model can train on."""
+    from ..latent import LatentDeepGP
+
+    objective = check_choice(objective, "objective", OBJECTIVES)
+    if objective == "predictive" and _is_sampler(model):
+        raise ValueError("objective='predictive' is for a variational family; a sampling posterior draws its "
+                         "inducing outputs by SGHMC and has no q(U) to fit")
+    if objective == "predictive" and isinstance(model, LatentDeepGP):
+        raise ValueError("objective='predictive' is not available for a latent-variable model; train it on the "
+                         "importance-weighted bound (importance_samples=K)")
+    return objective
+
+
 def fit(
     model: DeepGP,
     data,
@@ -180,6 +195,7 @@ def fit(
     strategy: Optional[tf.distribute.Strategy] = None,
     kl_schedule: Union[None, str, Callable[[int], float]] = None,
     importance_samples: Optional[int] = None,
+    objective: str = "elbo",
 ) -> History:
     """Maximise ``model``'s ELBO with Adam (or a KL-tempered ELBO, see ``kl_schedule``).
 
@@ -255,6 +271,12 @@ def fit(
         :class:`~deepgp_gi.latent.LatentDeepGP`): train the importance-weighted bound with K draws of
         the latent variable per data point (the history records that bound); ``None`` or 1 is the ELBO.
         A plain model refuses it.
+    :param objective: ``"elbo"`` (default) or ``"predictive"``: the predictive objective of
+        Jankowiak et al. (2020), the log predictive density of each training row under the mixture
+        of the propagated samples minus the KL (:meth:`~deepgp_gi.DeepGP.elbo_terms`); the history
+        and the progress bar then record that objective in place of the ELBO. Every variational
+        family takes it (a deep sigma point process, ``posterior="dspp"``, is meant for it); a
+        sampling family and a latent-variable model refuse it.
     :return: a :class:`History`.
     :raises deepgp_gi.linalg.CholeskyError: a factorisation failed in a step (checked before
         every log entry and checkpoint, and at the end, so no broken state is logged or saved).
@@ -269,6 +291,7 @@ def fit(
     jit_compile = resolve_jit_compile(jit_compile, model, natgrad=natgrad_gamma is not None, strategy=strategy)
     _check_sampler_options(model, natgrad_gamma=natgrad_gamma, kl_schedule=kl_schedule, strategy=strategy)
     plan.importance_samples = _check_importance_samples(model, importance_samples, strategy=strategy)
+    plan.objective = _check_objective(model, objective)
     schedule = resolve_kl_schedule(kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch)
     if strategy is None:
         return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
@@ -326,7 +349,7 @@ def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, natg
 
     batches = _batches(plan, data, start, model.dtype)
     options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile,
-                   importance_samples=plan.importance_samples)
+                   importance_samples=plan.importance_samples, objective=plan.objective)
     if strategy is not None:
         train_step = DistributedStep(model, optimizer, variables, step_counter, strategy=strategy,
                                      natgrad_blocks=blocks, gamma=natgrad_gamma, **options)

@@ -47,7 +47,9 @@ class TrainStep:
     ``kl_weight`` (default 1: no tempering); it returns the (untempered) ELBO estimate.
 
     ``importance_samples``: K of a latent-variable model's importance-weighted bound
-    (:class:`~deepgp_gi.latent.LatentDeepGP`), passed to its ``elbo_terms``; ``None`` for a plain model."""
+    (:class:`~deepgp_gi.latent.LatentDeepGP`), passed to its ``elbo_terms``; ``None`` for a plain model.
+    ``objective``: ``"elbo"`` (default) or ``"predictive"``, passed to ``elbo_terms`` (the step then
+    returns the predictive objective where it would return the ELBO)."""
 
     def __init__(
         self,
@@ -59,6 +61,7 @@ class TrainStep:
         num_samples: int,
         seed: int,
         importance_samples=None,
+        objective: str = "elbo",
         jit_compile: bool = False,
     ):
         self.model = model
@@ -72,6 +75,8 @@ class TrainStep:
         self.num_samples = num_samples
         self.seed = seed
         self.elbo_options = {} if importance_samples is None else {"importance_samples": importance_samples}
+        if objective != "elbo":
+            self.elbo_options["objective"] = objective
         self.jit_compile = jit_compile
         # int64, not int32: TensorFlow keeps int32 variables in host memory on a GPU, which an
         # XLA-compiled step on the GPU cannot read (fit(jit_compile=True) failed there)
@@ -267,19 +272,16 @@ class SamplerStep(TrainStep):
         value per chain variable: ``[M, D_l]`` per layer for SGHMC; BSGP's also holds the inducing
         inputs and kernel hyperparameters, and its ``-log p`` their priors): the log-likelihood is
         ``(N / B) sum_batch log p(y | V)`` with the last layer's ``f`` integrated out
-        (:func:`~deepgp_gi.likelihoods.predictive_log_density` of the model's likelihood moments)
+        (the model's :meth:`~deepgp_gi.DeepGP.sample_log_density`)
         and the hidden layers sampled. ``fixed`` and ``gaussian_prior``: as the posterior's
         ``propagate_given`` (without the Gaussian factors, ``-log p`` is what is left of it)."""
         from ..kernels import shared_parameter_reads
-        from ..likelihoods import predictive_log_density
-        from ..models import _rows
 
         X, Y = self.model.check_data((X_b, Y_b))
         with shared_parameter_reads():  # each kernel parameter read once per pass
             prop = self.model.posterior.propagate_given(X, V, self.num_samples, noise, fixed=fixed,
                                                         gaussian_prior=gaussian_prior)
-        ll = tf.reduce_sum(predictive_log_density(self.model.likelihood, _rows(X),
-                                                  *self.model._likelihood_moments(prop), Y), axis=-1)
+        ll = tf.reduce_sum(self.model.sample_log_density(X, Y, prop), axis=-1)
         batch = tf.cast(tf.shape(X)[0], ll.dtype)
         return ll * (self.num_data(X) / batch), prop.kl
 
@@ -406,7 +408,7 @@ class DistributedStep(TrainStep):
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(watched)
                 ell, kl = self.model.elbo_terms((X_b[start:stop], Y_b[start:stop]), self.num_samples, noise,
-                                                batch_size=B)
+                                                batch_size=B, **self.elbo_options)
                 loss, share = tempered_loss(ell, kl / R, kl_weight, self.model.log_prior_density() / R)
             grads = tape.gradient(loss, watched)
         # every replica must all-reduce the same list: a variable its rows do not reach (e.g. an
