@@ -27,7 +27,7 @@ __all__ = ["fit"]
 
 
 @dataclass
-class _Plan:
+class FitPlan:
     """``fit``'s arguments, checked."""
 
     steps: int
@@ -44,7 +44,8 @@ class _Plan:
     objective: str = "elbo"
 
 
-def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_samples, seed, log_every) -> _Plan:
+def check_fit_arguments(model, data, *, steps, batch_size, learning_rate, num_samples, seed, log_every) -> FitPlan:
+    """``fit``'s common arguments checked into a :class:`FitPlan` (also :func:`~deepgp_gi.collect_samples`'s)."""
     if not isinstance(model, DeepGP):
         raise TypeError(f"model must be a deepgp_gi.DeepGP, got {type(model).__name__}")
     steps = check_positive_int(steps, "steps")
@@ -60,7 +61,7 @@ def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_sampl
         if model.num_data is None:
             raise ValueError("model.num_data must be set to train on a tf.data.Dataset of minibatches")
         length = int(data.cardinality())  # negative: infinite or unknown
-        return _Plan(num_data=model.num_data, batch_size=None, steps_per_epoch=length if length > 0 else None,
+        return FitPlan(num_data=model.num_data, batch_size=None, steps_per_epoch=length if length > 0 else None,
                      **common)
 
     X, Y = model.check_data(data)
@@ -74,7 +75,7 @@ def _check_arguments(model, data, *, steps, batch_size, learning_rate, num_sampl
         raise ValueError("model.num_data is None but batch_size < N: build the model with num_data=N")
     if model.num_data is not None and model.num_data != N:
         raise ValueError(f"model.num_data={model.num_data} but the data has N={N} rows")
-    return _Plan(num_data=N, batch_size=batch_size, steps_per_epoch=-(-N // batch_size), X=X, Y=Y, **common)
+    return FitPlan(num_data=N, batch_size=batch_size, steps_per_epoch=-(-N // batch_size), X=X, Y=Y, **common)
 
 
 LearningRateSchedule = gpflow.keras.tf_keras.optimizers.schedules.LearningRateSchedule
@@ -156,7 +157,7 @@ def _check_importance_samples(model, importance_samples, *, strategy) -> Optiona
     return K
 
 
-def _batches(plan: _Plan, data, start: int, dtype: tf.DType) -> tf.data.Dataset:
+def plan_batches(plan: FitPlan, data, start: int, dtype: tf.DType) -> tf.data.Dataset:
     if plan.batch_size is None:
         return dataset_batches(data, start, plan.steps, dtype)
     return array_batches(plan.X, plan.Y, start, plan.steps, plan.batch_size, plan.seed)
@@ -282,7 +283,7 @@ def fit(
         every log entry and checkpoint, and at the end, so no broken state is logged or saved).
     :raises FloatingPointError: the ELBO became NaN or infinite.
     """
-    plan = _check_arguments(
+    plan = check_fit_arguments(
         model, data, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
         num_samples=num_samples, seed=seed, log_every=log_every,
     )
@@ -321,7 +322,7 @@ def _check_strategy(model, strategy) -> None:
         )
 
 
-def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, natgrad_layers, strategy, checkpoint_dir,
+def _fit(model, data, plan: FitPlan, schedule, *, jit_compile, natgrad_gamma, natgrad_layers, strategy, checkpoint_dir,
          checkpoint_every, progress) -> History:
     """``fit`` after its checks (under the strategy's scope when there is one)."""
 
@@ -347,7 +348,7 @@ def _fit(model, data, plan: _Plan, schedule, *, jit_compile, natgrad_gamma, natg
     if start >= plan.steps:
         return history
 
-    batches = _batches(plan, data, start, model.dtype)
+    batches = plan_batches(plan, data, start, model.dtype)
     options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile,
                    importance_samples=plan.importance_samples, objective=plan.objective)
     if strategy is not None:
@@ -436,7 +437,7 @@ class _KLWeights:
         return self.value, self.tensor
 
 
-def _run(plan: _Plan, batches, train_step: TrainStep, history: History, checkpointer, start: int, progress: bool,
+def _run(plan: FitPlan, batches, train_step: TrainStep, history: History, checkpointer, start: int, progress: bool,
          kl_weights: _KLWeights):
     """The loop: step, log every ``log_every`` steps, checkpoint; the checks precede both."""
     steps, N = plan.steps, plan.num_data

@@ -9,6 +9,7 @@ from tqdm.auto import tqdm
 
 from ..models import DeepGP
 from ..validation import check_positive_int, resolve_seed
+from .loop import check_fit_arguments, plan_batches
 from .step import SamplerStep
 
 __all__ = ["collect_samples"]
@@ -65,10 +66,8 @@ def collect_samples(
     seed = resolve_seed(seed, "seed")
     if not isinstance(jit_compile, bool):
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
-    from .loop import _batches, _check_arguments
-
     steps = num_samples * thin
-    plan = _check_arguments(model, data, steps=steps, batch_size=batch_size, learning_rate=1.0,
+    plan = check_fit_arguments(model, data, steps=steps, batch_size=batch_size, learning_rate=1.0,
                             num_samples=num_hidden_samples, seed=seed, log_every=1)
     posterior = model.posterior
     step = SamplerStep(model, None, [], tf.Variable(0, dtype=tf.int64, trainable=False), adapt=False,
@@ -77,7 +76,7 @@ def collect_samples(
     bar = tqdm(total=steps, disable=not progress, desc="collect_samples", dynamic_ncols=True)
     done = 0
     try:
-        for t, X_b, Y_b in _batches(plan, data, 0, model.dtype):
+        for t, X_b, Y_b in plan_batches(plan, data, 0, model.dtype):
             log_joint = step(t, X_b, Y_b)
             done = int(t.numpy()) + 1
             if done % thin == 0:
