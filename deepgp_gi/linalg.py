@@ -30,7 +30,7 @@ import contextlib
 import functools
 import threading
 import warnings
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -47,6 +47,10 @@ __all__ = [
     "add_jitter",
     "base_jitter",
     "compiled_ladder",
+    "CholeskyWithInverse",
+    "cholesky_with_inverse",
+    "cholesky_and_solve",
+    "triangular_solve_with_inverse",
 ]
 
 
@@ -291,9 +295,11 @@ def _host_is_the_device() -> bool:
     return not tf.config.list_logical_devices("GPU")
 
 
-def _ladder(A, L, ok, jitter, scale, ladder, skip):
+def _ladder(A, L, ok, jitter, scale, ladder, skip, factorise=tf.linalg.cholesky):
     """Refactorise the failed members with jitter ``start * 10**k * scale`` for ``k`` in ``ladder``,
     each keeping the first that works; ``skip`` (or None) replaces members that already succeeded.
+    ``factorise`` maps ``[..., N, N]`` matrices to their factors (``[..., N, N]`` or wider, as
+    :func:`cholesky_with_inverse`'s unrolled ``[L^T | L^{-1}]``); a factor is kept where finite.
 
     The retries are independent of each other, so they are one batched factorisation of the
     ``K = len(ladder)`` jittered copies ``[K, batch..., N, N]`` (one kernel launch, not ``K``),
@@ -308,7 +314,7 @@ def _ladder(A, L, ok, jitter, scale, ladder, skip):
     if skip is not None:
         B = tf.where(tf.expand_dims(_matrix_axes(ok), 0), skip, B)
     K = len(ladder)
-    factors = tf.linalg.cholesky(B)
+    factors = factorise(B)
     # unstacked once each (three ops), not sliced per rung
     worked = tf.unstack(_finite_per_matrix(factors), num=K)  # K x [batch...]
     factors, trials = tf.unstack(factors, num=K), tf.unstack(trials, num=K)
@@ -325,10 +331,11 @@ def _jitter_scale(A: tf.Tensor) -> tf.Tensor:
     return tf.where(scale > 0, scale, tf.ones_like(scale))
 
 
-def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
+def _escalated(A: tf.Tensor, max_tries: int, factorise=tf.linalg.cholesky
+               ) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
     """(L, jitter used per member, failed) with per-member escalation; no gradient (see
     safe_cholesky). ``failed`` is the scalar "some member is still not finite" where the regime
-    knows it without another check, else None.
+    knows it without another check, else None. ``factorise``: as :func:`_ladder`'s.
 
     Three regimes, all without a host round-trip on an accelerator:
 
@@ -341,14 +348,14 @@ def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor, Opti
     * compiled with a GPU visible: a fixed, branch-free subset of the ladder
       (:func:`compiled_ladder`) selected with ``tf.where``.
     """
-    L = tf.linalg.cholesky(A)
+    L = factorise(A)
     if _host_is_the_device() and not tf.executing_eagerly():
         # one reduction over every entry for the predicate; the per-member flags are needed (and
         # computed) only in the retry branch
         def retry():
             ok = _finite_per_matrix(L)
             scale = _jitter_scale(A)
-            new_L, jitter = _ladder(A, L, ok, tf.zeros_like(scale), scale, range(max_tries), None)
+            new_L, jitter = _ladder(A, L, ok, tf.zeros_like(scale), scale, range(max_tries), None, factorise)
             return new_L, jitter, tf.logical_not(tf.reduce_all(_finite_per_matrix(new_L)))
 
         batch = A.shape[:-2]
@@ -362,7 +369,7 @@ def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor, Opti
         for k in range(max_tries):
             if bool(tf.reduce_all(ok)):
                 break
-            L, jitter = _ladder(A, L, ok, jitter, scale, [k], None)
+            L, jitter = _ladder(A, L, ok, jitter, scale, [k], None, factorise)
             ok = _finite_per_matrix(L)
         return L, jitter, None
     # Members that already succeeded get a stand-in matrix instead of a refactorisation: -I makes
@@ -372,7 +379,7 @@ def _escalated(A: tf.Tensor, max_tries: int) -> Tuple[tf.Tensor, tf.Tensor, Opti
     scale = _jitter_scale(A)
     n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
     skip = (1.0 if in_xla_context() else -1.0) * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where
-    L, jitter = _ladder(A, L, ok, tf.zeros_like(scale), scale, compiled_ladder(max_tries), skip)
+    L, jitter = _ladder(A, L, ok, tf.zeros_like(scale), scale, compiled_ladder(max_tries), skip, factorise)
     return L, jitter, None
 
 
@@ -423,8 +430,16 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
 
         return L, grad
 
-    L = factor(A)
-    failed = failed_out[0]  # known to the host branch's cond; else checked here
+    return _reported(factor(A), A, failed_out[0], jitter_out[0], max_tries, name)
+
+
+def _reported(L: tf.Tensor, A: tf.Tensor, failed: Optional[tf.Tensor], jitter: tf.Tensor, max_tries: int,
+              name: str) -> tf.Tensor:
+    """``L`` once its failures are reported (:func:`safe_cholesky`'s contract): eagerly a
+    :class:`CholeskyError` if some member is not finite; compiled, the failure flag recorded into
+    the active :func:`cholesky_checks` collectors, else a ``tf.debugging.Assert`` (none under
+    XLA). ``failed``: the scalar flag where :func:`_escalated` knows it, else None (checked here);
+    ``jitter``: the jitter per member (for the eager message)."""
     ok = _finite_per_matrix(L) if failed is None else None
     rel = base_jitter(A.dtype) * 10.0 ** (max_tries - 1) if max_tries else 0.0
     head = (
@@ -435,7 +450,7 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
 
     if tf.executing_eagerly():
         if not bool(tf.reduce_all(ok)):
-            last = float(tf.reduce_max(tf.where(ok, tf.zeros_like(jitter_out[0]), jitter_out[0])))
+            last = float(tf.reduce_max(tf.where(ok, tf.zeros_like(jitter), jitter)))
             raise CholeskyError(f"{head} (last jitter tried: {last:.3e}){tail}")
         return L
 
@@ -454,9 +469,237 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
             f"safe_cholesky({name}) traced in an XLA-compiled function without "
             "deepgp_gi.linalg.cholesky_checks(): a failed factorisation will return NaN silently",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         return L
     check = tf.debugging.Assert(tf.logical_not(failed), [message])
     with tf.control_dependencies([check]):
         return tf.identity(L)
+
+
+# --------------------------------------------------------------------------- factor and inverse
+
+
+class CholeskyWithInverse(NamedTuple):
+    """What :func:`cholesky_with_inverse` returns.
+
+    :ivar factor: ``L = chol(A)`` ``[batch..., N, N]`` (lower triangular).
+    :ivar inverse: ``L^{-1}`` ``[batch..., N, N]`` (lower triangular).
+    """
+
+    factor: tf.Tensor
+    inverse: tf.Tensor
+
+
+def _unrolled_factor(A: tf.Tensor) -> tf.Tensor:
+    """``[L^T | L^{-1}]`` ``[batch..., n, 2n]`` of ``L = chol(A)`` for a static, small ``n``, by
+    symmetric elimination on ``[A | I]`` written as elementwise operations over the batch: ``n``
+    steps of a few operations each (no Cholesky or triangular-solve kernel, so the operations do
+    not depend on the batch size on any device).
+
+    Step ``j`` scales row ``j`` by ``1 / sqrt(pivot)`` (it is then row ``j`` of ``[L^T | L^{-1}]``)
+    and subtracts ``W[i, j] / sqrt(pivot) = L[i, j]`` times it from every row ``i``. For ``i > j``
+    that is the elimination; the rows ``i <= j`` are finished (their scaled copies are kept) and
+    what the subtraction leaves in them is never read again, so no mask selects the rows (eight
+    operations a step). A pivot that is not positive makes the member's factor non-finite, which
+    the jitter ladder and the failure report see. The left half's entries below the diagonal are
+    rounding residues of the elimination: the caller keeps the upper triangle of ``L^T``."""
+    n = A.shape[-1]
+    W = tf.concat([A, tf.broadcast_to(tf.eye(n, dtype=A.dtype), tf.shape(A))], axis=-1)
+    rows = []
+    for j in range(n):
+        row = W[..., j : j + 1, :]  # [..., 1, 2n]
+        scale = tf.math.rsqrt(row[..., j : j + 1])  # [..., 1, 1]
+        row = row * scale
+        rows.append(row)
+        if j + 1 < n:
+            W = W - (W[..., :, j : j + 1] * scale) * row  # column j of W times 1 / sqrt(pivot): L[i, j] for i > j
+    return tf.concat(rows, axis=-2)
+
+
+def _escalated_in_one_pass(A: tf.Tensor, max_tries: int, factorise) -> Tuple[tf.Tensor, tf.Tensor, None]:
+    """The branch-free jitter ladder of a compiled step with a GPU visible (:func:`_escalated`'s
+    third regime) with the plain factorisation as its first rung: ``A`` and its jittered copies
+    (:func:`compiled_ladder`) are factorised by one call of ``factorise`` over ``[K + 1, batch...]``
+    and each member keeps its first finite factor (an added jitter of ``0 * scale`` leaves the first
+    copy equal to ``A``). One factorisation kernel instead of two (the plain one, then the ladder's
+    of stand-ins), for ``K + 1`` times the flops of one: on an accelerator, where a small
+    factorisation costs its launches, not its arithmetic, this halves a factorisation's launches;
+    for :func:`_unrolled_factor`, whose operations do not depend on the batch, its operations."""
+    ladder = compiled_ladder(max_tries)
+    scale = _jitter_scale(A)
+    start = base_jitter(A.dtype)
+    steps = tf.constant([0.0] + [start * 10.0**k for k in ladder], A.dtype)
+    trials = tf.reshape(steps, [len(ladder) + 1] + [1] * scale.shape.rank) * scale  # [K + 1, batch...]
+    factors = factorise(add_jitter(tf.expand_dims(A, 0), trials))
+    worked = tf.unstack(_finite_per_matrix(factors), num=len(ladder) + 1)
+    factors, trials = tf.unstack(factors, num=len(ladder) + 1), tf.unstack(trials, num=len(ladder) + 1)
+    F, jitter = factors[-1], trials[-1]
+    for i in reversed(range(len(ladder))):
+        F = tf.where(_matrix_axes(worked[i]), factors[i], F)
+        jitter = tf.where(worked[i], trials[i], jitter)
+    return F, jitter, None
+
+
+def _factor_with_ladder(A: tf.Tensor, max_tries: int, factorise=tf.linalg.cholesky):
+    """``(factor, jitter, failed)`` of :func:`cholesky_with_inverse` and :func:`cholesky_and_solve`:
+    no ladder for ``max_tries=0`` (one factorisation; a failure is reported, not repaired); else
+    :func:`_escalated`'s regimes, except that with a GPU visible the factorisation and its ladder
+    are one pass (:func:`_escalated_in_one_pass`)."""
+    if max_tries == 0:
+        return factorise(A), tf.zeros(tf.shape(A)[:-2], A.dtype), None
+    if tf.executing_eagerly() or _host_is_the_device():
+        return _escalated(A, max_tries, factorise)
+    return _escalated_in_one_pass(A, max_tries, factorise)
+
+
+def _inverse_backward(L: tf.Tensor, T: tf.Tensor, dL: Optional[tf.Tensor], solved: Optional[tf.Tensor],
+                      d_solved: Optional[tf.Tensor]) -> tf.Tensor:
+    """Reverse-mode derivative ``dA`` of ``L = chol(A)`` and ``Y = L^{-1} Z`` (``Z`` constant) from
+    the upstream ``dL`` and ``dY`` (either may be None), written with ``T = L^{-1}``: products only.
+
+    ``Y`` adds ``-T^T dY Y^T`` to ``dL``; then ``dA = T^T (P + P^T) T`` with ``P`` the lower triangle
+    of ``L^T dL`` halved below the diagonal and quartered on it, which is :func:`_cholesky_backward`
+    with its two triangular solves replaced by products with ``T``. Only the lower triangle of
+    ``dL`` enters (``L^T`` is upper triangular), as in TensorFlow's own Cholesky gradient."""
+    if d_solved is not None:
+        correction = tf.linalg.matmul(T, tf.linalg.matmul(d_solved, solved, transpose_b=True), transpose_a=True)
+        dL = -correction if dL is None else dL - correction
+    if dL is None:
+        return tf.zeros_like(L)
+    middle = tf.linalg.band_part(tf.linalg.matmul(L, dL, transpose_a=True), -1, 0)
+    n = L.shape[-1]
+    if n is not None:
+        middle = middle * tf.constant(np.tril(np.full((n, n), 0.5)) - 0.25 * np.eye(n), dtype=L.dtype)
+    else:
+        middle = 0.5 * tf.linalg.set_diag(middle, 0.5 * tf.linalg.diag_part(middle))
+    symmetric = middle + tf.linalg.matrix_transpose(middle)
+    return tf.linalg.matmul(tf.linalg.matmul(T, symmetric, transpose_a=True), T)
+
+
+def _validated_tries(max_tries) -> int:
+    max_tries = int(max_tries)
+    if max_tries < 0:
+        raise ValueError(f"max_tries must be >= 0, got {max_tries}")
+    return max_tries
+
+
+def _eye_like(A: tf.Tensor) -> tf.Tensor:
+    """``I`` of ``A``'s shape ``[batch..., N, N]`` (``[N, N]`` when ``A`` has no batch axes)."""
+    n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
+    eye = tf.eye(n, dtype=A.dtype)
+    return eye if A.shape.rank == 2 else tf.broadcast_to(eye, tf.shape(A))
+
+
+@check_shapes("A: [batch..., N, N]", "return[0]: [batch..., N, N]", "return[1]: [batch..., N, N]")
+def cholesky_with_inverse(A: tf.Tensor, *, max_tries: int = 6, unrolled: bool = False,
+                          name: str = "matrix") -> CholeskyWithInverse:
+    """:func:`safe_cholesky`'s factor ``L`` of ``A`` and its inverse ``L^{-1}``, with a gradient
+    that needs no solve.
+
+    The jitter ladder (``max_tries`` rungs) and the failure report are :func:`safe_cholesky`'s,
+    except that with a GPU visible the plain factorisation is the ladder's first rung, all in one
+    batched factorisation (:func:`_escalated_in_one_pass`), and that ``max_tries=0`` (for matrices
+    positive definite by construction, such as ``I + C^T C``) factorises once, with no ladder and
+    no ``tf.cond``, still reporting a failure. The inverse is one triangular solve against ``I``. The reverse-mode derivative is written with the inverse (products only,
+    :func:`_inverse_backward`) where :func:`safe_cholesky`'s takes two triangular solves. Solves by
+    ``L`` whose gradient should use the inverse: :func:`triangular_solve_with_inverse`, or
+    :func:`cholesky_and_solve` for a right-hand side known with ``A``.
+
+    ``unrolled=True`` (a static, small ``N``, e.g. a covariance per data point): factor and
+    inverse by elimination written as elementwise operations over the batch
+    (:func:`_unrolled_factor`), about ``9 N`` operations whatever the batch size and no Cholesky
+    or triangular-solve kernel, whose launches on a GPU can grow with the number of matrices.
+
+    :param A: symmetric matrices ``[batch..., N, N]``.
+    :param max_tries: jitter escalation steps, as :func:`safe_cholesky`.
+    :param unrolled: the elementwise factorisation (needs a static ``N``).
+    :param name: the matrix's name in the failure message.
+    :return: a :class:`CholeskyWithInverse`.
+    """
+    A = tf.convert_to_tensor(A)
+    max_tries = _validated_tries(max_tries)
+    if unrolled and A.shape[-1] is None:
+        raise ValueError("cholesky_with_inverse(unrolled=True) needs the matrix size at trace time")
+
+    @tf.custom_gradient
+    def factor(A):
+        if not unrolled:
+            L, jitter, failed = _factor_with_ladder(A, max_tries)
+            L = _reported(L, A, failed, jitter, max_tries, name)
+            T = tf.linalg.triangular_solve(L, _eye_like(A), lower=True)
+        else:
+            F, jitter, failed = _factor_with_ladder(A, max_tries, _unrolled_factor)
+            upper, T = tf.split(_reported(F, A, failed, jitter, max_tries, name), 2, axis=-1)
+            L = tf.linalg.band_part(tf.linalg.matrix_transpose(upper), -1, 0)
+
+        def grad(dL, dT):
+            return _inverse_backward(L, T, dL, T, dT)
+
+        return (L, T), grad
+
+    return CholeskyWithInverse(*factor(A))
+
+
+@check_shapes(
+    "A: [batch..., N, N]",
+    "rhs: [batch..., N, K]",
+    "return[0]: [batch..., N, N]",
+    "return[1]: [batch..., N, K]",
+)
+def cholesky_and_solve(A: tf.Tensor, rhs: tf.Tensor, *, max_tries: int = 6,
+                       name: str = "matrix") -> Tuple[tf.Tensor, tf.Tensor]:
+    """``(L, L^{-1} rhs)`` with ``L`` the factor of ``A`` (with the ladder and report of
+    :func:`cholesky_with_inverse`), from one triangular solve of ``[I | rhs]``: the inverse ``L^{-1}`` it also gives is kept for the gradient, which is
+    then products only (:func:`_inverse_backward`), where :func:`safe_cholesky` followed by a
+    solve takes three triangular solves. The values of ``L^{-1} rhs`` are those of the solve.
+
+    :param A: symmetric matrices ``[batch..., N, N]``.
+    :param rhs: right-hand sides ``[batch..., N, K]`` (``A``'s batch shape).
+    :param max_tries: jitter escalation steps, as :func:`safe_cholesky`.
+    :param name: the matrix's name in the failure message.
+    :return: ``(L [batch..., N, N], L^{-1} rhs [batch..., N, K])``.
+    """
+    A, rhs = tf.convert_to_tensor(A), tf.convert_to_tensor(rhs)
+    max_tries = _validated_tries(max_tries)
+
+    @tf.custom_gradient
+    def factor_and_solve(A, rhs):
+        L, jitter, failed = _factor_with_ladder(A, max_tries)
+        L = _reported(L, A, failed, jitter, max_tries, name)
+        n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
+        T, X = tf.split(tf.linalg.triangular_solve(L, tf.concat([_eye_like(A), rhs], axis=-1), lower=True),
+                        [n, -1], axis=-1)
+
+        def grad(dL, dX):
+            return _inverse_backward(L, T, dL, X, dX), tf.linalg.matmul(T, dX, transpose_a=True)
+
+        return (L, X), grad
+
+    return factor_and_solve(A, rhs)
+
+
+@check_shapes(
+    "L: [batch..., N, N]",
+    "inverse: [batch..., N, N]",
+    "rhs: [batch..., N, K]",
+    "return: [batch..., N, K]",
+)
+def triangular_solve_with_inverse(L: tf.Tensor, inverse: tf.Tensor, rhs: tf.Tensor) -> tf.Tensor:
+    """``L^{-1} rhs`` by a triangular solve (the same values as ``tf.linalg.triangular_solve``),
+    whose gradient uses the known ``inverse = L^{-1}`` (:func:`cholesky_with_inverse`) instead of a
+    second solve: ``d rhs = L^{-T} dX`` and ``dL = -d rhs X^T`` (lower triangle), two products. No
+    gradient flows into ``inverse`` (it only stands for ``L^{-1}``)."""
+
+    @tf.custom_gradient
+    def solve(L, inverse, rhs):
+        X = tf.linalg.triangular_solve(L, rhs, lower=True)
+
+        def grad(dX):
+            d_rhs = tf.linalg.matmul(inverse, dX, transpose_a=True)
+            dL = -tf.linalg.band_part(tf.linalg.matmul(d_rhs, X, transpose_b=True), -1, 0)
+            return dL, None, d_rhs
+
+        return X, grad
+
+    return solve(L, inverse, rhs)

@@ -36,7 +36,10 @@ known here (SquaredExponential, Matern12/32/52), optionally plus ``White`` terms
 small nugget on the hidden layers: on the diagonal of ``K(Z, Z)`` and in ``k(x, x)`` as in every
 other family; the posterior sets them non-trainable, so they are neither sampled nor trained). Predictions mix
 over samples with different hyperparameters, so the covariances are evaluated from the sampled
-values, one kernel per sample (``[S, M, M]`` factorisations).
+values, one kernel per sample (``[S, M, M]`` factorisations). A pass factorises every layer's
+``K_uu`` at once (they depend on the state only, not on the rows): one batched factorisation of
+the ``[L, (S,) M, M]`` stack with its inverse (:func:`~deepgp_gi.linalg.cholesky_with_inverse`),
+which the gradients of the factorisation and of the layers' projections use instead of solves.
 
 **Where the paper and the code differ, and what is followed here.**
 
@@ -74,7 +77,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..kernels import batched_square_distance
-from ..linalg import add_jitter, safe_cholesky
+from ..linalg import add_jitter, cholesky_with_inverse, safe_cholesky
 from ..validation import check_choice
 from .base import Propagation
 from .conditionals import conditional_mean, sample_rows, whitened_projection
@@ -230,10 +233,10 @@ class BSGPPosterior(SGHMCPosterior):
                 "variances": [tf.exp(x) for x in log_var]}
 
     # ------------------------------------------------------------------ densities and propagation
-    def _layer_kernel(self, l: int, Z, log_ell, log_var, batched: bool):
-        """``(lengthscales, variance, white, Z / lengthscales, L_K)`` of layer ``l`` at one state:
+    def _layer_gram(self, l: int, Z, log_ell, log_var, batched: bool):
+        """``(lengthscales, variance, white, Z / lengthscales, K_uu)`` of layer ``l`` at one state:
         shaped to broadcast against ``[S, N, D]`` rows when ``batched`` (``[S, 1, D or 1]``,
-        ``[S, 1, 1]``), plain otherwise; ``L_K = chol(sigma^2 k(Z, Z) + (white + jitter) I)``,
+        ``[S, 1, 1]``), plain otherwise; ``K_uu = sigma^2 k(Z, Z) + (white + jitter) I``,
         ``[S, M, M]`` or ``[M, M]``; the scaled ``Z`` serves ``K(Z, F)`` too (one division and
         one gradient of it)."""
         stationary, whites = self._kernel_parts(l)
@@ -244,9 +247,34 @@ class BSGPPosterior(SGHMCPosterior):
         Zs = Z / ell
         Kzz = var * _unit_profile(stationary, batched_square_distance(Zs, Zs))
         white = tf.add_n([tf.convert_to_tensor(w.variance) for w in whites]) if whites else 0.0
-        L_K = safe_cholesky(add_jitter(Kzz, white + gpflow.config.default_jitter()),
-                            name=f"K_uu of layer {self.layers[l].name}")
-        return ell, var, white, Zs, L_K
+        return ell, var, white, Zs, add_jitter(Kzz, white + gpflow.config.default_jitter())
+
+    def _layer_kernel(self, l: int, Z, log_ell, log_var, batched: bool):
+        """:meth:`_layer_gram` with ``L_K = chol(K_uu)`` in place of ``K_uu``."""
+        *terms, Kuu = self._layer_gram(l, Z, log_ell, log_var, batched)
+        return (*terms, safe_cholesky(Kuu, name=f"K_uu of layer {self.layers[l].name}"))
+
+    def _factorised(self, grams: Sequence[tf.Tensor]) -> List[Tuple[tf.Tensor, tf.Tensor]]:
+        """``(L_K, L_K^{-1})`` of every layer's ``K_uu`` (:meth:`_layer_gram`), the layers of one
+        static shape (the usual equal ``M``) as one stack: one factorisation, one jitter ladder,
+        one triangular solve for the inverses (:func:`~deepgp_gi.linalg.cholesky_with_inverse`);
+        each member keeps its own jitter escalation."""
+        groups = {}
+        for l, K in enumerate(grams):
+            shape = tuple(K.shape.as_list()) if K.shape.rank is not None else ("run-time", l)
+            groups.setdefault(shape, []).append(l)
+        out: List[Tuple[tf.Tensor, tf.Tensor]] = [None] * len(grams)  # type: ignore[list-item]
+        for members in groups.values():
+            names = ", ".join(self.layers[l].name for l in members)
+            if len(members) == 1:
+                (l,) = members
+                L, T = cholesky_with_inverse(grams[l], name=f"K_uu of layer {names}")
+                out[l] = (L, T)
+                continue
+            L, T = cholesky_with_inverse(tf.stack([grams[l] for l in members]), name=f"K_uu of layers {names}")
+            for l, L_l, T_l in zip(members, tf.unstack(L, num=len(members)), tf.unstack(T, num=len(members))):
+                out[l] = (L_l, T_l)
+        return out
 
     def flat_gaussian_prior(self) -> FlatGaussianPrior:
         """The prior's Gaussian factors over the flat state: ``N(0, 1)`` on every entry of ``V``
@@ -316,12 +344,15 @@ class BSGPPosterior(SGHMCPosterior):
         batched = tf.convert_to_tensor(V[0]).shape.rank == 3
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
-        samples, choleskies = [], []
+        grams = [self._layer_gram(l, Z[l], log_ell[l], log_var[l], batched) for l in range(self.depth)]
+        factors = self._factorised([g[-1] for g in grams])
+        choleskies = [L_K for L_K, _ in factors]
+        samples = []
         for l, layer in enumerate(self.layers):
-            ell, var, white, Zs, L_K = self._layer_kernel(l, Z[l], log_ell[l], log_var[l], batched)
-            choleskies.append(L_K)
+            ell, var, white, Zs, _ = grams[l]
+            L_K, T_K = factors[l]
             Kzf = var * _unit_profile(self._stationary(l), batched_square_distance(Zs, F / ell))
-            A = whitened_projection(L_K, Kzf)
+            A = whitened_projection(L_K, Kzf, inverse=T_K)
             mean = conditional_mean(A, V[l], layer.mean(F))
             prior_var = (tf.squeeze(var, -1) if batched else var) + white  # k(x, x): [S, 1] or a scalar
             resid = prior_var - tf.reduce_sum(tf.square(A), axis=-2)

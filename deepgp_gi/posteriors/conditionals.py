@@ -4,10 +4,12 @@ For a layer with inducing inputs Z (fixed per layer, ``[M, D]``, or propagated p
 ``[S, M, D]``) and inputs ``F`` ``[S, N, D]``, every family needs the same pieces:
 
 * ``L_K = chol(K(Z, Z) + jitter I)`` (:func:`inducing_cholesky`; every layer's at once, as one
-  batched factorisation, :func:`inducing_choleskies`);
+  batched factorisation, :func:`inducing_choleskies`, with the inverses ``L_K^{-1}`` for
+  solve-free gradients, :func:`inducing_factors`);
 * the whitened projection ``A = L_K^{-1} K(Z, F)`` ``[S, M, N]`` (:func:`whitened_projection`),
   one data-sized triangular solve; with a shared ``L_K`` the S samples are solved as one
-  ``[M, S*N]`` right-hand side (markedly faster than S batched solves on CPU);
+  ``[M, S*N]`` right-hand side (markedly faster than S batched solves on CPU); given ``L_K^{-1}``
+  (:func:`~deepgp_gi.linalg.cholesky_with_inverse`), its gradient is two products, no solve;
 * the conditional mean ``m(F) + A^T a`` for whitened inducing outputs ``a``
   (:func:`conditional_mean`) and the prior's residual variance ``k(F, F) - |A|^2``
   (:func:`residual_variance`);
@@ -21,7 +23,7 @@ local inducing).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import gpflow
 import tensorflow as tf
@@ -29,11 +31,12 @@ from check_shapes import check_shapes
 
 from ..kernels import constant_diagonal
 from ..layers import GPLayer
-from ..linalg import add_jitter, safe_cholesky
+from ..linalg import add_jitter, cholesky_with_inverse, safe_cholesky, triangular_solve_with_inverse
 
 __all__ = [
     "inducing_cholesky",
     "inducing_choleskies",
+    "inducing_factors",
     "whitened_projection",
     "conditional_mean",
     "residual_variance",
@@ -92,14 +95,48 @@ def inducing_choleskies(layers: Sequence, stacked: bool = False):
     return (out, stack) if stacked else out
 
 
-@check_shapes("L_K: [batch..., M, M]", "Kuf: [S, M, N]", "return: [S, M, N]")
-def whitened_projection(L_K: tf.Tensor, Kuf: tf.Tensor) -> tf.Tensor:
-    """``A = L_K^{-1} K_uf``; ``L_K`` is ``[M, M]`` (shared by the samples) or ``[S, M, M]``."""
+def inducing_factors(layers: Sequence, stacked: bool = False):
+    """``(L_K, L_K^{-1})`` of every layer's fixed inducing inputs, as :func:`inducing_choleskies`
+    (one batched factorisation per distinct ``M_l``) with the inverses from one triangular solve
+    (:func:`~deepgp_gi.linalg.cholesky_with_inverse`): the factorisation's gradient, and that of
+    every :func:`whitened_projection` given the inverse, solve nothing. ``stacked``: returns
+    ``(factors, stack)`` as :func:`inducing_choleskies` does."""
+    jitter = gpflow.config.default_jitter()
+    Kuus = [add_jitter(layer.K(layer.Z), jitter) for layer in layers]
+    groups: Dict[object, List[int]] = {}
+    for i, K in enumerate(Kuus):
+        groups.setdefault(K.shape[-1] if K.shape[-1] is not None else ("run-time", i), []).append(i)
+    out: List[Tuple[tf.Tensor, tf.Tensor]] = [None] * len(Kuus)  # type: ignore[list-item]
+    stack = None
+    for members in groups.values():
+        names = ", ".join(layers[i].name for i in members)
+        if len(members) == 1:
+            (i,) = members
+            out[i] = tuple(cholesky_with_inverse(Kuus[i], name=f"K_uu of layer {names}"))
+            continue
+        L, T = cholesky_with_inverse(tf.stack([Kuus[i] for i in members]), name=f"K_uu of layers {names}")
+        if len(members) == len(Kuus):
+            stack = L
+        for i, L_i, T_i in zip(members, tf.unstack(L, num=len(members)), tf.unstack(T, num=len(members))):
+            out[i] = (L_i, T_i)
+    return (out, stack) if stacked else out
+
+
+@check_shapes("L_K: [batch..., M, M]", "Kuf: [S, M, N]", "inverse: [batch..., M, M]", "return: [S, M, N]")
+def whitened_projection(L_K: tf.Tensor, Kuf: tf.Tensor, inverse: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """``A = L_K^{-1} K_uf``; ``L_K`` is ``[M, M]`` (shared by the samples) or ``[S, M, M]``.
+    ``inverse``: ``L_K^{-1}`` (same layout) where the caller has it; the values are the same (a
+    triangular solve), the gradient uses it instead of a second solve
+    (:func:`~deepgp_gi.linalg.triangular_solve_with_inverse`)."""
+    if inverse is None:
+        solve = lambda L, B: tf.linalg.triangular_solve(L, B, lower=True)  # noqa: E731
+    else:
+        solve = lambda L, B: triangular_solve_with_inverse(L, inverse, B)  # noqa: E731
     if L_K.shape.rank == 3:
-        return tf.linalg.triangular_solve(L_K, Kuf, lower=True)
+        return solve(L_K, Kuf)
     S, M, N = tf.shape(Kuf)[0], tf.shape(Kuf)[1], tf.shape(Kuf)[2]
     rhs = tf.reshape(tf.transpose(Kuf, [1, 0, 2]), [M, S * N])
-    A = tf.linalg.triangular_solve(L_K, rhs, lower=True)
+    A = solve(L_K, rhs)
     return tf.transpose(tf.reshape(A, [M, S, N]), [1, 0, 2])
 
 

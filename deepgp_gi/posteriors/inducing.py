@@ -47,6 +47,7 @@ import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
 from ..initialisation import LOG_PRECISION_HIDDEN, LOG_PRECISION_OUTPUT, global_inducing_rows
+from ..linalg import add_jitter, cholesky_and_solve
 from ..noise import NoiseLike, NoiseSource
 from ..validation import (
     check_bool,
@@ -63,6 +64,7 @@ from .conditionals import (
     conditional_mean,
     inducing_cholesky,
     inducing_choleskies,
+    inducing_factors,
     layer_mean,
     residual_variance,
     sample_rows,
@@ -397,15 +399,17 @@ class GlobalInducingPosterior(_InducingPosterior):
                 mean, var = (rows_mean, rows_var) if marginal else (F, tf.zeros_like(F))
             else:
                 H = None
-                L_K = inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
+                # L_K [S, M, M] and A = L_K^{-1} K(U, F) from one triangular solve of [I | K(U, F)];
+                # with L_K^{-1}, their gradient solves nothing
+                L_K, A = cholesky_and_solve(add_jitter(layer.K(U), jitter), layer.K(U, F),
+                                            name=f"K_uu (global inducing) of layer {layer.name}")
                 eps = source.normal(f"u/{l}", [S, M, layer.output_dim], dtype)
                 # the mean only where the analytic KL or the marginal last layer reads it; the draw
-                # is the same either way (it shares the mean's first solve)
+                # is the same either way (it shares the mean's first product)
                 analytic = self.kl_mode == "analytic"
-                L_B, a_mean, a = self.pseudo_data[l].draw(
+                L_B, a_mean, a, T_B = self.pseudo_data[l].draw(
                     L_K, eps, with_mean=analytic or (last and self.last_layer == "marginal"), factor=factors[l])
-                lr, kl = log_ratio(L_B, a, eps), analytic_kl(L_B, a_mean) if analytic else None
-                A = whitened_projection(L_K, layer.K(U, F))
+                lr, kl = log_ratio(L_B, a, eps), analytic_kl(L_B, a_mean, inverse=T_B) if analytic else None
                 prior_mean = layer_mean(layer, F, self.residual_mean)
                 mean = conditional_mean(A, a, prior_mean)
                 var = tf.expand_dims(residual_variance(layer, F, A), -1)
@@ -416,9 +420,9 @@ class GlobalInducingPosterior(_InducingPosterior):
                     # a coherent draw through the sampled U_L; the ELBO sees U_L integrated out
                     sample = self.sample_last_layer(mean, tf.maximum(var, 0.0), source)
                     mean = conditional_mean(A, a_mean, prior_mean)
-                    var = var + marginal_variance(L_B, A, layer.output_dim)
+                    var = var + marginal_variance(L_B, A, layer.output_dim, inverse=T_B)
                     if kl is None:
-                        kl = analytic_kl(L_B, a_mean)
+                        kl = analytic_kl(L_B, a_mean, inverse=T_B)
             inducing.append(U)
             log_ratios.append(lr)
             kls.append(kl)
@@ -584,9 +588,10 @@ class LocalInducingPosterior(_InducingPosterior):
         samples, regularisers = [], []
         mean = var = None
         gp_layers = [l for l in range(self.depth) if not self.weight_space[l]]
-        # every GP layer's chol(K_uu) in one batched factorisation per step
-        chols, stack = inducing_choleskies([self.layers[l] for l in gp_layers], stacked=True)
-        prior_chols = dict(zip(gp_layers, chols))
+        # every GP layer's chol(K_uu) in one batched factorisation per step, with the inverses for
+        # solve-free gradients
+        factors, stack = inducing_factors([self.layers[l] for l in gp_layers], stacked=True)
+        prior_chols = dict(zip(gp_layers, factors))
         stacked = self._stacked_posterior(stack)
         if stacked is not None:
             inverse_factors = tf.unstack(stacked.inverse_factors, num=self.depth)
@@ -601,12 +606,12 @@ class LocalInducingPosterior(_InducingPosterior):
                 samples.append(F)
                 continue
             P, M = layer.output_dim, layer.num_inducing
-            L_K = prior_chols[l]  # [M, M]
+            L_K, T_K = prior_chols[l]  # [M, M] each
             if stacked is None:
                 L_B1, a_mean = self.pseudo_data[l].posterior(tf.expand_dims(L_K, 0))  # a sample axis of 1
             else:
                 L_B1, a_mean = None, tf.expand_dims(stacked.means[l], 0)  # [1, M, P]
-            A = whitened_projection(L_K, layer.K(layer.Z, F))
+            A = whitened_projection(L_K, layer.K(layer.Z, F), inverse=T_K)
             prior_mean = layer_mean(layer, F, self.residual_mean)
             if self.kl_mode == "analytic":
                 mean = conditional_mean(A, a_mean, prior_mean)

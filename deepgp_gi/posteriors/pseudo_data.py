@@ -19,9 +19,13 @@ One routine (:func:`pseudo_data_posterior`) builds ``(L, mean)`` for both; :func
 :func:`log_ratio`, :func:`analytic_kl` and :func:`marginal_variance` act on that pair,
 :func:`draw_weights` bundles a draw with its log-ratio and KL, and :func:`regulariser` picks a
 layer's term of the ELBO (:data:`KL_MODES`). The precision is never
-inverted; :func:`stacked_posterior` (local inducing's layers as one stack) forms the inverse of
-its Cholesky factor, ``L^{-1}``, which the analytic KL's trace needs anyway and whose norm is at
-most 1 in function space (``B = I + ...``).
+inverted. In function space (prior precision 1) the factor comes with its inverse ``L^{-1}``
+(:func:`~deepgp_gi.linalg.cholesky_with_inverse`: one triangular solve against ``I``), and the
+solves by ``L`` are products with it: ``B = I + ...`` has eigenvalues >= 1, so ``|L^{-1}| <= 1``
+and the products are as accurate as the solves, the analytic KL's trace is ``|L^{-1}|_F^2``, and
+the gradient needs no solve. ``B`` needs no jitter, so its factorisation has no jitter ladder
+(``max_tries=0``; a failure, from non-finite inputs, is still reported).
+:func:`stacked_posterior` does the same for local inducing's layers as one stack.
 
 Layouts: ``L`` is ``[S, D, D]`` when ``Lambda`` is shared by the P units (``"full"`` or
 ``"shared_diagonal"``) and ``[S, P, D, D]`` with one diagonal per unit (``"diagonal"``); ``mean``
@@ -40,7 +44,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 from check_shapes import check_shapes
 
-from ..linalg import add_jitter, safe_cholesky
+from ..linalg import add_jitter, cholesky_with_inverse, safe_cholesky
 from ..validation import check_choice, check_finite_array, check_positive_float
 
 __all__ = [
@@ -206,6 +210,21 @@ def _solve(L: tf.Tensor, rhs: tf.Tensor, adjoint: bool) -> tf.Tensor:
     return tf.linalg.matrix_transpose(tf.squeeze(x, -1))
 
 
+def _apply(T: tf.Tensor, rhs: tf.Tensor, adjoint: bool) -> tf.Tensor:
+    """``T rhs`` (or ``T^T rhs``) for ``rhs`` ``[S, D, P]``, with ``T`` ``[S, D, D]`` (shared by the
+    P columns) or ``[S, P, D, D]`` (one per column): :func:`_solve`'s layouts, by products with the
+    inverse factor ``T = L^{-1}``."""
+    if T.shape.rank == 3:
+        return tf.linalg.matmul(T, rhs, adjoint_a=adjoint)
+    return tf.linalg.matrix_transpose(tf.linalg.matvec(T, tf.linalg.matrix_transpose(rhs), adjoint_a=adjoint))
+
+
+def _unit_precision_factor(G: tf.Tensor):
+    """``(L, L^{-1})`` of ``I + G`` (prior precision 1: eigenvalues >= 1, so no jitter ladder)."""
+    return cholesky_with_inverse(add_jitter(G, tf.ones([], G.dtype)), max_tries=0,
+                                 name="pseudo-data posterior precision")
+
+
 def _units_logdet(L: tf.Tensor, num_units) -> tf.Tensor:
     """``sum_units log|L|`` ``[S]``: ``P log|L|`` if shared, else the sum over the units."""
     logdiag = tf.math.log(tf.abs(tf.linalg.diag_part(L)))
@@ -294,20 +313,21 @@ def _is_matrix(prior_precision: Optional[tf.Tensor]) -> bool:
 def gram_posterior(G: tf.Tensor, rhs: tf.Tensor, prior_precision: Optional[tf.Tensor] = None
                    ) -> Tuple[tf.Tensor, tf.Tensor]:
     """The regression posterior from its sufficient statistics: ``L = chol(prior + G)`` and
-    ``mean = (prior + G)^{-1} rhs``.
+    ``mean = (prior + G)^{-1} rhs`` (prior precision 1: by products with ``L^{-1}``, see the
+    module docs; else by two triangular solves).
 
     :param G: ``Phi^T Lambda Phi``, ``[S, D, D]`` (shared by the units) or ``[S, P, D, D]``.
     :param rhs: ``Phi^T Lambda V`` ``[S, D, P]``.
     :param prior_precision: ``None`` (1), ``[S]`` (``p I``) or a full ``[S, D, D]`` precision
         (e.g. the spatial inverse-Wishart prior of a convolution).
     """
-    dtype = G.dtype
-    S = tf.shape(G)[0]
     # diagonals are added (add_jitter), not set: the gradient of tf.linalg.set_diag on a run-time
     # batch shape runs three tf.conds (functional If ops) per call
     if prior_precision is None:
-        prec = add_jitter(G, tf.ones([], dtype))
-    elif _is_matrix(prior_precision):
+        L, T = _unit_precision_factor(G)
+        return L, _apply(T, _apply(T, rhs, adjoint=False), adjoint=True)
+    S = tf.shape(G)[0]
+    if _is_matrix(prior_precision):
         P = prior_precision if G.shape.rank == 3 else tf.expand_dims(prior_precision, 1)
         prec = G + P
     else:
@@ -324,23 +344,25 @@ class PosteriorDraw(NamedTuple):
     :ivar factor: ``L = chol(I + G)``, as :func:`gram_posterior`'s.
     :ivar mean: the posterior mean ``[S, D, P]`` if asked for, else None.
     :ivar weights: the draw ``mean + L^{-T} z`` ``[S, D, P]``.
+    :ivar inverse: ``L^{-1}``, the layout of ``factor`` (for :func:`analytic_kl` and
+        :func:`marginal_variance` without a solve).
     """
 
     factor: tf.Tensor
     mean: Optional[tf.Tensor]
     weights: tf.Tensor
+    inverse: Optional[tf.Tensor] = None
 
 
 def gram_draw(G: tf.Tensor, rhs: tf.Tensor, z: tf.Tensor, with_mean: bool = False) -> PosteriorDraw:
     """:func:`gram_posterior` (prior precision 1) and the draw of :func:`sample_weights`, the draw
-    computed as ``L^{-T} (L^{-1} rhs + z)``: the mean's first solve is shared, so a caller that
-    needs only the draw (a sampled layer, whose regulariser is the :func:`log_ratio`) runs two
-    triangular solves instead of three, and one that also needs the mean (``with_mean``: the
-    analytic KL, a marginal last layer) gets the same draw with three."""
-    L = safe_cholesky(add_jitter(G, tf.ones([], G.dtype)), name="pseudo-data posterior precision")
-    whitened = _solve(L, rhs, adjoint=False)  # L^{-1} rhs
-    mean = _solve(L, whitened, adjoint=True) if with_mean else None
-    return PosteriorDraw(L, mean, _solve(L, whitened + z, adjoint=True))
+    computed as ``L^{-T} (L^{-1} rhs + z)`` by products with ``L^{-1}`` (module docs): one
+    triangular solve (the inverse) whatever is asked; ``with_mean`` (the analytic KL, a marginal
+    last layer) adds the mean, with the same values as :func:`gram_posterior`'s."""
+    L, T = _unit_precision_factor(G)
+    whitened = _apply(T, rhs, adjoint=False)  # L^{-1} rhs
+    mean = _apply(T, whitened, adjoint=True) if with_mean else None
+    return PosteriorDraw(L, mean, _apply(T, whitened + z, adjoint=True), T)
 
 
 def _log_prior_weights(w: tf.Tensor, prior_precision: tf.Tensor) -> tf.Tensor:
@@ -393,16 +415,19 @@ def log_ratio(L: tf.Tensor, w: tf.Tensor, z: tf.Tensor, prior_precision: Optiona
     "prior_precision: [S, prior_shape...]",
     "return: [S]",
 )
-def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tensor] = None) -> tf.Tensor:
+def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tensor] = None,
+                inverse: Optional[tf.Tensor] = None) -> tf.Tensor:
     """``KL(q(w) || N(0, p^{-1} I))`` summed over the units, per sample ``[S]``.
 
     Per unit: ``1/2 [p tr Prec^{-1} + p |mean|^2 - D - D log p + log|Prec|]`` with
-    ``tr Prec^{-1} = |L^{-1}|_F^2``. It is the expectation of ``-`` :func:`log_ratio`.
+    ``tr Prec^{-1} = |L^{-1}|_F^2`` (from ``inverse``, ``L^{-1}``, when given: no solve). It is the
+    expectation of ``-`` :func:`log_ratio`.
     """
     dtype = mean.dtype
     D, P = tf.shape(mean)[-2], tf.shape(mean)[-1]
-    eye = tf.eye(D, batch_shape=tf.shape(L)[:-2], dtype=dtype)
-    trace = tf.reduce_sum(tf.square(tf.linalg.triangular_solve(L, eye, lower=True)), axis=[-2, -1])
+    if inverse is None:
+        inverse = tf.linalg.triangular_solve(L, tf.eye(D, batch_shape=tf.shape(L)[:-2], dtype=dtype), lower=True)
+    trace = tf.reduce_sum(tf.square(inverse), axis=[-2, -1])
     trace = tf.cast(P, dtype) * trace if L.shape.rank == 3 else tf.reduce_sum(trace, axis=-1)
     mahal = tf.reduce_sum(tf.square(mean), axis=[-2, -1])
     numel = tf.cast(D * P, dtype)
@@ -457,13 +482,15 @@ def regulariser(log_ratio_term: tf.Tensor, kl: Optional[tf.Tensor]) -> tf.Tensor
     "A: [S, D, N]",
     "return: [S, N, P]",
 )
-def marginal_variance(L: tf.Tensor, A: tf.Tensor, num_units: int) -> tf.Tensor:
-    """``diag(A^T Prec^{-1} A)`` per unit: the variance ``f = A^T w`` gets from ``q(w)``, ``[S, N, P]``."""
+def marginal_variance(L: tf.Tensor, A: tf.Tensor, num_units: int, inverse: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """``diag(A^T Prec^{-1} A)`` per unit: the variance ``f = A^T w`` gets from ``q(w)``, ``[S, N, P]``
+    (``|L^{-1} A|^2``: a product with ``inverse``, ``L^{-1}``, when given, else a solve)."""
     if L.shape.rank == 3:
-        X = tf.linalg.triangular_solve(L, A, lower=True)  # [S, D, N]
-        v = tf.reduce_sum(tf.square(X), axis=-2)
+        X = tf.linalg.triangular_solve(L, A, lower=True) if inverse is None else tf.linalg.matmul(inverse, A)
+        v = tf.reduce_sum(tf.square(X), axis=-2)  # [S, N]
         return tf.repeat(tf.expand_dims(v, -1), num_units, axis=-1)
-    X = tf.linalg.triangular_solve(L, tf.expand_dims(A, 1), lower=True)  # [S, P, D, N]
+    A = tf.expand_dims(A, 1)
+    X = tf.linalg.triangular_solve(L, A, lower=True) if inverse is None else tf.linalg.matmul(inverse, A)  # [S, P, D, N]
     return tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(X), axis=-2))
 
 
@@ -506,16 +533,17 @@ def stacked_posterior(pseudo_data: Sequence[PseudoData], features: tf.Tensor) ->
     ``V`` ``[M, P_l]`` (widths differ) are per layer.
 
     The inverse ``L_B^{-1}`` is one triangular solve against ``I`` (the analytic KL's trace needs
-    it anyway); the means use it by products instead of two solves per layer. ``B = I + ...`` has
-    eigenvalues >= 1, so ``|L_B^{-1}| <= 1`` and the products are as accurate as the solves.
+    it anyway; :func:`~deepgp_gi.linalg.cholesky_with_inverse`, whose gradient solves nothing); the
+    means use it by products instead of two solves per layer. ``B = I + ...`` has eigenvalues >= 1,
+    so ``|L_B^{-1}| <= 1``, the products are as accurate as the solves, and the factorisation needs
+    no jitter ladder.
     """
     dtype = features.dtype
-    num_layers, M = len(pseudo_data), features.shape[-1]
+    num_layers = len(pseudo_data)
     R = stacked_factors(pseudo_data)  # [L, M, M]
     C = tf.linalg.matmul(R, features, transpose_a=True)  # R^T L_K
     prec = add_jitter(tf.linalg.matmul(C, C, transpose_a=True), tf.ones([], dtype))  # I + C^T C
-    L = safe_cholesky(prec, name="pseudo-data posterior precision (stacked layers)")
-    T = tf.linalg.triangular_solve(L, tf.eye(M, batch_shape=[num_layers], dtype=dtype), lower=True)
+    L, T = cholesky_with_inverse(prec, max_tries=0, name="pseudo-data posterior precision (stacked layers)")
     # B^{-1} C^T R^T = T^T (T C^T) R^T, batched; each layer's mean is this map applied to its V
     maps = tf.linalg.matmul(tf.linalg.matmul(T, tf.linalg.matmul(T, C, transpose_b=True), transpose_a=True),
                             R, transpose_b=True)

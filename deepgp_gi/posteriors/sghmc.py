@@ -85,7 +85,7 @@ from ..validation import check_positive_float, check_positive_int
 from .base import DeepPosterior, Propagation
 from .conditionals import (
     conditional_mean,
-    inducing_choleskies,
+    inducing_factors,
     require_local_inducing,
     residual_variance,
     sample_rows,
@@ -118,6 +118,8 @@ class FixedTerms(NamedTuple):
     choleskies: List[tf.Tensor]
     #: the first layer's ``(A [S, M, N], m(X) [S, N, D_0], k(x, x) - |A|^2 [S, N])`` on the inputs
     first: Tuple[tf.Tensor, tf.Tensor, tf.Tensor]
+    #: every layer's ``L_K^{-1}``, for the projections' gradients (None: solved)
+    inverses: Optional[List[tf.Tensor]] = None
 
 
 class FlatGaussianPrior(NamedTuple):
@@ -357,13 +359,15 @@ class SGHMCPosterior(DeepPosterior):
         caller that passes several ``V`` through the same layers (a sampler step's chain and
         hyperparameter passes); ``None`` where the chain moves them too (BSGP)."""
         _, F = self._start(X, num_samples, None)
-        choleskies = inducing_choleskies(self.layers)
-        return FixedTerms(choleskies, self._projection(0, F, choleskies[0]))
+        choleskies, inverses = (list(t) for t in zip(*inducing_factors(self.layers)))
+        return FixedTerms(choleskies, self._projection(0, F, choleskies[0], inverses[0]), inverses)
 
-    def _projection(self, l: int, F: tf.Tensor, L_K: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Layer ``l``'s ``(A = L_K^{-1} K(Z, F) [S, M, N], m(F) [S, N, D], k(f, f) - |A|^2 [S, N])``."""
+    def _projection(self, l: int, F: tf.Tensor, L_K: tf.Tensor, inverse: Optional[tf.Tensor] = None
+                    ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Layer ``l``'s ``(A = L_K^{-1} K(Z, F) [S, M, N], m(F) [S, N, D], k(f, f) - |A|^2 [S, N])``
+        (``inverse``: ``L_K^{-1}``, for a gradient without solves)."""
         layer = self.layers[l]
-        A = whitened_projection(L_K, layer.K(layer.Z, F))
+        A = whitened_projection(L_K, layer.K(layer.Z, F), inverse=inverse)
         return A, layer.mean(F), residual_variance(layer, F, A)
 
     def propagate_given(self, X, V: Sequence[tf.Tensor], num_samples: int = 1, seed=None,
@@ -376,13 +380,16 @@ class SGHMCPosterior(DeepPosterior):
         prior's Gaussian factors (:meth:`flat_gaussian_prior`, here all of it) out of ``kl``."""
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
-        choleskies = inducing_choleskies(self.layers) if fixed is None else fixed.choleskies
+        if fixed is None:
+            choleskies, inverses = (list(t) for t in zip(*inducing_factors(self.layers)))
+        else:
+            choleskies, inverses = fixed.choleskies, fixed.inverses or [None] * self.depth
         samples = []
         for l, layer in enumerate(self.layers):
             if l == 0 and fixed is not None:
                 A, prior_mean, resid = fixed.first
             else:
-                A, prior_mean, resid = self._projection(l, F, choleskies[l])
+                A, prior_mean, resid = self._projection(l, F, choleskies[l], inverses[l])
             mean = conditional_mean(A, V[l], prior_mean)
             var = tf.broadcast_to(tf.expand_dims(resid, -1), tf.shape(mean))
             if l < self.depth - 1:
