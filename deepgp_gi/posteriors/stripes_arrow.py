@@ -22,15 +22,15 @@ from check_shapes import inherit_check_shapes
 from ..layers import GPLayer
 from ..validation import check_bool, check_positive_float
 from .base import Propagation
-from .conditionals import inducing_choleskies
+from .conditionals import inducing_choleskies, inducing_factors
 from .structured import StructuredPosterior
 from .structured_linalg import (
-    append_to_cholesky,
+    append_to_inverse,
     block_dots,
     layer_terms,
     project_rows,
     squared_norms,
-    whiten_transposed_cross,
+    whiten_by_inverse,
 )
 
 __all__ = ["StripesArrowPosterior", "star_unit_index", "star_stripe_index", "star_arrow_index"]
@@ -291,7 +291,10 @@ class StripesArrowPosterior(StructuredPosterior):
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
-        """The STAR recursion: per hidden position ``t`` an incremental Cholesky of size ``l``.
+        """The STAR recursion: per hidden position ``t`` an incremental Cholesky of size ``l``,
+        carried as its inverse (its new diagonal entries are the standard deviations ``sd``, so
+        the inverse grows by ``1 / sd`` and two products: :func:`append_to_inverse`), so that the
+        conditioning is a product (:func:`whiten_by_inverse`), not a triangular solve per point.
 
         With ``b^l_{k,t} = a^{l T} R_{(l,t),(k,t)}`` ``[S, N, M]`` per point, the covariances of
         Theorem 1 are ``s~_t^{l l'} = sum_{k <= l'} b^l_{k,t} . b^{l'}_{k,t}`` (+ ``c^l`` on the
@@ -312,9 +315,11 @@ class StripesArrowPosterior(StructuredPosterior):
         track = self.use_stripes or self.use_arrow  # whether later layers condition on this one
         samples: List[tf.Tensor] = []
         projected: List[List[tf.Tensor]] = []  # per hidden layer, b^l_k [S, N, tau, M] for k = first .. l
-        chol = None  # [S, N, tau, l, l]
+        inverse = None  # [S, N, tau, l, l], the inverse of the per-position factor
         eps_prev = None  # [S, N, tau, l]
-        prior_chols, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation per step
+        # one batched factorisation per step, with the inverses for solve-free gradients
+        factors, stack = inducing_factors(self.layers, stacked=True)
+        prior_chols = [Lk for Lk, _ in factors]
         white_diag, white_mu, prior_log_det = self._white_units(prior_chols, stack, diag, tf.convert_to_tensor(self.q_mu))
         stripes, arrow = self._white_offdiagonals(prior_chols)
         # per layer: own blocks [N_l, M, M] and means [N_l, M], given a leading axis of 1 where
@@ -322,18 +327,17 @@ class StripesArrowPosterior(StructuredPosterior):
         own_blocks = tf.split(white_diag, self._unit_sizes()) if L > 1 else [white_diag]
         unit_means = tf.split(white_mu, self._unit_sizes()) if L > 1 else [white_mu]
         for l in range(L - 1):
-            terms = layer_terms(self.layers[l], F, prior_chols[l])
+            terms = layer_terms(self.layers[l], F, *factors[l])
             own = tf.expand_dims(own_blocks[l], 0)  # [1, tau, M, M]
             rows = own if stripes[l] is None else tf.concat([stripes[l], own], axis=0)  # [K, tau, M, M]
             b = project_rows(terms.A, rows)  # K x [S, N, tau, M]
             mean = terms.mean + tf.linalg.matmul(
                 terms.A, tf.expand_dims(unit_means[l], 0), transpose_a=True, transpose_b=True)
             var = tf.add_n([squared_norms(b_k) for b_k in b]) + tf.expand_dims(terms.prior_var, -1)
-            G = None
+            Gt = None
             if self.use_stripes and l > 0:
                 cross = tf.stack([block_dots(b, projected[lp]) for lp in range(l)], axis=-1)  # [S, N, tau, l]
-                Gt, shift = whiten_transposed_cross(chol, tf.expand_dims(cross, -1), eps_prev)  # [..., l, 1]
-                G = tf.expand_dims(tf.squeeze(Gt, -1), -2)  # [S, N, tau, 1, l]: a reshape, not a transpose
+                Gt, shift = whiten_by_inverse(inverse, tf.expand_dims(cross, -1), eps_prev)  # [..., l, 1]
                 mean = mean + tf.squeeze(shift, -1)
                 var = var - tf.reduce_sum(tf.square(Gt), axis=[-2, -1])
             sd = tf.sqrt(tf.maximum(var, 0.0) + jitter)
@@ -343,15 +347,15 @@ class StripesArrowPosterior(StructuredPosterior):
             projected.append(b)
             if not track:
                 continue
-            if chol is None:
-                chol, eps_prev = tf.expand_dims(tf.expand_dims(sd, -1), -1), tf.expand_dims(eps, -1)
+            inverse_sd = tf.expand_dims(tf.expand_dims(tf.math.reciprocal(sd), -1), -1)  # [S, N, tau, 1, 1]
+            if inverse is None:
+                inverse, eps_prev = inverse_sd, tf.expand_dims(eps, -1)
             else:
-                if G is None:  # no stripes: independent of the earlier hidden layers
-                    G = tf.zeros(tf.concat([tf.shape(eps_prev)[:-1], [1, l]], 0), dtype=dtype)
-                chol = append_to_cholesky(chol, G, tf.expand_dims(tf.expand_dims(sd, -1), -1))
+                # Gt None (no stripes): independent of the earlier hidden layers
+                inverse = append_to_inverse(inverse, Gt, inverse_sd)
                 eps_prev = tf.concat([eps_prev, tf.expand_dims(eps, -1)], axis=-1)
 
-        terms = layer_terms(self.layers[L - 1], F, prior_chols[L - 1])
+        terms = layer_terms(self.layers[L - 1], F, *factors[L - 1])
         mean = terms.mean + tf.linalg.matmul(
             terms.A, tf.expand_dims(unit_means[-1], 0), transpose_a=True, transpose_b=True)  # [S, N, 1]
         b_own = tf.linalg.matmul(terms.A, own_blocks[-1], transpose_a=True)  # [S, N, M]
@@ -363,7 +367,7 @@ class StripesArrowPosterior(StructuredPosterior):
                 block_dots(b_out[self._first_block_layer(lp) : lp + 1], projected[lp])
                 for lp in range(L - 1)
             ], axis=-1)  # [S, N, tau, L-1]
-            Gt, shift = whiten_transposed_cross(chol, tf.expand_dims(cross, -1), eps_prev)  # [..., L-1, 1]
+            Gt, shift = whiten_by_inverse(inverse, tf.expand_dims(cross, -1), eps_prev)  # [..., L-1, 1]
             mean = mean + tf.reduce_sum(tf.squeeze(shift, -1), axis=-1, keepdims=True)
             var = var - tf.reduce_sum(tf.square(Gt), axis=[-3, -2, -1])
         var = tf.expand_dims(tf.maximum(var, 0.0), -1)

@@ -11,7 +11,9 @@ unit of every layer,
 ordered layer-major, then unit, then inducing index. The inducing outputs are marginalised
 analytically; per data point the layer outputs ``f_n^1 .. f_n^L`` are jointly Gaussian given the
 earlier layers (Theorem 1), and are sampled layer by layer with an incremental Cholesky factor
-of their covariance (:func:`whiten_cross_covariance`, :func:`append_to_cholesky`).
+of their covariance, carried as its inverse (:func:`whiten_by_inverse`,
+:func:`append_to_inverse`; the per-point factorisations are elementwise, so a step's operations
+do not grow with the batch).
 
 * :class:`FullyCoupledPosterior` stores ``R`` as a dense lower-triangular ``[TM, TM]`` matrix.
 * :class:`~.stripes_arrow.StripesArrowPosterior` (module :mod:`.stripes_arrow`) stores only the
@@ -35,22 +37,22 @@ from check_shapes import inherit_check_shapes
 
 from ..initialisation import kmeans_inducing_inputs
 from ..layers import GPLayer
-from ..linalg import safe_cholesky
+from ..linalg import cholesky_with_inverse
 from ..noise import NoiseSource
 from ..validation import check_bool
 from .base import DeepPosterior, Propagation
-from .conditionals import inducing_cholesky, inducing_choleskies, require_local_inducing
+from .conditionals import inducing_cholesky, inducing_choleskies, inducing_factors, require_local_inducing
 from .draws import InducingDraw, unit_rows_variance
 from .structured_linalg import (
     append_to_cholesky,
+    append_to_inverse,
     blockwise_kl_terms,
-    draw_and_copy,
     gram_and_copy,
     half_squared_norm,
     layer_terms,
     project_rows_and_means,
+    whiten_by_inverse,
     whiten_cross_covariance,
-    whiten_transposed_cross,
     with_diagonal,
 )
 
@@ -60,6 +62,8 @@ __all__ = [
     # the linear algebra, also importable from here
     "whiten_cross_covariance",
     "append_to_cholesky",
+    "whiten_by_inverse",
+    "append_to_inverse",
     "blockwise_kl_terms",
     "half_squared_norm",
 ]
@@ -433,11 +437,16 @@ class FullyCoupledPosterior(StructuredPosterior):
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
-        """Theorem 1 layer by layer, with a growing per-point Cholesky ``[S, N, T_<l, T_<l]``.
+        """Theorem 1 layer by layer, with the inverse of a growing per-point Cholesky factor
+        ``[S, N, T_<l, T_<l]``.
 
         For layer ``l`` with ``B^l = a^{l T} R_{rows(l)}`` ``[S, N, N_l, off_{l+1}]`` per point,
         ``S~^{l l'} = B^l B^{l' T} + delta_{l l'} c^l`` (B1), and the conditional (B2) on the
-        sampled earlier layers is read off the incremental factor.
+        sampled earlier layers is read off the incremental factor: ``G^T = chol^{-1} C^T`` is a
+        batched product with the carried inverse, and each hidden layer's ``[S, N, N_l, N_l]``
+        conditional covariance is factorised, with its inverse, by elementwise operations
+        (:func:`~deepgp_gi.linalg.cholesky_with_inverse`, ``unrolled=True``): no Cholesky or
+        triangular-solve kernel per data point.
         """
         S = num_samples
         source, F = self._start(X, S, seed)
@@ -447,13 +456,15 @@ class FullyCoupledPosterior(StructuredPosterior):
         mu = tf.convert_to_tensor(self.q_mu)
         samples: List[tf.Tensor] = []
         projected: List[tf.Tensor] = []  # B^l of the earlier layers
-        chol = None  # [S, N, T_<l, T_<l]
+        inverse = None  # [S, N, T_<l, T_<l], the inverse of the per-point factor of the earlier layers
         eps_prev = None  # [S, N, T_<l]
         last = self.depth - 1
-        prior_chols, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation per step
+        # one batched factorisation per step, with the inverses for solve-free gradients
+        factors, stack = inducing_factors(self.layers, stacked=True)
+        prior_chols = [Lk for Lk, _ in factors]
         white_rows, white_means, white, prior_log_det = self._white_blocks(R, mu, prior_chols, stack)  # KL parts too
         for l, layer in enumerate(self.layers):
-            terms = layer_terms(layer, F, prior_chols[l])
+            terms = layer_terms(layer, F, *factors[l])
             rows, mu_l = white_rows[l], white_means[l]  # [N_l, M_l, off_{l+1}], [N_l, M_l]
             B, shift_mean = project_rows_and_means(terms.A, rows, mu_l)  # [S, N, N_l, off_{l+1}], [S, N, N_l]
             mean = terms.mean + shift_mean
@@ -466,7 +477,7 @@ class FullyCoupledPosterior(StructuredPosterior):
                     for k in range(l)
                 ]
                 cross_t = tf.concat(blocks, axis=-2)  # [S, N, T_<l, N_l]
-                Gt, shift = whiten_transposed_cross(chol, cross_t, eps_prev)
+                Gt, shift = whiten_by_inverse(inverse, cross_t, eps_prev)
                 mean = mean + shift
             if l == last:
                 var = tf.reduce_sum(tf.square(B), axis=-1) + tf.expand_dims(terms.prior_var, -1)
@@ -477,19 +488,18 @@ class FullyCoupledPosterior(StructuredPosterior):
             cov, B_later = gram_and_copy(B)  # later layers' cross-covariances take the copy
             if Gt is not None:
                 cov = cov - tf.linalg.matmul(Gt, Gt, transpose_a=True)
-            # + prior variance on the diagonal, clamped, + jitter
-            chol_new = safe_cholesky(
-                with_diagonal(cov, terms.prior_var, jitter), name=f"conditional covariance of layer {l}"
+            # + prior variance on the diagonal, clamped, + jitter; factor and inverse elementwise
+            chol_new, inverse_new = cholesky_with_inverse(
+                with_diagonal(cov, terms.prior_var, jitter), unrolled=True, name=f"conditional covariance of layer {l}"
             )
             eps = source.normal(f"f/{l}", tf.shape(mean), dtype)
-            draw, chol_new = draw_and_copy(chol_new, eps)  # the later solves and appends take the copy
-            F = mean + draw
+            F = mean + tf.linalg.matvec(chol_new, eps)
             samples.append(F)
             projected.append(B_later)
-            if chol is None:
-                chol, eps_prev = chol_new, eps
+            if inverse is None:
+                inverse, eps_prev = inverse_new, eps
             else:
-                chol = append_to_cholesky(chol, tf.linalg.matrix_transpose(Gt), chol_new)
+                inverse = append_to_inverse(inverse, Gt, inverse_new)
                 eps_prev = tf.concat([eps_prev, eps], axis=-1)
         samples.append(self.sample_last_layer(mean, var, source))
         kl = self._blockwise_kl(self._log_det_sqrt(R), white, prior_log_det)

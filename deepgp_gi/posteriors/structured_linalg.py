@@ -2,9 +2,16 @@
 
 Pure functions of tensors, shared by :mod:`.structured` (the shared base and the fully-coupled
 family) and :mod:`.stripes_arrow` (STAR): the incremental Cholesky factor of the layer outputs'
-covariance per data point (:func:`whiten_cross_covariance`, :func:`append_to_cholesky`), the
-block-wise KL terms, the per-layer kernel quantities of Theorem 1 (:func:`layer_terms`), and the
-custom-gradient products the two families' steps use.
+covariance per data point (:func:`whiten_cross_covariance`, :func:`append_to_cholesky`) and its
+inverse (:func:`whiten_by_inverse`, :func:`append_to_inverse`), the block-wise KL terms, the
+per-layer kernel quantities of Theorem 1 (:func:`layer_terms`), and the custom-gradient products
+the two families' steps use.
+
+The two families' steps carry the per-point factor's *inverse*, not the factor: conditioning on
+the earlier layers is then a batched product, and the per-point factorisations are elementwise
+(:func:`~deepgp_gi.linalg.cholesky_with_inverse` with ``unrolled=True``), so that no Cholesky or
+triangular-solve kernel runs per data point and a step's operations do not grow with the batch
+on any device.
 
 Shapes: ``S`` samples, ``N`` data points, ``M`` inducing points, ``K`` the size of a factor.
 """
@@ -22,6 +29,8 @@ __all__ = [
     "whiten_cross_covariance",
     "whiten_transposed_cross",
     "append_to_cholesky",
+    "whiten_by_inverse",
+    "append_to_inverse",
     "blockwise_kl_terms",
     "LayerTerms",
     "layer_terms",
@@ -90,6 +99,43 @@ def append_to_cholesky(chol: tf.Tensor, G: tf.Tensor, chol_new: tf.Tensor) -> tf
 
 
 @check_shapes(
+    "inverse: [batch..., K, K]",
+    "cross_t: [batch..., K, P]",
+    "eps: [batch..., K]",
+    "return[0]: [batch..., K, P]",
+    "return[1]: [batch..., P]",
+)
+def whiten_by_inverse(inverse: tf.Tensor, cross_t: tf.Tensor, eps: tf.Tensor):
+    """:func:`whiten_transposed_cross` given the factor's inverse ``chol^{-1}``
+    (:func:`append_to_inverse`): ``G^T = chol^{-1} C^T`` ``[batch..., K, P]`` by a batched product
+    instead of a triangular solve, and the shift ``G eps`` ``[batch..., P]``."""
+    Gt = tf.linalg.matmul(inverse, cross_t)
+    return Gt, tf.linalg.matvec(Gt, eps, adjoint_a=True)
+
+
+@check_shapes(
+    "inverse: [batch..., K, K]",
+    "Gt: [batch..., K, P]",
+    "inverse_new: [batch..., P, P]",
+    "return: [batch..., KP, KP]",
+)
+def append_to_inverse(inverse: tf.Tensor, Gt: Optional[tf.Tensor], inverse_new: tf.Tensor) -> tf.Tensor:
+    """The inverse of :func:`append_to_cholesky`'s grown factor ``[[chol, 0], [G, chol_new]]``
+    from ``inverse = chol^{-1}``, ``G^T`` (``Gt``, as :func:`whiten_by_inverse` returns it; None
+    for ``G = 0``) and ``inverse_new = chol_new^{-1}``:
+    ``[[chol^{-1}, 0], [-chol_new^{-1} G chol^{-1}, chol_new^{-1}]]`` (``KP = K + P``); two products,
+    nothing inverted."""
+    if Gt is None:
+        lower_left = tf.zeros(tf.concat([tf.shape(inverse_new)[:-1], tf.shape(inverse)[-1:]], 0), inverse.dtype)
+    else:
+        lower_left = -tf.linalg.matmul(inverse_new, tf.linalg.matmul(Gt, inverse, transpose_a=True))
+    zeros = tf.zeros_like(tf.linalg.matrix_transpose(lower_left))  # [..., K, P]
+    top = tf.concat([inverse, zeros], axis=-1)
+    bottom = tf.concat([lower_left, inverse_new], axis=-1)
+    return tf.concat([top, bottom], axis=-2)
+
+
+@check_shapes(
     "prior_chol: [M, M]",
     "mu: [U, M]",
     "rows: [B, M, W]",
@@ -126,18 +172,20 @@ class LayerTerms(NamedTuple):
     mean: tf.Tensor  # [S, N, N_l]  m_l(F)
 
 
-def layer_terms(layer: GPLayer, F: tf.Tensor, Lk: Optional[tf.Tensor] = None) -> LayerTerms:
+def layer_terms(layer: GPLayer, F: tf.Tensor, Lk: Optional[tf.Tensor] = None,
+                inverse: Optional[tf.Tensor] = None) -> LayerTerms:
     """The per-point quantities of Theorem 1 for one layer with inputs ``F`` ``[S, N, D]``.
 
     Only the whitened projection ``A = L_K^{-1} K_uf`` is formed (one data-sized solve). The
     non-whitened parameterisation uses ``a = K^{-1} k = L_K^{-T} A`` through
     ``a^T R_block = A^T (L_K^{-1} R_block)``: the second solve is moved onto the ``M x M`` blocks
     of ``R`` and ``mu`` (:meth:`StructuredPosterior._white`), which has no data-sized factor.
-    ``Lk`` passes the layer's ``chol(K_uu)`` when the caller has it (:func:`inducing_choleskies`).
+    ``Lk`` passes the layer's ``chol(K_uu)`` when the caller has it (:func:`inducing_choleskies`),
+    ``inverse`` its inverse (:func:`inducing_factors`: the projection's gradient solves nothing).
     """
     if Lk is None:
         Lk = inducing_cholesky(layer, layer.Z)
-    A = whitened_projection(Lk, layer.K(layer.Z, F))
+    A = whitened_projection(Lk, layer.K(layer.Z, F), inverse=inverse)
     return LayerTerms(Lk, A, residual_variance(layer, F, A), layer.mean(F))
 
 
