@@ -6,7 +6,7 @@
 
 ``import deepgp_gi`` itself does not import TensorFlow: the first use of a name listed in
 ``__all__`` (``dg.build_deep_gp``, ``dg.kernels``, ...) imports all of them, as an eager import
-would; another module of the package (``dg.experiments``, ``from deepgp_gi import cli``) is
+would; another module of the package (``dg.uci_protocol``, ``from deepgp_gi import cli``) is
 imported on its own.
 The ``deepgp-gi`` command relies on this to set TensorFlow's logging environment before
 TensorFlow loads (:mod:`deepgp_gi.cli`).
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401  (no TensorFlow: a plain module)
 
 # The modules and names the package exports, in the order they were imported eagerly:
 # name -> the module (relative to the package) that defines it.
@@ -70,7 +70,7 @@ def __getattr__(name: str):
     if name in _MODULES or name in _NAMES:
         _load()
         return globals()[name]
-    # any other module of the package (``from deepgp_gi import cli``, ``dg.experiments``): just it
+    # any other module of the package (``from deepgp_gi import cli``, ``dg.uci_protocol``): just it
     if not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}") is not None:
         return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -131,7 +131,7 @@ class ExportedModel(tf.Module):
         if transform.has_targets:
             if classification_kind(model.likelihood) is not None:
                 raise ValueError("transform of a classifier must not transform its targets (class labels)")
-            cols = model._observation_columns()
+            cols = model.observation_columns()
             if transform.target_mean.size != cols:
                 raise ValueError(f"transform has {transform.target_mean.size} target columns but the model "
                                  f"predicts {cols}")
@@ -143,7 +143,7 @@ class ExportedModel(tf.Module):
         if self._signatures is None:
             model = self._model
             inputs = tf.TensorSpec((None,) + tuple(model.input_shape), model.dtype, name="inputs")
-            targets = tf.TensorSpec((None, model._observation_columns()), model.dtype, name="targets")
+            targets = tf.TensorSpec((None, model.observation_columns()), model.dtype, name="targets")
             samples = tf.TensorSpec([], tf.int32, name="num_samples")
             seed = tf.TensorSpec([2], tf.int64, name="seed")
             serving_seed = tf.constant(self._serving_seed)

@@ -132,7 +132,8 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """The dtype of the model's parameters, trainable or frozen (``float_dtype``)."""
         return float_dtype(self)
 
-    def _observation_columns(self) -> int:
+    def observation_columns(self) -> int:
+        """The number of columns of ``Y`` the likelihood takes (1 for class labels)."""
         obs = getattr(self.likelihood, "observation_dim", None)
         if obs is not None:
             return obs
@@ -153,7 +154,7 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         if not isinstance(data, (tuple, list)) or len(data) != 2:
             raise TypeError(f"data must be a pair (X, Y), got {type(data).__name__}")
         X = as_data_array(data[0], names[0], self.dtype, **self._input_spec())
-        cols = self._observation_columns()
+        cols = self.observation_columns()
         Y = as_data_array(data[1], names[1], self.dtype)
         if Y.shape[-1] is not None and Y.shape[-1] != cols:
             raise ValueError(f"{names[1]} has {Y.shape[-1]} columns but the likelihood expects {cols}")

@@ -52,12 +52,6 @@ OLDEST_READABLE_RELEASE = "0.1.0"
 
 
 # ============================================================================ describing a model
-def _table_classes(table) -> Dict[str, type]:
-    """A family table as name -> posterior class (its entries are classes or family records with
-    a ``posterior_class``)."""
-    return {name: getattr(entry, "posterior_class", entry) for name, entry in table.items()}
-
-
 def model_kind(model: DeepGP) -> str:
     """``"latent_deep_gp"``, ``"conv_bnn"``, ``"bnn"`` or ``"deep_gp"``."""
     from .latent import LatentDeepGP
@@ -74,21 +68,15 @@ def model_kind(model: DeepGP) -> str:
 
 
 def family_name(model: DeepGP) -> str:
-    """The name of the model's posterior family in :mod:`deepgp_gi.families` (looked up by the
-    posterior's class in the table of the model's kind; a class several conv families share is
-    told apart by the posterior's ``family``), or the class's name if no table lists it."""
-    from . import families
+    """The name of the model's posterior family in the table of its kind
+    (:mod:`deepgp_gi.posteriors.registry`), or the class's name if no table lists it."""
+    from .posteriors.registry import family_name as registered_name
 
-    kind = model_kind(model)
-    table = {"conv_bnn": families.CONV_BNN_FAMILIES, "bnn": families.BNN_FAMILIES}.get(kind, families.DEEP_GP_FAMILIES)
-    cls = type(model.posterior)
-    names = [name for name, entry in _table_classes(table).items() if entry is cls]
-    if not names:
-        names = [name for name, entry in _table_classes(table).items() if isinstance(model.posterior, entry)]
-    own = getattr(model.posterior, "family", None)
-    if own in names:
-        return own
-    return names[0] if names else cls.__name__
+    kind = {"conv_bnn": "conv_bnn", "bnn": "bnn"}.get(model_kind(model), "deep_gp")
+    try:
+        return registered_name(model.posterior, kind)
+    except ValueError:
+        return type(model.posterior).__name__
 
 
 def _layer_width(layer) -> object:
@@ -114,7 +102,7 @@ def model_description(model: DeepGP) -> dict:
         "input_shape": [int(d) for d in model.input_shape],
         "input_dim": int(model.input_dim),
         "output_dim": int(model.output_dim),
-        "target_dim": int(model._observation_columns()),
+        "target_dim": int(model.observation_columns()),
         "latent_dim": int(model.latent_dim) if hasattr(model, "latent_dim") else None,
         "num_data": None if model.num_data is None else int(model.num_data),
         "dtype": model.dtype.name,
@@ -134,7 +122,7 @@ def _names(value, name: str, count: int) -> Optional[List[str]]:
 
 
 def _record(model: DeepGP, transform, input_names, output_names, class_names, serving_samples, serving_seed) -> dict:
-    from . import __version__
+    from .version import __version__
 
     description = model_description(model)
     flat = len(description["input_shape"]) == 1
@@ -292,7 +280,7 @@ def read_record(path) -> dict:
         unreadable one), or one of another format version or of a release older than
         :data:`OLDEST_READABLE_RELEASE` (the message names the versions).
     """
-    from . import __version__
+    from .version import __version__
 
     given = os.fspath(path)
     if not os.path.exists(given):
