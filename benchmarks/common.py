@@ -1,17 +1,23 @@
 """What the benchmark scripts share: the commit stamp of a result line, appending and reading result
-lines (one JSON object a line), mean ± one standard error, and TensorFlow's thread limits."""
+lines (one JSON object a line), mean ± one standard error, and TensorFlow's thread limits.
+
+Result lines travel: :func:`append_line` writes every string of a record through :func:`portable`,
+so a command or an error message names paths relative to the checkout (``benchmarks/...``), a
+checkpoint directory as ``CKPT_DIR``, another checkout as ``CHECKOUT`` and any other folder of the
+machine as ``TMP_DIR``, never the machine's own folders."""
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["code_commit", "append_line", "read_lines", "mean_se", "set_threads"]
+__all__ = ["code_commit", "append_line", "read_lines", "mean_se", "set_threads", "portable"]
 
 
 def code_commit() -> str:
@@ -36,12 +42,61 @@ def code_commit() -> str:
         return "unknown"
 
 
+#: The checkout holding this module.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The checkout's top-level folders: an absolute path through one of them is made relative to it.
+_CHECKOUT_FOLDERS = ("benchmarks", "deepgp_gi", "tests", "docs", "notebooks", "tools")
+#: An absolute path in a command or message: starts at a separator-like character (or the start).
+_ABSOLUTE = re.compile(r"(?<![\w.~/:-])(/[^\s\"'`),;:]+)")
+_CHECKOUT_PATH = re.compile(r"^/\S*?/(" + "|".join(_CHECKOUT_FOLDERS) + r")(/\S*)?$")
+_CHECKPOINT_FLAG = re.compile(r"(--checkpoint[-_]dir(?:=|\s+))(\S+)")
+
+
+def _portable_path(path: str) -> str:
+    if path.startswith("/path/to/"):  # a placeholder already
+        return path
+    match = _CHECKOUT_PATH.match(path)
+    prefix = path[: match.start(1)] if match else ""
+    if match and not any(part.startswith(".") for part in prefix.split("/")):  # not a cache folder
+        return match.group(1) + (match.group(2) or "")
+    if "ckpt" in path or "checkpoint" in path:
+        return "CKPT_DIR"
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and (path == home or path.startswith(home + "/")):
+        return "~" + path[len(home):]
+    if os.path.isdir(os.path.join(path, "deepgp_gi")) or path.rstrip("/") == _ROOT:
+        return "CHECKOUT"
+    return "TMP_DIR/" + os.path.basename(path.rstrip("/")) if path.rstrip("/") else path
+
+
+def portable(text: str) -> str:
+    """``text`` with the machine's own folders replaced (module docs): a path through the
+    checkout's folders becomes relative (``/x/y/benchmarks/uci.py`` -> ``benchmarks/uci.py``), a
+    checkpoint directory (the value of ``--checkpoint-dir``, or a path naming a checkpoint)
+    ``CKPT_DIR``, the home folder ``~``, a checkout ``CHECKOUT``, any other absolute path
+    ``TMP_DIR/<its last name>``."""
+    text = _CHECKPOINT_FLAG.sub(lambda m: m.group(1) + (m.group(2) if not m.group(2).startswith("/") else "CKPT_DIR"),
+                                text)
+    return _ABSOLUTE.sub(lambda m: _portable_path(m.group(1)), text)
+
+
+def _portable_record(value):
+    if isinstance(value, str):
+        return portable(value)
+    if isinstance(value, dict):
+        return {k: _portable_record(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_portable_record(v) for v in value]
+    return value
+
+
 def append_line(path: str, record: Dict) -> None:
     """Append ``record`` to the results file ``path`` as one JSON line (its folder made if missing),
-    flushed to the disk, so that a run killed later loses nothing already written."""
+    flushed to the disk, so that a run killed later loses nothing already written. Its strings
+    are written through :func:`portable`."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a") as fh:
-        fh.write(json.dumps(record) + "\n")
+        fh.write(json.dumps(_portable_record(record)) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 

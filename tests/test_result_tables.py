@@ -103,3 +103,28 @@ def test_inducing_weights_tables():
         # the table lists the commands of its lines and the one that rewrote it: here the last line's
         text = iw.with_notes(report(rows, md, rows[-1]["command"]), md.read_text(encoding="utf-8"))
         _assert_regenerates(md, text)
+
+
+def test_no_committed_result_names_a_folder_of_the_machine_that_wrote_it():
+    """Every text file under benchmarks/results/ reads the same through ``portable``: its commands
+    and messages name paths relative to the checkout, ``CKPT_DIR``, ``TMP_DIR/...`` or ``~``."""
+    from benchmarks.common import portable
+
+    files = [p for p in RESULTS.rglob("*") if p.is_file() and p.suffix in (".md", ".jsonl", ".csv", ".txt")
+             and "checkpoints" not in p.parts]
+    assert files
+    named = [str(p.relative_to(ROOT)) for p in files if portable(p.read_text(encoding="utf-8")) !=
+             p.read_text(encoding="utf-8")]
+    assert named == []
+
+
+def test_portable_paths():
+    from benchmarks.common import portable
+
+    assert portable("python /a/b/benchmarks/uci.py sweep --checkpoint-dir /scratch/run1 --out "
+                    "/a/b/benchmarks/results/uci/uci.jsonl") == (
+        "python benchmarks/uci.py sweep --checkpoint-dir CKPT_DIR --out benchmarks/results/uci/uci.jsonl")
+    assert portable("(defined @ /x/deepgp_gi/training/step.py:74)") == "(defined @ deepgp_gi/training/step.py:74)"
+    assert portable("--out /tmp/ab.md and /var/tmp/my-ckpt/3") == "--out TMP_DIR/ab.md and CKPT_DIR"
+    text = "ms/step, ELBO/N, 1/2, https://example.org/a, benchmarks/x.md, /path/to/commit, ~/data"
+    assert portable(text) == text
