@@ -8,6 +8,7 @@ script's ``from benchmarks import common`` imports its siblings as ``python -m b
 would. ``sys.path`` is left as it is. A process the script spawns runs the script again by path
 and loads the package the same way.
 """
+
 import importlib.util
 import os
 import sys
@@ -15,8 +16,9 @@ import sys
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
 
 if list(getattr(sys.modules.get("benchmarks"), "__path__", ())) != [_FOLDER]:
-    _spec = importlib.util.spec_from_file_location("benchmarks", os.path.join(_FOLDER, "__init__.py"),
-                                                   submodule_search_locations=[_FOLDER])
+    _spec = importlib.util.spec_from_file_location(
+        "benchmarks", os.path.join(_FOLDER, "__init__.py"), submodule_search_locations=[_FOLDER]
+    )
     _package = importlib.util.module_from_spec(_spec)
     sys.modules["benchmarks"] = _package
     _spec.loader.exec_module(_package)

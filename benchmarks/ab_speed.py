@@ -9,6 +9,7 @@ each tree's step uses that tree's ``fit`` optimiser (``deepgp_gi.training.adam``
 
     python benchmarks/ab_speed.py --a /path/to/old/tree --b . --out benchmarks/results/ab_speed.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,7 @@ import shlex
 import subprocess
 import sys
 
-WORKER = r'''
+WORKER = r"""
 import json, os, sys, time
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import gpflow, numpy as np, tensorflow as tf
@@ -64,7 +65,7 @@ for line in sys.stdin:
     for t in range(int(n)):
         t0 = time.perf_counter(); step(tf.constant(t, tf.int64)).numpy(); times.append(time.perf_counter() - t0)
     print(json.dumps(times), flush=True)
-'''
+"""
 
 CONFIGS = [
     "gp:mean_field:3:1000:100",
@@ -82,8 +83,14 @@ CONFIGS = [
 
 def start(tree: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree), TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env, cwd="/")
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd="/",
+    )
 
 
 def ask(worker: subprocess.Popen, key: str, n: int):
@@ -93,9 +100,14 @@ def ask(worker: subprocess.Popen, key: str, n: int):
 
 
 def commit_of(tree: str) -> str:
-    out = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", tree, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(
+        ["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "-C", tree, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return out.stdout.strip() + ("+changes" if dirty else "")
 
 
@@ -125,14 +137,19 @@ def main(argv=None) -> int:
     for w in workers.values():
         w.stdin.close()
         w.wait()
-    command = "python " + " ".join(shlex.quote(x) for x in [os.path.relpath(__file__)] + (argv or sys.argv[1:]))
+    command = "python " + " ".join(
+        shlex.quote(x) for x in [os.path.relpath(__file__)] + (argv or sys.argv[1:])
+    )
     lines = [
-        "# A/B training-step time", "",
+        "# A/B training-step time",
+        "",
         f"Command: `{command}`; A = {commit_of(args.a)}, B = {commit_of(args.b)}; "
         f"{args.rounds} rounds x {args.steps_per_round} steps, A and B alternated per round; median ms per "
         "compiled Adam step (1 sample, float64, kin8nm rows). Config = kind:family:depth:batch:M "
-        "(BNN depth = hidden layers of width 50; GP inner width 8).", "",
-        "| config | A ms | B ms | B / A |", "|---|---|---|---|",
+        "(BNN depth = hidden layers of width 50; GP inner width 8).",
+        "",
+        "| config | A ms | B ms | B / A |",
+        "|---|---|---|---|",
     ] + [f"| {k} | {a:.2f} | {b:.2f} | {r:.2f} |" for k, a, b, r in rows]
     if args.out:
         with open(args.out, "w") as fh:

@@ -5,6 +5,7 @@ Result lines travel: :func:`append_line` writes every string of a record through
 so a command or an error message names paths relative to the checkout (``benchmarks/...``), a
 checkpoint directory as ``CKPT_DIR``, another checkout as ``CHECKOUT`` and any other folder of the
 machine as ``TMP_DIR``, never the machine's own folders."""
+
 from __future__ import annotations
 
 import json
@@ -31,12 +32,22 @@ def code_commit() -> str:
 
     package = os.path.dirname(os.path.abspath(deepgp_gi.__file__))
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=package, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=package,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         if not rev:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "deepgp_gi"],
-                               cwd=os.path.dirname(package), capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "deepgp_gi"],
+            cwd=os.path.dirname(package),
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):  # no git on the machine
         return "unknown"
@@ -63,7 +74,7 @@ def _portable_path(path: str) -> str:
         return "CKPT_DIR"
     home = os.path.expanduser("~")
     if home not in ("", "/") and (path == home or path.startswith(home + "/")):
-        return "~" + path[len(home):]
+        return "~" + path[len(home) :]
     if os.path.isdir(os.path.join(path, "deepgp_gi")) or path.rstrip("/") == _ROOT:
         return "CHECKOUT"
     return "TMP_DIR/" + os.path.basename(path.rstrip("/")) if path.rstrip("/") else path
@@ -75,8 +86,9 @@ def portable(text: str) -> str:
     checkpoint directory (the value of ``--checkpoint-dir``, or a path naming a checkpoint)
     ``CKPT_DIR``, the home folder ``~``, a checkout ``CHECKOUT``, any other absolute path
     ``TMP_DIR/<its last name>``."""
-    text = _CHECKPOINT_FLAG.sub(lambda m: m.group(1) + (m.group(2) if not m.group(2).startswith("/") else "CKPT_DIR"),
-                                text)
+    text = _CHECKPOINT_FLAG.sub(
+        lambda m: m.group(1) + (m.group(2) if not m.group(2).startswith("/") else "CKPT_DIR"), text
+    )
     return _ABSOLUTE.sub(lambda m: _portable_path(m.group(1)), text)
 
 

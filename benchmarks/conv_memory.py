@@ -9,6 +9,7 @@ images; the autocorrelation route never does, so its peak is the images, one lag
 
     python benchmarks/conv_memory.py --out benchmarks/results/conv_memory.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,13 @@ print(json.dumps({"route": route, "k": k, "peak_growth_mb": (peak - base) / 1024
 
 def measure(route: str, k: int, M: int, H: int, C: int, P: int) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    out = subprocess.run([sys.executable, "-c", CHILD, route, str(k), str(M), str(H), str(C), str(P)],
-                         capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, route, str(k), str(M), str(H), str(C), str(P)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -69,8 +75,10 @@ def main(argv=None):
         gram_mb = (k * k * C + 1) ** 2 * 8 / 2**20
         patch_mb = M * H * H * k * k * C * 8 / 2**20
         rows.append((k, auto, patch, gram_mb, patch_mb))
-        print(f"k={k}: autocorrelation {auto:.1f} MB, patches {patch:.1f} MB (G {gram_mb:.1f} MB, X' {patch_mb:.1f} MB)",
-              flush=True)
+        print(
+            f"k={k}: autocorrelation {auto:.1f} MB, patches {patch:.1f} MB (G {gram_mb:.1f} MB, X' {patch_mb:.1f} MB)",
+            flush=True,
+        )
     lines = [
         "# Peak memory of G and R: autocorrelation against patch matrices",
         "",

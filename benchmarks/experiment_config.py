@@ -6,6 +6,7 @@ A line stores its configuration in the canonical form of
 in that line (:func:`with_legacy_values`), so that old lines keep matching the configuration they
 ran (:func:`config_key`).
 """
+
 from __future__ import annotations
 
 from typing import Dict
@@ -22,8 +23,13 @@ __all__ = ["LEGACY_VALUES", "with_legacy_values", "config_key"]
 #: plain storage), every earlier global-inducing last layer (deep GP or BNN) was sampled, and every
 #: earlier line trained on its whole training split (``validation`` None: no rows held out).
 #: :func:`config_key` reads a missing key as this value.
-LEGACY_VALUES = {"protocol": "random", "positive_transform": "softplus", "offdiagonal": "plain",
-                 "last_layer": "sampled", "validation": None}
+LEGACY_VALUES = {
+    "protocol": "random",
+    "positive_transform": "softplus",
+    "offdiagonal": "plain",
+    "last_layer": "sampled",
+    "validation": None,
+}
 
 
 def with_legacy_values(record: Dict) -> Dict:
@@ -33,9 +39,12 @@ def with_legacy_values(record: Dict) -> Dict:
     have ``null`` there and were trained with the plain storage."""
     out = dict(record)
     for k, v in LEGACY_VALUES.items():
-        applies = {"positive_transform": out.get("model") == "gp",
-                   "offdiagonal": out.get("model") == "gp" and out.get("posterior") in OFFDIAGONAL_DEFAULTS,
-                   "last_layer": (out.get("model"), out.get("posterior")) in GLOBAL_LAST_LAYER}.get(k, True)
+        applies = {
+            "positive_transform": out.get("model") == "gp",
+            "offdiagonal": out.get("model") == "gp"
+            and out.get("posterior") in OFFDIAGONAL_DEFAULTS,
+            "last_layer": (out.get("model"), out.get("posterior")) in GLOBAL_LAST_LAYER,
+        }.get(k, True)
         if out.get(k) is None and applies:
             out[k] = v
     return out

@@ -15,6 +15,7 @@ summary ``results/gap_regression.md`` is rewritten from the JSON lines at the en
     python benchmarks/gap_regression.py                 # the paper's 5000 steps
     python benchmarks/gap_regression.py --steps 500     # quicker, for a loaded machine
 """
+
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
@@ -59,8 +60,17 @@ def make_data(seed: int):
     y_mean, y_std = Y.mean(0), Y.std(0)
     Xs, Ys = (X - x_mean) / x_std, (Y - y_mean) / y_std
     noise_var = float((NOISE_STD / y_std[0]) ** 2)
-    return Xs, Ys, dict(x_mean=float(x_mean[0]), x_std=float(x_std[0]), y_mean=float(y_mean[0]),
-                        y_std=float(y_std[0]), noise_variance=noise_var)
+    return (
+        Xs,
+        Ys,
+        dict(
+            x_mean=float(x_mean[0]),
+            x_std=float(x_std[0]),
+            y_mean=float(y_mean[0]),
+            y_std=float(y_std[0]),
+            noise_variance=noise_var,
+        ),
+    )
 
 
 def run_method(method: str, args, Xs, Ys, stats) -> dict:
@@ -68,8 +78,15 @@ def run_method(method: str, args, Xs, Ys, stats) -> dict:
     likelihood = gpflow.likelihoods.Gaussian(variance=stats["noise_variance"])
     gpflow.set_trainable(likelihood, False)
     model = build_bnn(
-        Xs, Ys, hidden=(50, 50), posterior=method, prior="neal", num_inducing=args.num_inducing,
-        activation="relu", likelihood=likelihood, seed=args.seed,
+        Xs,
+        Ys,
+        hidden=(50, 50),
+        posterior=method,
+        prior="neal",
+        num_inducing=args.num_inducing,
+        activation="relu",
+        likelihood=likelihood,
+        seed=args.seed,
     )
     X, Y = tf.constant(Xs), tf.constant(Ys)
     opt = tf.optimizers.Adam(args.lr)
@@ -78,7 +95,9 @@ def run_method(method: str, args, Xs, Ys, stats) -> dict:
     @tf.function
     def step(i):
         with tf.GradientTape() as tape:
-            elbo = model.elbo((X, Y), args.train_samples, seed=tf.stack([tf.constant(args.seed, tf.int64), i]))
+            elbo = model.elbo(
+                (X, Y), args.train_samples, seed=tf.stack([tf.constant(args.seed, tf.int64), i])
+            )
             loss = -elbo
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return elbo
@@ -118,8 +137,14 @@ def run_method(method: str, args, Xs, Ys, stats) -> dict:
 
 
 def config_of(args) -> dict:
-    return dict(steps=args.steps, lr=args.lr, seed=args.seed, num_inducing=args.num_inducing,
-                train_samples=args.train_samples, test_samples=args.test_samples)
+    return dict(
+        steps=args.steps,
+        lr=args.lr,
+        seed=args.seed,
+        num_inducing=args.num_inducing,
+        train_samples=args.train_samples,
+        test_samples=args.test_samples,
+    )
 
 
 def write_markdown(rows, config: dict, command: str, noise_variance: float, path: Path) -> None:
@@ -148,25 +173,39 @@ def write_markdown(rows, config: dict, command: str, noise_variance: float, path
             f"{paper_vf} | {r['train_seconds']} | {r.get('commit', '')} |"
         )
     if config["steps"] != 5000:
-        lines += ["", f"**Note:** run with {config['steps']} steps instead of the paper's 5000 (machine load); "
-                  "rerun without `--steps` for the reference setting."]
+        lines += [
+            "",
+            f"**Note:** run with {config['steps']} steps instead of the paper's 5000 (machine load); "
+            "rerun without `--steps` for the reference setting.",
+        ]
     path.write_text("\n".join(lines) + "\n")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=5000, help="Adam steps per method (paper: 5000)")
+    parser.add_argument(
+        "--steps", type=int, default=5000, help="Adam steps per method (paper: 5000)"
+    )
     parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--seed", type=int, default=0, help="seeds the data, initialisation and noise")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds the data, initialisation and noise"
+    )
     parser.add_argument("--num-inducing", type=int, default=100)
     parser.add_argument("--train-samples", type=int, default=10)
     parser.add_argument("--test-samples", type=int, default=100)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--out", type=Path, default=RESULTS / "gap_regression.jsonl",
-                        help="JSON lines file (the Markdown summary goes next to it, .md)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "gap_regression.jsonl",
+        help="JSON lines file (the Markdown summary goes next to it, .md)",
+    )
     args = parser.parse_args(argv)
-    command = "python benchmarks/gap_regression.py" + ("" if argv is None and len(sys.argv) == 1 else
-                                                       " " + shlex.join(sys.argv[1:] if argv is None else argv))
+    command = "python benchmarks/gap_regression.py" + (
+        ""
+        if argv is None and len(sys.argv) == 1
+        else " " + shlex.join(sys.argv[1:] if argv is None else argv)
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     Xs, Ys, stats = make_data(args.seed)
     config = config_of(args)
@@ -179,9 +218,17 @@ def main(argv=None) -> None:
         row.update(config=config, commit=code_commit(), command=command)
         append_line(str(args.out), row)
         done[method] = row
-        print(json.dumps({k: row[k] for k in ("method", "elbo", "gap_pred_std", "V_F")}), file=sys.stderr)
-    write_markdown([done[m] for m in METHODS if m in done], config, command, stats["noise_variance"],
-                   args.out.with_suffix(".md"))
+        print(
+            json.dumps({k: row[k] for k in ("method", "elbo", "gap_pred_std", "V_F")}),
+            file=sys.stderr,
+        )
+    write_markdown(
+        [done[m] for m in METHODS if m in done],
+        config,
+        command,
+        stats["noise_variance"],
+        args.out.with_suffix(".md"),
+    )
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ counts that line as done (delete it to try again). The grid is large (3 batch si
     python benchmarks/gpu.py --profile --resume --batches 10000 --families mean_field,global
     python benchmarks/gpu.py --float32 --profile --resume --depths 3  # float32 lines, same files
 """
+
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
@@ -64,7 +65,12 @@ import tensorflow as tf  # noqa: E402
 import deepgp_gi as dg  # noqa: E402
 from benchmarks.common import append_line, code_commit, read_lines  # noqa: E402
 from benchmarks.timing import (  # noqa: E402
-    fit_step, gpflux_dsvi, kin8nm_inputs, ours, raise_if_step_failed, time_models,
+    fit_step,
+    gpflux_dsvi,
+    kin8nm_inputs,
+    ours,
+    raise_if_step_failed,
+    time_models,
 )
 from deepgp_gi.families import DEEP_GP_FAMILIES  # noqa: E402
 
@@ -82,35 +88,134 @@ ELBO_SEED = (0, 7)  # the seeded noise of the float32-against-float64 ELBO compa
 
 # --------------------------------------------------------------------------- static cost
 #: Ops that only relabel or describe a buffer (or are bookkeeping): no flops, no traffic.
-FREE_OPS = frozenset({
-    "Const", "HostConst", "Placeholder", "PlaceholderWithDefault", "_Arg", "_Retval", "NoOp", "Identity",
-    "IdentityN", "Reshape", "Squeeze", "ExpandDims", "Shape", "ShapeN", "Size", "Rank", "StopGradient",
-    "PreventGradient", "ReadVariableOp", "VarHandleOp", "VarIsInitializedOp", "Snapshot", "EnsureShape",
-    "Bitcast", "Assert", "Print", "PrintV2", "StringFormat", "BroadcastGradientArgs", "BroadcastArgs",
-})
+FREE_OPS = frozenset(
+    {
+        "Const",
+        "HostConst",
+        "Placeholder",
+        "PlaceholderWithDefault",
+        "_Arg",
+        "_Retval",
+        "NoOp",
+        "Identity",
+        "IdentityN",
+        "Reshape",
+        "Squeeze",
+        "ExpandDims",
+        "Shape",
+        "ShapeN",
+        "Size",
+        "Rank",
+        "StopGradient",
+        "PreventGradient",
+        "ReadVariableOp",
+        "VarHandleOp",
+        "VarIsInitializedOp",
+        "Snapshot",
+        "EnsureShape",
+        "Bitcast",
+        "Assert",
+        "Print",
+        "PrintV2",
+        "StringFormat",
+        "BroadcastGradientArgs",
+        "BroadcastArgs",
+    }
+)
 #: Ops that move or rearrange data without arithmetic: traffic, no flops.
-MOVEMENT_OPS = frozenset({
-    "Transpose", "ConjugateTranspose", "ConcatV2", "Concat", "Pack", "Unpack", "Slice", "StridedSlice",
-    "StridedSliceGrad", "GatherV2", "GatherNd", "ResourceGather", "ScatterNd", "TensorScatterUpdate", "Tile",
-    "BroadcastTo", "Pad", "PadV2", "MirrorPad", "MatrixBandPart", "MatrixDiag", "MatrixDiagV2", "MatrixDiagV3",
-    "MatrixDiagPart", "MatrixDiagPartV2", "MatrixDiagPartV3", "MatrixSetDiag", "MatrixSetDiagV2",
-    "MatrixSetDiagV3", "Fill", "ZerosLike", "OnesLike", "ReverseV2", "Split", "SplitV", "Range", "OneHot",
-    "Cast", "Where", "Roll", "DynamicStitch", "ParallelDynamicStitch", "AssignVariableOp", "CheckNumerics",
-    "CheckNumericsV2",
-})
+MOVEMENT_OPS = frozenset(
+    {
+        "Transpose",
+        "ConjugateTranspose",
+        "ConcatV2",
+        "Concat",
+        "Pack",
+        "Unpack",
+        "Slice",
+        "StridedSlice",
+        "StridedSliceGrad",
+        "GatherV2",
+        "GatherNd",
+        "ResourceGather",
+        "ScatterNd",
+        "TensorScatterUpdate",
+        "Tile",
+        "BroadcastTo",
+        "Pad",
+        "PadV2",
+        "MirrorPad",
+        "MatrixBandPart",
+        "MatrixDiag",
+        "MatrixDiagV2",
+        "MatrixDiagV3",
+        "MatrixDiagPart",
+        "MatrixDiagPartV2",
+        "MatrixDiagPartV3",
+        "MatrixSetDiag",
+        "MatrixSetDiagV2",
+        "MatrixSetDiagV3",
+        "Fill",
+        "ZerosLike",
+        "OnesLike",
+        "ReverseV2",
+        "Split",
+        "SplitV",
+        "Range",
+        "OneHot",
+        "Cast",
+        "Where",
+        "Roll",
+        "DynamicStitch",
+        "ParallelDynamicStitch",
+        "AssignVariableOp",
+        "CheckNumerics",
+        "CheckNumericsV2",
+    }
+)
 #: One flop per input element (of the first input).
-REDUCTION_OPS = frozenset({
-    "Sum", "Prod", "Mean", "Max", "Min", "All", "Any", "ArgMax", "ArgMin", "EuclideanNorm", "Cumsum",
-    "Cumprod", "CumulativeLogsumexp", "BiasAddGrad", "L2Loss", "UnsortedSegmentSum", "SegmentSum",
-})
+REDUCTION_OPS = frozenset(
+    {
+        "Sum",
+        "Prod",
+        "Mean",
+        "Max",
+        "Min",
+        "All",
+        "Any",
+        "ArgMax",
+        "ArgMin",
+        "EuclideanNorm",
+        "Cumsum",
+        "Cumprod",
+        "CumulativeLogsumexp",
+        "BiasAddGrad",
+        "L2Loss",
+        "UnsortedSegmentSum",
+        "SegmentSum",
+    }
+)
 MATMUL_OPS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
 #: Function calls: the called function's ops are counted in their place.
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 #: Control flow whose branches or bodies are not walked (counted in ``not_followed``).
-CONTROL_FLOW_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"})
+CONTROL_FLOW_OPS = frozenset(
+    {"If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase"}
+)
 #: Dense linear algebra without a flop rule here (counted in ``uncosted``, never as elementwise).
-UNCOSTED_OPS = frozenset({"Qr", "Svd", "SelfAdjointEigV2", "Eig", "Lu", "MatrixExponential", "MatrixLogarithm",
-                          "MatrixSquareRoot", "MatrixSolveLs", "TridiagonalSolve"})
+UNCOSTED_OPS = frozenset(
+    {
+        "Qr",
+        "Svd",
+        "SelfAdjointEigV2",
+        "Eig",
+        "Lu",
+        "MatrixExponential",
+        "MatrixLogarithm",
+        "MatrixSquareRoot",
+        "MatrixSolveLs",
+        "TridiagonalSolve",
+    }
+)
 _NO_DATA = (tf.resource, tf.variant, tf.string)
 
 
@@ -156,7 +261,7 @@ def _einsum_flops(op) -> Optional[float]:
     for term, tensor in zip(terms, op.inputs):
         dims = tensor.shape.as_list()
         letters = term.replace("...", "")
-        for letter, size in zip(letters, dims[len(dims) - len(letters):]):
+        for letter, size in zip(letters, dims[len(dims) - len(letters) :]):
             sizes[letter] = size
     contracted = [sizes.get(c) for c in set(inputs.replace(",", "").replace(".", "")) - set(output)]
     if any(s is None for s in contracted):
@@ -166,11 +271,18 @@ def _einsum_flops(op) -> Optional[float]:
 
 def _floating(op) -> bool:
     """Whether ``op`` reads or writes floating-point (or complex) data."""
-    return any(t.dtype.is_floating or t.dtype.is_complex for t in list(op.inputs) + list(op.outputs))
+    return any(
+        t.dtype.is_floating or t.dtype.is_complex for t in list(op.inputs) + list(op.outputs)
+    )
 
 
 #: ``(numerator, denominator)`` of the ``b n^3`` flops of the square-matrix factorisations.
-_CUBIC = {"Cholesky": (1, 3), "MatrixInverse": (2, 1), "MatrixDeterminant": (2, 3), "LogMatrixDeterminant": (2, 3)}
+_CUBIC = {
+    "Cholesky": (1, 3),
+    "MatrixInverse": (2, 1),
+    "MatrixDeterminant": (2, 3),
+    "LogMatrixDeterminant": (2, 3),
+}
 
 
 def _op_flops(op) -> Optional[float]:
@@ -303,21 +415,43 @@ def step_cost(step) -> StepCost:
         ``unknown_shape_ops``, not silently dropped.
     """
     graph = step.get_concrete_function().graph
-    totals = dict(flops_by_type=collections.Counter(), bytes=0.0, ops=0, unknown_shape_ops=collections.Counter(),
-                  not_followed=collections.Counter(), uncosted=collections.Counter())
+    totals = dict(
+        flops_by_type=collections.Counter(),
+        bytes=0.0,
+        ops=0,
+        unknown_shape_ops=collections.Counter(),
+        not_followed=collections.Counter(),
+        uncosted=collections.Counter(),
+    )
     _walk(graph, totals)
     by_type = dict(totals["flops_by_type"])
-    return StepCost(flops=float(sum(by_type.values())), bytes=totals["bytes"], flops_by_type=by_type,
-                    ops=totals["ops"], unknown_shape_ops=dict(totals["unknown_shape_ops"]),
-                    not_followed=dict(totals["not_followed"]), uncosted=dict(totals["uncosted"]))
+    return StepCost(
+        flops=float(sum(by_type.values())),
+        bytes=totals["bytes"],
+        flops_by_type=by_type,
+        ops=totals["ops"],
+        unknown_shape_ops=dict(totals["unknown_shape_ops"]),
+        not_followed=dict(totals["not_followed"]),
+        uncosted=dict(totals["uncosted"]),
+    )
 
 
 # --------------------------------------------------------------------------- executed ops
 #: Host events that are executor or thread-pool bookkeeping, not kernels.
 _HOST_SKIP = ("Thread", "ExecutorState", "Memory", "ParallelFor")
 #: Derived timelines the profiler adds to a device plane (aggregates, not kernel launches).
-_DERIVED_LINES = ("Steps", "XLA Modules", "XLA Ops", "XLA TraceMe", "TensorFlow Ops", "TensorFlow Name Scope",
-                  "Framework Ops", "Framework Name Scope", "Launch Stats", "Source")
+_DERIVED_LINES = (
+    "Steps",
+    "XLA Modules",
+    "XLA Ops",
+    "XLA TraceMe",
+    "TensorFlow Ops",
+    "TensorFlow Name Scope",
+    "Framework Ops",
+    "Framework Name Scope",
+    "Launch Stats",
+    "Source",
+)
 
 
 class ExecutedOps(NamedTuple):
@@ -371,7 +505,7 @@ def _xla_cpu_thunks(plane) -> int:
     """XLA CPU thunk executions on the host plane: events named ``X`` for which the plane also
     has ``"end: X"`` events (how XLA's CPU runtime marks each thunk it runs)."""
     names = [plane.event_metadata[e.metadata_id].name for line in plane.lines for e in line.events]
-    ended = {n[len("end: "):] for n in names if n.startswith("end: ")}
+    ended = {n[len("end: ") :] for n in names if n.startswith("end: ")}
     return sum(1 for n in names if n in ended)
 
 
@@ -380,13 +514,22 @@ def _gpu_kernel_events(plane) -> List:
     stat on its stream lines; when no event carries it, every event on the stream lines except
     memory copies and sets."""
     kernel_stat = {i for i, m in plane.stat_metadata.items() if m.name == "kernel_details"}
-    raw = [line for line in plane.lines
-           if (line.name.startswith("Stream") or line.name == "Kernels") and not line.name.startswith(_DERIVED_LINES)]
+    raw = [
+        line
+        for line in plane.lines
+        if (line.name.startswith("Stream") or line.name == "Kernels")
+        and not line.name.startswith(_DERIVED_LINES)
+    ]
     events = [e for line in raw for e in line.events]
     if kernel_stat and any(s.metadata_id in kernel_stat for e in events for s in e.stats):
         return [e for e in events if any(s.metadata_id in kernel_stat for s in e.stats)]
-    return [e for e in events
-            if not plane.event_metadata[e.metadata_id].name.startswith(("Memcpy", "Memset", "memcpy", "memset"))]
+    return [
+        e
+        for e in events
+        if not plane.event_metadata[e.metadata_id].name.startswith(
+            ("Memcpy", "Memset", "memcpy", "memset")
+        )
+    ]
 
 
 def _gpu_kernels(plane) -> int:
@@ -429,9 +572,13 @@ def count_executed(spaces: Iterable, steps: int) -> ExecutedOps:
                 gpu_ops.update(_gpu_kernels_by_op(plane))
     by_type = {k: v / steps for k, v in sorted(host.items())}
     gpu_by_type = {k: v / steps for k, v in gpu_ops.most_common()} if saw_gpu else None
-    return ExecutedOps(by_type=by_type, total=float(sum(host.values())) / steps,
-                       gpu_kernels=float(sum(gpu_ops.values())) / steps if saw_gpu else None,
-                       xla_cpu_thunks=thunks / steps if thunks else None, gpu_by_type=gpu_by_type)
+    return ExecutedOps(
+        by_type=by_type,
+        total=float(sum(host.values())) / steps,
+        gpu_kernels=float(sum(gpu_ops.values())) / steps if saw_gpu else None,
+        xla_cpu_thunks=thunks / steps if thunks else None,
+        gpu_by_type=gpu_by_type,
+    )
 
 
 def _read_xspaces(logdir: str) -> List:
@@ -488,7 +635,10 @@ def _wait(result) -> None:
 HEAVY = (
     ("Cholesky", ("Cholesky",)),
     ("TriSolve", ("MatrixTriangularSolve",)),
-    ("MatMul", ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "FusedMatMul", "Einsum")),
+    (
+        "MatMul",
+        ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "FusedMatMul", "Einsum"),
+    ),
     ("Transpose", ("Transpose", "ConjugateTranspose")),
 )
 
@@ -496,7 +646,7 @@ HEAVY = (
 def _base_type(op_type: str) -> str:
     for prefix in ("_MklNative", "_Mkl", "_"):
         if op_type.startswith(prefix):
-            return op_type[len(prefix):]
+            return op_type[len(prefix) :]
     return op_type
 
 
@@ -519,7 +669,9 @@ def device_name() -> str:
         name = details.get("device_name", gpus[0].name)
         cc = details.get("compute_capability")
         extra = f" (compute capability {cc[0]}.{cc[1]})" if cc else ""
-        return f"{name}{extra}" + (f", {len(gpus)} GPUs visible, GPU:0 used" if len(gpus) > 1 else "")
+        return f"{name}{extra}" + (
+            f", {len(gpus)} GPUs visible, GPU:0 used" if len(gpus) > 1 else ""
+        )
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
@@ -540,9 +692,12 @@ def precision(dtype: str):
 
 
 # --------------------------------------------------------------------------- models
-def model_names(families: Tuple[str, ...], modes: Tuple[str, ...], gpflux: bool = True) -> List[str]:
+def model_names(
+    families: Tuple[str, ...], modes: Tuple[str, ...], gpflux: bool = True
+) -> List[str]:
     """Row names of one configuration: each family in each mode, then (if ``gpflux``) GPflux in
     each mode."""
+
     def named(base, mode):
         return base if mode == "plain" else f"{base} (XLA)"
 
@@ -554,7 +709,7 @@ def _parse_name(name: str) -> Tuple[Optional[str], str]:
     """(family or None for GPflux, mode) of a row name."""
     mode = "xla" if name.endswith(" (XLA)") else "plain"
     base = name[: -len(" (XLA)")] if mode == "xla" else name
-    return (None if base == GPFLUX else base[len("deepgp_gi "):]), mode
+    return (None if base == GPFLUX else base[len("deepgp_gi ") :]), mode
 
 
 def makers_for(X, Y, depth: int, M: int, names: List[str]) -> Dict[str, Callable]:
@@ -590,16 +745,26 @@ def elbo_float32_vs_float64(X, Y, depth: int, M: int, family: str) -> Dict[str, 
     """
     with precision("float64"):
         m64 = dg.build_deep_gp(X, Y, depth=depth, posterior=family, num_inducing=M, seed=0)
-        e64 = float(m64.elbo((tf.constant(X), tf.constant(Y)), 1, seed=dg.noise.SeededNoise(list(ELBO_SEED))))
+        e64 = float(
+            m64.elbo(
+                (tf.constant(X), tf.constant(Y)), 1, seed=dg.noise.SeededNoise(list(ELBO_SEED))
+            )
+        )
         values = {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(m64).items()}
     with precision("float32"):
         X32, Y32 = X.astype(np.float32), Y.astype(np.float32)
         m32 = dg.build_deep_gp(X32, Y32, depth=depth, posterior=family, num_inducing=M, seed=0)
         params = gpflow.utilities.parameter_dict(m32)
         if set(params) != set(values):
-            raise RuntimeError(f"{family}: the float32 and float64 models have different parameters")
+            raise RuntimeError(
+                f"{family}: the float32 and float64 models have different parameters"
+            )
         gpflow.utilities.multiple_assign(m32, {k: v.astype(np.float32) for k, v in values.items()})
-        e32 = float(m32.elbo((tf.constant(X32), tf.constant(Y32)), 1, seed=dg.noise.SeededNoise(list(ELBO_SEED))))
+        e32 = float(
+            m32.elbo(
+                (tf.constant(X32), tf.constant(Y32)), 1, seed=dg.noise.SeededNoise(list(ELBO_SEED))
+            )
+        )
     return dict(elbo_float64=e64, elbo_float32=e32, elbo_rel_diff=abs(e32 - e64) / abs(e64))
 
 
@@ -633,15 +798,27 @@ def build_steps(makers: Dict[str, Callable]) -> Tuple[Dict[str, Callable], Dict[
 def measure(step, ms_per_step: float, profile_steps: Optional[int]) -> dict:
     """The jsonl fields of one timed step: its static cost and, if ``profile_steps``, its kernels."""
     cost = step_cost(step)
-    out = dict(ms_per_step=ms_per_step, flops=cost.flops, bytes=cost.bytes, graph_ops=cost.ops,
-               flops_by_type=cost.flops_by_type, unknown_shape_ops=cost.unknown_shape_ops,
-               not_followed=cost.not_followed, uncosted=cost.uncosted)
+    out = dict(
+        ms_per_step=ms_per_step,
+        flops=cost.flops,
+        bytes=cost.bytes,
+        graph_ops=cost.ops,
+        flops_by_type=cost.flops_by_type,
+        unknown_shape_ops=cost.unknown_shape_ops,
+        not_followed=cost.not_followed,
+        uncosted=cost.uncosted,
+    )
     if profile_steps:
         executed = executed_ops_per_step(step, profile_steps)
-        out.update(executed_ops=executed.total, executed_by_type=executed.by_type,
-                   heavy_ops=heavy_counts(executed.by_type), gpu_kernels=executed.gpu_kernels,
-                   xla_cpu_thunks=executed.xla_cpu_thunks, launches=executed.launches(),
-                   gpu_by_type=executed.gpu_by_type)
+        out.update(
+            executed_ops=executed.total,
+            executed_by_type=executed.by_type,
+            heavy_ops=heavy_counts(executed.by_type),
+            gpu_kernels=executed.gpu_kernels,
+            xla_cpu_thunks=executed.xla_cpu_thunks,
+            launches=executed.launches(),
+            gpu_by_type=executed.gpu_by_type,
+        )
     return out
 
 
@@ -656,7 +833,11 @@ def run_config(config: dict, names: List[str], args, header: dict) -> List[dict]
     with precision(dtype):
         steps, failed = build_steps(makers_for(X, Y, config["depth"], config["M"], names))
         makers = {name: (lambda step=step: step) for name, step in steps.items()}
-        times = time_models(makers, args.rounds, args.steps_per_round, check_failures=False) if makers else {}
+        times = (
+            time_models(makers, args.rounds, args.steps_per_round, check_failures=False)
+            if makers
+            else {}
+        )
         for name, step in steps.items():  # a factorisation that failed while timed: a failure line
             try:
                 raise_if_step_failed(step)
@@ -668,10 +849,14 @@ def run_config(config: dict, names: List[str], args, header: dict) -> List[dict]
             if name in failed:
                 line.update(ms_per_step=None, error=failed[name])
             else:
-                line.update(measure(steps[name], times[name], args.profile_steps if args.profile else None))
+                line.update(
+                    measure(steps[name], times[name], args.profile_steps if args.profile else None)
+                )
             if dtype == "float32" and family is not None:
                 if family not in elbos:
-                    elbos[family] = _elbo_check(X.astype(np.float64), Y.astype(np.float64), config, family)
+                    elbos[family] = _elbo_check(
+                        X.astype(np.float64), Y.astype(np.float64), config, family
+                    )
                 line.update(elbos[family])
             lines.append(line)
     return lines
@@ -686,6 +871,7 @@ def _elbo_check(X, Y, config: dict, family: str) -> dict:
 
 def _csv(kind: Callable, choices: Optional[Tuple[str, ...]] = None):
     """An argparse type: a comma-separated list of ``kind`` values (each in ``choices`` if given)."""
+
     def parse(text: str):
         items = [x.strip() for x in text.split(",") if x.strip()]
         if not items:
@@ -693,11 +879,15 @@ def _csv(kind: Callable, choices: Optional[Tuple[str, ...]] = None):
         out = []
         for item in items:
             if choices is not None and item not in choices:
-                raise argparse.ArgumentTypeError(f"unknown value {item!r}; choose from {', '.join(choices)}")
+                raise argparse.ArgumentTypeError(
+                    f"unknown value {item!r}; choose from {', '.join(choices)}"
+                )
             try:
                 value = kind(item)
             except ValueError:
-                raise argparse.ArgumentTypeError(f"{item!r} is not a valid {kind.__name__}") from None
+                raise argparse.ArgumentTypeError(
+                    f"{item!r} is not a valid {kind.__name__}"
+                ) from None
             if kind is int and value < 1:
                 raise argparse.ArgumentTypeError(f"{item!r} must be a positive integer")
             out.append(value)
@@ -717,35 +907,88 @@ def _positive_int(text: str) -> int:
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: batch 1000, M 100, depth 3 (unless given), 3 rounds of 3 steps")
-    parser.add_argument("--batches", type=_csv(int), help=f"batch sizes (default {','.join(map(str, BATCHES))})")
-    parser.add_argument("--Ms", type=_csv(int), help=f"inducing points per layer (default {','.join(map(str, MS))})")
-    parser.add_argument("--depths", type=_csv(int), help=f"depths (default {','.join(map(str, DEPTHS))})")
-    parser.add_argument("--families", type=_csv(str, tuple(DEEP_GP_FAMILIES)), default=tuple(DEEP_GP_FAMILIES),
-                        help="deep-GP families (default all); GPflux is a row unless --no-gpflux")
-    parser.add_argument("--no-gpflux", action="store_true",
-                        help="leave out the GPflux rows (for an environment without the bench extra)")
-    parser.add_argument("--modes", type=_csv(str, MODES), default=MODES, help="plain, xla (default both)")
-    parser.add_argument("--rounds", type=_positive_int, help="timing rounds (default 7; 3 with --quick)")
-    parser.add_argument("--steps-per-round", type=_positive_int, help="steps per round (default 10; 3 with --quick)")
-    parser.add_argument("--float32", action="store_true",
-                        help="run in float32 (lines marked float32) and compare each family's ELBO with float64")
-    parser.add_argument("--tf32", choices=("on", "off"), default=None,
-                        help="TensorFloat-32 for float32 matmuls on Ampere and newer GPUs (default: TensorFlow's, "
-                             "on); recorded in every line")
-    parser.add_argument("--accelerator-branch", action="store_true",
-                        help="trace safe_cholesky's GPU branch (branch-free jitter ladder) even with no GPU: "
-                             "counts on a CPU the ops a GPU step runs; recorded in every line")
-    parser.add_argument("--profile", action="store_true", help="count the executed ops of each step (profiler)")
-    parser.add_argument("--profile-steps", type=_positive_int, default=4, help="steps profiled per model (default 4)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="markdown table (default benchmarks/results/gpu.md)")
-    parser.add_argument("--jsonl", default=None, help="jsonl of the lines (default: --out with .jsonl)")
-    parser.add_argument("--resume", action="store_true", help="keep the jsonl and skip the lines already there")
-    parser.add_argument("--report-only", action="store_true", help="only rewrite --out from the lines in --jsonl")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: batch 1000, M 100, depth 3 (unless given), 3 rounds of 3 steps",
+    )
+    parser.add_argument(
+        "--batches", type=_csv(int), help=f"batch sizes (default {','.join(map(str, BATCHES))})"
+    )
+    parser.add_argument(
+        "--Ms", type=_csv(int), help=f"inducing points per layer (default {','.join(map(str, MS))})"
+    )
+    parser.add_argument(
+        "--depths", type=_csv(int), help=f"depths (default {','.join(map(str, DEPTHS))})"
+    )
+    parser.add_argument(
+        "--families",
+        type=_csv(str, tuple(DEEP_GP_FAMILIES)),
+        default=tuple(DEEP_GP_FAMILIES),
+        help="deep-GP families (default all); GPflux is a row unless --no-gpflux",
+    )
+    parser.add_argument(
+        "--no-gpflux",
+        action="store_true",
+        help="leave out the GPflux rows (for an environment without the bench extra)",
+    )
+    parser.add_argument(
+        "--modes", type=_csv(str, MODES), default=MODES, help="plain, xla (default both)"
+    )
+    parser.add_argument(
+        "--rounds", type=_positive_int, help="timing rounds (default 7; 3 with --quick)"
+    )
+    parser.add_argument(
+        "--steps-per-round", type=_positive_int, help="steps per round (default 10; 3 with --quick)"
+    )
+    parser.add_argument(
+        "--float32",
+        action="store_true",
+        help="run in float32 (lines marked float32) and compare each family's ELBO with float64",
+    )
+    parser.add_argument(
+        "--tf32",
+        choices=("on", "off"),
+        default=None,
+        help="TensorFloat-32 for float32 matmuls on Ampere and newer GPUs (default: TensorFlow's, "
+        "on); recorded in every line",
+    )
+    parser.add_argument(
+        "--accelerator-branch",
+        action="store_true",
+        help="trace safe_cholesky's GPU branch (branch-free jitter ladder) even with no GPU: "
+        "counts on a CPU the ops a GPU step runs; recorded in every line",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="count the executed ops of each step (profiler)"
+    )
+    parser.add_argument(
+        "--profile-steps",
+        type=_positive_int,
+        default=4,
+        help="steps profiled per model (default 4)",
+    )
+    parser.add_argument(
+        "--out", default=DEFAULT_OUT, help="markdown table (default benchmarks/results/gpu.md)"
+    )
+    parser.add_argument(
+        "--jsonl", default=None, help="jsonl of the lines (default: --out with .jsonl)"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the jsonl and skip the lines already there"
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="only rewrite --out from the lines in --jsonl"
+    )
     args = parser.parse_args(argv)
-    grid = QUICK if args.quick else dict(batches=BATCHES, Ms=MS, depths=DEPTHS, rounds=7, steps_per_round=10)
+    grid = (
+        QUICK
+        if args.quick
+        else dict(batches=BATCHES, Ms=MS, depths=DEPTHS, rounds=7, steps_per_round=10)
+    )
     for key in ("batches", "Ms", "depths", "rounds", "steps_per_round"):
         if getattr(args, key) is None:
             setattr(args, key, grid[key])
@@ -762,8 +1005,10 @@ def main(argv=None) -> int:
         print(f"wrote {args.out}")
         return 0
     if not args.no_gpflux and importlib.util.find_spec("gpflux") is None:
-        raise SystemExit("benchmarks/gpu.py: gpflux is not installed (pip install -e \".[bench]\"); "
-                         "pass --no-gpflux to time deepgp_gi alone")
+        raise SystemExit(
+            'benchmarks/gpu.py: gpflux is not installed (pip install -e ".[bench]"); '
+            "pass --no-gpflux to time deepgp_gi alone"
+        )
     with dg.linalg.accelerator_branch() if args.accelerator_branch else contextlib.nullcontext():
         return _run(args, argv)
 
@@ -771,12 +1016,18 @@ def main(argv=None) -> int:
 def _run(args, argv) -> int:
     if args.tf32 is not None:
         tf.config.experimental.enable_tensor_float_32_execution(args.tf32 == "on")
-    header = dict(device=device_name(), tensorflow=tf.__version__, commit=code_commit(),
-                  tf32=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
-                  cholesky_branch="accelerator" if args.accelerator_branch or tf.config.list_logical_devices("GPU")
-                  else "host",
-                  command="python benchmarks/gpu.py " + " ".join(shlex.quote(a) for a in argv),
-                  rounds=args.rounds, steps_per_round=args.steps_per_round)
+    header = dict(
+        device=device_name(),
+        tensorflow=tf.__version__,
+        commit=code_commit(),
+        tf32=bool(tf.config.experimental.tensor_float_32_execution_enabled()),
+        cholesky_branch="accelerator"
+        if args.accelerator_branch or tf.config.list_logical_devices("GPU")
+        else "host",
+        command="python benchmarks/gpu.py " + " ".join(shlex.quote(a) for a in argv),
+        rounds=args.rounds,
+        steps_per_round=args.steps_per_round,
+    )
     for path in (args.jsonl, args.out):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if not args.resume and os.path.exists(args.jsonl):
@@ -802,7 +1053,11 @@ def _run(args, argv) -> int:
 
 # --------------------------------------------------------------------------- report
 def _fmt(value, spec: str) -> str:
-    return "–" if value is None or (isinstance(value, float) and not math.isfinite(value)) else format(value, spec)
+    return (
+        "–"
+        if value is None or (isinstance(value, float) and not math.isfinite(value))
+        else format(value, spec)
+    )
 
 
 def summary_row(line: dict) -> str:
@@ -836,25 +1091,51 @@ def _row(l: dict, reference: Optional[float], float32: bool) -> List[str]:
         ms, heavy, launches = l["ms_per_step"], l.get("heavy_ops") or {}, l.get("launches")
         # an XLA step runs as one function op; on a GPU the trace's host plane holds only the
         # function call and its launch, not the ops behind the kernels (kernels/step counts those)
-        executed = l.get("executed_ops") if l["mode"] == "plain" and l.get("gpu_kernels") is None else None
-        cells += [_fmt(ms, ".2f"), _fmt(ms / reference if reference else None, ".2f"), _fmt(l["flops"] / 1e9, ".4g"),
-                  _fmt(l["bytes"] / 1e6, ".4g"), _fmt(l["flops"] / ms / 1e6, ".3g"), _fmt(executed, "g"),
-                  *[_fmt(heavy.get(label) if executed is not None else None, "g") for label, _ in HEAVY],
-                  _fmt(launches, "g"), _fmt(l["flops"] / launches / 1e6 if launches else None, ".3g"),
-                  sum(l["unknown_shape_ops"].values())]
+        executed = (
+            l.get("executed_ops") if l["mode"] == "plain" and l.get("gpu_kernels") is None else None
+        )
+        cells += [
+            _fmt(ms, ".2f"),
+            _fmt(ms / reference if reference else None, ".2f"),
+            _fmt(l["flops"] / 1e9, ".4g"),
+            _fmt(l["bytes"] / 1e6, ".4g"),
+            _fmt(l["flops"] / ms / 1e6, ".3g"),
+            _fmt(executed, "g"),
+            *[_fmt(heavy.get(label) if executed is not None else None, "g") for label, _ in HEAVY],
+            _fmt(launches, "g"),
+            _fmt(l["flops"] / launches / 1e6 if launches else None, ".3g"),
+            sum(l["unknown_shape_ops"].values()),
+        ]
     if float32:
         cells.append(_fmt(l.get("elbo_rel_diff"), ".2e") if "elbo_error" not in l else "failed")
     return [str(x) for x in cells]
 
 
 def _table(lines: List[dict], float32: bool) -> List[str]:
-    head = ["batch", "M", "depth", "model", "ms/step", "/ GPflux", "GFLOP/step", "traffic MB/step", "GFLOP/s",
-            "ops/step", *[label for label, _ in HEAVY], "kernels/step", "MFLOP/kernel", "unknown-shape ops"]
+    head = [
+        "batch",
+        "M",
+        "depth",
+        "model",
+        "ms/step",
+        "/ GPflux",
+        "GFLOP/step",
+        "traffic MB/step",
+        "GFLOP/s",
+        "ops/step",
+        *[label for label, _ in HEAVY],
+        "kernels/step",
+        "MFLOP/kernel",
+        "unknown-shape ops",
+    ]
     if float32:
         head.append("ELBO f32 vs f64 (rel.)")
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    reference = {(json.dumps(l["config"], sort_keys=True), l["mode"]): l["ms_per_step"]
-                 for l in lines if l["family"] == GPFLUX}
+    reference = {
+        (json.dumps(l["config"], sort_keys=True), l["mode"]): l["ms_per_step"]
+        for l in lines
+        if l["family"] == GPFLUX
+    }
     for l in lines:
         ref = reference.get((json.dumps(l["config"], sort_keys=True), l["mode"]))
         rows.append("| " + " | ".join(_row(l, ref, float32)) + " |")
@@ -885,14 +1166,22 @@ def _gpu_kernel_sources(lines: List[dict]) -> List[str]:
     rows = [l for l in lines if l.get("gpu_by_type")]
     if not rows:
         return []
-    out = ["## GPU kernels by the op that launched them", "",
-           f"Per step, the {TOP_GPU_OPS} TensorFlow op types whose kernels were launched most (the `tf_op` of each "
-           "kernel in the trace; `(no op)`: a kernel tied to none).", "",
-           "| batch | dtype | model | kernels/step | most launched by |", "|---|---|---|---|---|"]
+    out = [
+        "## GPU kernels by the op that launched them",
+        "",
+        f"Per step, the {TOP_GPU_OPS} TensorFlow op types whose kernels were launched most (the `tf_op` of each "
+        "kernel in the trace; `(no op)`: a kernel tied to none).",
+        "",
+        "| batch | dtype | model | kernels/step | most launched by |",
+        "|---|---|---|---|---|",
+    ]
     for l in rows:
         c, top = l["config"], list(l["gpu_by_type"].items())[:TOP_GPU_OPS]
-        out.append(f"| {c['batch']} | {c['dtype']} | {l['model']} | {_fmt(l.get('gpu_kernels'), 'g')} | "
-                   + ", ".join(f"{op} {n:g}" for op, n in top) + " |")
+        out.append(
+            f"| {c['batch']} | {c['dtype']} | {l['model']} | {_fmt(l.get('gpu_kernels'), 'g')} | "
+            + ", ".join(f"{op} {n:g}" for op, n in top)
+            + " |"
+        )
     return out + [""]
 
 
@@ -900,25 +1189,52 @@ def write_markdown(lines: List[dict], path: str) -> None:
     """The report of ``lines`` (one table per dtype, rows in run order) written to ``path``."""
     devices = "; ".join(sorted({l["device"] for l in lines})) or device_name()
     versions = ", ".join(sorted({l["tensorflow"] for l in lines})) or tf.__version__
-    commands = list(dict.fromkeys(f"`{l['command']}` (commit {l['commit']}, {l['rounds']} rounds x "
-                                  f"{l['steps_per_round']} steps)" for l in lines))
-    md = ["# Training-step cost on the accelerator: every deep-GP family against GPflux", "",
-          f"Device: {devices}. TensorFlow {versions}.", "", "Commands:", *[f"- {c}" for c in commands], "",
-          LEGEND, "", "What these numbers mean, and what is still to measure: docs/performance.md, \"On a GPU\".", ""]
+    commands = list(
+        dict.fromkeys(
+            f"`{l['command']}` (commit {l['commit']}, {l['rounds']} rounds x "
+            f"{l['steps_per_round']} steps)"
+            for l in lines
+        )
+    )
+    md = [
+        "# Training-step cost on the accelerator: every deep-GP family against GPflux",
+        "",
+        f"Device: {devices}. TensorFlow {versions}.",
+        "",
+        "Commands:",
+        *[f"- {c}" for c in commands],
+        "",
+        LEGEND,
+        "",
+        'What these numbers mean, and what is still to measure: docs/performance.md, "On a GPU".',
+        "",
+    ]
     for dtype in ("float64", "float32"):
         chosen = [l for l in lines if l["config"]["dtype"] == dtype]
         if chosen:
             md += [f"## {dtype}", ""]
             if dtype == "float32":
-                tf32 = sorted({{True: "on", False: "off"}.get(l.get("tf32"), "not recorded") for l in chosen})
-                md += [f"TensorFloat-32 matmuls (float32 on Ampere and newer GPUs; `--tf32`): {', '.join(tf32)}.", ""]
+                tf32 = sorted(
+                    {{True: "on", False: "off"}.get(l.get("tf32"), "not recorded") for l in chosen}
+                )
+                md += [
+                    f"TensorFloat-32 matmuls (float32 on Ampere and newer GPUs; `--tf32`): {', '.join(tf32)}.",
+                    "",
+                ]
             md += _table(chosen, dtype == "float32") + [""]
     md += _gpu_kernel_sources(lines)
     failures = [l for l in lines if l.get("error") or l.get("elbo_error")]
     if failures:
-        md += ["## Failures", ""] + [f"- batch {l['config']['batch']}, M {l['config']['M']}, depth "
-                                     f"{l['config']['depth']}, {l['config']['dtype']}, {l['model']}: "
-                                     f"{l.get('error') or l.get('elbo_error')}" for l in failures] + [""]
+        md += (
+            ["## Failures", ""]
+            + [
+                f"- batch {l['config']['batch']}, M {l['config']['M']}, depth "
+                f"{l['config']['depth']}, {l['config']['dtype']}, {l['model']}: "
+                f"{l.get('error') or l.get('elbo_error')}"
+                for l in failures
+            ]
+            + [""]
+        )
     with open(path, "w") as fh:
         fh.write("\n".join(md) + "\n")
 

@@ -28,6 +28,7 @@ Every row records the number of variational parameters (``dg.parameter_count``).
 
 Inputs are standardised with the training images' mean and standard deviation (one number each).
 """
+
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
@@ -90,8 +91,8 @@ def elbo_per_image(model, X, Y, num_samples: int, chunk: int = 500) -> float:
     N = len(X)
     ell, kls = 0.0, []
     for i in range(0, N, chunk):
-        e, k = model.elbo_terms((X[i:i + chunk], Y[i:i + chunk]), num_samples, seed=i)
-        ell += float(np.mean(e.numpy())) * len(X[i:i + chunk]) / N
+        e, k = model.elbo_terms((X[i : i + chunk], Y[i : i + chunk]), num_samples, seed=i)
+        ell += float(np.mean(e.numpy())) * len(X[i : i + chunk]) / N
         kls.append(float(np.mean(k.numpy())))
     return (ell - float(np.mean(kls))) / (model.num_data or N)
 
@@ -107,46 +108,90 @@ def _options_text(options) -> str:
 
 
 def cell_key(row: dict) -> tuple:
-    return (row["dataset"], row["architecture"], row["posterior"], row["prior"], row["seed"], row["steps"],
-            _m(row["posterior"], row["num_inducing"]), _options_text(row.get("posterior_options")))
+    return (
+        row["dataset"],
+        row["architecture"],
+        row["posterior"],
+        row["prior"],
+        row["seed"],
+        row["steps"],
+        _m(row["posterior"], row["num_inducing"]),
+        _options_text(row.get("posterior_options")),
+    )
 
 
 def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
     Xtr, Xte = dg.datasets.standardise_images(data.X_train, data.X_test)
     Ytr, Yte = data.Y_train, data.Y_test
-    model = dg.build_conv_bnn(Xtr, Ytr, architecture=args.architecture, posterior=posterior, prior=prior,
-                              num_inducing=args.num_inducing, seed=seed, **args.options)
+    model = dg.build_conv_bnn(
+        Xtr,
+        Ytr,
+        architecture=args.architecture,
+        posterior=posterior,
+        prior=prior,
+        num_inducing=args.num_inducing,
+        seed=seed,
+        **args.options,
+    )
     ckpt = None
     if args.checkpoint_dir:
         tag = "-".join(f"{k}{v}" for k, v in sorted(args.options.items()))
-        ckpt = Path(args.checkpoint_dir) / (f"{args.dataset}-{args.architecture}-{posterior}-{prior}-{seed}-{args.steps}"
-                                            + (f"-{tag}" if tag else ""))
+        ckpt = Path(args.checkpoint_dir) / (
+            f"{args.dataset}-{args.architecture}-{posterior}-{prior}-{seed}-{args.steps}"
+            + (f"-{tag}" if tag else "")
+        )
     kwargs = {}
     if args.kl_schedule != "none":
         kwargs["kl_schedule"] = args.kl_schedule
     start = time.perf_counter()
-    history = dg.fit(model, (Xtr, Ytr), steps=args.steps, batch_size=min(args.batch_size, len(Xtr)),
-                     learning_rate=args.lr, num_samples=args.train_samples, seed=seed,
-                     checkpoint_dir=ckpt, log_every=max(1, args.steps // 20), progress=True, **kwargs)
+    history = dg.fit(
+        model,
+        (Xtr, Ytr),
+        steps=args.steps,
+        batch_size=min(args.batch_size, len(Xtr)),
+        learning_rate=args.lr,
+        num_samples=args.train_samples,
+        seed=seed,
+        checkpoint_dir=ckpt,
+        log_every=max(1, args.steps // 20),
+        progress=True,
+        **kwargs,
+    )
     train_seconds = time.perf_counter() - start
     steps_run = args.steps - history.resumed_from
     row = {
-        "dataset": args.dataset, "architecture": args.architecture, "posterior": posterior, "prior": prior,
-        "seed": seed, "steps": args.steps, "batch_size": args.batch_size, "num_inducing": args.num_inducing,
-        "lr": args.lr, "kl_schedule": args.kl_schedule, "test_samples": args.test_samples,
+        "dataset": args.dataset,
+        "architecture": args.architecture,
+        "posterior": posterior,
+        "prior": prior,
+        "seed": seed,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "num_inducing": args.num_inducing,
+        "lr": args.lr,
+        "kl_schedule": args.kl_schedule,
+        "test_samples": args.test_samples,
         "posterior_options": args.options,
         # steady state: between the first and last logged steps (tracing and start-up excluded)
-        "ms_per_step": (1000.0 * (history.wall_time[-1] - history.wall_time[0]) / (history.step[-1] - history.step[0])
-                        if len(history.step) > 1 else 1000.0 * train_seconds / max(1, steps_run)),
+        "ms_per_step": (
+            1000.0
+            * (history.wall_time[-1] - history.wall_time[0])
+            / (history.step[-1] - history.step[0])
+            if len(history.step) > 1
+            else 1000.0 * train_seconds / max(1, steps_run)
+        ),
         "train_seconds": train_seconds,
-        "elbo_per_image": elbo_per_image(model, Xtr[:args.elbo_rows or None], Ytr[:args.elbo_rows or None],
-                                         args.test_samples),
+        "elbo_per_image": elbo_per_image(
+            model, Xtr[: args.elbo_rows or None], Ytr[: args.elbo_rows or None], args.test_samples
+        ),
         "elbo_rows": min(args.elbo_rows or len(Xtr), len(Xtr)),
         "parameters": dg.parameter_count(model),
     }
     row.update(evaluate(model, Xte, Yte, args.test_samples))
     # the home folder as ~, so the recorded command reads the same on any machine
-    row["command"] = " ".join([os.path.basename(sys.executable)] + sys.argv).replace(os.path.expanduser("~"), "~")
+    row["command"] = " ".join([os.path.basename(sys.executable)] + sys.argv).replace(
+        os.path.expanduser("~"), "~"
+    )
     return row
 
 
@@ -165,11 +210,22 @@ def sweep(args):
     for seed in map(int, args.seeds.split(",")):
         for prior in args.priors.split(","):
             for posterior in args.posteriors.split(","):
-                key = (args.dataset, args.architecture, posterior, prior, seed, args.steps,
-                       _m(posterior, args.num_inducing), _options_text(args.options))
+                key = (
+                    args.dataset,
+                    args.architecture,
+                    posterior,
+                    prior,
+                    seed,
+                    args.steps,
+                    _m(posterior, args.num_inducing),
+                    _options_text(args.options),
+                )
                 if key in done:
                     continue
-                print(f"== {args.dataset} {args.architecture} {posterior} {prior} seed {seed}", flush=True)
+                print(
+                    f"== {args.dataset} {args.architecture} {posterior} {prior} seed {seed}",
+                    flush=True,
+                )
                 row = run_cell(args, data, posterior, prior, seed)
                 append_line(args.out, row)
                 print(json.dumps(row), flush=True)
@@ -187,11 +243,25 @@ PUBLISHED_MNIST = (
 
 def _settings_lines(rows) -> list:
     """One line per distinct training setting (batch, learning rate, KL schedule, test samples)."""
-    seen = sorted({(r["dataset"], r["steps"], r["batch_size"], r["lr"], r["kl_schedule"], r["test_samples"],
-                    r.get("elbo_rows") or 0) for r in rows})
-    return [f"* {d}: {st:,} steps of batch {b} (Adam, learning rate {lr:g}), KL schedule `{kl}`, "
-            f"{ts} test samples" + (f", ELBO estimated on the first {n:,} training images" if n else "")
-            for d, st, b, lr, kl, ts, n in seen]
+    seen = sorted(
+        {
+            (
+                r["dataset"],
+                r["steps"],
+                r["batch_size"],
+                r["lr"],
+                r["kl_schedule"],
+                r["test_samples"],
+                r.get("elbo_rows") or 0,
+            )
+            for r in rows
+        }
+    )
+    return [
+        f"* {d}: {st:,} steps of batch {b} (Adam, learning rate {lr:g}), KL schedule `{kl}`, "
+        f"{ts} test samples" + (f", ELBO estimated on the first {n:,} training images" if n else "")
+        for d, st, b, lr, kl, ts, n in seen
+    ]
 
 
 def _groups(rows) -> dict:
@@ -203,7 +273,9 @@ def _groups(rows) -> dict:
             label += f" M={r['num_inducing']}"
         if r.get("posterior_options"):
             label += " " + ", ".join(f"{k}={v}" for k, v in sorted(r["posterior_options"].items()))
-        groups.setdefault((r["dataset"], r["architecture"], r["steps"], r["prior"], label), []).append(r)
+        groups.setdefault(
+            (r["dataset"], r["architecture"], r["steps"], r["prior"], label), []
+        ).append(r)
     return groups
 
 
@@ -211,37 +283,52 @@ def render_report(rows, results: str, out: str | None = None, plot_path: str | N
     """The report (markdown) of the result lines ``rows`` read from ``results``; ``out`` and
     ``plot_path`` are where it and the plot go, named in its command line."""
     groups = _groups(rows)
-    lines = ["# Convolutional BNNs on images", "",
-             "Mean ± standard error over seeds (n = number of seeds). Accuracy and ECE in %, test "
-             "log-likelihood and ELBO per image in nats; ms/step on the machine that ran the cell "
-             "(compare only within one file).", "",
-             f"Produced by `python benchmarks/images.py report --results {results} --out {out}"
-             + (f" --plot {plot_path}" if plot_path else "") + "`; "
-             "each row's sweep command is in the JSON lines.", ""]
+    lines = [
+        "# Convolutional BNNs on images",
+        "",
+        "Mean ± standard error over seeds (n = number of seeds). Accuracy and ECE in %, test "
+        "log-likelihood and ELBO per image in nats; ms/step on the machine that ran the cell "
+        "(compare only within one file).",
+        "",
+        f"Produced by `python benchmarks/images.py report --results {results} --out {out}"
+        + (f" --plot {plot_path}" if plot_path else "")
+        + "`; "
+        "each row's sweep command is in the JSON lines.",
+        "",
+    ]
     commands = sorted({r["command"] for r in rows if "command" in r})
     if len(commands) <= 3:
         lines += ["Sweep command(s):", ""] + [f"    {c}" for c in commands] + [""]
     lines += ["Settings:", ""] + _settings_lines(rows) + [""]
     lines += [
-             "| dataset | net | steps | prior | posterior | n | accuracy | test LL | ECE | entropy | ELBO/N | ms/step "
-             "| params |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "| dataset | net | steps | prior | posterior | n | accuracy | test LL | ECE | entropy | ELBO/N | ms/step "
+        "| params |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     order = {p: i for i, p in enumerate(POSTERIORS + INDUCING_WEIGHTS)}
-    for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], k[3], order.get(k[4].split()[0], 9), k[4])):
+    for key in sorted(
+        groups, key=lambda k: (k[0], k[1], k[2], k[3], order.get(k[4].split()[0], 9), k[4])
+    ):
         g = groups[key]
 
         def cell(name, scale=1.0, digits=3):
             m, s, _ = mean_se(r[name] * scale for r in g)
             return f"{m:.{digits}f}" + ("" if math.isnan(s) else f" ± {s:.{digits}f}")
 
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {len(g)} | "
-                     f"{cell('accuracy', 100, 1)} | {cell('test_ll')} | {cell('ece', 100, 1)} | "
-                     f"{cell('entropy')} | {cell('elbo_per_image')} | {cell('ms_per_step', 1, 0)} | "
-                     + (f"{g[0]['parameters']:,}" if "parameters" in g[0] else "") + " |")
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {len(g)} | "
+            f"{cell('accuracy', 100, 1)} | {cell('test_ll')} | {cell('ece', 100, 1)} | "
+            f"{cell('entropy')} | {cell('elbo_per_image')} | {cell('ms_per_step', 1, 0)} | "
+            + (f"{g[0]['parameters']:,}" if "parameters" in g[0] else "")
+            + " |"
+        )
     if any(r["dataset"] == "mnist" for r in rows):
         lines += ["", "Published LeNet numbers on MNIST:", ""] + [f"* {p}" for p in PUBLISHED_MNIST]
     if plot_path:
-        lines += ["", f"![accuracy, test log-likelihood and ECE against training time]({os.path.basename(plot_path)})"]
+        lines += [
+            "",
+            f"![accuracy, test log-likelihood and ECE against training time]({os.path.basename(plot_path)})",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -268,8 +355,13 @@ def plot(groups: dict, path: str) -> None:
     for (dataset, net, steps, prior, label), g in groups.items():
         if any("train_seconds" not in r for r in g):
             continue
-        point = (np.mean([r["train_seconds"] for r in g]), np.mean([r["accuracy"] for r in g]) * 100,
-                 np.mean([r["test_ll"] for r in g]), np.mean([r["ece"] for r in g]) * 100, steps)
+        point = (
+            np.mean([r["train_seconds"] for r in g]),
+            np.mean([r["accuracy"] for r in g]) * 100,
+            np.mean([r["test_ll"] for r in g]),
+            np.mean([r["ece"] for r in g]) * 100,
+            steps,
+        )
         lines.setdefault((dataset, net, prior, label), []).append(point)
     labels = sorted({key[3] for key in lines})
     priors = sorted({key[2] for key in lines})
@@ -279,18 +371,27 @@ def plot(groups: dict, path: str) -> None:
     for (dataset, net, prior, label), points in sorted(lines.items()):
         points.sort()
         t = [p[0] for p in points]
-        name = f"{label}, {prior}" + ("" if len({k[0] for k in lines}) == 1 else f" ({dataset} {net})")
+        name = f"{label}, {prior}" + (
+            "" if len({k[0] for k in lines}) == 1 else f" ({dataset} {net})"
+        )
         for ax, k in zip(axes, (1, 2, 3)):
-            ax.plot(t, [p[k] for p in points], marker=markers[prior], color=colours[label], label=name)
+            ax.plot(
+                t, [p[k] for p in points], marker=markers[prior], color=colours[label], label=name
+            )
         for tx, p in zip(t, points):
-            axes[0].annotate(f"{p[4]}", (tx, p[1]), textcoords="offset points", xytext=(4, -10), fontsize=7)
+            axes[0].annotate(
+                f"{p[4]}", (tx, p[1]), textcoords="offset points", xytext=(4, -10), fontsize=7
+            )
     for ax, title in zip(axes, ("accuracy (%)", "test log-likelihood per image", "ECE (%)")):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training time (s)")
         ax.grid(alpha=0.3)
     axes[2].legend(fontsize=8, loc="upper right")
-    fig.suptitle("steps annotated in the first panel; one marker per prior, one colour per posterior; training "
-                 "times from the machine that ran each row (its load differed between rows)", fontsize=9)
+    fig.suptitle(
+        "steps annotated in the first panel; one marker per prior, one colour per posterior; training "
+        "times from the machine that ran each row (its load differed between rows)",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -301,8 +402,12 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("sweep")
     s.add_argument("--dataset", default="digits", choices=("digits", "mnist", "cifar10"))
-    s.add_argument("--path", default=None, help="CIFAR-10's folder; for MNIST a folder of IDX files or an .npz "
-                                                 "(default: where tools/fetch_mnist.py put it)")
+    s.add_argument(
+        "--path",
+        default=None,
+        help="CIFAR-10's folder; for MNIST a folder of IDX files or an .npz "
+        "(default: where tools/fetch_mnist.py put it)",
+    )
     s.add_argument("--split", type=int, default=0)
     s.add_argument("--architecture", default="lenet", choices=("lenet", "resnet"))
     s.add_argument("--posteriors", default=",".join(POSTERIORS))
@@ -315,18 +420,31 @@ def main(argv=None):
     s.add_argument("--train-samples", type=int, default=1)
     s.add_argument("--test-samples", type=int, default=10)
     s.add_argument("--kl-schedule", default="paper", help="'paper', 'linear' or 'none'")
-    s.add_argument("--posterior-options", default=None,
-                   help="JSON object of build_conv_bnn posterior options, e.g. '{\"lambda_max\": 0.03, \"sd_max\": 0.1}' "
-                        "(part of the cell's key)")
-    s.add_argument("--elbo-rows", type=int, default=None,
-                   help="estimate the ELBO per image on the first this many training images (default: all)")
-    s.add_argument("--paper", action="store_true", help="O&A App. O settings (resnet, M=500, batch 500, ...)")
+    s.add_argument(
+        "--posterior-options",
+        default=None,
+        help='JSON object of build_conv_bnn posterior options, e.g. \'{"lambda_max": 0.03, "sd_max": 0.1}\' '
+        "(part of the cell's key)",
+    )
+    s.add_argument(
+        "--elbo-rows",
+        type=int,
+        default=None,
+        help="estimate the ELBO per image on the first this many training images (default: all)",
+    )
+    s.add_argument(
+        "--paper", action="store_true", help="O&A App. O settings (resnet, M=500, batch 500, ...)"
+    )
     s.add_argument("--checkpoint-dir", default=None)
     s.add_argument("--out", required=True)
     r = sub.add_parser("report")
     r.add_argument("--results", required=True)
     r.add_argument("--out", default=None)
-    r.add_argument("--plot", default=None, help="also write a PNG of accuracy, test LL and ECE against training time")
+    r.add_argument(
+        "--plot",
+        default=None,
+        help="also write a PNG of accuracy, test LL and ECE against training time",
+    )
     args = parser.parse_args(argv)
     if args.command == "sweep":
         if args.dataset == "cifar10" and not args.path:

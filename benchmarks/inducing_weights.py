@@ -39,6 +39,7 @@ Subcommands (the first argument; without one the script runs the toy above):
 
       nice -n 19 python benchmarks/inducing_weights.py toy-settings --seeds 0
 """
+
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
@@ -86,12 +87,19 @@ def summarise(fs: np.ndarray, grid: np.ndarray, f_test: np.ndarray, Y_test: np.n
     inside = np.abs(grid) <= 1.0
     far = np.abs(grid) >= 2.0
     var = NOISE_STD**2
-    log_p = -0.5 * np.log(2 * np.pi * var) - 0.5 * (Y_test[None, :, 0] - f_test) ** 2 / var  # [S, T]
+    log_p = (
+        -0.5 * np.log(2 * np.pi * var) - 0.5 * (Y_test[None, :, 0] - f_test) ** 2 / var
+    )  # [S, T]
     m = log_p.max(0)
     lpd = m + np.log(np.mean(np.exp(log_p - m), 0))
-    return dict(std_inside=float(std[inside].mean()), std_far=float(std[far].mean()),
-                test_ll=float(lpd.mean()), rmse=float(np.sqrt(np.mean((f_test.mean(0) - Y_test[:, 0]) ** 2))),
-                grid_mean=fs.mean(0), grid_std=std)
+    return dict(
+        std_inside=float(std[inside].mean()),
+        std_far=float(std[far].mean()),
+        test_ll=float(lpd.mean()),
+        rmse=float(np.sqrt(np.mean((f_test.mean(0) - Y_test[:, 0]) ** 2))),
+        grid_mean=fs.mean(0),
+        grid_std=std,
+    )
 
 
 def build_toy_model(method: str, X, Y, seed: int, num_inducing: int, num_members: int, **options):
@@ -101,12 +109,31 @@ def build_toy_model(method: str, X, Y, seed: int, num_inducing: int, num_members
         options["num_inducing"] = num_inducing
     if method in ("ensemble_u", "ensemble_w"):
         options["num_members"] = num_members
-    return dg.build_bnn(X, Y, hidden=(HIDDEN,), posterior=method, prior=NealPrior(sd=PRIOR_SD), activation="tanh",
-                        likelihood=lik, seed=seed, **options)
+    return dg.build_bnn(
+        X,
+        Y,
+        hidden=(HIDDEN,),
+        posterior=method,
+        prior=NealPrior(sd=PRIOR_SD),
+        activation="tanh",
+        likelihood=lik,
+        seed=seed,
+        **options,
+    )
 
 
-def train_vi(model, X, Y, *, seed: int, checkpoints, lr: float, train_samples: int, kl_schedule=None,
-             lr_decay_at=None):
+def train_vi(
+    model,
+    X,
+    Y,
+    *,
+    seed: int,
+    checkpoints,
+    lr: float,
+    train_samples: int,
+    kl_schedule=None,
+    lr_decay_at=None,
+):
     """Full-batch Adam on ``E[log p(Y|F)] - beta_t KL`` (``beta_t = kl_schedule(t)``, 1 without a
     schedule: the ELBO), noise seeded by ``(seed, t)``; the learning rate is divided by 10 from
     step ``lr_decay_at`` on. Yields ``(steps done, training seconds)`` at each checkpoint."""
@@ -118,7 +145,9 @@ def train_vi(model, X, Y, *, seed: int, checkpoints, lr: float, train_samples: i
     @tf.function
     def step(t):
         with tf.GradientTape() as tape:
-            ell, kl = model.elbo_terms((Xt, Yt), train_samples, seed=tf.stack([tf.constant(seed, tf.int64), t]))
+            ell, kl = model.elbo_terms(
+                (Xt, Yt), train_samples, seed=tf.stack([tf.constant(seed, tf.int64), t])
+            )
             loss = -tf.reduce_mean(ell - beta * kl)
         opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
@@ -141,7 +170,7 @@ def evaluate_vi(model, X, Y, grid, X_test, Y_test, test_samples: int) -> dict:
     elbo = float(model.elbo((X, Y), 256, seed=12345).numpy())
     Xall = np.concatenate([grid[:, None], X_test])
     f = model.predict_f_samples(Xall, test_samples, seed=777).numpy()[..., 0]  # [S, G + T]
-    out = summarise(f[:, : len(grid)], grid, f[:, len(grid):], Y_test)
+    out = summarise(f[:, : len(grid)], grid, f[:, len(grid) :], Y_test)
     out.update(elbo_per_point=elbo / len(X), params=dg.parameter_count(model))
     return out
 
@@ -149,8 +178,15 @@ def evaluate_vi(model, X, Y, grid, X_test, Y_test, test_samples: int) -> dict:
 def run_vi(method: str, args, X, Y, grid, X_test, Y_test) -> dict:
     tf.random.set_seed(args.seed)
     model = build_toy_model(method, X, Y, args.seed, args.num_inducing, args.num_members)
-    for _, train_time in train_vi(model, X, Y, seed=args.seed, checkpoints=[args.steps], lr=args.lr,
-                                  train_samples=args.train_samples):
+    for _, train_time in train_vi(
+        model,
+        X,
+        Y,
+        seed=args.seed,
+        checkpoints=[args.steps],
+        lr=args.lr,
+        train_samples=args.train_samples,
+    ):
         pass
     out = evaluate_vi(model, X, Y, grid, X_test, Y_test, args.test_samples)
     out.update(method=method, seconds=train_time, model=model)
@@ -178,22 +214,37 @@ def run_nuts(args, X, Y, grid, X_test, Y_test) -> dict:
 
     def log_prob(theta):
         W0, W1 = unpack(theta)
-        lp = -0.5 * tf.reduce_sum(tf.square(W0), [1, 2]) / sd0**2 - 0.5 * tf.reduce_sum(tf.square(W1), [1, 2]) / sd1**2
+        lp = (
+            -0.5 * tf.reduce_sum(tf.square(W0), [1, 2]) / sd0**2
+            - 0.5 * tf.reduce_sum(tf.square(W1), [1, 2]) / sd1**2
+        )
         resid = Yt[None, :, 0] - forward(theta, Xt)
         return lp - 0.5 * tf.reduce_sum(tf.square(resid), 1) / NOISE_STD**2
 
     n = n0 + d1
     rng = np.random.default_rng(args.seed)
-    init = np.concatenate([rng.normal(size=(args.chains, n0)) * sd0, rng.normal(size=(args.chains, d1)) * sd1], 1)
-    kernel = tfp.mcmc.NoUTurnSampler(log_prob, step_size=tf.constant(0.01, dtype), max_tree_depth=args.max_tree_depth)
-    kernel = tfp.mcmc.DualAveragingStepSizeAdaptation(kernel, num_adaptation_steps=int(0.8 * args.nuts_burnin),
-                                                      target_accept_prob=tf.constant(0.8, dtype))
+    init = np.concatenate(
+        [rng.normal(size=(args.chains, n0)) * sd0, rng.normal(size=(args.chains, d1)) * sd1], 1
+    )
+    kernel = tfp.mcmc.NoUTurnSampler(
+        log_prob, step_size=tf.constant(0.01, dtype), max_tree_depth=args.max_tree_depth
+    )
+    kernel = tfp.mcmc.DualAveragingStepSizeAdaptation(
+        kernel,
+        num_adaptation_steps=int(0.8 * args.nuts_burnin),
+        target_accept_prob=tf.constant(0.8, dtype),
+    )
 
     @tf.function(jit_compile=True)
     def sample():
-        return tfp.mcmc.sample_chain(args.nuts_results, tf.constant(init, dtype), kernel=kernel,
-                                     num_burnin_steps=args.nuts_burnin, trace_fn=lambda _, r: r.inner_results.log_accept_ratio,
-                                     seed=tf.constant([args.seed, 3], tf.int32))
+        return tfp.mcmc.sample_chain(
+            args.nuts_results,
+            tf.constant(init, dtype),
+            kernel=kernel,
+            num_burnin_steps=args.nuts_burnin,
+            trace_fn=lambda _, r: r.inner_results.log_accept_ratio,
+            seed=tf.constant([args.seed, 3], tf.int32),
+        )
 
     t0 = time.perf_counter()
     thetas, accepted = sample()
@@ -201,11 +252,18 @@ def run_nuts(args, X, Y, grid, X_test, Y_test) -> dict:
     thetas = tf.reshape(thetas, [-1, n])  # [R * C, n]
     Xall = np.concatenate([grid[:, None], X_test])
     f = forward(thetas, tf.constant(Xall)).numpy()
-    out = summarise(f[:, : len(grid)], grid, f[:, len(grid):], Y_test)
+    out = summarise(f[:, : len(grid)], grid, f[:, len(grid) :], Y_test)
     rhat = tfp.mcmc.potential_scale_reduction(
-        tf.reshape(tf.constant(f[:, len(grid):][:, :20]), [args.nuts_results, args.chains, 20])).numpy()
-    out.update(method="nuts", seconds=seconds, acceptance=float(np.mean(np.exp(np.minimum(accepted.numpy(), 0.0)))), max_rhat_test_f=float(rhat.max()),
-               params=None, elbo_per_point=None)
+        tf.reshape(tf.constant(f[:, len(grid) :][:, :20]), [args.nuts_results, args.chains, 20])
+    ).numpy()
+    out.update(
+        method="nuts",
+        seconds=seconds,
+        acceptance=float(np.mean(np.exp(np.minimum(accepted.numpy(), 0.0)))),
+        max_rhat_test_f=float(rhat.max()),
+        params=None,
+        elbo_per_point=None,
+    )
     return out
 
 
@@ -229,8 +287,12 @@ def plot(results, X, Y, grid, path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=24000)  # FFG-U is far from converged at 4000 (toy-settings)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--steps", type=int, default=24000
+    )  # FFG-U is far from converged at 4000 (toy-settings)
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--train-samples", type=int, default=8)
     p.add_argument("--test-samples", type=int, default=400)
@@ -256,8 +318,11 @@ def main(argv=None):
             r = run_nuts(args, X, Y, grid, X_test, Y_test)
         else:
             r = run_vi(method, args, X, Y, grid, X_test, Y_test)
-        print(f"{method}: std inside {r['std_inside']:.3f}, far {r['std_far']:.3f}, test LL {r['test_ll']:.3f}, "
-              f"{r['seconds']:.1f}s", flush=True)
+        print(
+            f"{method}: std inside {r['std_inside']:.3f}, far {r['std_far']:.3f}, test LL {r['test_ll']:.3f}, "
+            f"{r['seconds']:.1f}s",
+            flush=True,
+        )
         results.append(r)
     total = time.perf_counter() - t_all
 
@@ -265,7 +330,9 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
     plot(results, X, Y, grid, png)
-    command = "nice -n 19 python benchmarks/inducing_weights.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "nice -n 19 python benchmarks/inducing_weights.py " + " ".join(
+        shlex.quote(a) for a in (argv or sys.argv[1:])
+    )
     lines = [
         "# Inducing weights: 1-D toy (Ritter et al. 2021, App. J.1)",
         "",
@@ -287,28 +354,47 @@ def main(argv=None):
     for r in results:
         elbo = "" if r["elbo_per_point"] is None else f"{r['elbo_per_point']:.3f}"
         params = "" if r["params"] is None else f"{r['params']:,}"
-        lines.append(f"| {LABELS[r['method']]} | {r['std_inside']:.3f} | {r['std_far']:.3f} | "
-                     f"{r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | {r['rmse']:.3f} | {elbo} | {params} | "
-                     f"{r['seconds']:.1f} |")
+        lines.append(
+            f"| {LABELS[r['method']]} | {r['std_inside']:.3f} | {r['std_far']:.3f} | "
+            f"{r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | {r['rmse']:.3f} | {elbo} | {params} | "
+            f"{r['seconds']:.1f} |"
+        )
     nuts = [r for r in results if r["method"] == "nuts"]
     if nuts:
-        lines += ["", f"NUTS: mean acceptance probability {nuts[0]['acceptance']:.2f}, max R-hat of f at 20 test inputs "
-                      f"{nuts[0]['max_rhat_test_f']:.3f}."]
+        lines += [
+            "",
+            f"NUTS: mean acceptance probability {nuts[0]['acceptance']:.2f}, max R-hat of f at 20 test inputs "
+            f"{nuts[0]['max_rhat_test_f']:.3f}.",
+        ]
     models = {LABELS[r["method"]]: r["model"] for r in results if "model" in r}
     if models:
-        lines += ["", "Variational parameters per layer (`dg.parameter_table`):", "",
-                  dg.parameter_table(models, reference="FFG-W" if "FFG-W" in models else None)]
+        lines += [
+            "",
+            "Variational parameters per layer (`dg.parameter_table`):",
+            "",
+            dg.parameter_table(models, reference="FFG-W" if "FFG-W" in models else None),
+        ]
     # The Table 9 style comparison on a wide network (built, not trained).
     rng = np.random.default_rng(0)
     Xw, Yw = rng.normal(size=(4, 1024)), rng.normal(size=(4, 1))
     wide = {"FFG-W": dg.build_bnn(Xw, Yw, hidden=(1024,), posterior="factorised", seed=0)}
     for M in (64, 128):
-        wide[f"FFG-U M={M}"] = dg.build_bnn(Xw, Yw, hidden=(1024,), posterior="ffg_u", num_inducing=M, seed=0)
-        wide[f"Ensemble-U M={M} K=5"] = dg.build_bnn(Xw, Yw, hidden=(1024,), posterior="ensemble_u", num_inducing=M,
-                                                    seed=0)
+        wide[f"FFG-U M={M}"] = dg.build_bnn(
+            Xw, Yw, hidden=(1024,), posterior="ffg_u", num_inducing=M, seed=0
+        )
+        wide[f"Ensemble-U M={M} K=5"] = dg.build_bnn(
+            Xw, Yw, hidden=(1024,), posterior="ensemble_u", num_inducing=M, seed=0
+        )
     wide["Ensemble-W K=5"] = dg.build_bnn(Xw, Yw, hidden=(1024,), posterior="ensemble_w", seed=0)
-    lines += ["", "Parameter counts of a 1024-1024-1 network (in the style of Ritter et al. Table 9):", "",
-              dg.parameter_table(wide, reference="FFG-W"), "", f"Plot: `{png.name}` (mean +- 2 std of f).", ""]
+    lines += [
+        "",
+        "Parameter counts of a 1024-1024-1 network (in the style of Ritter et al. Table 9):",
+        "",
+        dg.parameter_table(wide, reference="FFG-W"),
+        "",
+        f"Plot: `{png.name}` (mean +- 2 std of f).",
+        "",
+    ]
     out.write_text("\n".join(lines))
     print(out.read_text())
 
@@ -322,31 +408,48 @@ def main(argv=None):
 TOY_SETTINGS = {
     "defaults": dict(
         desc="the toy's defaults: M = 16, lambda_max = sigma_max = 1, Adam 1e-2, 8 samples/step, ELBO from step 0",
-        methods=("ffg_u", "ensemble_u", "factorised"), checkpoints=(4000, 8000, 16000, 24000)),
+        methods=("ffg_u", "ensemble_u", "factorised"),
+        checkpoints=(4000, 8000, 16000, 24000),
+    ),
     "long": dict(
         desc="the defaults trained longer: FFG-U's ratio is still rising at 24,000 steps",
-        methods=("ffg_u",), checkpoints=(48000, 96000)),
+        methods=("ffg_u",),
+        checkpoints=(48000, 96000),
+    ),
     "cifar_caps": dict(
         desc="Ritter's CIFAR-10 caps: lambda_max = 0.03 and sigma_max = 0.1 (FFG-U), lambda_max = 0.1 (Ensemble-U)",
-        methods=("ffg_u", "ensemble_u"), checkpoints=(4000, 24000),
-        options={"ffg_u": dict(lambda_max=0.03, sd_max=0.1), "ensemble_u": dict(lambda_max=0.1)}),
+        methods=("ffg_u", "ensemble_u"),
+        checkpoints=(4000, 24000),
+        options={"ffg_u": dict(lambda_max=0.03, sd_max=0.1), "ensemble_u": dict(lambda_max=0.1)},
+    ),
     "full_rank_m50": dict(
         desc="M = 50 = the hidden width (U is 50 x 2 and 1 x 50: q(W|U) has (almost) no residual variance)",
-        methods=("ffg_u", "ensemble_u"), checkpoints=(4000, 24000), num_inducing=50),
+        methods=("ffg_u", "ensemble_u"),
+        checkpoints=(4000, 24000),
+        num_inducing=50,
+    ),
     "paper_training": dict(
         desc="App. J's training recipe: 1 sample/step, no KL for the first third of the steps, linear KL "
-             "annealing over the next sixth, learning rate / 10 for the last third",
-        methods=("ffg_u", "ensemble_u", "factorised"), checkpoints=(24000,), train_samples=1, kl="ritter",
-        lr_decay=True),
+        "annealing over the next sixth, learning rate / 10 for the last third",
+        methods=("ffg_u", "ensemble_u", "factorised"),
+        checkpoints=(24000,),
+        train_samples=1,
+        kl="ritter",
+        lr_decay=True,
+    ),
 }
 
 
 def toy_settings_main(argv):
-    p = argparse.ArgumentParser(prog="inducing_weights.py toy-settings",
-                                description="The toy's far/inside std ratio under the paper's settings.")
+    p = argparse.ArgumentParser(
+        prog="inducing_weights.py toy-settings",
+        description="The toy's far/inside std ratio under the paper's settings.",
+    )
     p.add_argument("--settings", default=",".join(TOY_SETTINGS))
     p.add_argument("--seeds", default="0", help="model seeds (the data are always make_data(0))")
-    p.add_argument("--max-steps", type=int, default=None, help="drop checkpoints above this (a cheaper seed)")
+    p.add_argument(
+        "--max-steps", type=int, default=None, help="drop checkpoints above this (a cheaper seed)"
+    )
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--train-samples", type=int, default=8)
     p.add_argument("--test-samples", type=int, default=400)
@@ -373,21 +476,45 @@ def toy_settings_main(argv):
         append_line(args.out, row)
         rows.append(row)
         done.add((row["setting"], row["method"], row["seed"], row["steps"]))
-        print(f"{row['setting']} {row['method']} seed {row['seed']} steps {row['steps']}: ratio "
-              f"{row['std_far'] / row['std_inside']:.2f} (inside {row['std_inside']:.3f}, far {row['std_far']:.3f}), "
-              f"ELBO/N {row['elbo_per_point']}, {row['seconds']:.0f}s", flush=True)
+        print(
+            f"{row['setting']} {row['method']} seed {row['seed']} steps {row['steps']}: ratio "
+            f"{row['std_far'] / row['std_inside']:.2f} (inside {row['std_inside']:.3f}, far {row['std_far']:.3f}), "
+            f"ELBO/N {row['elbo_per_point']}, {row['seconds']:.0f}s",
+            flush=True,
+        )
 
-    nuts_args = argparse.Namespace(chains=4, nuts_burnin=args.nuts_burnin, nuts_results=args.nuts_results,
-                                   max_tree_depth=8, seed=0)
+    nuts_args = argparse.Namespace(
+        chains=4,
+        nuts_burnin=args.nuts_burnin,
+        nuts_results=args.nuts_results,
+        max_tree_depth=8,
+        seed=0,
+    )
     if ("reference", "nuts", 0, None) not in done:  # computed once, then read from the file
         r = run_nuts(nuts_args, X, Y, grid, X_test, Y_test)
-        append(dict(setting="reference", method="nuts", seed=0, steps=None, std_inside=r["std_inside"],
-                    std_far=r["std_far"], test_ll=r["test_ll"], rmse=r["rmse"], elbo_per_point=None,
-                    acceptance=r["acceptance"], max_rhat_test_f=r["max_rhat_test_f"], seconds=r["seconds"],
-                    nuts_burnin=args.nuts_burnin, nuts_results=args.nuts_results))
+        append(
+            dict(
+                setting="reference",
+                method="nuts",
+                seed=0,
+                steps=None,
+                std_inside=r["std_inside"],
+                std_far=r["std_far"],
+                test_ll=r["test_ll"],
+                rmse=r["rmse"],
+                elbo_per_point=None,
+                acceptance=r["acceptance"],
+                max_rhat_test_f=r["max_rhat_test_f"],
+                seconds=r["seconds"],
+                nuts_burnin=args.nuts_burnin,
+                nuts_results=args.nuts_results,
+            )
+        )
     for name in args.settings.split(","):
         setting = TOY_SETTINGS[name]
-        checkpoints = [c for c in setting["checkpoints"] if args.max_steps is None or c <= args.max_steps]
+        checkpoints = [
+            c for c in setting["checkpoints"] if args.max_steps is None or c <= args.max_steps
+        ]
         if not checkpoints:  # a single-checkpoint setting shortened to --max-steps
             checkpoints = [args.max_steps]
         total = max(checkpoints)
@@ -403,18 +530,40 @@ def toy_settings_main(argv):
                 model = build_toy_model(method, X, Y, seed, M, args.num_members, **options)
                 kl = ritter_schedule(total) if setting.get("kl") == "ritter" else None
                 decay = (2 * total) // 3 if setting.get("lr_decay") else None
-                for steps, seconds in train_vi(model, X, Y, seed=seed, checkpoints=checkpoints, lr=args.lr,
-                                               train_samples=train_samples, kl_schedule=kl, lr_decay_at=decay):
+                for steps, seconds in train_vi(
+                    model,
+                    X,
+                    Y,
+                    seed=seed,
+                    checkpoints=checkpoints,
+                    lr=args.lr,
+                    train_samples=train_samples,
+                    kl_schedule=kl,
+                    lr_decay_at=decay,
+                ):
                     if (name, method, seed, steps) in done:
                         continue
                     r = evaluate_vi(model, X, Y, grid, X_test, Y_test, args.test_samples)
                     post = model.posterior
-                    r.update(setting=name, method=method, seed=seed, steps=steps, seconds=seconds, lr=args.lr,
-                             train_samples=train_samples, test_samples=args.test_samples, num_inducing=M,
-                             num_members=args.num_members,
-                             options=options, kl_schedule=setting.get("kl"), lr_decay_at=decay,
-                             lam=[float(iw.lam.numpy()) for iw in getattr(post, "inducing_weights", [])],
-                             u_sd_median=[float(np.median(sd.numpy())) for sd in getattr(post, "u_sds", [])])
+                    r.update(
+                        setting=name,
+                        method=method,
+                        seed=seed,
+                        steps=steps,
+                        seconds=seconds,
+                        lr=args.lr,
+                        train_samples=train_samples,
+                        test_samples=args.test_samples,
+                        num_inducing=M,
+                        num_members=args.num_members,
+                        options=options,
+                        kl_schedule=setting.get("kl"),
+                        lr_decay_at=decay,
+                        lam=[float(iw.lam.numpy()) for iw in getattr(post, "inducing_weights", [])],
+                        u_sd_median=[
+                            float(np.median(sd.numpy())) for sd in getattr(post, "u_sds", [])
+                        ],
+                    )
                     append(r)
     md = out.with_suffix(".md")
     text = with_notes(toy_settings_report(rows, command), md.read_text() if md.exists() else "")
@@ -427,15 +576,21 @@ def _commands(rows, command: str):
     its commits, and the current one."""
     commits = {}
     for r in rows:
-        cmd = r["command"].replace("python benchmarks/", "nice -n 19 python benchmarks/", 1) \
-            if not r["command"].startswith("nice") else r["command"]
+        cmd = (
+            r["command"].replace("python benchmarks/", "nice -n 19 python benchmarks/", 1)
+            if not r["command"].startswith("nice")
+            else r["command"]
+        )
         commits.setdefault(cmd, [])
         if r.get("commit") not in commits[cmd]:
             commits[cmd].append(r.get("commit"))
     if not command.startswith("nice"):
         command = "nice -n 19 " + command
     commits.setdefault(command, [])
-    return [f"* `{c}`" + (f" (commit {', '.join(map(str, k))})" if k else "") for c, k in commits.items()]
+    return [
+        f"* `{c}`" + (f" (commit {', '.join(map(str, k))})" if k else "")
+        for c, k in commits.items()
+    ]
 
 
 def _spread(values, digits=1) -> str:
@@ -469,49 +624,79 @@ def toy_settings_report(rows, command: str) -> str:
         f"|x| <= 1, from {vi[0]['test_samples'] if vi else ''} predictive samples. One training run per (setting, "
         "method, seed) is evaluated at each listed number of steps. Several seeds: mean [min, max] over model "
         "seeds (n). The NUTS reference (4 chains, dual-averaging step size, max tree depth 8"
-        + (f", {nuts[0]['nuts_results']} draws per chain after {nuts[0]['nuts_burnin']} burn-in steps" if nuts else "")
+        + (
+            f", {nuts[0]['nuts_results']} draws per chain after {nuts[0]['nuts_burnin']} burn-in steps"
+            if nuts
+            else ""
+        )
         + ") is computed once and read back from the JSON lines.",
         "",
         "Settings:",
         "",
     ]
-    lines += [f"* `{n}`: {TOY_SETTINGS[n]['desc']}." for n in TOY_SETTINGS if any(k[0] == n for k in keys)]
-    lines += ["", "| setting | steps | FFG-U | FFG-W | Ensemble-U | HMC (NUTS) |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"* `{n}`: {TOY_SETTINGS[n]['desc']}." for n in TOY_SETTINGS if any(k[0] == n for k in keys)
+    ]
+    lines += [
+        "",
+        "| setting | steps | FFG-U | FFG-W | Ensemble-U | HMC (NUTS) |",
+        "|---|---|---|---|---|---|",
+    ]
     for setting, steps in keys:
         cells = []
         for m in methods:
             g = groups.get((setting, steps, m))
-            cells.append("" if not g else _spread([r["std_far"] / r["std_inside"] for r in g])
-                         + ("" if len(g) == 1 else f" (n={len(g)})"))
+            cells.append(
+                ""
+                if not g
+                else _spread([r["std_far"] / r["std_inside"] for r in g])
+                + ("" if len(g) == 1 else f" (n={len(g)})")
+            )
         lines.append(f"| {setting} | {steps} | " + " | ".join(cells) + f" | {nuts_ratio} |")
-    lines += ["", "All cells (std inside / far, test LL and RMSE on 200 fresh points, ELBO per point; lambda and the "
-              "median whitened sd of q(U) per layer (FFG-U), lambda per layer (both U families); Ensemble-U's 'ELBO' "
-              "has no U-term):", "",
-              "| setting | steps | method | seed | std inside | std far | far / inside | test LL | RMSE | ELBO / point "
-              "| lambda | median sd(U) | time (s) |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "All cells (std inside / far, test LL and RMSE on 200 fresh points, ELBO per point; lambda and the "
+        "median whitened sd of q(U) per layer (FFG-U), lambda per layer (both U families); Ensemble-U's 'ELBO' "
+        "has no U-term):",
+        "",
+        "| setting | steps | method | seed | std inside | std far | far / inside | test LL | RMSE | ELBO / point "
+        "| lambda | median sd(U) | time (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in nuts:
-        lines.append(f"| reference | | HMC (NUTS) | {r['seed']} | {r['std_inside']:.3f} | {r['std_far']:.3f} | "
-                     f"{r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | {r['rmse']:.3f} | | | | "
-                     f"{r['seconds']:.0f} |")
+        lines.append(
+            f"| reference | | HMC (NUTS) | {r['seed']} | {r['std_inside']:.3f} | {r['std_far']:.3f} | "
+            f"{r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | {r['rmse']:.3f} | | | | "
+            f"{r['seconds']:.0f} |"
+        )
     for setting, steps in keys:
         for m in methods:
             for r in sorted(groups.get((setting, steps, m), []), key=lambda r: r["seed"]):
                 lam = ", ".join(f"{v:.3f}" for v in r.get("lam", []))
                 usd = ", ".join(f"{v:.3f}" for v in r.get("u_sd_median", []))
-                lines.append(f"| {setting} | {steps} | {LABELS[m]} | {r['seed']} | {r['std_inside']:.3f} | "
-                             f"{r['std_far']:.3f} | {r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | "
-                             f"{r['rmse']:.3f} | {r['elbo_per_point']:.3f} | {lam} | {usd} | {r['seconds']:.0f} |")
+                lines.append(
+                    f"| {setting} | {steps} | {LABELS[m]} | {r['seed']} | {r['std_inside']:.3f} | "
+                    f"{r['std_far']:.3f} | {r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | "
+                    f"{r['rmse']:.3f} | {r['elbo_per_point']:.3f} | {lam} | {usd} | {r['seconds']:.0f} |"
+                )
     if nuts:
-        lines += ["", f"NUTS: mean acceptance {nuts[0]['acceptance']:.2f}, max R-hat of f at 20 test inputs "
-                      f"{nuts[0]['max_rhat_test_f']:.3f}."]
+        lines += [
+            "",
+            f"NUTS: mean acceptance {nuts[0]['acceptance']:.2f}, max R-hat of f at 20 test inputs "
+            f"{nuts[0]['max_rhat_test_f']:.3f}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- digits
 DIGITS_METHODS = ("ffg_u", "ensemble_u", "factorised", "ensemble_w")
 NOTES_MARKER = "<!-- notes: kept when the table is rewritten -->"
-DIGITS_LABELS = {"ffg_u": "FFG-U", "ensemble_u": "Ensemble-U", "factorised": "FFG-W", "ensemble_w": "Ensemble-W"}
+DIGITS_LABELS = {
+    "ffg_u": "FFG-U",
+    "ensemble_u": "Ensemble-U",
+    "factorised": "FFG-W",
+    "ensemble_w": "Ensemble-W",
+}
 
 
 def with_notes(table: str, previous: str) -> str:
@@ -534,14 +719,22 @@ def digits_data(split: int):
     """Flattened digits ``[N, 64]`` standardised with the training pixels' mean and standard
     deviation (one number each); labels ``[N, 1]``."""
     data = dg.datasets.load_digits(split)
-    Xtr, Xte = dg.datasets.standardise_images(data.X_train.reshape(len(data.X_train), -1),
-                                              data.X_test.reshape(len(data.X_test), -1))
+    Xtr, Xte = dg.datasets.standardise_images(
+        data.X_train.reshape(len(data.X_train), -1), data.X_test.reshape(len(data.X_test), -1)
+    )
     return Xtr, data.Y_train, Xte, data.Y_test
 
 
 def digits_cell_key(row: dict) -> tuple:
-    return (row["method"], row["seed"], row["split"], tuple(row["hidden"]), row["num_inducing"], row["steps"],
-            row["kl_schedule"])
+    return (
+        row["method"],
+        row["seed"],
+        row["split"],
+        tuple(row["hidden"]),
+        row["num_inducing"],
+        row["steps"],
+        row["kl_schedule"],
+    )
 
 
 def digits_cell(args, method: str, seed: int, data) -> dict:
@@ -552,24 +745,51 @@ def digits_cell(args, method: str, seed: int, data) -> dict:
     if method in ("ensemble_u", "ensemble_w"):
         options["num_members"] = args.num_members
     tf.random.set_seed(seed)
-    model = dg.build_bnn(Xtr, Ytr, hidden=args.hidden, posterior=method, likelihood=gpflow.likelihoods.Softmax(10),
-                         activation=args.activation, seed=seed, **options)
-    schedule = {"ritter": ritter_schedule(args.steps), "none": None}.get(args.kl_schedule, args.kl_schedule)
+    model = dg.build_bnn(
+        Xtr,
+        Ytr,
+        hidden=args.hidden,
+        posterior=method,
+        likelihood=gpflow.likelihoods.Softmax(10),
+        activation=args.activation,
+        seed=seed,
+        **options,
+    )
+    schedule = {"ritter": ritter_schedule(args.steps), "none": None}.get(
+        args.kl_schedule, args.kl_schedule
+    )
     t0 = time.perf_counter()
-    dg.fit(model, (Xtr, Ytr), steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
-           num_samples=args.train_samples, seed=seed, progress=False, log_every=max(1, args.steps // 10),
-           kl_schedule=schedule)
+    dg.fit(
+        model,
+        (Xtr, Ytr),
+        steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        num_samples=args.train_samples,
+        seed=seed,
+        progress=False,
+        log_every=max(1, args.steps // 10),
+        kl_schedule=schedule,
+    )
     seconds = time.perf_counter() - t0
     S = args.test_samples
     probs = model.predict_y(Xte, S, seed=seed)[0].numpy()
     labels = Yte[:, 0].astype(int)
     elbo = float(model.elbo((Xtr, Ytr), args.elbo_samples, seed=seed + 1000).numpy()) / len(Xtr)
     return {
-        "method": method, "seed": seed, "split": args.split, "hidden": list(args.hidden),
-        "activation": args.activation, "num_inducing": args.num_inducing if method in ("ffg_u", "ensemble_u") else None,
+        "method": method,
+        "seed": seed,
+        "split": args.split,
+        "hidden": list(args.hidden),
+        "activation": args.activation,
+        "num_inducing": args.num_inducing if method in ("ffg_u", "ensemble_u") else None,
         "num_members": args.num_members if method in ("ensemble_u", "ensemble_w") else None,
-        "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr, "train_samples": args.train_samples,
-        "kl_schedule": args.kl_schedule, "test_samples": S,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "train_samples": args.train_samples,
+        "kl_schedule": args.kl_schedule,
+        "test_samples": S,
         "accuracy": dg.metrics.top1_accuracy(probs, labels),
         "test_ll": dg.metrics.test_log_likelihood(model, Xte, Yte, num_samples=S, seed=seed),
         "ece": dg.metrics.expected_calibration_error(probs, labels, num_bins=15),
@@ -579,7 +799,8 @@ def digits_cell(args, method: str, seed: int, data) -> dict:
         "params_per_layer": dg.parameter_count(model, per_layer=True),
         "seconds": seconds,
         "commit": code_commit(),
-        "command": "python benchmarks/inducing_weights.py " + " ".join(shlex.quote(a) for a in args.argv),
+        "command": "python benchmarks/inducing_weights.py "
+        + " ".join(shlex.quote(a) for a in args.argv),
     }
 
 
@@ -587,7 +808,13 @@ def digits_report(rows, out: Path, command: str) -> str:
     """The markdown table (mean +- standard error over seeds) of the digits cells."""
     groups = {}
     for r in rows:
-        key = (tuple(r["hidden"]), r["steps"], r["kl_schedule"], r["num_inducing"] or 0, r["method"])
+        key = (
+            tuple(r["hidden"]),
+            r["steps"],
+            r["kl_schedule"],
+            r["num_inducing"] or 0,
+            r["method"],
+        )
         groups.setdefault(key, []).append(r)
     order = {m: i for i, m in enumerate(DIGITS_METHODS)}
     any_row = rows[0]
@@ -628,16 +855,20 @@ def digits_report(rows, out: Path, command: str) -> str:
             return f"{m:.{digits}f}" + ("" if math.isnan(s) else f" ± {s:.{digits}f}")
 
         M = g[0]["num_inducing"]
-        lines.append(f"| {'-'.join(map(str, key[0]))} | {key[1]} | {M if M else ''} | {DIGITS_LABELS[key[4]]} | "
-                     f"{len(g)} | {cell('accuracy', 100, 1)} | {cell('test_ll')} | {cell('ece', 100, 2)} | "
-                     f"{cell('entropy')} | {cell('elbo_per_image')} | {g[0]['params']:,} | "
-                     f"{cell('seconds', 1, 0)} |")
+        lines.append(
+            f"| {'-'.join(map(str, key[0]))} | {key[1]} | {M if M else ''} | {DIGITS_LABELS[key[4]]} | "
+            f"{len(g)} | {cell('accuracy', 100, 1)} | {cell('test_ll')} | {cell('ece', 100, 2)} | "
+            f"{cell('entropy')} | {cell('elbo_per_image')} | {g[0]['params']:,} | "
+            f"{cell('seconds', 1, 0)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def digits_main(argv):
-    p = argparse.ArgumentParser(prog="inducing_weights.py digits",
-                                description="FFG-U / Ensemble-U / FFG-W / Ensemble-W on the bundled 8x8 digits.")
+    p = argparse.ArgumentParser(
+        prog="inducing_weights.py digits",
+        description="FFG-U / Ensemble-U / FFG-W / Ensemble-W on the bundled 8x8 digits.",
+    )
     p.add_argument("--methods", default=",".join(DIGITS_METHODS))
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--split", type=int, default=0)
@@ -663,22 +894,35 @@ def digits_main(argv):
     data = digits_data(args.split)
     for seed in map(int, args.seeds.split(",")):
         for method in args.methods.split(","):
-            probe = dict(method=method, seed=seed, split=args.split, hidden=args.hidden, steps=args.steps,
-                         num_inducing=args.num_inducing if method in ("ffg_u", "ensemble_u") else None,
-                         kl_schedule=args.kl_schedule)
+            probe = dict(
+                method=method,
+                seed=seed,
+                split=args.split,
+                hidden=args.hidden,
+                steps=args.steps,
+                num_inducing=args.num_inducing if method in ("ffg_u", "ensemble_u") else None,
+                kl_schedule=args.kl_schedule,
+            )
             if digits_cell_key(probe) in done:
                 print(f"skip {method} seed {seed} (in {out.name})", flush=True)
                 continue
             row = digits_cell(args, method, seed, data)
             append_line(args.out, row)
             rows.append(row)
-            print(f"{method} seed {seed}: accuracy {row['accuracy']:.3f}, test LL {row['test_ll']:.3f}, "
-                  f"ECE {row['ece']:.4f}, ELBO/N {row['elbo_per_image']:.3f}, {row['params']:,} params, "
-                  f"{row['seconds']:.0f}s", flush=True)
+            print(
+                f"{method} seed {seed}: accuracy {row['accuracy']:.3f}, test LL {row['test_ll']:.3f}, "
+                f"ECE {row['ece']:.4f}, ELBO/N {row['elbo_per_image']:.3f}, {row['params']:,} params, "
+                f"{row['seconds']:.0f}s",
+                flush=True,
+            )
     if rows:
         md = out.with_suffix(".md")
-        command = "nice -n 19 python benchmarks/inducing_weights.py " + " ".join(shlex.quote(a) for a in args.argv)
-        text = with_notes(digits_report(rows, md, command.strip()), md.read_text() if md.exists() else "")
+        command = "nice -n 19 python benchmarks/inducing_weights.py " + " ".join(
+            shlex.quote(a) for a in args.argv
+        )
+        text = with_notes(
+            digits_report(rows, md, command.strip()), md.read_text() if md.exists() else ""
+        )
         md.write_text(text)
         print(text)
 

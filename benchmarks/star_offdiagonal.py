@@ -21,6 +21,7 @@ the seed, so they start from the same model (STAR's off-diagonal blocks start at
 equals mean-field exactly) and see the same minibatches. One JSON line per (variant, step) is
 appended to ``--out`` (lines already there are skipped); ``--md`` gets the table, with this command.
 """
+
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
@@ -66,8 +67,16 @@ def run_variant(args, variant, done, out_path):
     data = datasets.load_uci(args.dataset, args.split, protocol="extrapolation")
     D = (data.X_train, data.Y_train)
     N = D[0].shape[0]
-    model = build_deep_gp(D[0], D[1], depth=3, posterior=posterior, num_inducing=100, seed=args.seed,
-                          positive_transform="softplus", **options)
+    model = build_deep_gp(
+        D[0],
+        D[1],
+        depth=3,
+        posterior=posterior,
+        num_inducing=100,
+        seed=args.seed,
+        positive_transform="softplus",
+        **options,
+    )
     checkpoints = list(range(args.every, args.steps + 1, args.every))
     if all((args.dataset, args.split, variant, s, args.seed) in done for s in checkpoints):
         return
@@ -75,37 +84,66 @@ def run_variant(args, variant, done, out_path):
     with tempfile.TemporaryDirectory() as ckpt:
         t0 = time.perf_counter()
         for step in checkpoints:
-            fit(model, D, steps=step, batch_size=min(512, N), learning_rate=0.01, num_samples=1, seed=args.seed,
-                progress=False, checkpoint_dir=ckpt)
+            fit(
+                model,
+                D,
+                steps=step,
+                batch_size=min(512, N),
+                learning_rate=0.01,
+                num_samples=1,
+                seed=args.seed,
+                progress=False,
+                checkpoint_dir=ckpt,
+            )
             elbo, se, _ = estimate_elbo(model, D, seed=args.seed, se_target=args.elbo_se)
             kl = float(model.posterior.kl_divergence()) / N
             post = model.posterior
-            rec = dict(dataset=args.dataset, split=args.split, variant=variant, seed=args.seed, step=step,
-                       elbo_per_datapoint=elbo, elbo_se=se, kl_per_datapoint=kl, ell_per_datapoint=elbo + kl,
-                       stripes_norm=norm(getattr(post, "stripes", None)), arrow_norm=norm(getattr(post, "arrow", None)),
-                       wall_s=round(time.perf_counter() - t0, 1))
+            rec = dict(
+                dataset=args.dataset,
+                split=args.split,
+                variant=variant,
+                seed=args.seed,
+                step=step,
+                elbo_per_datapoint=elbo,
+                elbo_se=se,
+                kl_per_datapoint=kl,
+                ell_per_datapoint=elbo + kl,
+                stripes_norm=norm(getattr(post, "stripes", None)),
+                arrow_norm=norm(getattr(post, "arrow", None)),
+                wall_s=round(time.perf_counter() - t0, 1),
+            )
             if _key(rec) not in done:
                 append_line(out_path, rec)
-            print(f"{variant} step {step}: ELBO/N {elbo:.3f} KL/N {kl:.3f} ELL/N {elbo + kl:.3f}", flush=True)
+            print(
+                f"{variant} step {step}: ELBO/N {elbo:.3f} KL/N {kl:.3f} ELL/N {elbo + kl:.3f}",
+                flush=True,
+            )
 
 
 def write_md(records, md_path, command):
     by = {}
     for r in records:
         by[(r["dataset"], r["split"], r["variant"], r["step"])] = r
-    lines = ["# STAR's off-diagonal storage against mean-field (extrapolation split, depth 3)", "",
-             f"Regenerate: `{command}`", "",
-             "ELBO, KL and expected log-likelihood (ELL = ELBO + KL) per datapoint on the full training set; "
-             "norms of the stored stripe and arrow parameters. Same seed, model and minibatches for every variant.",
-             "", "| dataset | split | variant | step | ELBO/N | KL/N | ELL/N | stored stripes norm | stored arrow norm |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# STAR's off-diagonal storage against mean-field (extrapolation split, depth 3)",
+        "",
+        f"Regenerate: `{command}`",
+        "",
+        "ELBO, KL and expected log-likelihood (ELL = ELBO + KL) per datapoint on the full training set; "
+        "norms of the stored stripe and arrow parameters. Same seed, model and minibatches for every variant.",
+        "",
+        "| dataset | split | variant | step | ELBO/N | KL/N | ELL/N | stored stripes norm | stored arrow norm |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     order = list(VARIANTS)
     for k in sorted(by, key=lambda k: (k[0], k[1], order.index(k[2]), k[3])):
         r = by[k]
         f = lambda v: "—" if v is None else f"{v:.1f}"  # noqa: E731
-        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {r['elbo_per_datapoint']:.3f} | "
-                     f"{r['kl_per_datapoint']:.3f} | {r['ell_per_datapoint']:.3f} | {f(r['stripes_norm'])} | "
-                     f"{f(r['arrow_norm'])} |")
+        lines.append(
+            f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {r['elbo_per_datapoint']:.3f} | "
+            f"{r['kl_per_datapoint']:.3f} | {r['ell_per_datapoint']:.3f} | {f(r['stripes_norm'])} | "
+            f"{f(r['arrow_norm'])} |"
+        )
     with open(md_path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
 
@@ -119,8 +157,12 @@ def main(argv=None):
     p.add_argument("--variants", default="mean_field,plain,preconditioned")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--elbo-se", type=float, default=0.01,
-                   help="standard error at which the ELBO estimate stops drawing (default 0.01)")
+    p.add_argument(
+        "--elbo-se",
+        type=float,
+        default=0.01,
+        help="standard error at which the ELBO estimate stops drawing (default 0.01)",
+    )
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--md", default=DEFAULT_MD)
     args = p.parse_args(argv)
@@ -136,7 +178,9 @@ def main(argv=None):
     done = {_key(r) for r in read_lines(args.out)}
     for v in variants:
         run_variant(args, v, done, args.out)
-    command = "python benchmarks/star_offdiagonal.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python benchmarks/star_offdiagonal.py " + " ".join(
+        shlex.quote(a) for a in (argv or sys.argv[1:])
+    )
     write_md(read_lines(args.out), args.md, command.strip())
     return 0
 

@@ -38,6 +38,7 @@ on the full training set and a fixed evaluation noise shared by every variant:
 ``--md`` gets a table (ELBO per datapoint at every 1,000 steps, averaged over the seeds) with the
 command; ``--plot`` the ELBO-per-datapoint curves.
 """
+
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
@@ -61,8 +62,11 @@ DEFAULT_PLOT = os.path.join(HERE, "results", "star_warmup.png")
 VARIANTS = {
     "mean_field": ("mean_field", {}, "mean-field"),
     "plain": ("stripes_arrow", {"precondition_offdiagonal": False}, "STAR, plain blocks"),
-    "preconditioned_step1": ("stripes_arrow", {"precondition_offdiagonal": True, "offdiagonal_step": 1.0},
-                             "STAR, preconditioned, offdiagonal_step=1 (before)"),
+    "preconditioned_step1": (
+        "stripes_arrow",
+        {"precondition_offdiagonal": True, "offdiagonal_step": 1.0},
+        "STAR, preconditioned, offdiagonal_step=1 (before)",
+    ),
     "preconditioned": ("stripes_arrow", {}, "STAR, preconditioned (default)"),
 }
 
@@ -121,7 +125,7 @@ class _Diagnostics:
 
             Lk = inducing_cholesky(post.layers[-1], post.layers[-1].Z).numpy()
         arrow = R[-M:, :-M]
-        stripes = [R[i * M:(i + 1) * M, :(i // post.tau) * post.tau * M] for i in range(T - 1)]
+        stripes = [R[i * M : (i + 1) * M, : (i // post.tau) * post.tau * M] for i in range(T - 1)]
         stripes = np.concatenate([s.ravel() for s in stripes]) if post.use_stripes else np.zeros(1)
         white = scipy.linalg.solve_triangular(Lk, arrow, lower=True)
         return white, arrow, stripes, post.diag.numpy()
@@ -146,18 +150,28 @@ class _Diagnostics:
         import tensorflow as tf
 
         ell, kl = self.terms()
-        rec = dict(elbo=float(tf.reduce_mean(ell - kl)) / self.N, ell=float(tf.reduce_mean(ell)) / self.N,
-                   kl=float(kl[0]) / self.N, likelihood_variance=float(self.model.likelihood.variance.numpy()),
-                   whiten=bool(getattr(self.post, "whiten", False)))
+        rec = dict(
+            elbo=float(tf.reduce_mean(ell - kl)) / self.N,
+            ell=float(tf.reduce_mean(ell)) / self.N,
+            kl=float(kl[0]) / self.N,
+            likelihood_variance=float(self.model.likelihood.variance.numpy()),
+            whiten=bool(getattr(self.post, "whiten", False)),
+        )
         if not self.star:
             return rec
         rms = lambda a: float(np.sqrt(np.mean(np.square(a))))  # noqa: E731
         white, arrow, stripes, diag = self._blocks()
         kl_off, elbo_zero = self._offdiag_kl()
         tril = np.tril(np.ones(diag.shape[1:], bool))
-        rec.update(offdiag_gain=rec["elbo"] - elbo_zero, kl_offdiag=kl_off, arrow_R_rms=rms(arrow),
-                   stripes_R_rms=rms(stripes), arrow_white_rms=rms(white), diag_hidden_rms=rms(diag[:-1][:, tril]),
-                   diag_out_rms=rms(diag[-1][tril]))
+        rec.update(
+            offdiag_gain=rec["elbo"] - elbo_zero,
+            kl_offdiag=kl_off,
+            arrow_R_rms=rms(arrow),
+            stripes_R_rms=rms(stripes),
+            arrow_white_rms=rms(white),
+            diag_hidden_rms=rms(diag[:-1][:, tril]),
+            diag_out_rms=rms(diag[-1][tril]),
+        )
         if before is not None:
             rec.update(arrow_step_R=rms(arrow - before[1]), arrow_step_white=rms(white - before[0]))
         return rec
@@ -196,12 +210,22 @@ def run(args, setting, variant, seed, done, command):
         if t % args.every:
             continue
         step_fn.raise_if_failed()
-        rec = dict(setting=setting, variant=variant, seed=seed, step=t, **diagnostics(before),
-                   wall_s=round(time.perf_counter() - t0, 1), command=command)
+        rec = dict(
+            setting=setting,
+            variant=variant,
+            seed=seed,
+            step=t,
+            **diagnostics(before),
+            wall_s=round(time.perf_counter() - t0, 1),
+            command=command,
+        )
         if _key(rec) not in done:
             append_line(args.out, rec)
-        print(f"{setting} {variant} seed {seed} step {t}: ELBO/N {rec['elbo']:.3f} KL/N {rec['kl']:.3f}"
-              + (f" off-diagonal gain {rec['offdiag_gain']:+.3f}" if "offdiag_gain" in rec else ""), flush=True)
+        print(
+            f"{setting} {variant} seed {seed} step {t}: ELBO/N {rec['elbo']:.3f} KL/N {rec['kl']:.3f}"
+            + (f" off-diagonal gain {rec['offdiag_gain']:+.3f}" if "offdiag_gain" in rec else ""),
+            flush=True,
+        )
 
 
 def _means(records):
@@ -221,36 +245,65 @@ TABLE_STEPS = (100, 250, 300, 500, 1000, 1500, 2000, 3000, 4000, 5000, 6000)
 def write_md(records, path):
     means = _means(records)
     commands = sorted({r["command"] for r in records if "command" in r})
-    lines = ["# STAR's first steps against mean-field (depth 3, Adam 0.01)", "",
-             "Regenerate (the commands that wrote the lines; `--report-only` rewrites this file and the plot):", ""]
+    lines = [
+        "# STAR's first steps against mean-field (depth 3, Adam 0.01)",
+        "",
+        "Regenerate (the commands that wrote the lines; `--report-only` rewrites this file and the plot):",
+        "",
+    ]
     lines += [f"    {c}" for c in commands] + [""]
     lines += [
-             "ELBO per datapoint on the full training set (fixed evaluation noise), averaged over the seeds "
-             "(their number in brackets); every variant of a seed starts from the same model and sees the same "
-             "minibatches and training noise. `benchmarks/star_warmup.py` describes the settings.", ""]
+        "ELBO per datapoint on the full training set (fixed evaluation noise), averaged over the seeds "
+        "(their number in brackets); every variant of a seed starts from the same model and sees the same "
+        "minibatches and training noise. `benchmarks/star_warmup.py` describes the settings.",
+        "",
+    ]
     for setting in SETTINGS:
         steps = sorted({k[2] for k in means if k[0] == setting})
         if not steps:
             continue
         shown = [s for s in steps if s in TABLE_STEPS]
-        lines += [f"## {setting}", "", "| variant | " + " | ".join(f"{s:,}" for s in shown) + " |",
-                  "|---|" + "---|" * len(shown)]
+        lines += [
+            f"## {setting}",
+            "",
+            "| variant | " + " | ".join(f"{s:,}" for s in shown) + " |",
+            "|---|" + "---|" * len(shown),
+        ]
         for v, (_, _, label) in VARIANTS.items():
             cells = [means.get((setting, v, s)) for s in shown]
             if all(c is None for c in cells):
                 continue
-            lines.append(f"| {label} | " + " | ".join("—" if c is None else f"{c[0]:.3f} ({c[1]})" for c in cells)
-                         + " |")
-        lines += ["", "Diagnostics (means over the seeds; per datapoint; rms = root-mean-square entry; the arrow's "
-                  "step is its change in the interval's last Adam step):", "",
-                  "| variant | step | ELL/N | KL/N | off-diagonal gain | off-diagonal KL/N | arrow rms, R | "
-                  "arrow rms, L_K^-1 R | arrow step, R | arrow step, L_K^-1 R |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        keys = ("ell", "kl", "offdiag_gain", "kl_offdiag", "arrow_R_rms", "arrow_white_rms", "arrow_step_R",
-                "arrow_step_white")
+            lines.append(
+                f"| {label} | "
+                + " | ".join("—" if c is None else f"{c[0]:.3f} ({c[1]})" for c in cells)
+                + " |"
+            )
+        lines += [
+            "",
+            "Diagnostics (means over the seeds; per datapoint; rms = root-mean-square entry; the arrow's "
+            "step is its change in the interval's last Adam step):",
+            "",
+            "| variant | step | ELL/N | KL/N | off-diagonal gain | off-diagonal KL/N | arrow rms, R | "
+            "arrow rms, L_K^-1 R | arrow step, R | arrow step, L_K^-1 R |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        keys = (
+            "ell",
+            "kl",
+            "offdiag_gain",
+            "kl_offdiag",
+            "arrow_R_rms",
+            "arrow_white_rms",
+            "arrow_step_R",
+            "arrow_step_white",
+        )
         for v, (_, _, label) in VARIANTS.items():
             for step in sorted({steps[0], 500, 2000, steps[-1]} & set(steps)):
-                rows = [r for r in records if (r["setting"], r["variant"], r["step"]) == (setting, v, step)]
+                rows = [
+                    r
+                    for r in records
+                    if (r["setting"], r["variant"], r["step"]) == (setting, v, step)
+                ]
                 if not rows:
                     continue
                 cells = []
@@ -273,7 +326,11 @@ def plot(records, path):
     import numpy as np
 
     means = _means(records)
-    mf = {(r["setting"], r["seed"], r["step"]): r["elbo"] for r in records if r["variant"] == "mean_field"}
+    mf = {
+        (r["setting"], r["seed"], r["step"]): r["elbo"]
+        for r in records
+        if r["variant"] == "mean_field"
+    }
     settings = [s for s in SETTINGS if any(k[0] == s for k in means)]
     fig, axes = plt.subplots(len(settings), 2, figsize=(12, 4 * len(settings)), squeeze=False)
     for (left, right), setting in zip(axes, settings):
@@ -294,15 +351,24 @@ def plot(records, path):
                 if r["setting"] == setting and r["variant"] == v and key in mf:
                     diff.setdefault(r["step"], []).append(r["elbo"] - mf[key])
             steps = sorted(diff)
-            right.plot(steps, [np.mean(diff[s]) for s in steps], marker=".", ms=3, label=label, **style)
+            right.plot(
+                steps, [np.mean(diff[s]) for s in steps], marker=".", ms=3, label=label, **style
+            )
         hi = max(shown)
-        left.set(title=f"{setting}, depth 3, Adam 0.01", xlabel="Adam step", ylabel="ELBO / N (mean over seeds)",
-                 ylim=(max(min(shown), hi - 3.0), hi + 0.15))
+        left.set(
+            title=f"{setting}, depth 3, Adam 0.01",
+            xlabel="Adam step",
+            ylabel="ELBO / N (mean over seeds)",
+            ylim=(max(min(shown), hi - 3.0), hi + 0.15),
+        )
         left.legend(fontsize=8, loc="lower right")
         right.axhline(0.0, color="C0", lw=1, label="mean-field")
         right.set_yscale("symlog", linthresh=0.3)
-        right.set(title=f"{setting}: ELBO / N minus mean-field's (same seed)", xlabel="Adam step",
-                  ylabel="difference (mean over seeds; symlog)")
+        right.set(
+            title=f"{setting}: ELBO / N minus mean-field's (same seed)",
+            xlabel="Adam step",
+            ylabel="difference (mean over seeds; symlog)",
+        )
         right.legend(fontsize=8, loc="lower right")
     plt.tight_layout()
     fig.savefig(path, dpi=100)
@@ -319,7 +385,9 @@ def main(argv=None):
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--md", default=DEFAULT_MD)
     p.add_argument("--plot", default=DEFAULT_PLOT)
-    p.add_argument("--report-only", action="store_true", help="only rewrite --md and --plot from --out")
+    p.add_argument(
+        "--report-only", action="store_true", help="only rewrite --md and --plot from --out"
+    )
     args = p.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     for v in variants:
@@ -328,8 +396,9 @@ def main(argv=None):
     seeds = [int(s) for s in args.seeds.split(",") if s]
     if args.steps < args.every or args.every <= 0:
         p.error("--every must be positive and at most --steps")
-    command = "python benchmarks/star_warmup.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None
-                                                                                       else argv))
+    command = "python benchmarks/star_warmup.py " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    )
     command = command.strip()
     if not args.report_only:
         set_threads(args.threads)

@@ -5,6 +5,7 @@ inputs of kin8nm tiled to the batch size): :func:`model_step` (Adam on the ELBO,
 every call), :func:`fit_step` (the step ``fit`` trains the model with) or GPflux's DSVI deep GP
 (:func:`gpflux_dsvi`). :func:`time_models` times several steps round by round.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,8 +16,18 @@ import tensorflow as tf
 
 import deepgp_gi as dg
 
-__all__ = ["kin8nm_inputs", "compiled_step", "model_step", "fit_step", "ours", "ours_bnn", "gpflux_dsvi",
-           "raise_if_step_failed", "time_models"]
+__all__ = [
+    "kin8nm_inputs",
+    "compiled_step",
+    "model_step",
+    "fit_step",
+    "ours",
+    "ours_bnn",
+    "gpflux_dsvi",
+    "raise_if_step_failed",
+    "time_models",
+]
+
 
 def kin8nm_inputs(num_rows: int, seed: int = 0):
     """kin8nm inputs (all 8192 rows, standardised), tiled to ``num_rows``; targets from the data."""
@@ -51,18 +62,28 @@ def model_step(model, X, Y, jit_compile=False):
     ``tf.debugging.Assert``, which would read a device predicate on the host every step)."""
     Xt, Yt = tf.constant(X), tf.constant(Y)
     counter = tf.Variable(0, dtype=tf.int64)
-    failure = tf.Variable(0, dtype=tf.int64, trainable=False)  # int64: an int32 variable lives on the host on a GPU
+    failure = tf.Variable(
+        0, dtype=tf.int64, trainable=False
+    )  # int64: an int32 variable lives on the host on a GPU
 
     def loss():
         with dg.linalg.cholesky_checks() as checks:
             counter.assign_add(1)
-            value = -model.elbo((Xt, Yt), 1, seed=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])))
-        failure.assign(tf.where(tf.equal(failure, 0), tf.cast(checks.status(), tf.int64), failure))  # the first failure's code
+            value = -model.elbo(
+                (Xt, Yt),
+                1,
+                seed=dg.noise.SeededNoise(tf.stack([counter, tf.constant(7, tf.int64)])),
+            )
+        failure.assign(
+            tf.where(tf.equal(failure, 0), tf.cast(checks.status(), tf.int64), failure)
+        )  # the first failure's code
         return value
 
     step = compiled_step(loss, model.trainable_variables, jit_compile=jit_compile)
     # read between timed rounds, never inside them (CholeskyError, a tf.errors.OpError, if a step failed)
-    step.raise_if_failed = lambda: dg.linalg.raise_if_failed(failure.numpy(), context="benchmark step")
+    step.raise_if_failed = lambda: dg.linalg.raise_if_failed(
+        failure.numpy(), context="benchmark step"
+    )
     return step
 
 
@@ -78,8 +99,16 @@ def fit_step(model, X, Y, jit_compile=False, importance_samples=None, num_sample
     variables = _trainable_variables(model)
     counter = tf.Variable(0, dtype=tf.int64, trainable=False)
     kind = SamplerStep if _is_sampler(model) else TrainStep
-    train_step = kind(model, dg.training.adam(0.01, variables), variables, counter, num_samples=num_samples,
-                      seed=0, jit_compile=jit_compile, importance_samples=importance_samples)
+    train_step = kind(
+        model,
+        dg.training.adam(0.01, variables),
+        variables,
+        counter,
+        num_samples=num_samples,
+        seed=0,
+        jit_compile=jit_compile,
+        importance_samples=importance_samples,
+    )
     Xt, Yt = tf.constant(X), tf.constant(Y)
     calls = iter(range(1 << 62))
 
@@ -89,17 +118,22 @@ def fit_step(model, X, Y, jit_compile=False, importance_samples=None, num_sample
     step.raise_if_failed = train_step.raise_if_failed
     # the traced graph of the compiled step, for the static cost of gpu.py's step_cost
     step.get_concrete_function = lambda: train_step._compiled.get_concrete_function(
-        tf.constant(0, tf.int64), Xt, Yt, train_step.kl_weight_tensor())
+        tf.constant(0, tf.int64), Xt, Yt, train_step.kl_weight_tensor()
+    )
     return step
 
 
 def ours(X, Y, depth, posterior, num_inducing, jit_compile=False, **options):
-    model = dg.build_deep_gp(X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing, seed=0, **options)
+    model = dg.build_deep_gp(
+        X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing, seed=0, **options
+    )
     return model_step(model, X, Y, jit_compile)
 
 
 def ours_bnn(X, Y, posterior, num_inducing):
-    model = dg.build_bnn(X, Y, hidden=(50, 50), posterior=posterior, num_inducing=num_inducing, seed=0)
+    model = dg.build_bnn(
+        X, Y, hidden=(50, 50), posterior=posterior, num_inducing=num_inducing, seed=0
+    )
     return model_step(model, X, Y)
 
 
@@ -117,14 +151,24 @@ def gpflux_dsvi(X, Y, depth, num_inducing, jit_compile=False):
     for l in range(depth):
         d_in, d_out = dims[l], dims[l + 1]
         kernel = gpflux.helpers.construct_basic_kernel(
-            gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=np.full(d_in, 2.0)), output_dim=d_out,
+            gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=np.full(d_in, 2.0)),
+            output_dim=d_out,
             share_hyperparams=True,
         )
-        iv = gpflux.helpers.construct_basic_inducing_variables(num_inducing, d_in, d_out, share_variables=True, z_init=Zl)
+        iv = gpflux.helpers.construct_basic_inducing_variables(
+            num_inducing, d_in, d_out, share_variables=True, z_init=Zl
+        )
         inner = l < depth - 1
-        mean = gpflux.helpers.construct_mean_function(F, d_in, d_out) if inner else gpflow.mean_functions.Zero()
-        layers.append(gpflux.layers.GPLayer(kernel, iv, num_data=N, mean_function=mean, num_latent_gps=d_out,
-                                            verbose=False))
+        mean = (
+            gpflux.helpers.construct_mean_function(F, d_in, d_out)
+            if inner
+            else gpflow.mean_functions.Zero()
+        )
+        layers.append(
+            gpflux.layers.GPLayer(
+                kernel, iv, num_data=N, mean_function=mean, num_latent_gps=d_out, verbose=False
+            )
+        )
         if inner:
             F, Zl = np.asarray(mean(F)), np.asarray(mean(Zl))
     likelihood = gpflux.layers.LikelihoodLayer(gpflow.likelihoods.Gaussian(0.01))

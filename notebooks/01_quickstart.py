@@ -63,8 +63,9 @@ models, histories = {}, {}
 
 def fit_toy(posterior):
     model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=30, seed=0)
-    histories[posterior] = dg.fit(model, (X, Y), steps=STEPS_TOY, learning_rate=0.01, num_samples=5,
-                                  seed=0, progress=False)
+    histories[posterior] = dg.fit(
+        model, (X, Y), steps=STEPS_TOY, learning_rate=0.01, num_samples=5, seed=0, progress=False
+    )
     models[posterior] = model
 
 
@@ -74,8 +75,10 @@ WINDOW = max(STEPS_TOY // 20, 10)  # steps (fit logs every 10)
 def window_means(history, count=4):
     """The training ELBO per point averaged over each of the last ``count`` windows of WINDOW steps."""
     step, elbo = np.array(history.step), np.array(history.elbo_per_datapoint)
-    return [elbo[(step > step[-1] - (k + 1) * WINDOW) & (step <= step[-1] - k * WINDOW)].mean()
-            for k in reversed(range(count))]
+    return [
+        elbo[(step > step[-1] - (k + 1) * WINDOW) & (step <= step[-1] - k * WINDOW)].mean()
+        for k in reversed(range(count))
+    ]
 
 
 fit_toy("mean_field")
@@ -99,17 +102,28 @@ for ax, (posterior, model) in zip(axes[:2], models.items()):
     mean, sd = mean.numpy()[:, 0], np.sqrt(var.numpy()[:, 0])
     ax.plot(X[:, 0], Y[:, 0], "k.", ms=4, label="data")
     ax.plot(X_grid[:, 0], mean, "C0", label="predictive mean")
-    ax.fill_between(X_grid[:, 0], mean - 2 * sd, mean + 2 * sd, color="C0", alpha=0.25, label="±2 sd")
+    ax.fill_between(
+        X_grid[:, 0], mean - 2 * sd, mean + 2 * sd, color="C0", alpha=0.25, label="±2 sd"
+    )
     ax.set(title=f'depth-2 deep GP, posterior="{posterior}"', xlabel="x", ylabel="y")
     ax.legend(loc="upper left")
 for i, (posterior, h) in enumerate(histories.items()):
     elbo = np.array(h.elbo_per_datapoint)
     smooth = np.convolve(elbo, np.ones(50) / 50, mode="valid") if len(elbo) >= 50 else elbo
     axes[2].plot(h.step, elbo, f"C{i}", alpha=0.25, lw=0.5)
-    axes[2].plot(h.step[len(h.step) - len(smooth):], smooth, f"C{i}", label=f"{posterior} (mean over 500 steps)")
+    axes[2].plot(
+        h.step[len(h.step) - len(smooth) :],
+        smooth,
+        f"C{i}",
+        label=f"{posterior} (mean over 500 steps)",
+    )
 top = max(max(h.elbo_per_datapoint) for h in histories.values())
-axes[2].set(title="training ELBO per data point", xlabel="Adam step", ylabel="ELBO / N",
-            ylim=(-2, max(top, -1.5) + 0.2))
+axes[2].set(
+    title="training ELBO per data point",
+    xlabel="Adam step",
+    ylabel="ELBO / N",
+    ylim=(-2, max(top, -1.5) + 0.2),
+)
 axes[2].legend(loc="lower right")
 plt.tight_layout()
 
@@ -133,7 +147,14 @@ print([tuple(s.shape) for s in layer_samples])
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
 for l, (ax, F) in enumerate(zip(axes, layer_samples)):
     for s in range(F.shape[0]):
-        ax.plot(X_grid[:, 0], F.numpy()[s, :, 0], "C1", alpha=0.6, lw=1, label="sample" if s == 0 else None)
+        ax.plot(
+            X_grid[:, 0],
+            F.numpy()[s, :, 0],
+            "C1",
+            alpha=0.6,
+            lw=1,
+            label="sample" if s == 0 else None,
+        )
     ax.set(title=f"layer {l + 1} samples (global inducing)", xlabel="x", ylabel=f"$f_{l + 1}$")
     ax.legend()
 axes[1].plot(X[:, 0], Y[:, 0], "k.", ms=3, label="data")
@@ -151,12 +172,25 @@ data = dg.datasets.load_uci("boston", split=0)
 print(data)
 ckpt_dir = tempfile.mkdtemp(prefix="deepgp_gi_ckpt_")
 uci_model = dg.build_deep_gp(data.X_train, data.Y_train, depth=2, posterior="mean_field", seed=0)
-uci_history = dg.fit(uci_model, (data.X_train, data.Y_train), steps=STEPS_UCI, batch_size=256,
-                     learning_rate=0.01, num_samples=1, seed=0, progress=False, checkpoint_dir=ckpt_dir)
+uci_history = dg.fit(
+    uci_model,
+    (data.X_train, data.Y_train),
+    steps=STEPS_UCI,
+    batch_size=256,
+    learning_rate=0.01,
+    num_samples=1,
+    seed=0,
+    progress=False,
+    checkpoint_dir=ckpt_dir,
+)
 tf.random.set_seed(3)
-test_ll = dg.metrics.test_log_likelihood(uci_model, data.X_test, data.Y_test, data.y_std, num_samples=100)
+test_ll = dg.metrics.test_log_likelihood(
+    uci_model, data.X_test, data.Y_test, data.y_std, num_samples=100
+)
 test_rmse = dg.metrics.rmse(uci_model, data.X_test, data.Y_test, data.y_std, num_samples=100)
-print(f"boston split 0: test log-likelihood {float(test_ll):.3f}, RMSE {float(test_rmse):.3f} (original units)")
+print(
+    f"boston split 0: test log-likelihood {float(test_ll):.3f}, RMSE {float(test_rmse):.3f} (original units)"
+)
 
 # %% [markdown]
 # ## Restore into a fresh model
@@ -173,8 +207,10 @@ mean_a, var_a = uci_model.predict_y(data.X_test, num_samples=20)
 tf.random.set_seed(4)
 mean_b, var_b = fresh.predict_y(data.X_test, num_samples=20)
 max_diff = float(np.max(np.abs(mean_a.numpy() - mean_b.numpy())))
-print(f"restored {latest}: max |mean difference| = {max_diff:.3g}; "
-      f"variances equal: {np.allclose(var_a.numpy(), var_b.numpy(), rtol=0, atol=1e-12)}")
+print(
+    f"restored {latest}: max |mean difference| = {max_diff:.3g}; "
+    f"variances equal: {np.allclose(var_a.numpy(), var_b.numpy(), rtol=0, atol=1e-12)}"
+)
 
 # %% [markdown]
 # ## Summary in numbers from this run
@@ -185,9 +221,13 @@ inside = (X_grid[:, 0] > -3) & (X_grid[:, 0] < 3)
 for posterior, model in models.items():
     _, var = model.predict_y(X_grid, num_samples=100)
     sd = np.sqrt(var.numpy()[:, 0])
-    print(f"{posterior:>10}: training ELBO/N over the last {WINDOW} steps {window_means(histories[posterior])[-1]:.3f}, "
-          f"mean predictive sd inside the data {sd[inside].mean():.3f}, outside {sd[~inside].mean():.3f}")
-print(f"boston: test LL {float(test_ll):.3f}, RMSE {float(test_rmse):.3f}; restored-model max |Δ mean| {max_diff:.3g}")
+    print(
+        f"{posterior:>10}: training ELBO/N over the last {WINDOW} steps {window_means(histories[posterior])[-1]:.3f}, "
+        f"mean predictive sd inside the data {sd[inside].mean():.3f}, outside {sd[~inside].mean():.3f}"
+    )
+print(
+    f"boston: test LL {float(test_ll):.3f}, RMSE {float(test_rmse):.3f}; restored-model max |Δ mean| {max_diff:.3g}"
+)
 
 # %% [markdown]
 # **What the run shows** (full setting, 20,000 steps per toy posterior; numbers printed above).

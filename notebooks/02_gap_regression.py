@@ -45,11 +45,15 @@ HMC_BURNIN, HMC_RESULTS, HMC_CHAINS, HMC_LEAPFROG = (50, 50, 2, 5) if QUICK else
 ELBO_SAMPLES = 20 if QUICK else 100
 METHODS = ["factorised", "local", "global"]
 #: O&A App. J Table 2: ELBO, V[F1], V[F2], V[F3].
-PAPER = {"factorised": (-4.585, 0.0728, 0.4765, 0.1926),
-         "local": (-5.469, 0.0763, 0.4473, 0.0643),
-         "global": (2.236, 0.4820, 0.4877, 1.0820)}
-print(f"QUICK={QUICK}: {STEPS} Adam steps per posterior; HMC {HMC_CHAINS} chains x "
-      f"({HMC_BURNIN} burn-in + {HMC_RESULTS}) x {HMC_LEAPFROG} leapfrog steps")
+PAPER = {
+    "factorised": (-4.585, 0.0728, 0.4765, 0.1926),
+    "local": (-5.469, 0.0763, 0.4473, 0.0643),
+    "global": (2.236, 0.4820, 0.4877, 1.0820),
+}
+print(
+    f"QUICK={QUICK}: {STEPS} Adam steps per posterior; HMC {HMC_CHAINS} chains x "
+    f"({HMC_BURNIN} burn-in + {HMC_RESULTS}) x {HMC_LEAPFROG} leapfrog steps"
+)
 
 # %% [markdown]
 # ## Data (standardised) and the noise variance in standardised units
@@ -61,7 +65,7 @@ X, Y = (X_raw - x_mean) / x_std, (Y_raw - y_mean) / y_std
 NOISE_VAR = float((3.0 / y_std) ** 2)
 x_grid_raw = np.linspace(-6, 6, 241)[:, None]
 x_grid = (x_grid_raw - x_mean) / x_std
-in_gap = np.abs(x_grid_raw[:, 0]) < 1.9          # raw x in (-1.9, 1.9)
+in_gap = np.abs(x_grid_raw[:, 0]) < 1.9  # raw x in (-1.9, 1.9)
 on_data = (np.abs(x_grid_raw[:, 0]) >= 2) & (np.abs(x_grid_raw[:, 0]) <= 4)
 print(f"N = {len(X)}, noise variance (standardised) = {NOISE_VAR:.5f}")
 
@@ -78,8 +82,17 @@ for method in METHODS:
     # global inducing with O&A's sampled last-layer weights (the outputs below were made with it);
     # the library's default integrates them out (docs/global_inducing.md)
     options = {"last_layer": "sampled"} if method == "global" else {}
-    model = dg.build_bnn(X, Y, hidden=(50, 50), posterior=method, prior="neal", num_inducing=100,
-                         likelihood=likelihood, seed=0, **options)
+    model = dg.build_bnn(
+        X,
+        Y,
+        hidden=(50, 50),
+        posterior=method,
+        prior="neal",
+        num_inducing=100,
+        likelihood=likelihood,
+        seed=0,
+        **options,
+    )
     start = time.time()
     dg.fit(model, (X, Y), steps=STEPS, learning_rate=1e-2, num_samples=10, seed=0, progress=False)
     fit_seconds[method] = time.time() - start
@@ -113,30 +126,44 @@ def bnn_forward(zs, x):
 def log_joint(*zs):
     f = bnn_forward(zs, X)
     log_prior = sum(-0.5 * tf.reduce_sum(z**2, axis=[-2, -1]) for z in zs)
-    log_lik = tf.reduce_sum(-0.5 * (Y[None] - f) ** 2 / NOISE_VAR - 0.5 * np.log(2 * np.pi * NOISE_VAR),
-                            axis=[-2, -1])
+    log_lik = tf.reduce_sum(
+        -0.5 * (Y[None] - f) ** 2 / NOISE_VAR - 0.5 * np.log(2 * np.pi * NOISE_VAR), axis=[-2, -1]
+    )
     return log_prior + log_lik
 
 
-init = [tf.constant(np.random.default_rng(1).standard_normal((HMC_CHAINS, fan_in[l], widths[l + 1])))
-        for l in range(3)]
+init = [
+    tf.constant(np.random.default_rng(1).standard_normal((HMC_CHAINS, fan_in[l], widths[l + 1])))
+    for l in range(3)
+]
 hmc = tfp.mcmc.DualAveragingStepSizeAdaptation(
-    tfp.mcmc.HamiltonianMonteCarlo(log_joint, step_size=tf.fill([HMC_CHAINS, 1, 1], tf.constant(1e-3, tf.float64)),
-                                   num_leapfrog_steps=HMC_LEAPFROG),
-    num_adaptation_steps=int(0.8 * HMC_BURNIN))
+    tfp.mcmc.HamiltonianMonteCarlo(
+        log_joint,
+        step_size=tf.fill([HMC_CHAINS, 1, 1], tf.constant(1e-3, tf.float64)),
+        num_leapfrog_steps=HMC_LEAPFROG,
+    ),
+    num_adaptation_steps=int(0.8 * HMC_BURNIN),
+)
 
 
 @tf.function(jit_compile=True)
 def run_chains():
     return tfp.mcmc.sample_chain(
-        HMC_RESULTS, init, kernel=hmc, num_burnin_steps=HMC_BURNIN,
-        trace_fn=lambda _, pkr: pkr.inner_results.is_accepted, seed=[0, 1])
+        HMC_RESULTS,
+        init,
+        kernel=hmc,
+        num_burnin_steps=HMC_BURNIN,
+        trace_fn=lambda _, pkr: pkr.inner_results.is_accepted,
+        seed=[0, 1],
+    )
 
 
 start = time.time()
 hmc_samples, accepted = run_chains()
 fit_seconds["HMC"] = time.time() - start
-print(f"HMC: {fit_seconds['HMC']:.0f} s, acceptance rate per chain {np.round(accepted.numpy().mean(0), 3)}")
+print(
+    f"HMC: {fit_seconds['HMC']:.0f} s, acceptance rate per chain {np.round(accepted.numpy().mean(0), 3)}"
+)
 
 # %% [markdown]
 # ## Predictive distributions
@@ -149,20 +176,36 @@ pred = {}
 for method, model in models.items():
     mean, var = model.predict_f(x_grid, num_samples=100)
     pred[method] = (mean.numpy()[:, 0], var.numpy()[:, 0])
-thin = [s[::10] for s in hmc_samples]                      # [R/10, C, ...]
+thin = [s[::10] for s in hmc_samples]  # [R/10, C, ...]
 flat = [tf.reshape(s, [-1] + list(s.shape[2:])) for s in thin]
-f_hmc = bnn_forward(flat, x_grid).numpy()[..., 0]          # [R/10 * C, grid]
+f_hmc = bnn_forward(flat, x_grid).numpy()[..., 0]  # [R/10 * C, grid]
 pred["HMC"] = (f_hmc.mean(0), f_hmc.var(0))
 
 fig, axes = plt.subplots(1, 4, figsize=(18, 4), sharey=True)
-titles = {"factorised": "factorised", "local": "local inducing", "global": "global inducing",
-          "HMC": "HMC (reference)"}
+titles = {
+    "factorised": "factorised",
+    "local": "local inducing",
+    "global": "global inducing",
+    "HMC": "HMC (reference)",
+}
 for ax, (method, (m, v)) in zip(axes, pred.items()):
     m_raw, sd_f, sd_y = m * y_std + y_mean, np.sqrt(v) * y_std, np.sqrt(v + NOISE_VAR) * y_std
-    ax.fill_between(x_grid_raw[:, 0], m_raw - 2 * sd_y, m_raw + 2 * sd_y, color="C0", alpha=0.2,
-                    label="±2 sd of y")
-    ax.fill_between(x_grid_raw[:, 0], m_raw - 2 * sd_f, m_raw + 2 * sd_f, color="C0", alpha=0.45,
-                    label="±2 sd of f")
+    ax.fill_between(
+        x_grid_raw[:, 0],
+        m_raw - 2 * sd_y,
+        m_raw + 2 * sd_y,
+        color="C0",
+        alpha=0.2,
+        label="±2 sd of y",
+    )
+    ax.fill_between(
+        x_grid_raw[:, 0],
+        m_raw - 2 * sd_f,
+        m_raw + 2 * sd_f,
+        color="C0",
+        alpha=0.45,
+        label="±2 sd of f",
+    )
     ax.plot(x_grid_raw[:, 0], m_raw, "C0", label="mean")
     ax.plot(X_raw[:, 0], Y_raw[:, 0], "k.", ms=5, label="data")
     ax.set(title=titles[method], xlabel="x", ylim=(-150, 150))
@@ -186,20 +229,34 @@ for method, model in models.items():
     layers = model.sample_layers(x_vf, num_samples=100)
     v_f = [float(tf.reduce_mean(tf.math.reduce_variance(F, axis=0))) for F in layers]
     sd = np.sqrt(pred[method][1])
-    rows.append(dict(method=method, elbo=estimates.mean(), se=estimates.std() / np.sqrt(len(estimates)),
-                     v_f=v_f, gap_sd=sd[in_gap].mean(), data_sd=sd[on_data].mean()))
+    rows.append(
+        dict(
+            method=method,
+            elbo=estimates.mean(),
+            se=estimates.std() / np.sqrt(len(estimates)),
+            v_f=v_f,
+            gap_sd=sd[in_gap].mean(),
+            data_sd=sd[on_data].mean(),
+        )
+    )
 sd_hmc = np.sqrt(pred["HMC"][1])
 hmc_gap_sd, hmc_data_sd = sd_hmc[in_gap].mean(), sd_hmc[on_data].mean()
 
-print(f"{'method':>10} | {'ELBO (ours)':>17} | {'ELBO/pt':>7} | {'ELBO (paper)':>12} | "
-      f"{'V[F1..3] (ours)':>22} | {'V[F1..3] (paper)':>22} | sd f gap | sd f data")
+print(
+    f"{'method':>10} | {'ELBO (ours)':>17} | {'ELBO/pt':>7} | {'ELBO (paper)':>12} | "
+    f"{'V[F1..3] (ours)':>22} | {'V[F1..3] (paper)':>22} | sd f gap | sd f data"
+)
 for r in rows:
     p = PAPER[r["method"]]
-    print(f"{r['method']:>10} | {r['elbo']:9.2f} ± {r['se']:5.2f} | {r['elbo'] / len(X):7.3f} | {p[0]:12.3f} | "
-          f"{', '.join(f'{v:.3f}' for v in r['v_f']):>22} | {', '.join(f'{v:.3f}' for v in p[1:]):>22} | "
-          f"{r['gap_sd']:8.3f} | {r['data_sd']:9.3f}")
-print(f"{'HMC':>10} | {'—':>17} | {'—':>7} | {'—':>12} | {'—':>22} | {'—':>22} | "
-      f"{hmc_gap_sd:8.3f} | {hmc_data_sd:9.3f}")
+    print(
+        f"{r['method']:>10} | {r['elbo']:9.2f} ± {r['se']:5.2f} | {r['elbo'] / len(X):7.3f} | {p[0]:12.3f} | "
+        f"{', '.join(f'{v:.3f}' for v in r['v_f']):>22} | {', '.join(f'{v:.3f}' for v in p[1:]):>22} | "
+        f"{r['gap_sd']:8.3f} | {r['data_sd']:9.3f}"
+    )
+print(
+    f"{'HMC':>10} | {'—':>17} | {'—':>7} | {'—':>12} | {'—':>22} | {'—':>22} | "
+    f"{hmc_gap_sd:8.3f} | {hmc_data_sd:9.3f}"
+)
 ranking_ours = [r["method"] for r in sorted(rows, key=lambda r: -r["elbo"])]
 ranking_paper = sorted(METHODS, key=lambda m: -PAPER[m][0])
 print("ELBO ranking, ours:", " > ".join(ranking_ours), "| paper:", " > ".join(ranking_paper))

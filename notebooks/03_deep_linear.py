@@ -50,7 +50,9 @@ WIDTHS = [2, 10] if QUICK else [2, 10, 50]
 BASE_WIDTH = 10
 METHODS = ["factorised", "local", "global", "factorised_global", "random_global"]
 NOISE_VAR = 0.1
-print(f"QUICK={QUICK}: {STEPS} steps; depths {DEPTHS} at width {BASE_WIDTH}; widths {WIDTHS} at depth 2")
+print(
+    f"QUICK={QUICK}: {STEPS} steps; depths {DEPTHS} at width {BASE_WIDTH}; widths {WIDTHS} at depth 2"
+)
 
 # %% [markdown]
 # ## Data and the exact log evidence
@@ -59,17 +61,24 @@ print(f"QUICK={QUICK}: {STEPS} steps; depths {DEPTHS} at width {BASE_WIDTH}; wid
 # `dg.datasets.deep_linear_log_evidence` on the augmented inputs.
 
 # %%
-data = dg.datasets.deep_linear(num_train=1000, num_test=100, input_dim=5, noise_variance=NOISE_VAR, seed=0)
+data = dg.datasets.deep_linear(
+    num_train=1000, num_test=100, input_dim=5, noise_variance=NOISE_VAR, seed=0
+)
 X, Y = data.X_train, data.Y_train
 N = len(X)
 X_aug = np.concatenate([X, np.ones((N, 1))], axis=1)
 log_evidence = dg.datasets.deep_linear_log_evidence(X_aug, Y, input_dim=6, noise_variance=NOISE_VAR)
-log_evidence_no_bias = dg.datasets.deep_linear_log_evidence(X, Y, input_dim=5, noise_variance=NOISE_VAR)
-print(f"log evidence with bias (the line): {log_evidence:.2f}  ({log_evidence / N:.4f} per point); "
-      f"without bias (the generating prior): {log_evidence_no_bias:.2f}")
+log_evidence_no_bias = dg.datasets.deep_linear_log_evidence(
+    X, Y, input_dim=5, noise_variance=NOISE_VAR
+)
+print(
+    f"log evidence with bias (the line): {log_evidence:.2f}  ({log_evidence / N:.4f} per point); "
+    f"without bias (the generating prior): {log_evidence_no_bias:.2f}"
+)
 
 # %% [markdown]
 # ## Fit every posterior at every size
+
 
 # %%
 def fit_elbo(method, depth, width):
@@ -77,9 +86,23 @@ def fit_elbo(method, depth, width):
     gpflow.set_trainable(likelihood, False)
     # O&A's sampled last-layer weights for gi, fac->gi and rand->gi (the outputs below were made
     # with them); the library's default integrates them out (docs/global_inducing.md)
-    options = {"last_layer": "sampled"} if method in ("global", "factorised_global", "random_global") else {}
-    model = dg.build_bnn(X, Y, hidden=(width,) * (depth - 1), posterior=method, prior="neal",
-                         num_inducing=10, activation="identity", likelihood=likelihood, seed=0, **options)
+    options = (
+        {"last_layer": "sampled"}
+        if method in ("global", "factorised_global", "random_global")
+        else {}
+    )
+    model = dg.build_bnn(
+        X,
+        Y,
+        hidden=(width,) * (depth - 1),
+        posterior=method,
+        prior="neal",
+        num_inducing=10,
+        activation="identity",
+        likelihood=likelihood,
+        seed=0,
+        **options,
+    )
     dg.fit(model, (X, Y), steps=STEPS, learning_rate=1e-2, num_samples=1, seed=0, progress=False)
     tf.random.set_seed(0)
     return float(np.mean([float(model.elbo((X, Y), 10)) for _ in range(2)]))  # 20 samples in all
@@ -93,8 +116,12 @@ for depth, width in configs:
         if depth == 1 and (depth, width) != (1, BASE_WIDTH):
             continue
         elbo[method, depth, width] = fit_elbo(method, depth, width)
-    print(f"depth {depth}, width {width}: " + ", ".join(f"{m} {elbo[m, depth, width]:.1f}" for m in METHODS)
-          + f"   [{time.time() - start:.0f} s]", flush=True)
+    print(
+        f"depth {depth}, width {width}: "
+        + ", ".join(f"{m} {elbo[m, depth, width]:.1f}" for m in METHODS)
+        + f"   [{time.time() - start:.0f} s]",
+        flush=True,
+    )
 
 # %% [markdown]
 # ## ELBO against depth and width
@@ -103,11 +130,25 @@ for depth, width in configs:
 # ELBO estimate, are drawn at 1e-4).
 
 # %%
-styles = {"factorised": "C0o-", "local": "C1s-", "global": "C2^-", "factorised_global": "C3v-", "random_global": "C4d-"}
-labels = {"factorised": "fac", "local": "li", "global": "gi", "factorised_global": "fac→gi", "random_global": "rand→gi"}
+styles = {
+    "factorised": "C0o-",
+    "local": "C1s-",
+    "global": "C2^-",
+    "factorised_global": "C3v-",
+    "random_global": "C4d-",
+}
+labels = {
+    "factorised": "fac",
+    "local": "li",
+    "global": "gi",
+    "factorised_global": "fac→gi",
+    "random_global": "rand→gi",
+}
 fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-panels = [(0, "depth (weight layers)", [(d, BASE_WIDTH) for d in DEPTHS], 0, f"width {BASE_WIDTH}"),
-          (1, "width (depth 2)", [(2, w) for w in WIDTHS], 1, "depth 2")]
+panels = [
+    (0, "depth (weight layers)", [(d, BASE_WIDTH) for d in DEPTHS], 0, f"width {BASE_WIDTH}"),
+    (1, "width (depth 2)", [(2, w) for w in WIDTHS], 1, "depth 2"),
+]
 all_values = np.array(list(elbo.values())) / N
 low = max(all_values.min(), log_evidence / N - 1.5)
 for col, xlabel, keys, axis, what in panels:
@@ -116,12 +157,22 @@ for col, xlabel, keys, axis, what in panels:
     for method in METHODS:
         values = np.array([elbo[(method,) + k] for k in keys]) / N
         ax.plot(xs, values, styles[method], label=labels[method])
-        gap_ax.plot(xs, np.maximum(log_evidence / N - values, 1e-4), styles[method], label=labels[method])
+        gap_ax.plot(
+            xs, np.maximum(log_evidence / N - values, 1e-4), styles[method], label=labels[method]
+        )
     ax.axhline(log_evidence / N, color="k", ls="--", label="log evidence (exact at depth 1)")
-    ax.set(title=f"ELBO per data point against {xlabel.split()[0]} ({what})", xlabel=xlabel,
-           ylabel="ELBO / N", ylim=(low - 0.05, log_evidence / N + 0.1))
-    gap_ax.set(title=f"gap to the log evidence ({what}, log scale)", xlabel=xlabel,
-               ylabel="(log evidence − ELBO) / N", yscale="log")
+    ax.set(
+        title=f"ELBO per data point against {xlabel.split()[0]} ({what})",
+        xlabel=xlabel,
+        ylabel="ELBO / N",
+        ylim=(low - 0.05, log_evidence / N + 0.1),
+    )
+    gap_ax.set(
+        title=f"gap to the log evidence ({what}, log scale)",
+        xlabel=xlabel,
+        ylabel="(log evidence − ELBO) / N",
+        yscale="log",
+    )
     for a in (ax, gap_ax):
         if axis == 1:
             a.set_xscale("log")
@@ -130,23 +181,38 @@ for col, xlabel, keys, axis, what in panels:
         a.legend(fontsize=8, loc="lower left" if a is ax else "upper left")
 plt.tight_layout()
 if all_values.min() < low:
-    print("points below the plotted range:",
-          {f"{labels[k[0]]} d{k[1]} w{k[2]}": round(v / N, 3) for k, v in elbo.items() if v / N < low})
+    print(
+        "points below the plotted range:",
+        {
+            f"{labels[k[0]]} d{k[1]} w{k[2]}": round(v / N, 3)
+            for k, v in elbo.items()
+            if v / N < low
+        },
+    )
 
 # %% [markdown]
 # ## The gaps in numbers
 
 # %%
 print(f"log evidence (per point): {log_evidence / N:.4f}")
-print(f"{'method':>10} " + " ".join(f"{f'd{d} w{w}':>9}" for d, w in configs) + "   (log evidence − ELBO, per point)")
+print(
+    f"{'method':>10} "
+    + " ".join(f"{f'd{d} w{w}':>9}" for d, w in configs)
+    + "   (log evidence − ELBO, per point)"
+)
 for method in METHODS:
-    print(f"{labels[method]:>10} " + " ".join(f"{(log_evidence - elbo[method, d, w]) / N:9.4f}" for d, w in configs))
+    print(
+        f"{labels[method]:>10} "
+        + " ".join(f"{(log_evidence - elbo[method, d, w]) / N:9.4f}" for d, w in configs)
+    )
 deepest = (max(DEPTHS), BASE_WIDTH)
 widest = (2, max(WIDTHS))
 best_deep = max(METHODS, key=lambda m: elbo[(m,) + deepest])
 best_wide = max(METHODS, key=lambda m: elbo[(m,) + widest])
-print(f"best at depth {deepest[0]} (width {BASE_WIDTH}): {labels[best_deep]}; "
-      f"best at width {widest[1]} (depth 2): {labels[best_wide]}")
+print(
+    f"best at depth {deepest[0]} (width {BASE_WIDTH}): {labels[best_deep]}; "
+    f"best at width {widest[1]} (depth 2): {labels[best_wide]}"
+)
 
 # %% [markdown]
 # ## Conclusion (full run, numbers from the cells above)

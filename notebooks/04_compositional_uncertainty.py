@@ -49,6 +49,7 @@ print(f"QUICK={QUICK}: {STEPS} Adam steps per posterior")
 # The draw is made jointly on the training inputs and a plotting grid so that the true
 # functions can be drawn.
 
+
 # %%
 def se(a, b, variance, lengthscale):
     return variance * np.exp(-0.5 * (a[:, None] - b[None, :]) ** 2 / lengthscale**2)
@@ -78,8 +79,9 @@ print(f"N = {N}; true f_1 spans [{f1_all.min():.2f}, {f1_all.max():.2f}] on the 
 models, histories = {}, {}
 for method in METHODS:
     model = dg.build_deep_gp(X, Y, depth=2, posterior=method, num_inducing=20, seed=0)
-    histories[method] = dg.fit(model, (X, Y), steps=STEPS, learning_rate=1e-2, num_samples=5, seed=0,
-                               progress=False)
+    histories[method] = dg.fit(
+        model, (X, Y), steps=STEPS, learning_rate=1e-2, num_samples=5, seed=0, progress=False
+    )
     models[method] = model
     print(f"{method:>7}: training ELBO estimate at the last step {histories[method].elbo[-1]:.1f}")
 
@@ -95,8 +97,10 @@ for method in METHODS:
 
 # %%
 tf.random.set_seed(0)
-samples = {m: [F.numpy()[..., 0] for F in models[m].sample_layers(x_grid[:, None], num_samples=10)]
-           for m in METHODS}
+samples = {
+    m: [F.numpy()[..., 0] for F in models[m].sample_layers(x_grid[:, None], num_samples=10)]
+    for m in METHODS
+}
 fig, axes = plt.subplots(2, 3, figsize=(16, 8))
 for row, method in zip(axes, METHODS):
     F1, F2 = samples[method]
@@ -111,7 +115,9 @@ for row, method in zip(axes, METHODS):
     row[2].plot(f1_true, f2_true, "k--", label="true $f_2$ against true $f_1$")
     row[0].set(title=f"{method} inducing: hidden layer $f_1(x)$", xlabel="x", ylabel="$f_1$")
     row[1].set(title=f"{method} inducing: output $f_2(f_1(x))$", xlabel="x", ylabel="$f_2$")
-    row[2].set(title=f"{method} inducing: output against hidden layer", xlabel="$f_1$", ylabel="$f_2$")
+    row[2].set(
+        title=f"{method} inducing: output against hidden layer", xlabel="$f_1$", ylabel="$f_2$"
+    )
     for ax in row:
         ax.legend(fontsize=8, loc="best")
 plt.tight_layout()
@@ -128,20 +134,33 @@ summary = {}
 for method, model in models.items():
     estimates = np.array([float(model.elbo((X, Y), 10)) for _ in range(20)])
     F1_data, F2_data = [F.numpy()[..., 0] for F in model.sample_layers(X, num_samples=100)]
-    F1_grid, F2_grid = [F.numpy()[..., 0] for F in model.sample_layers(x_grid[:, None], num_samples=100)]
-    summary[method] = dict(elbo=estimates.mean(), se=estimates.std() / np.sqrt(len(estimates)),
-                           f1_sd_data=F1_data.std(0).mean(), f2_sd_data=F2_data.std(0).mean(),
-                           f1_sd_grid=F1_grid.std(0).mean(), f2_sd_grid=F2_grid.std(0).mean(),
-                           f1_range=np.ptp(F1_grid.mean(0)))
-print(f"{'posterior':>9} | {'ELBO':>15} | {'ELBO/N':>7} | sd f1 (data) | sd f2 (data) | sd f1 (grid) | "
-      f"sd f2 (grid) | range of mean f1 | sd f1 / range")
+    F1_grid, F2_grid = [
+        F.numpy()[..., 0] for F in model.sample_layers(x_grid[:, None], num_samples=100)
+    ]
+    summary[method] = dict(
+        elbo=estimates.mean(),
+        se=estimates.std() / np.sqrt(len(estimates)),
+        f1_sd_data=F1_data.std(0).mean(),
+        f2_sd_data=F2_data.std(0).mean(),
+        f1_sd_grid=F1_grid.std(0).mean(),
+        f2_sd_grid=F2_grid.std(0).mean(),
+        f1_range=np.ptp(F1_grid.mean(0)),
+    )
+print(
+    f"{'posterior':>9} | {'ELBO':>15} | {'ELBO/N':>7} | sd f1 (data) | sd f2 (data) | sd f1 (grid) | "
+    f"sd f2 (grid) | range of mean f1 | sd f1 / range"
+)
 for method, s in summary.items():
-    print(f"{method:>9} | {s['elbo']:8.2f} ± {s['se']:4.2f} | {s['elbo'] / N:7.3f} | {s['f1_sd_data']:12.3f} | "
-          f"{s['f2_sd_data']:12.3f} | {s['f1_sd_grid']:12.3f} | {s['f2_sd_grid']:12.3f} | "
-          f"{s['f1_range']:16.3f} | {s['f1_sd_data'] / s['f1_range']:13.3f}")
+    print(
+        f"{method:>9} | {s['elbo']:8.2f} ± {s['se']:4.2f} | {s['elbo'] / N:7.3f} | {s['f1_sd_data']:12.3f} | "
+        f"{s['f2_sd_data']:12.3f} | {s['f1_sd_grid']:12.3f} | {s['f2_sd_grid']:12.3f} | "
+        f"{s['f1_range']:16.3f} | {s['f1_sd_data'] / s['f1_range']:13.3f}"
+    )
 ratio = summary["global"]["f1_sd_data"] / summary["local"]["f1_sd_data"]
-print(f"hidden-layer sd at the data, global / local: {ratio:.2f}; "
-      f"ELBO difference global − local: {summary['global']['elbo'] - summary['local']['elbo']:.2f}")
+print(
+    f"hidden-layer sd at the data, global / local: {ratio:.2f}; "
+    f"ELBO difference global − local: {summary['global']['elbo'] - summary['local']['elbo']:.2f}"
+)
 
 # %% [markdown]
 # ## Conclusion (full run, numbers from the cells above)

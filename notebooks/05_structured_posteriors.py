@@ -47,8 +47,10 @@ import deepgp_gi as dg
 QUICK = os.environ.get("DEEPGP_GI_QUICK") == "1"
 FC_STEPS, FC_M, FC_WIDTH = (50, 16, 2) if QUICK else (4000, 32, 2)
 EX_STEPS, EX_M, EX_WIDTH, EX_SAMPLES = (50, 16, 5, 1) if QUICK else (2000, 64, 5, 3)
-print(f"QUICK={QUICK}: FC {FC_STEPS} steps (M={FC_M}, width {FC_WIDTH}); "
-      f"extrapolation {EX_STEPS} steps (M={EX_M}, width {EX_WIDTH})")
+print(
+    f"QUICK={QUICK}: FC {FC_STEPS} steps (M={FC_M}, width {FC_WIDTH}); "
+    f"extrapolation {EX_STEPS} steps (M={EX_M}, width {EX_WIDTH})"
+)
 
 # %% [markdown]
 # ## Part 1: the fully-coupled covariance on concrete (split 0)
@@ -57,15 +59,35 @@ print(f"QUICK={QUICK}: FC {FC_STEPS} steps (M={FC_M}, width {FC_WIDTH}); "
 data = dg.datasets.load_uci("concrete", split=0)
 # Lindinger et al.'s storage of the off-diagonal blocks (the outputs below were made with it); the
 # library's default preconditions them, which trains faster with Adam (docs/structured.md)
-fc = dg.build_deep_gp(data.X_train, data.Y_train, depth=3, posterior="fully_coupled", num_inducing=FC_M,
-                      inner_width=FC_WIDTH, seed=0, precondition_offdiagonal=False)
+fc = dg.build_deep_gp(
+    data.X_train,
+    data.Y_train,
+    depth=3,
+    posterior="fully_coupled",
+    num_inducing=FC_M,
+    inner_width=FC_WIDTH,
+    seed=0,
+    precondition_offdiagonal=False,
+)
 start = time.time()
-fc_history = dg.fit(fc, (data.X_train, data.Y_train), steps=FC_STEPS, batch_size=256, learning_rate=5e-3,
-                    num_samples=5, seed=0, progress=False)
+fc_history = dg.fit(
+    fc,
+    (data.X_train, data.Y_train),
+    steps=FC_STEPS,
+    batch_size=256,
+    learning_rate=5e-3,
+    num_samples=5,
+    seed=0,
+    progress=False,
+)
 tf.random.set_seed(0)
-fc_ll = float(dg.metrics.test_log_likelihood(fc, data.X_test, data.Y_test, data.y_std, num_samples=100))
-print(f"FC: {time.time() - start:.0f} s, final training ELBO/N {fc_history.elbo_per_datapoint[-1]:.3f}, "
-      f"test log-likelihood {fc_ll:.3f}")
+fc_ll = float(
+    dg.metrics.test_log_likelihood(fc, data.X_test, data.Y_test, data.y_std, num_samples=100)
+)
+print(
+    f"FC: {time.time() - start:.0f} s, final training ELBO/N {fc_history.elbo_per_datapoint[-1]:.3f}, "
+    f"test log-likelihood {fc_ll:.3f}"
+)
 
 # %% [markdown]
 # `S` is ordered layer-major, then unit, then inducing index: unit `(l, λ)` occupies a block of
@@ -83,10 +105,17 @@ for k in range(1, len(units)):
     new_layer = units[k][0] != units[k - 1][0]
     ax.axhline(k * M - 0.5, color="k" if new_layer else "0.7", lw=1.2 if new_layer else 0.6)
     ax.axvline(k * M - 0.5, color="k" if new_layer else "0.7", lw=1.2 if new_layer else 0.6)
-ax.set_xticks([k * M + M / 2 for k in range(len(units))], [f"l{l + 1}u{lam + 1}" for l, lam in units])
-ax.set_yticks([k * M + M / 2 for k in range(len(units))], [f"l{l + 1}u{lam + 1}" for l, lam in units])
-ax.set(title="fully-coupled posterior on concrete: $\\log_{10}|S_{ij}|$", xlabel="unit (layer, GP)",
-       ylabel="unit (layer, GP)")
+ax.set_xticks(
+    [k * M + M / 2 for k in range(len(units))], [f"l{l + 1}u{lam + 1}" for l, lam in units]
+)
+ax.set_yticks(
+    [k * M + M / 2 for k in range(len(units))], [f"l{l + 1}u{lam + 1}" for l, lam in units]
+)
+ax.set(
+    title="fully-coupled posterior on concrete: $\\log_{10}|S_{ij}|$",
+    xlabel="unit (layer, GP)",
+    ylabel="unit (layer, GP)",
+)
 fig.colorbar(image, ax=ax, label="$\\log_{10}|S_{ij}|$")
 ax.plot([], [], color="0.7", label="unit boundary")
 ax.plot([], [], color="k", label="layer boundary")
@@ -107,22 +136,31 @@ kinds = {"same hidden layer": [], "different hidden layers": [], "last layer x h
 own_hidden = []
 for a, (la, _) in enumerate(units):
     for b, (lb, _) in enumerate(units):
-        block = np.abs(S[a * M:(a + 1) * M, b * M:(b + 1) * M])
+        block = np.abs(S[a * M : (a + 1) * M, b * M : (b + 1) * M])
         if a == b:
             if la != last:
                 own_hidden.append(block.mean())
             continue
-        kind = ("last layer x hidden (arrow)" if last in (la, lb)
-                else "same hidden layer" if la == lb else "different hidden layers")
-        kinds[kind].append((block.mean(), np.diag(block).mean(), block[~np.eye(M, dtype=bool)].mean()))
+        kind = (
+            "last layer x hidden (arrow)"
+            if last in (la, lb)
+            else "same hidden layer"
+            if la == lb
+            else "different hidden layers"
+        )
+        kinds[kind].append(
+            (block.mean(), np.diag(block).mean(), block[~np.eye(M, dtype=bool)].mean())
+        )
 print(f"hidden units' own blocks: mean |S| {np.mean(own_hidden):.3g}")
 block_mean, stripe = {}, {}
 for kind, values in kinds.items():
     values = np.array(values)
     block_mean[kind] = values[:, 0].mean()
     stripe[kind] = values[:, 1].mean() / values[:, 2].mean()
-    print(f"{kind:>28}: {len(values):2d} blocks, mean |S| {block_mean[kind]:.3g}, "
-          f"stripe ratio (diagonal / off-diagonal) {stripe[kind]:.2f}")
+    print(
+        f"{kind:>28}: {len(values):2d} blocks, mean |S| {block_mean[kind]:.3g}, "
+        f"stripe ratio (diagonal / off-diagonal) {stripe[kind]:.2f}"
+    )
 
 # %% [markdown]
 # ## Part 2: STAR against mean-field on an extrapolation split
@@ -137,13 +175,15 @@ X_raw, Y_raw, _ = dg.datasets.load_uci_raw("concrete")
 w = np.random.default_rng(0).standard_normal(X_raw.shape[1])
 projection = ((X_raw - X_raw.mean(0)) / X_raw.std(0)) @ w
 order = np.argsort(projection)
-train, test = order[: len(order) // 2], order[len(order) // 2:]
+train, test = order[: len(order) // 2], order[len(order) // 2 :]
 x_mean, x_std = X_raw[train].mean(0), X_raw[train].std(0)
 y_mean, y_std = Y_raw[train].mean(), Y_raw[train].std()
 X_tr, X_te = (X_raw[train] - x_mean) / x_std, (X_raw[test] - x_mean) / x_std
 Y_tr, Y_te = (Y_raw[train] - y_mean) / y_std, (Y_raw[test] - y_mean) / y_std
-print(f"train {len(train)} points (projection up to {projection[train].max():.2f}), "
-      f"test {len(test)} points (projection from {projection[test].min():.2f})")
+print(
+    f"train {len(train)} points (projection up to {projection[train].max():.2f}), "
+    f"test {len(test)} points (projection from {projection[test].min():.2f})"
+)
 
 ex_models, log_density = {}, {}
 for posterior in ["mean_field", "stripes_arrow"]:
@@ -151,17 +191,37 @@ for posterior in ["mean_field", "stripes_arrow"]:
     # with it); the library's default preconditions them, which trains faster with Adam
     # (docs/structured.md, "Training STAR with Adam")
     options = {"precondition_offdiagonal": False} if posterior == "stripes_arrow" else {}
-    model = dg.build_deep_gp(X_tr, Y_tr, depth=3, posterior=posterior, num_inducing=EX_M, inner_width=EX_WIDTH,
-                             seed=0, **options)
+    model = dg.build_deep_gp(
+        X_tr,
+        Y_tr,
+        depth=3,
+        posterior=posterior,
+        num_inducing=EX_M,
+        inner_width=EX_WIDTH,
+        seed=0,
+        **options,
+    )
     start = time.time()
-    history = dg.fit(model, (X_tr, Y_tr), steps=EX_STEPS, batch_size=256, learning_rate=5e-3,
-                     num_samples=EX_SAMPLES, seed=0, progress=False)
+    history = dg.fit(
+        model,
+        (X_tr, Y_tr),
+        steps=EX_STEPS,
+        batch_size=256,
+        learning_rate=5e-3,
+        num_samples=EX_SAMPLES,
+        seed=0,
+        progress=False,
+    )
     tf.random.set_seed(1)
     # per test point, in the original units of the target
-    log_density[posterior] = model.predict_log_density((X_te, Y_te), num_samples=100).numpy() - np.log(y_std)
+    log_density[posterior] = model.predict_log_density(
+        (X_te, Y_te), num_samples=100
+    ).numpy() - np.log(y_std)
     ex_models[posterior] = model
-    print(f"{posterior:>13}: {time.time() - start:.0f} s, final training ELBO/N "
-          f"{history.elbo_per_datapoint[-1]:.3f}, test log-likelihood {log_density[posterior].mean():.3f}")
+    print(
+        f"{posterior:>13}: {time.time() - start:.0f} s, final training ELBO/N "
+        f"{history.elbo_per_datapoint[-1]:.3f}, test log-likelihood {log_density[posterior].mean():.3f}"
+    )
 
 # %%
 star, mf = log_density["stripes_arrow"], log_density["mean_field"]
@@ -170,14 +230,20 @@ win_se = float(np.sqrt(win * (1 - win) / len(star)))
 fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
 axes[0].scatter(projection[test], mf, s=8, alpha=0.6, label="mean-field")
 axes[0].scatter(projection[test], star, s=8, alpha=0.6, label="STAR")
-axes[0].set(title="test log density per point along the projection", xlabel="projection $w^T x$ (test half)",
-            ylabel="log p(y* | x*)")
+axes[0].set(
+    title="test log density per point along the projection",
+    xlabel="projection $w^T x$ (test half)",
+    ylabel="log p(y* | x*)",
+)
 axes[0].legend()
 diff = star - mf
 axes[1].hist(np.clip(diff, -3, 3), bins=40, color="C2", label=f"STAR better on {win:.0%} of points")
 axes[1].axvline(0, color="k", ls="--", label="equal")
-axes[1].set(title="STAR − mean-field, per test point (clipped to ±3)", xlabel="difference in log density",
-            ylabel="test points")
+axes[1].set(
+    title="STAR − mean-field, per test point (clipped to ±3)",
+    xlabel="difference in log density",
+    ylabel="test points",
+)
 axes[1].legend()
 plt.tight_layout()
 
@@ -185,10 +251,17 @@ plt.tight_layout()
 # ## Summary in numbers from this run
 
 # %%
-print(f"Part 1 (FC, concrete split 0): test LL {fc_ll:.3f}; " + "; ".join(
-    f"{kind}: mean |S| {block_mean[kind]:.3g}, stripe ratio {stripe[kind]:.2f}" for kind in kinds))
-print(f"Part 2 (extrapolation): test LL mean-field {mf.mean():.3f}, STAR {star.mean():.3f}; "
-      f"STAR better on {win:.3f} ± {win_se:.3f} of the {len(star)} test points (paper, concrete: 0.57 ± 0.04)")
+print(
+    f"Part 1 (FC, concrete split 0): test LL {fc_ll:.3f}; "
+    + "; ".join(
+        f"{kind}: mean |S| {block_mean[kind]:.3g}, stripe ratio {stripe[kind]:.2f}"
+        for kind in kinds
+    )
+)
+print(
+    f"Part 2 (extrapolation): test LL mean-field {mf.mean():.3f}, STAR {star.mean():.3f}; "
+    f"STAR better on {win:.3f} ± {win_se:.3f} of the {len(star)} test points (paper, concrete: 0.57 ± 0.04)"
+)
 
 # %% [markdown]
 # ## Conclusion (full run, numbers from the cells above)

@@ -49,7 +49,9 @@ ROOT = Path.cwd()
 while not (ROOT / "benchmarks" / "uci.py").exists() and ROOT != ROOT.parent:
     ROOT = ROOT.parent
 RESULTS = ROOT / "benchmarks" / "results" / "uci"
-runpy.run_path(str(ROOT / "benchmarks" / "_by_path.py"))  # benchmarks/ importable as the package benchmarks
+runpy.run_path(
+    str(ROOT / "benchmarks" / "_by_path.py")
+)  # benchmarks/ importable as the package benchmarks
 from benchmarks import uci  # noqa: E402
 
 all_records = [r for f in sorted(RESULTS.glob("*.jsonl")) for r in uci.read_records(str(f))]
@@ -57,7 +59,9 @@ records = [r for r in all_records if r["protocol"] == "random"]
 extrapolation = [r for r in all_records if r["protocol"] == "extrapolation"]
 reference = uci.load_reference(str(RESULTS / "paper_reference.csv"))
 rows = uci.summarise(records, reference)
-print(f"{len(records)} result lines, {len(rows)} table rows; code commits: {sorted({r.get('commit') for r in records})}")
+print(
+    f"{len(records)} result lines, {len(rows)} table rows; code commits: {sorted({r.get('commit') for r in records})}"
+)
 
 
 def md_table(header, body):
@@ -66,11 +70,17 @@ def md_table(header, body):
     return Markdown("\n".join(lines))
 
 
-method = uci._method  # e.g. "global (softplus)" for lines trained before global's default became exp
+method = (
+    uci._method
+)  # e.g. "global (softplus)" for lines trained before global's default became exp
 
 
 def fmt(m, se):
-    return "—" if not np.isfinite(m) else (f"{m:.3f} ± {se:.3f}" if np.isfinite(se) else f"{m:.3f} (1 split)")
+    return (
+        "—"
+        if not np.isfinite(m)
+        else (f"{m:.3f} ± {se:.3f}" if np.isfinite(se) else f"{m:.3f} (1 split)")
+    )
 
 
 def verdict(ok, n_splits):
@@ -87,9 +97,23 @@ order = sorted(rows, key=lambda s: (s["model"], s["dataset"], s["depth"], method
 # standard error of a line's ELBO estimate.
 
 # %%
-md_table(["model", "dataset", "method", "depth", "M", "steps", "splits", "ms/step", "max ELBO SE"],
-         [[s["model"], s["dataset"], method(s), s["depth"], s["num_inducing"], s["steps"], len(s["splits"]),
-           f"{s['ms_per_step']:.1f}", f"{s['elbo_se_max']:.4f}"] for s in order])
+md_table(
+    ["model", "dataset", "method", "depth", "M", "steps", "splits", "ms/step", "max ELBO SE"],
+    [
+        [
+            s["model"],
+            s["dataset"],
+            method(s),
+            s["depth"],
+            s["num_inducing"],
+            s["steps"],
+            len(s["splits"]),
+            f"{s['ms_per_step']:.1f}",
+            f"{s['elbo_se_max']:.4f}",
+        ]
+        for s in order
+    ],
+)
 
 # %% [markdown]
 # ## Test log-likelihood, RMSE and ELBO beside the papers
@@ -100,14 +124,44 @@ md_table(["model", "dataset", "method", "depth", "M", "steps", "splits", "ms/ste
 # %%
 for metric, label in uci.METRICS:
     display(Markdown(f"### {label}"))
-    display(md_table(
-        ["model", "dataset", "method", "depth", "steps", "splits", "ours", "paper", "ours − paper", "≤2SE"],
-        [[s["model"], s["dataset"], method(s), s["depth"], s["steps"], len(s["splits"]), fmt(*s[metric]),
-          fmt(*s["paper_" + metric][:2]) if s["paper_" + metric] else "—",
-          f"{s[metric][0] - s['paper_' + metric][0]:+.3f}" if s["paper_" + metric] else "—",
-          verdict(s["ok_" + metric], len(s["splits"]))]
-         for s in order]))
-    display(Markdown("`*`: one split of ours; its SE is taken as the paper's split-to-split SD, SE_paper·√20."))
+    display(
+        md_table(
+            [
+                "model",
+                "dataset",
+                "method",
+                "depth",
+                "steps",
+                "splits",
+                "ours",
+                "paper",
+                "ours − paper",
+                "≤2SE",
+            ],
+            [
+                [
+                    s["model"],
+                    s["dataset"],
+                    method(s),
+                    s["depth"],
+                    s["steps"],
+                    len(s["splits"]),
+                    fmt(*s[metric]),
+                    fmt(*s["paper_" + metric][:2]) if s["paper_" + metric] else "—",
+                    f"{s[metric][0] - s['paper_' + metric][0]:+.3f}"
+                    if s["paper_" + metric]
+                    else "—",
+                    verdict(s["ok_" + metric], len(s["splits"])),
+                ]
+                for s in order
+            ],
+        )
+    )
+    display(
+        Markdown(
+            "`*`: one split of ours; its SE is taken as the paper's split-to-split SD, SE_paper·√20."
+        )
+    )
 
 # %% [markdown]
 # ## Global inducing against mean-field
@@ -121,12 +175,33 @@ comp = []
 for (d, depth, steps, post), s in sorted(gp.items()):
     if post == "global" and (d, depth, steps, "mean_field") in gp:
         mf = gp[(d, depth, steps, "mean_field")]
-        comp.append([d, depth, steps, f"{len(mf['splits'])} / {len(s['splits'])}", fmt(*mf["elbo_per_datapoint"]),
-                     fmt(*s["elbo_per_datapoint"]),
-                     "yes" if s["elbo_per_datapoint"][0] >= mf["elbo_per_datapoint"][0] else "no",
-                     fmt(*mf["test_ll"]), fmt(*s["test_ll"])])
-md_table(["dataset", "depth", "steps", "splits (mf / gi)", "ELBO/N mean_field", "ELBO/N global", "gi ≥ mf",
-          "test LL mean_field", "test LL global"], comp)
+        comp.append(
+            [
+                d,
+                depth,
+                steps,
+                f"{len(mf['splits'])} / {len(s['splits'])}",
+                fmt(*mf["elbo_per_datapoint"]),
+                fmt(*s["elbo_per_datapoint"]),
+                "yes" if s["elbo_per_datapoint"][0] >= mf["elbo_per_datapoint"][0] else "no",
+                fmt(*mf["test_ll"]),
+                fmt(*s["test_ll"]),
+            ]
+        )
+md_table(
+    [
+        "dataset",
+        "depth",
+        "steps",
+        "splits (mf / gi)",
+        "ELBO/N mean_field",
+        "ELBO/N global",
+        "gi ≥ mf",
+        "test LL mean_field",
+        "test LL global",
+    ],
+    comp,
+)
 
 # %% [markdown]
 # ## Plots
@@ -156,11 +231,29 @@ for metric, prefix, label in uci.PLOTTED_METRICS:
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 for ax, d in zip(axes, ("boston", "energy")):
     for c, post in enumerate(("mean_field", "global")):
-        for r in sorted([r for r in records if r["model"] == "gp" and r["dataset"] == d and r["posterior"] == post
-                         and r["depth"] == 2 and r["split"] == 0], key=lambda r: r["steps"]):
-            old = method(r) != post  # trained with a transform other than the family's current default
-            ax.plot(r["trace"]["step"], r["trace"]["elbo_per_datapoint"], "-" if r["steps"] >= 20000 else ":",
-                    color=f"C{c}", alpha=0.4 if old else 1.0, label=f"{method(r)}, {r['steps']} steps")
+        for r in sorted(
+            [
+                r
+                for r in records
+                if r["model"] == "gp"
+                and r["dataset"] == d
+                and r["posterior"] == post
+                and r["depth"] == 2
+                and r["split"] == 0
+            ],
+            key=lambda r: r["steps"],
+        ):
+            old = (
+                method(r) != post
+            )  # trained with a transform other than the family's current default
+            ax.plot(
+                r["trace"]["step"],
+                r["trace"]["elbo_per_datapoint"],
+                "-" if r["steps"] >= 20000 else ":",
+                color=f"C{c}",
+                alpha=0.4 if old else 1.0,
+                label=f"{method(r)}, {r['steps']} steps",
+            )
         p = reference.get(("gp", d, post, 2, None), {}).get("elbo_per_datapoint")
         if p:
             ax.axhline(p[0], ls="--", lw=1, color=f"C{c}", label=f"{post}: paper")
@@ -178,7 +271,17 @@ conv = []
 for s in order:
     vals = [v for v in s["steps_to_99"] if v is not None]
     if vals:
-        conv.append([s["model"], s["dataset"], method(s), s["depth"], s["steps"], len(vals), f"{np.mean(vals):.0f}"])
+        conv.append(
+            [
+                s["model"],
+                s["dataset"],
+                method(s),
+                s["depth"],
+                s["steps"],
+                len(vals),
+                f"{np.mean(vals):.0f}",
+            ]
+        )
 md_table(["model", "dataset", "method", "depth", "steps run", "splits", "steps to 99%"], conv)
 
 # %% [markdown]
@@ -188,6 +291,7 @@ md_table(["model", "dataset", "method", "depth", "steps run", "splits", "steps t
 # 1-D projection of the inputs, test on the upper half. The tables are the report's; the plot shows the
 # observed coverage of the central predictive intervals against their nominal probability (points on the
 # diagonal are calibrated, below it overconfident), pooled over the splits run.
+
 
 # %%
 def plot_extrapolation_calibration(records, title):
@@ -199,7 +303,14 @@ def plot_extrapolation_calibration(records, title):
         for i, ((d2, depth, steps, m), rs) in enumerate(sorted(runs.items())):
             if d2 == d:
                 lv, ob = dg_metrics.calibration_curve(np.concatenate([r["test_pit"] for r in rs]))
-                ax.plot(np.r_[0, lv], np.r_[0, ob], "o-", ms=3, color=f"C{i}", label=f"{m}-{depth}, {len(rs)} splits")
+                ax.plot(
+                    np.r_[0, lv],
+                    np.r_[0, ob],
+                    "o-",
+                    ms=3,
+                    color=f"C{i}",
+                    label=f"{m}-{depth}, {len(rs)} splits",
+                )
         ax.plot([0, 1], [0, 1], "k--", lw=1)
         ax.set(title=f"{d}, {title}", xlabel="nominal coverage", ylabel="observed coverage")
         ax.legend(fontsize=7)
@@ -249,16 +360,32 @@ from benchmarks import medium
 MEDIUM_RESULTS = ROOT / "benchmarks" / "results" / "medium"
 
 backend = matplotlib.get_backend()  # the report's plot switches matplotlib to Agg: restored below
-with tempfile.TemporaryDirectory(prefix="medium_report_") as tmp, contextlib.redirect_stdout(io.StringIO()):
-    medium.main(["report", "--results", str(MEDIUM_RESULTS), "--out-dir", tmp,
-                 "--decision-doc", str(Path(tmp) / "choosing_a_posterior.md"), "--readme", ""])
+with (
+    tempfile.TemporaryDirectory(prefix="medium_report_") as tmp,
+    contextlib.redirect_stdout(io.StringIO()),
+):
+    medium.main(
+        [
+            "report",
+            "--results",
+            str(MEDIUM_RESULTS),
+            "--out-dir",
+            tmp,
+            "--decision-doc",
+            str(Path(tmp) / "choosing_a_posterior.md"),
+            "--readme",
+            "",
+        ]
+    )
     medium_md = (Path(tmp) / "medium.md").read_text()
     figure = Path(tmp) / "test_ll_vs_time.png"
     time_png = figure.read_bytes() if figure.exists() else None
 matplotlib.use(backend)
 
 # the report's title is this section's; its sections become subsections here
-body = "\n".join("#" + line if line.startswith("#") else line for line in medium_md.splitlines()[1:])
+body = "\n".join(
+    "#" + line if line.startswith("#") else line for line in medium_md.splitlines()[1:]
+)
 tables, _, decision_md = body.partition("### Which posterior to pick")
 decision_md = "\n".join(line for line in decision_md.splitlines() if not line.startswith("!["))
 display(Markdown(tables))
@@ -283,20 +410,49 @@ for name, cfg, split in tasks:
     cell[0] += (medium.uci.config_key(cfg), split) in done
     cell[1] += 1
 n_done = sum(d for _, d, _ in progress)
-print(f"{len(medium_records)} result lines; {n_done} of the sweep's {len(tasks)} runs done; "
-      f"pending groups (not run until chosen): {[g for g, _ in medium.uci.pending_groups(medium.SWEEP)] or 'none'}")
-display(md_table(["sweep group", "runs done", "runs planned"],
-                 [[g, d, d + len(todo)] for g, d, todo in progress]))
+print(
+    f"{len(medium_records)} result lines; {n_done} of the sweep's {len(tasks)} runs done; "
+    f"pending groups (not run until chosen): {[g for g, _ in medium.uci.pending_groups(medium.SWEEP)] or 'none'}"
+)
+display(
+    md_table(
+        ["sweep group", "runs done", "runs planned"],
+        [[g, d, d + len(todo)] for g, d, todo in progress],
+    )
+)
 labels = sorted({label for label, _ in per_cell}, key=lambda l: (l.partition("+")[2], l))
-display(md_table(["family-depth"] + list(medium.MEDIUM),
-                 [[label] + [("**{}** / {}" if per_cell[(label, d)][0] else "{} / {}").format(*per_cell[(label, d)])
-                             if (label, d) in per_cell else "—" for d in medium.MEDIUM] for label in labels]))
-print("rows with at least one split:",
-      ", ".join(f"{s['label']} on {s['dataset']} ({len(s['splits'])} split{'s' * (len(s['splits']) > 1)})"
-                for s in sorted(medium_rows, key=lambda s: (s["dataset"], s["label"]))) or "none yet")
-verdicts = [(s["label"], s["dataset"], s["ok_test_ll"]) for s in medium_rows if s["ok_test_ll"] is not None]
-print(f"test LL within two SE of O&A Table 10: {sum(ok for *_, ok in verdicts)} of {len(verdicts)} rows with a "
-      f"paper number; outside: {[f'{l} on {d}' for l, d, ok in verdicts if not ok] or 'none'}")
+display(
+    md_table(
+        ["family-depth"] + list(medium.MEDIUM),
+        [
+            [label]
+            + [
+                ("**{}** / {}" if per_cell[(label, d)][0] else "{} / {}").format(
+                    *per_cell[(label, d)]
+                )
+                if (label, d) in per_cell
+                else "—"
+                for d in medium.MEDIUM
+            ]
+            for label in labels
+        ],
+    )
+)
+print(
+    "rows with at least one split:",
+    ", ".join(
+        f"{s['label']} on {s['dataset']} ({len(s['splits'])} split{'s' * (len(s['splits']) > 1)})"
+        for s in sorted(medium_rows, key=lambda s: (s["dataset"], s["label"]))
+    )
+    or "none yet",
+)
+verdicts = [
+    (s["label"], s["dataset"], s["ok_test_ll"]) for s in medium_rows if s["ok_test_ll"] is not None
+]
+print(
+    f"test LL within two SE of O&A Table 10: {sum(ok for *_, ok in verdicts)} of {len(verdicts)} rows with a "
+    f"paper number; outside: {[f'{l} on {d}' for l, d, ok in verdicts if not ok] or 'none'}"
+)
 
 # %% [markdown]
 # A family missing from a data set's table was not planned there: the first table above counts, per group
@@ -336,11 +492,13 @@ for d in medium.MEDIUM:
         continue
     best = max(ours, key=lambda s: s["test_ll"][0])
     fast = min(ours, key=lambda s: s["train_time_s"])
-    print(f"{d}: {len(ours)} row{'s' * (len(ours) > 1)}; best test LL {best['label']} {best['test_ll'][0]:.2f} in "
-          f"{best['train_time_s'] / 60:.1f} min; fastest {fast['label']} {fast['test_ll'][0]:.2f} in "
-          f"{fast['train_time_s'] / 60:.1f} min; spread of test LL over the rows "
-          f"{max(s['test_ll'][0] for s in ours) - min(s['test_ll'][0] for s in ours):.2f}; best published minus "
-          f"our best {max(p['test_ll'] for p in published if p['dataset'] == d) - best['test_ll'][0]:+.2f}")
+    print(
+        f"{d}: {len(ours)} row{'s' * (len(ours) > 1)}; best test LL {best['label']} {best['test_ll'][0]:.2f} in "
+        f"{best['train_time_s'] / 60:.1f} min; fastest {fast['label']} {fast['test_ll'][0]:.2f} in "
+        f"{fast['train_time_s'] / 60:.1f} min; spread of test LL over the rows "
+        f"{max(s['test_ll'][0] for s in ours) - min(s['test_ll'][0] for s in ours):.2f}; best published minus "
+        f"our best {max(p['test_ll'] for p in published if p['dataset'] == d) - best['test_ll'][0]:+.2f}"
+    )
 
 # %% [markdown]
 # The printed lines give, per data set, the row with the best test LL and the cheapest row. Where the two
@@ -366,12 +524,17 @@ display(Markdown(decision_md))
 medium_families = {medium._family(s) for s in medium_rows}
 planned = {medium._family(cfg) for _, cfg, _ in tasks}
 print("medium families with at least one row:", ", ".join(sorted(medium_families)) or "none")
-print("medium families planned but without a row yet:", ", ".join(sorted(planned - medium_families)) or "none")
+print(
+    "medium families planned but without a row yet:",
+    ", ".join(sorted(planned - medium_families)) or "none",
+)
 for depth in sorted({s["depth"] for s in medium_rows}):
     fams = sorted({medium._family(s) for s in medium_rows if s["depth"] == depth})
     sets = sorted({s["dataset"] for s in medium_rows if s["depth"] == depth})
-    print(f"medium, depth {depth}: {len(fams)} famil{'y' if len(fams) == 1 else 'ies'} ({', '.join(fams)}) "
-          f"on {len(sets)} data set{'s' * (len(sets) > 1)} ({', '.join(sets)})")
+    print(
+        f"medium, depth {depth}: {len(fams)} famil{'y' if len(fams) == 1 else 'ies'} ({', '.join(fams)}) "
+        f"on {len(sets)} data set{'s' * (len(sets) > 1)} ({', '.join(sets)})"
+    )
 
 # %% [markdown]
 # A medium row of the decision table is a choice only among the families in its last column, those with
@@ -401,16 +564,27 @@ for depth in sorted({s["depth"] for s in medium_rows}):
 
 # %%
 LINDINGER = RESULTS / "extrapolation_lindinger.jsonl"
-LINDINGER_COMMAND = ("python benchmarks/uci.py sweep benchmarks/sweeps/uci.toml --out "
-                     "benchmarks/results/uci/extrapolation_lindinger.jsonl "
-                     "--only extrapolation-lindinger-concrete,extrapolation-lindinger-kin8nm")
-lindinger = uci.read_records(str(LINDINGER)) if LINDINGER.exists() and LINDINGER.stat().st_size else []
+LINDINGER_COMMAND = (
+    "python benchmarks/uci.py sweep benchmarks/sweeps/uci.toml --out "
+    "benchmarks/results/uci/extrapolation_lindinger.jsonl "
+    "--only extrapolation-lindinger-concrete,extrapolation-lindinger-kin8nm"
+)
+lindinger = (
+    uci.read_records(str(LINDINGER)) if LINDINGER.exists() and LINDINGER.stat().st_size else []
+)
 lindinger = [r for r in lindinger if r.get("protocol") == "extrapolation"]
 if lindinger:
-    n_planned = sum(1 for name, _, _ in uci.load_sweep(str(ROOT / "benchmarks" / "sweeps" / "uci.toml"))
-                    if name.startswith("extrapolation-lindinger-"))
+    n_planned = sum(
+        1
+        for name, _, _ in uci.load_sweep(str(ROOT / "benchmarks" / "sweeps" / "uci.toml"))
+        if name.startswith("extrapolation-lindinger-")
+    )
     print(f"{len(lindinger)} lines in {LINDINGER.name} (the two groups plan {n_planned} runs)")
-    display(Markdown(uci.render_extrapolation(lindinger).split("Plot:")[0].replace("\n## ", "\n### ", 1)))
+    display(
+        Markdown(
+            uci.render_extrapolation(lindinger).split("Plot:")[0].replace("\n## ", "\n### ", 1)
+        )
+    )
     plot_extrapolation_calibration(lindinger, "extrapolation, Lindinger et al.'s protocol")
     runs = uci._extrapolation_runs(lindinger)
     comparison = []
@@ -422,21 +596,46 @@ if lindinger:
         if not rival or not paper:
             continue
         by_split = {r["split"]: r for r in rival}
-        f_m, f_se, n = uci.mean_se(uci.star_beats_frequency(r, by_split[r["split"]]) for r in star
-                                   if r["split"] in by_split)
+        f_m, f_se, n = uci.mean_se(
+            uci.star_beats_frequency(r, by_split[r["split"]])
+            for r in star
+            if r["split"] in by_split
+        )
         if n:
             ok = uci.within_two_se(f_m, f_se, *paper, paper_splits=10)
-            comparison.append([d, depth, steps, n, uci._fmt(f_m, f_se), uci._fmt(*paper), "yes" if ok else "no"])
-    display(md_table(["dataset", "depth", "steps", "splits", "STAR beats mean-field (ours)", "Lindinger Table 2",
-                      "within 2 SE"], comparison))
+            comparison.append(
+                [d, depth, steps, n, uci._fmt(f_m, f_se), uci._fmt(*paper), "yes" if ok else "no"]
+            )
+    display(
+        md_table(
+            [
+                "dataset",
+                "depth",
+                "steps",
+                "splits",
+                "STAR beats mean-field (ours)",
+                "Lindinger Table 2",
+                "within 2 SE",
+            ],
+            comparison,
+        )
+    )
 else:
     state = "does not exist" if not LINDINGER.exists() else "has no result lines"
-    print(f"{LINDINGER.relative_to(ROOT)} {state} yet: the same-protocol comparison is pending. It is produced by\n\n"
-          f"    {LINDINGER_COMMAND}\n\n"
-          f"(mean-field and STAR, depth 3, splits 0-2 on concrete and kin8nm, 20,000 steps each), after which "
-          f"this notebook shows it.")
-    print("Lindinger et al.'s frequency of STAR beating mean-field (Table 2, 3 layers):",
-          ", ".join(f"{d} {uci._fmt(*v)}" for d, v in uci.LINDINGER_STAR_BEATS_MF.items() if d in ("concrete", "kin8nm")))
+    print(
+        f"{LINDINGER.relative_to(ROOT)} {state} yet: the same-protocol comparison is pending. It is produced by\n\n"
+        f"    {LINDINGER_COMMAND}\n\n"
+        f"(mean-field and STAR, depth 3, splits 0-2 on concrete and kin8nm, 20,000 steps each), after which "
+        f"this notebook shows it."
+    )
+    print(
+        "Lindinger et al.'s frequency of STAR beating mean-field (Table 2, 3 layers):",
+        ", ".join(
+            f"{d} {uci._fmt(*v)}"
+            for d, v in uci.LINDINGER_STAR_BEATS_MF.items()
+            if d in ("concrete", "kin8nm")
+        ),
+    )
 
 # %% [markdown]
 # How to read the comparison: "STAR beats mean-field" is the fraction of test points at which STAR's log

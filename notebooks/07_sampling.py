@@ -47,7 +47,9 @@ import deepgp_gi as dg
 
 QUICK = os.environ.get("DEEPGP_GI_QUICK") == "1"
 TOY_STEPS, TOY_M, TOY_KEEP, TOY_THIN = (40, 10, 5, 2) if QUICK else (3000, 30, 100, 20)
-UCI_STEPS, UCI_CHUNK, UCI_M, UCI_KEEP, UCI_THIN = (40, 20, 10, 5, 2) if QUICK else (3000, 500, 50, 100, 10)
+UCI_STEPS, UCI_CHUNK, UCI_M, UCI_KEEP, UCI_THIN = (
+    (40, 20, 10, 5, 2) if QUICK else (3000, 500, 50, 100, 10)
+)
 FAMILIES = ["mean_field", "global", "sghmc", "bsgp"]
 COLOURS = {"mean_field": "C0", "global": "C1", "sghmc": "C2", "bsgp": "C3"}
 print(f"QUICK={QUICK}: toy {TOY_STEPS} steps (M={TOY_M}), energy {UCI_STEPS} steps (M={UCI_M})")
@@ -70,12 +72,16 @@ for family in FAMILIES:
     start = time.time()
     dg.fit(model, (X, Y), steps=TOY_STEPS, learning_rate=0.01, seed=0, progress=False)
     if family in ("sghmc", "bsgp"):
-        dg.collect_samples(model, (X, Y), num_samples=TOY_KEEP, thin=TOY_THIN, seed=0, progress=False)
+        dg.collect_samples(
+            model, (X, Y), num_samples=TOY_KEEP, thin=TOY_THIN, seed=0, progress=False
+        )
     toy_time[family] = time.time() - start
     toy[family] = model
     lpd = float(tf.reduce_mean(model.predict_log_density((X, Y), num_samples=100, seed=1)))
-    print(f"{family:10s} {toy_time[family]:6.1f} s   train log density per point {lpd:.3f}   "
-          f"likelihood variance {model.likelihood.variance.numpy():.4f}")
+    print(
+        f"{family:10s} {toy_time[family]:6.1f} s   train log density per point {lpd:.3f}   "
+        f"likelihood variance {model.likelihood.variance.numpy():.4f}"
+    )
 
 # %% [markdown]
 # The predictive mean and ± 2 SD (likelihood noise included) of each family, from 100 prediction
@@ -120,10 +126,16 @@ plt.tight_layout()
 
 # %%
 state = toy["bsgp"].posterior.sampled_state()
-start_Z = dg.build_deep_gp(X, Y, depth=2, posterior="bsgp", num_inducing=TOY_M, seed=0).layers[0].Z.numpy()
+start_Z = (
+    dg.build_deep_gp(X, Y, depth=2, posterior="bsgp", num_inducing=TOY_M, seed=0)
+    .layers[0]
+    .Z.numpy()
+)
 fig, axes = plt.subplots(1, 3, figsize=(15, 3.4))
 Z1 = state["inducing_inputs"][0].numpy()[:, :, 0]
-axes[0].hist(Z1.ravel(), bins=60, color=COLOURS["bsgp"], alpha=0.6, density=True, label="sampled Z (layer 1)")
+axes[0].hist(
+    Z1.ravel(), bins=60, color=COLOURS["bsgp"], alpha=0.6, density=True, label="sampled Z (layer 1)"
+)
 axes[0].plot(start_Z[:, 0], np.zeros(len(start_Z)), "k|", ms=18, label="k-means start")
 axes[0].hist(X[:, 0], bins=30, histtype="step", color="k", density=True, label="data x")
 axes[0].set(xlabel="x", title="layer 1 inducing inputs")
@@ -131,11 +143,19 @@ axes[0].legend(fontsize=8)
 for l in range(2):
     ell = state["lengthscales"][l].numpy().reshape(len(Z1), -1)[:, 0]
     var = state["variances"][l].numpy()
-    axes[1].scatter(np.log(ell), np.log(var), s=8, color=f"C{3 + l}", alpha=0.6, label=f"BSGP layer {l + 1}")
+    axes[1].scatter(
+        np.log(ell), np.log(var), s=8, color=f"C{3 + l}", alpha=0.6, label=f"BSGP layer {l + 1}"
+    )
     kernel = toy["sghmc"].layers[l].kernel
     kernel = kernel.kernels[0] if hasattr(kernel, "kernels") else kernel
-    axes[1].scatter(np.log(kernel.lengthscales.numpy().ravel()[0]), np.log(kernel.variance.numpy()), marker="x",
-                    s=60, color=f"C{3 + l}", label=f"SGHMC (Adam) layer {l + 1}")
+    axes[1].scatter(
+        np.log(kernel.lengthscales.numpy().ravel()[0]),
+        np.log(kernel.variance.numpy()),
+        marker="x",
+        s=60,
+        color=f"C{3 + l}",
+        label=f"SGHMC (Adam) layer {l + 1}",
+    )
 axes[1].set(xlabel="log lengthscale", ylabel="log kernel variance", title="kernel hyperparameters")
 axes[1].legend(fontsize=7)
 trace = state["inducing_outputs"][1].numpy()[:, :4, 0]
@@ -156,22 +176,43 @@ print("layer-1 Z spread (SD over samples, mean over points):", float(Z1.std(axis
 data = dg.datasets.load_uci("energy", split=0)
 curves = {}
 for family in FAMILIES:
-    model = dg.build_deep_gp(data.X_train, data.Y_train, depth=2, posterior=family, num_inducing=UCI_M, seed=0)
+    model = dg.build_deep_gp(
+        data.X_train, data.Y_train, depth=2, posterior=family, num_inducing=UCI_M, seed=0
+    )
     clock, points = 0.0, []
     for chunk in range(UCI_STEPS // UCI_CHUNK):
         start = time.time()
-        dg.fit(model, (data.X_train, data.Y_train), steps=UCI_CHUNK, learning_rate=0.01, seed=chunk, progress=False)
+        dg.fit(
+            model,
+            (data.X_train, data.Y_train),
+            steps=UCI_CHUNK,
+            learning_rate=0.01,
+            seed=chunk,
+            progress=False,
+        )
         clock += time.time() - start
-        ll = float(dg.metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, num_samples=50,
-                                                  seed=0))
+        ll = float(
+            dg.metrics.test_log_likelihood(
+                model, data.X_test, data.Y_test, data.y_std, num_samples=50, seed=0
+            )
+        )
         points.append((clock, ll))
     if family in ("sghmc", "bsgp"):
         start = time.time()
-        dg.collect_samples(model, (data.X_train, data.Y_train), num_samples=UCI_KEEP, thin=UCI_THIN, seed=0,
-                           progress=False)
+        dg.collect_samples(
+            model,
+            (data.X_train, data.Y_train),
+            num_samples=UCI_KEEP,
+            thin=UCI_THIN,
+            seed=0,
+            progress=False,
+        )
         clock += time.time() - start
-        ll = float(dg.metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, num_samples=100,
-                                                  seed=0))
+        ll = float(
+            dg.metrics.test_log_likelihood(
+                model, data.X_test, data.Y_test, data.y_std, num_samples=100, seed=0
+            )
+        )
         points.append((clock, ll))
     curves[family] = np.array(points)
     print(f"{family:10s} {clock:6.1f} s   final test LL {points[-1][1]:.3f}")
@@ -182,7 +223,11 @@ for family, pts in curves.items():
     ax.plot(pts[:, 0], pts[:, 1], "o-", ms=3, color=COLOURS[family], label=family)
     if family in ("sghmc", "bsgp"):
         ax.plot(pts[-1, 0], pts[-1, 1], "*", ms=12, color=COLOURS[family])
-ax.set(xlabel="wall time (s, this machine)", ylabel="test log-likelihood", title="energy, split 0, depth 2")
+ax.set(
+    xlabel="wall time (s, this machine)",
+    ylabel="test log-likelihood",
+    title="energy, split 0, depth 2",
+)
 lo = min(np.percentile(p[:, 1], 20) for p in curves.values())
 hi = max(p[:, 1].max() for p in curves.values())
 ax.set_ylim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))

@@ -64,8 +64,10 @@ def heteroscedastic(n):
     return x, np.sin(2.0 * x) + scale * rng.standard_normal((n, 1))
 
 
-DATA = {"bimodal": (bimodal(N_TRAIN), bimodal(N_TEST)),
-        "heteroscedastic": (heteroscedastic(N_TRAIN), heteroscedastic(N_TEST))}
+DATA = {
+    "bimodal": (bimodal(N_TRAIN), bimodal(N_TEST)),
+    "heteroscedastic": (heteroscedastic(N_TRAIN), heteroscedastic(N_TEST)),
+}
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
 for ax, (name, ((X, Y), _)) in zip(axes, DATA.items()):
@@ -83,16 +85,21 @@ for name, ((X, Y), _) in DATA.items():
     for kind in ("plain", "latent"):
         options = {"latent_dim": 1} if kind == "latent" else {}
         fit_options = {"importance_samples": 5} if kind == "latent" else {}
-        model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=30, seed=0, **options)
+        model = dg.build_deep_gp(
+            X, Y, depth=2, posterior="mean_field", num_inducing=30, seed=0, **options
+        )
         t0 = time.perf_counter()
-        histories[name, kind] = dg.fit(model, (X, Y), steps=STEPS, seed=0, progress=False, log_every=10,
-                                       **fit_options)
+        histories[name, kind] = dg.fit(
+            model, (X, Y), steps=STEPS, seed=0, progress=False, log_every=10, **fit_options
+        )
         times[name, kind] = time.perf_counter() - t0
         models[name, kind] = model
         h = histories[name, kind]
         last = np.mean(h.elbo_per_datapoint[-10:])
-        print(f"{name:16s} {kind:7s} {times[name, kind]:6.1f} s  training bound per point (last 100 steps) "
-              f"{last:.3f}")
+        print(
+            f"{name:16s} {kind:7s} {times[name, kind]:6.1f} s  training bound per point (last 100 steps) "
+            f"{last:.3f}"
+        )
 
 # %% [markdown]
 # ## Predictive densities
@@ -106,11 +113,16 @@ y_grid = np.linspace(-2.0, 2.0, 140)
 
 
 def density_image(model):
-    mean, var = (t.numpy()[..., 0] for t in model.predict_f_components(x_grid, PREDICT_SAMPLES, seed=1))
+    mean, var = (
+        t.numpy()[..., 0] for t in model.predict_f_components(x_grid, PREDICT_SAMPLES, seed=1)
+    )
     s2 = float(model.likelihood.variance.numpy())
     sd = np.sqrt(var + s2)  # [S, Nx]
-    logp = (-0.5 * ((y_grid[:, None, None] - mean[None]) / sd[None]) ** 2
-            - np.log(sd[None]) - 0.5 * np.log(2 * np.pi))  # [Ny, S, Nx]
+    logp = (
+        -0.5 * ((y_grid[:, None, None] - mean[None]) / sd[None]) ** 2
+        - np.log(sd[None])
+        - 0.5 * np.log(2 * np.pi)
+    )  # [Ny, S, Nx]
     return np.exp(scipy.special.logsumexp(logp, axis=1) - np.log(mean.shape[0]))
 
 
@@ -120,8 +132,14 @@ for row, name in enumerate(DATA):
     for col, kind in enumerate(("plain", "latent")):
         ax = axes[row, col]
         img = density_image(models[name, kind])
-        ax.imshow(img, origin="lower", aspect="auto", cmap="viridis",
-                  extent=[x_grid[0, 0], x_grid[-1, 0], y_grid[0], y_grid[-1]], vmax=np.quantile(img, 0.99))
+        ax.imshow(
+            img,
+            origin="lower",
+            aspect="auto",
+            cmap="viridis",
+            extent=[x_grid[0, 0], x_grid[-1, 0], y_grid[0], y_grid[-1]],
+            vmax=np.quantile(img, 0.99),
+        )
         ax.plot(X[:, 0], Y[:, 0], "w.", ms=1.5, alpha=0.6)
         ax.set_title(f"{name}, {kind} deep GP")
 plt.tight_layout()
@@ -136,8 +154,10 @@ for name, (_, (Xt, Yt)) in DATA.items():
     for kind in ("plain", "latent"):
         lpd = models[name, kind].predict_log_density((Xt, Yt), PREDICT_SAMPLES, seed=2).numpy()
         results[name, kind] = float(np.mean(lpd))
-    print(f"{name:16s} plain {results[name, 'plain']:7.3f}   latent {results[name, 'latent']:7.3f}   "
-          f"difference {results[name, 'latent'] - results[name, 'plain']:+.3f}")
+    print(
+        f"{name:16s} plain {results[name, 'plain']:7.3f}   latent {results[name, 'latent']:7.3f}   "
+        f"difference {results[name, 'latent'] - results[name, 'plain']:+.3f}"
+    )
 
 # %% [markdown]
 # In the full setting (2,000 steps) the latent model gains 0.66 nats per test point on the
@@ -160,8 +180,15 @@ for name, (_, (Xt, Yt)) in DATA.items():
 fig, ax = plt.subplots(figsize=(6, 3.5))
 for name, ((X, Y), _) in DATA.items():
     model = models[name, "latent"]
-    values = np.array([[float(model.elbo((X, Y), 4, [s, 11], importance_samples=K)) / len(X)
-                        for s in range(BOUND_SEEDS)] for K in KS])
+    values = np.array(
+        [
+            [
+                float(model.elbo((X, Y), 4, [s, 11], importance_samples=K)) / len(X)
+                for s in range(BOUND_SEEDS)
+            ]
+            for K in KS
+        ]
+    )
     mean, se = values.mean(1), values.std(1, ddof=1) / np.sqrt(BOUND_SEEDS)
     ax.errorbar(KS, mean, yerr=se, marker="o", capsize=3, label=name)
     print(name, "  ".join(f"K={K}: {m:.3f} ± {s:.3f}" for K, m, s in zip(KS, mean, se)))

@@ -7,6 +7,7 @@
 Each notebook runs top to bottom in a fresh kernel whose environment is this process's, with
 the repository root on ``PYTHONPATH`` (so the working copy of ``deepgp_gi`` is imported).
 """
+
 from __future__ import annotations
 
 import os
@@ -62,9 +63,15 @@ def execute(path: Path, timeout: int = 1800):
     import nbclient
 
     nb = jupytext.read(path)
-    nb.metadata.setdefault("kernelspec", {"display_name": "Python 3", "language": "python", "name": "python3"})
-    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+    nb.metadata.setdefault(
+        "kernelspec", {"display_name": "Python 3", "language": "python", "name": "python3"}
+    )
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     client.execute()
     strip_startup_noise(nb)
     return nb
@@ -78,8 +85,10 @@ def main(argv=None) -> None:
         start = time.time()
         nb = execute(path)
         jupytext.write(nb, path.with_suffix(".ipynb"))
-        print(f"{path.name}: executed in {time.time() - start:.0f} s -> {path.with_suffix('.ipynb').name}",
-              flush=True)
+        print(
+            f"{path.name}: executed in {time.time() - start:.0f} s -> {path.with_suffix('.ipynb').name}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

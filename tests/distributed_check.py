@@ -1,6 +1,7 @@
 """Run in a fresh process (logical devices must be set before TensorFlow starts): a
 MirroredStrategy over 2 logical CPU devices against one device, for one posterior family.
 Prints one JSON line; tests/test_distributed.py asserts on it."""
+
 import json
 import os
 import sys
@@ -27,7 +28,9 @@ strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 results, tempered = {}, {}
 for name, scope in (("one", tf.distribute.get_strategy()), ("two", strategy)):
     with scope.scope():
-        model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0)
+        model = dg.build_deep_gp(
+            X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0
+        )
         variables = _trainable_variables(model)
         optimizer = dg.training.adam(0.01, variables)
         counter = tf.Variable(0, dtype=tf.int64)
@@ -35,31 +38,79 @@ for name, scope in (("one", tf.distribute.get_strategy()), ("two", strategy)):
         if name == "one":
             step = TrainStep(model, optimizer, variables, counter, **options)
         else:
-            step = DistributedStep(model, optimizer, variables, counter, strategy=strategy, **options)
+            step = DistributedStep(
+                model, optimizer, variables, counter, strategy=strategy, **options
+            )
         elbo, grads = step.loss_and_gradients(tf.constant(4, tf.int64), Xb, Yb)
         # KL tempering: each replica subtracts kl_weight / R of the KL; the ELBO stays untempered
-        tempered_elbo, tempered_grads = step.loss_and_gradients(tf.constant(4, tf.int64), Xb, Yb, 0.3)
+        tempered_elbo, tempered_grads = step.loss_and_gradients(
+            tf.constant(4, tf.int64), Xb, Yb, 0.3
+        )
         # variable names repeat across layers ("q_mu:0", "softplus:0"): key by position too
         names = [f"{i}/{v.name}" for i, v in enumerate(variables)]
         # 41 rows in batches of 20: the third batch has one row, so one replica gets none
-        history = dg.fit(model, (X, Y), steps=6, batch_size=20, seed=3, progress=False, log_every=1,
-                         strategy=strategy if name == "two" else None)
+        history = dg.fit(
+            model,
+            (X, Y),
+            steps=6,
+            batch_size=20,
+            seed=3,
+            progress=False,
+            log_every=1,
+            strategy=strategy if name == "two" else None,
+        )
         params = {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(model).items()}
         if name == "two":
             # checkpoint after 3 steps under the strategy, then resume in a fresh model to step 6
             import tempfile
 
             ckpt = tempfile.mkdtemp()
-            first = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0)
-            dg.fit(first, (X, Y), steps=3, batch_size=20, seed=3, progress=False, log_every=1,
-                   strategy=strategy, checkpoint_dir=ckpt, checkpoint_every=3)
-            resumed = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0)
-            dg.fit(resumed, (X, Y), steps=6, batch_size=20, seed=3, progress=False, log_every=1,
-                   strategy=strategy, checkpoint_dir=ckpt, checkpoint_every=3)
-            resumed_params = {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(resumed).items()}
-            resume_rel = max(float(np.max(np.abs(params[k] - resumed_params[k])) / (1.0 + np.max(np.abs(params[k]))))
-                             for k in params)
-    results[name] = (float(elbo), {n: g.numpy() for n, g in zip(names, grads)}, history.elbo, params)
+            first = dg.build_deep_gp(
+                X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0
+            )
+            dg.fit(
+                first,
+                (X, Y),
+                steps=3,
+                batch_size=20,
+                seed=3,
+                progress=False,
+                log_every=1,
+                strategy=strategy,
+                checkpoint_dir=ckpt,
+                checkpoint_every=3,
+            )
+            resumed = dg.build_deep_gp(
+                X, Y, depth=2, posterior=posterior, num_inducing=7, inner_width=2, seed=0
+            )
+            dg.fit(
+                resumed,
+                (X, Y),
+                steps=6,
+                batch_size=20,
+                seed=3,
+                progress=False,
+                log_every=1,
+                strategy=strategy,
+                checkpoint_dir=ckpt,
+                checkpoint_every=3,
+            )
+            resumed_params = {
+                k: v.numpy() for k, v in gpflow.utilities.parameter_dict(resumed).items()
+            }
+            resume_rel = max(
+                float(
+                    np.max(np.abs(params[k] - resumed_params[k]))
+                    / (1.0 + np.max(np.abs(params[k])))
+                )
+                for k in params
+            )
+    results[name] = (
+        float(elbo),
+        {n: g.numpy() for n, g in zip(names, grads)},
+        history.elbo,
+        params,
+    )
     tempered[name] = (float(tempered_elbo), {n: g.numpy() for n, g in zip(names, tempered_grads)})
 
 
@@ -72,20 +123,29 @@ def gradient_rel(one, two):
     1e-8 of the largest gradient entry of any variable, so it still has to agree to about 1e-18
     of that (a wrong gradient of any size fails)."""
     floor = 1e-8 * max(float(np.max(np.abs(g))) for g in one.values())
-    return max(float(np.max(np.abs(one[k] - two[k])) / max(float(np.max(np.abs(one[k]))), floor)) for k in one)
+    return max(
+        float(np.max(np.abs(one[k] - two[k])) / max(float(np.max(np.abs(one[k]))), floor))
+        for k in one
+    )
 
 
 (e1, g1, h1, p1), (e2, g2, h2, p2) = results["one"], results["two"]
 (te1, tg1), (te2, tg2) = tempered["one"], tempered["two"]
-print(json.dumps(dict(
-    elbo_rel=abs(e1 - e2) / abs(e1),
-    grad_rel=gradient_rel(g1, g2),
-    same_variables=sorted(g1) == sorted(g2),
-    fit_elbo_rel=max(abs(a - b) / abs(a) for a, b in zip(h1, h2)),
-    param_rel=max(float(np.max(np.abs(p1[k] - p2[k])) / (1.0 + np.max(np.abs(p1[k])))) for k in p1),
-    replicas=strategy.num_replicas_in_sync,
-    resume_rel=resume_rel,
-    tempered_elbo_equals_untempered=te1 == e1 and te2 == e2,
-    tempered_grad_rel=gradient_rel(tg1, tg2),
-    tempering_changes_grads=max(float(np.max(np.abs(tg1[k] - g1[k]))) for k in g1) > 1e-6,
-)))
+print(
+    json.dumps(
+        dict(
+            elbo_rel=abs(e1 - e2) / abs(e1),
+            grad_rel=gradient_rel(g1, g2),
+            same_variables=sorted(g1) == sorted(g2),
+            fit_elbo_rel=max(abs(a - b) / abs(a) for a, b in zip(h1, h2)),
+            param_rel=max(
+                float(np.max(np.abs(p1[k] - p2[k])) / (1.0 + np.max(np.abs(p1[k])))) for k in p1
+            ),
+            replicas=strategy.num_replicas_in_sync,
+            resume_rel=resume_rel,
+            tempered_elbo_equals_untempered=te1 == e1 and te2 == e2,
+            tempered_grad_rel=gradient_rel(tg1, tg2),
+            tempering_changes_grads=max(float(np.max(np.abs(tg1[k] - g1[k]))) for k in g1) > 1e-6,
+        )
+    )
+)

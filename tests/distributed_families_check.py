@@ -4,6 +4,7 @@ Adam steps under a MirroredStrategy over 2 logical CPU devices and on one device
 initial values and seed. ``fit(..., strategy=s)`` is called outside ``with s.scope():`` (only the
 model is built inside), as the README shows. Prints one JSON line per family; tests/test_distributed.py
 asserts on them."""
+
 import json
 import os
 import sys
@@ -33,15 +34,33 @@ strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 def build(kind, family):
     if kind == "deep_gp":
-        return dg.build_deep_gp(X, Y, depth=2, posterior=family, num_inducing=5, inner_width=2, seed=0), (X, Y)
+        return dg.build_deep_gp(
+            X, Y, depth=2, posterior=family, num_inducing=5, inner_width=2, seed=0
+        ), (X, Y)
     if kind == "deep_gp_softmax":
         lik = gpflow.likelihoods.Softmax(3)
-        return dg.build_deep_gp(X, labels, depth=2, posterior=family, num_inducing=5, inner_width=2,
-                                likelihood=lik, seed=0), (X, labels)
+        return dg.build_deep_gp(
+            X,
+            labels,
+            depth=2,
+            posterior=family,
+            num_inducing=5,
+            inner_width=2,
+            likelihood=lik,
+            seed=0,
+        ), (X, labels)
     if kind == "bnn":
         return dg.build_bnn(X, Y, hidden=(4,), posterior=family, num_inducing=5, seed=0), (X, Y)
-    model = dg.build_conv_bnn(images, image_labels, architecture="lenet", posterior=family, num_inducing=4,
-                              channels=(2, 2), hidden=(6,), seed=0)
+    model = dg.build_conv_bnn(
+        images,
+        image_labels,
+        architecture="lenet",
+        posterior=family,
+        num_inducing=4,
+        channels=(2, 2),
+        hidden=(6,),
+        seed=0,
+    )
     return model, (images, image_labels)
 
 
@@ -52,19 +71,34 @@ def train(kind, family, use_strategy):
     else:
         model, data = build(kind, family)
     # batches of 6 from 21 rows (16 images): a last batch with 3 (4) rows, split over 2 replicas
-    history = dg.fit(model, data, steps=4, batch_size=6, seed=3, progress=False, log_every=1,
-                     strategy=strategy if use_strategy else None)
+    history = dg.fit(
+        model,
+        data,
+        steps=4,
+        batch_size=6,
+        seed=3,
+        progress=False,
+        log_every=1,
+        strategy=strategy if use_strategy else None,
+    )
     params = {k: np.asarray(v.numpy()) for k, v in gpflow.utilities.parameter_dict(model).items()}
     return np.array(history.elbo), params
 
 
 def relative_gap(a: dict, b: dict) -> float:
-    return max(float(np.max(np.abs(a[k] - b[k]), initial=0.0) / (1.0 + np.max(np.abs(a[k]), initial=0.0))) for k in a)
+    return max(
+        float(np.max(np.abs(a[k] - b[k]), initial=0.0) / (1.0 + np.max(np.abs(a[k]), initial=0.0)))
+        for k in a
+    )
 
 
 kinds = sys.argv[1:] or ["deep_gp", "deep_gp_softmax", "bnn", "conv_bnn"]
-tables = {"deep_gp": list(DEEP_GP_FAMILIES), "deep_gp_softmax": ["mean_field", "global"],
-          "bnn": list(BNN_POSTERIORS), "conv_bnn": list(CONV_POSTERIORS)}
+tables = {
+    "deep_gp": list(DEEP_GP_FAMILIES),
+    "deep_gp_softmax": ["mean_field", "global"],
+    "bnn": list(BNN_POSTERIORS),
+    "conv_bnn": list(CONV_POSTERIORS),
+}
 for kind in kinds:
     for family in tables[kind]:
         if kind == "deep_gp" and getattr(DEEP_GP_FAMILIES[family], "is_sampler", False):
@@ -73,19 +107,34 @@ for kind in kinds:
                 model, data = build(kind, family)
             try:
                 dg.fit(model, data, steps=1, progress=False, strategy=strategy)
-                line = dict(kind=kind, family=family, ok=False, error="fit accepted a strategy for a sampler")
+                line = dict(
+                    kind=kind,
+                    family=family,
+                    ok=False,
+                    error="fit accepted a strategy for a sampler",
+                )
             except ValueError as err:
                 line = dict(kind=kind, family=family, ok=True, refused=str(err)[:200])
             print(json.dumps(line), flush=True)
             continue
         try:
-            initial = {k: np.asarray(v.numpy())
-                       for k, v in gpflow.utilities.parameter_dict(build(kind, family)[0]).items()}
+            initial = {
+                k: np.asarray(v.numpy())
+                for k, v in gpflow.utilities.parameter_dict(build(kind, family)[0]).items()
+            }
             e1, p1 = train(kind, family, False)
             e2, p2 = train(kind, family, True)
-            line = dict(kind=kind, family=family, ok=True, same_parameters=sorted(p1) == sorted(p2),
-                        elbo_rel=float(np.max(np.abs(e1 - e2) / np.abs(e1))), param_rel=relative_gap(p1, p2),
-                        trained=relative_gap(initial, p1))
+            line = dict(
+                kind=kind,
+                family=family,
+                ok=True,
+                same_parameters=sorted(p1) == sorted(p2),
+                elbo_rel=float(np.max(np.abs(e1 - e2) / np.abs(e1))),
+                param_rel=relative_gap(p1, p2),
+                trained=relative_gap(initial, p1),
+            )
         except Exception as err:  # reported, asserted on by the test
-            line = dict(kind=kind, family=family, ok=False, error=f"{type(err).__name__}: {str(err)[:500]}")
+            line = dict(
+                kind=kind, family=family, ok=False, error=f"{type(err).__name__}: {str(err)[:500]}"
+            )
         print(json.dumps(line), flush=True)

@@ -5,13 +5,18 @@ strategy, from the same initial values, batches and seed. Prints one JSON line p
 tests/test_distributed.py starts both workers and asserts on their lines.
 
 Usage: ``distributed_multiworker_check.py INDEX PORT0 PORT1 [case ...]`` (default: every case)."""
+
 import json
 import os
 import sys
 
 index, ports = int(sys.argv[1]), sys.argv[2:4]
-os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                                      "task": {"type": "worker", "index": index}})
+os.environ["TF_CONFIG"] = json.dumps(
+    {
+        "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+        "task": {"type": "worker", "index": index},
+    }
+)
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import tensorflow as tf  # noqa: E402
 
@@ -31,7 +36,9 @@ image_labels = rng.integers(0, 3, size=(16, 1)).astype(float)
 
 
 def deep_gp():
-    return dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, inner_width=2, seed=0), (X, Y)
+    return dg.build_deep_gp(
+        X, Y, depth=2, posterior="mean_field", num_inducing=5, inner_width=2, seed=0
+    ), (X, Y)
 
 
 def bnn():
@@ -39,8 +46,16 @@ def bnn():
 
 
 def conv_bnn():
-    return dg.build_conv_bnn(images, image_labels, architecture="lenet", posterior="global", num_inducing=4,
-                             channels=(2, 2), hidden=(6,), seed=0), (images, image_labels)
+    return dg.build_conv_bnn(
+        images,
+        image_labels,
+        architecture="lenet",
+        posterior="global",
+        num_inducing=4,
+        channels=(2, 2),
+        hidden=(6,),
+        seed=0,
+    ), (images, image_labels)
 
 
 # name: (builder, fit options); batches of 6 from 21 rows (16 images): a last batch of 3 (4) rows,
@@ -63,13 +78,25 @@ def train(build, options, use_strategy):
             model, data = build()
     else:
         model, data = build()
-    history = dg.fit(model, data, steps=4, batch_size=6, seed=3, progress=False, log_every=1,
-                     strategy=strategy if use_strategy else None, **options)
+    history = dg.fit(
+        model,
+        data,
+        steps=4,
+        batch_size=6,
+        seed=3,
+        progress=False,
+        log_every=1,
+        strategy=strategy if use_strategy else None,
+        **options,
+    )
     return np.array(history.elbo), parameters(model)
 
 
 def relative_gap(a: dict, b: dict) -> float:
-    return max(float(np.max(np.abs(a[k] - b[k]), initial=0.0) / (1.0 + np.max(np.abs(a[k]), initial=0.0))) for k in a)
+    return max(
+        float(np.max(np.abs(a[k] - b[k]), initial=0.0) / (1.0 + np.max(np.abs(a[k]), initial=0.0)))
+        for k in a
+    )
 
 
 for name in sys.argv[4:] or list(CASES):
@@ -78,10 +105,19 @@ for name in sys.argv[4:] or list(CASES):
         initial = parameters(build()[0])
         e1, p1 = train(build, options, False)
         e2, p2 = train(build, options, True)
-        line = dict(case=name, worker=index, ok=True, replicas=strategy.num_replicas_in_sync,
-                    same_parameters=sorted(p1) == sorted(p2), elbo_rel=float(np.max(np.abs(e1 - e2) / np.abs(e1))),
-                    param_rel=relative_gap(p1, p2), trained=relative_gap(initial, p1),
-                    checksum=float(sum(np.sum(v) for v in p2.values())))
+        line = dict(
+            case=name,
+            worker=index,
+            ok=True,
+            replicas=strategy.num_replicas_in_sync,
+            same_parameters=sorted(p1) == sorted(p2),
+            elbo_rel=float(np.max(np.abs(e1 - e2) / np.abs(e1))),
+            param_rel=relative_gap(p1, p2),
+            trained=relative_gap(initial, p1),
+            checksum=float(sum(np.sum(v) for v in p2.values())),
+        )
     except Exception as err:  # reported, asserted on by the test
-        line = dict(case=name, worker=index, ok=False, error=f"{type(err).__name__}: {str(err)[:800]}")
+        line = dict(
+            case=name, worker=index, ok=False, error=f"{type(err).__name__}: {str(err)[:800]}"
+        )
     print(json.dumps(line), flush=True)

@@ -5,6 +5,7 @@ in one process (a deep GP under one strategy, then a convolutional BNN under ano
 again). Prints one JSON line per case; tests/test_distributed.py asserts on them.
 
 Usage: ``distributed_options_check.py [case ...]`` (default: every case)."""
+
 import json
 import os
 import sys
@@ -29,8 +30,9 @@ image_labels = rng.integers(0, 3, size=(16, 1)).astype(float)
 
 
 def deep_gp(posterior="mean_field", **options):
-    return dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=5, inner_width=2, seed=0,
-                            **options), (X, Y)
+    return dg.build_deep_gp(
+        X, Y, depth=2, posterior=posterior, num_inducing=5, inner_width=2, seed=0, **options
+    ), (X, Y)
 
 
 def bnn():
@@ -38,8 +40,16 @@ def bnn():
 
 
 def conv_bnn():
-    return dg.build_conv_bnn(images, image_labels, architecture="lenet", posterior="global", num_inducing=4,
-                             channels=(2, 2), hidden=(6,), seed=0), (images, image_labels)
+    return dg.build_conv_bnn(
+        images,
+        image_labels,
+        architecture="lenet",
+        posterior="global",
+        num_inducing=4,
+        channels=(2, 2),
+        hidden=(6,),
+        seed=0,
+    ), (images, image_labels)
 
 
 # name: (builder, fit options); batches of 6 from 21 rows (16 images): a last batch of 3 (4) rows
@@ -49,8 +59,10 @@ CASES = {
     "jit_conv_bnn": (conv_bnn, dict(jit_compile=True)),
     "natgrad_mean_field": (deep_gp, dict(natgrad_gamma=0.1)),
     "natgrad_last_mean_field": (deep_gp, dict(natgrad_gamma=0.5, natgrad_layers="last")),
-    "natgrad_fully_coupled": (lambda: deep_gp("fully_coupled", precondition_offdiagonal=False),
-                              dict(natgrad_gamma=0.1)),
+    "natgrad_fully_coupled": (
+        lambda: deep_gp("fully_coupled", precondition_offdiagonal=False),
+        dict(natgrad_gamma=0.1),
+    ),
     "natgrad_jit_mean_field": (deep_gp, dict(natgrad_gamma=0.1, jit_compile=True)),
 }
 
@@ -65,22 +77,40 @@ def train(build, options, strategy=None, steps=4):
     else:
         with strategy.scope():
             model, data = build()
-    history = dg.fit(model, data, steps=steps, batch_size=6, seed=3, progress=False, log_every=1, strategy=strategy,
-                     **options)
+    history = dg.fit(
+        model,
+        data,
+        steps=steps,
+        batch_size=6,
+        seed=3,
+        progress=False,
+        log_every=1,
+        strategy=strategy,
+        **options,
+    )
     return np.array(history.elbo), parameters(model)
 
 
 def relative_gap(a: dict, b: dict) -> float:
-    return max(float(np.max(np.abs(a[k] - b[k]), initial=0.0) / (1.0 + np.max(np.abs(a[k]), initial=0.0))) for k in a)
+    return max(
+        float(np.max(np.abs(a[k] - b[k]), initial=0.0) / (1.0 + np.max(np.abs(a[k]), initial=0.0)))
+        for k in a
+    )
 
 
 def compare(name, build, options):
     initial = parameters(build()[0])
     e1, p1 = train(build, options)
     e2, p2 = train(build, options, tf.distribute.MirroredStrategy(DEVICES))
-    return dict(case=name, ok=True, same_parameters=sorted(p1) == sorted(p2), finite=bool(np.all(np.isfinite(e2))),
-                elbo_rel=float(np.max(np.abs(e1 - e2) / np.abs(e1))), param_rel=relative_gap(p1, p2),
-                trained=relative_gap(initial, p1))
+    return dict(
+        case=name,
+        ok=True,
+        same_parameters=sorted(p1) == sorted(p2),
+        finite=bool(np.all(np.isfinite(e2))),
+        elbo_rel=float(np.max(np.abs(e1 - e2) / np.abs(e1))),
+        param_rel=relative_gap(p1, p2),
+        trained=relative_gap(initial, p1),
+    )
 
 
 def strategies_in_turn():
@@ -88,12 +118,21 @@ def strategies_in_turn():
     fail on its first all-reduce, reusing the first strategy's collective keys), the first
     strategy again, and each run equal to a run of that model in a process of its own strategy."""
     first, second = tf.distribute.MirroredStrategy(DEVICES), tf.distribute.MirroredStrategy(DEVICES)
-    runs = [train(deep_gp, {}, first, steps=3), train(conv_bnn, {}, second, steps=3),
-            train(bnn, {}, first, steps=3)]
+    runs = [
+        train(deep_gp, {}, first, steps=3),
+        train(conv_bnn, {}, second, steps=3),
+        train(bnn, {}, first, steps=3),
+    ]
     alone = [train(deep_gp, {}, steps=3), train(conv_bnn, {}, steps=3), train(bnn, {}, steps=3)]
-    return dict(case="strategies_in_turn", ok=True, fits=len(runs),
-                elbo_rel=max(float(np.max(np.abs(a[0] - b[0]) / np.abs(a[0]))) for a, b in zip(alone, runs)),
-                param_rel=max(relative_gap(a[1], b[1]) for a, b in zip(alone, runs)))
+    return dict(
+        case="strategies_in_turn",
+        ok=True,
+        fits=len(runs),
+        elbo_rel=max(
+            float(np.max(np.abs(a[0] - b[0]) / np.abs(a[0]))) for a, b in zip(alone, runs)
+        ),
+        param_rel=max(relative_gap(a[1], b[1]) for a, b in zip(alone, runs)),
+    )
 
 
 for name in sys.argv[1:] or ["strategies_in_turn"] + list(CASES):

@@ -1,5 +1,6 @@
 """Running the Python examples of a documentation page (``from doc_examples import run_page``;
 tests/ is on ``sys.path`` under pytest)."""
+
 import re
 from pathlib import Path
 

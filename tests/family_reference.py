@@ -6,6 +6,7 @@ say why in the commit.
 ``values(trained=False)`` builds each family with a fixed seed and evaluates it untrained;
 ``values(trained=True)`` fits each deep-GP family for a few steps first (the samplers also
 collect samples), which also pins the training step."""
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,25 @@ REFERENCE = Path(__file__).resolve().parent / "reference" / "family_elbos.json"
 BUILT_IN = {
     "deep_gp": ("mean_field", "fully_coupled", "stripes_arrow", "global", "local", "sghmc", "bsgp"),
     "latent": ("mean_field", "fully_coupled", "stripes_arrow", "global", "local"),
-    "bnn": ("factorised", "local", "global", "factorised_global", "random_global", "ffg_u", "ensemble_u",
-            "ensemble_w"),
-    "conv": ("factorised", "local", "global", "factorised_global", "ffg_u", "ensemble_u", "ensemble_w"),
+    "bnn": (
+        "factorised",
+        "local",
+        "global",
+        "factorised_global",
+        "random_global",
+        "ffg_u",
+        "ensemble_u",
+        "ensemble_w",
+    ),
+    "conv": (
+        "factorised",
+        "local",
+        "global",
+        "factorised_global",
+        "ffg_u",
+        "ensemble_u",
+        "ensemble_w",
+    ),
 }
 
 
@@ -49,14 +66,23 @@ def untrained_values() -> dict:
     for name in BUILT_IN["bnn"]:
         assert name in BNN_FAMILIES
         for prior in ("standard", "neal", "scale"):
-            m = dg.build_bnn(X, Y, hidden=(4, 4), posterior=name, prior=prior, num_inducing=6, seed=3)
+            m = dg.build_bnn(
+                X, Y, hidden=(4, 4), posterior=name, prior=prior, num_inducing=6, seed=3
+            )
             out[f"bnn/{name}/{prior}"] = float(m.elbo((X, Y), 3, seed=5).numpy())
     images = np.random.default_rng(1).normal(size=(12, 8, 8, 1))
     labels = np.random.default_rng(2).integers(0, 3, (12, 1)).astype(float)
     for name in BUILT_IN["conv"]:
         assert name in CONV_BNN_FAMILIES
-        m = dg.build_conv_bnn(images, labels, architecture="resnet", channels=4, posterior=name, num_inducing=5,
-                              seed=1)
+        m = dg.build_conv_bnn(
+            images,
+            labels,
+            architecture="resnet",
+            channels=4,
+            posterior=name,
+            num_inducing=5,
+            seed=1,
+        )
         out[f"conv/{name}"] = float(m.elbo((images, labels), 2, seed=5).numpy())
     return out
 
@@ -75,7 +101,9 @@ def trained_values() -> dict:
     for name in ("mean_field", "global"):
         m = dg.build_deep_gp(X, Y, depth=2, posterior=name, num_inducing=7, seed=3, latent_dim=1)
         dg.fit(m, (X, Y), steps=4, batch_size=10, seed=4, progress=False, importance_samples=2)
-        out[f"trained/latent/{name}"] = float(m.elbo((X, Y), 3, seed=5, importance_samples=2).numpy())
+        out[f"trained/latent/{name}"] = float(
+            m.elbo((X, Y), 3, seed=5, importance_samples=2).numpy()
+        )
     return out
 
 

@@ -1,6 +1,7 @@
 """Helpers shared by the training tests (``from fit_checks import ...``; tests/ is on ``sys.path``
 under pytest): the toy regression data, a model's parameter values, and the XLA-against-plain
 comparison of two ``fit`` runs."""
+
 import numpy as np
 
 import deepgp_gi as dg

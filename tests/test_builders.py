@@ -1,4 +1,5 @@
 """build_deep_gp: the papers' defaults, and every posterior family trains from them."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -27,7 +28,9 @@ def test_dsvi_defaults(rng):
     # inner q_sqrt starts at 1e-5 of the prior Cholesky, the last at the prior
     post = model.posterior
     for l, scale in enumerate([1e-5, 1e-5, 1.0]):
-        Lk = dg.posteriors.conditionals.inducing_cholesky(model.layers[l], model.layers[l].Z).numpy()
+        Lk = dg.posteriors.conditionals.inducing_cholesky(
+            model.layers[l], model.layers[l].Z
+        ).numpy()
         np.testing.assert_allclose(post.q_sqrt[l].numpy()[0], scale * Lk, rtol=1e-10, atol=1e-300)
     # the first layer starts at its (identity) mean function and is nearly deterministic at its
     # k-means inducing inputs (away from them the conditional prior variance remains)
@@ -48,10 +51,14 @@ def test_pca_mean_function_projects_on_top_singular_vectors(rng):
 
 
 @pytest.mark.slow  # 80 steps at depth 3 per family: `make test-all`
-@pytest.mark.parametrize("posterior", ["mean_field", "fully_coupled", "stripes_arrow", "global", "local"])
+@pytest.mark.parametrize(
+    "posterior", ["mean_field", "fully_coupled", "stripes_arrow", "global", "local"]
+)
 def test_every_family_builds_and_trains(posterior, rng):
     X, Y = _data(rng)
-    model = dg.build_deep_gp(X, Y, depth=3, posterior=posterior, num_inducing=15, inner_width=2, seed=1)
+    model = dg.build_deep_gp(
+        X, Y, depth=3, posterior=posterior, num_inducing=15, inner_width=2, seed=1
+    )
     before = model.elbo((X, Y), 20, seed=0).numpy()
     dg.fit(model, (X, Y), steps=80, seed=0, progress=False)
     after = model.elbo((X, Y), 20, seed=0).numpy()
@@ -70,7 +77,9 @@ def test_global_inducing_takes_inducing_inputs_from_data(rng):
     # M > N: the one policy of deepgp_gi.initialisation (N(0, 1) rows), for every model kind
     many = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=81, seed=3)
     assert many.posterior.inducing_inputs.shape == (81, X.shape[1])
-    with pytest.raises(ValueError, match="num_inducing=81 exceeds the number of data points N=80.*k-means"):
+    with pytest.raises(
+        ValueError, match="num_inducing=81 exceeds the number of data points N=80.*k-means"
+    ):
         dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=81)
 
 
@@ -92,26 +101,36 @@ def _uses_exp(param) -> bool:
     return any(type(b).__name__ == "Exp" for b in parts)
 
 
-@pytest.mark.parametrize("posterior, exp", [("global", True), ("local", True), ("mean_field", False),
-                                            ("stripes_arrow", False)])
+@pytest.mark.parametrize(
+    "posterior, exp",
+    [("global", True), ("local", True), ("mean_field", False), ("stripes_arrow", False)],
+)
 def test_positive_transform_follows_the_family_reference_code(posterior, exp, rng):
     # O&A's global and local inducing (bayesfunc) learn log-lengthscales and log-heights; the DSVI
     # and Lindinger code use GPflow's softplus.
     X, Y = _data(rng)
     model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=10, seed=0)
     params = _positive_parameters(model)
-    assert len(params) == 6  # noise; inner SE variance + lengthscales, white; last SE variance + lengthscales
-    assert all(_uses_exp(p) == exp for p in params.values()), {n: p.transform.name for n, p in params.items()}
+    assert (
+        len(params) == 6
+    )  # noise; inner SE variance + lengthscales, white; last SE variance + lengthscales
+    assert all(_uses_exp(p) == exp for p in params.values()), {
+        n: p.transform.name for n, p in params.items()
+    }
     # the values are the DSVI ones whatever the transform
     np.testing.assert_allclose(model.layers[1].kernel.lengthscales.numpy(), np.full(5, 2.0))
     np.testing.assert_allclose(model.likelihood.variance.numpy(), 0.01)
     # explicit override, and GPflow's global setting is left alone
     other = "softplus" if exp else "exp"
-    model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=10, seed=0, positive_transform=other)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior=posterior, num_inducing=10, seed=0, positive_transform=other
+    )
     assert all(_uses_exp(p) == (not exp) for p in _positive_parameters(model).values())
     assert gpflow.config.default_positive_bijector() == "softplus"
     with pytest.raises(ValueError, match="positive_transform"):
-        dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=10, positive_transform="log")
+        dg.build_deep_gp(
+            X, Y, depth=2, posterior=posterior, num_inducing=10, positive_transform="log"
+        )
 
 
 def test_global_inducing_hyperparameters_take_relative_adam_steps(rng):
@@ -122,8 +141,11 @@ def test_global_inducing_hyperparameters_take_relative_adam_steps(rng):
     # changes every kernel variance and lengthscale by the factor exp(+-lr).
     X, Y = _data(rng)
     model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=10, seed=0)
-    params = {n: p for n, p in _positive_parameters(model).items() if n != "likelihood.variance"
-              and not n.endswith(".1.variance")}  # the white noise 1e-5 sits on GPflow's positive minimum
+    params = {
+        n: p
+        for n, p in _positive_parameters(model).items()
+        if n != "likelihood.variance" and not n.endswith(".1.variance")
+    }  # the white noise 1e-5 sits on GPflow's positive minimum
     before = {n: p.numpy().copy() for n, p in params.items()}
     dg.fit(model, (X, Y), steps=1, learning_rate=0.01, seed=0, progress=False)
     for name, p in params.items():

@@ -1,4 +1,5 @@
 """The deepgp-gi command."""
+
 import json
 import os
 import re
@@ -23,27 +24,61 @@ def _command():
 
 def _clean_env(**extra):
     """The environment without the TensorFlow logging variables a test runner may have set."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL")
+    }
     return dict(env, **extra)
 
 
 def test_help_prints_nothing_on_stderr_and_does_not_import_tensorflow():
-    out = subprocess.run(_command() + ["--help"], capture_output=True, text=True, env=_clean_env(), cwd=ROOT,
-                         timeout=300)
+    out = subprocess.run(
+        _command() + ["--help"],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+        cwd=ROOT,
+        timeout=300,
+    )
     assert out.returncode == 0 and "usage: deepgp-gi" in out.stdout and "--verbose" in out.stdout
     assert out.stderr == ""
-    probe = ("import sys\nfrom deepgp_gi import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
-             "import deepgp_gi\nprint('tensorflow' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_clean_env(), cwd=ROOT,
-                         timeout=300)
+    probe = (
+        "import sys\nfrom deepgp_gi import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "import deepgp_gi\nprint('tensorflow' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+        cwd=ROOT,
+        timeout=300,
+    )
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == "False", out.stdout + out.stderr
 
 
 @pytest.mark.slow  # a uci job in a fresh process: `make test-all`
 def test_a_uci_job_prints_no_tensorflow_logs(tmp_path):
-    argv = ["uci", "--dataset", "yacht", "--splits", "0", "--steps", "5", "--num-inducing", "5", "--test-samples", "2",
-            "--no-progress", "--out", str(tmp_path / "r.jsonl")]
-    out = subprocess.run(_command() + argv, capture_output=True, text=True, env=_clean_env(), cwd=ROOT, timeout=600)
+    argv = [
+        "uci",
+        "--dataset",
+        "yacht",
+        "--splits",
+        "0",
+        "--steps",
+        "5",
+        "--num-inducing",
+        "5",
+        "--test-samples",
+        "2",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "r.jsonl"),
+    ]
+    out = subprocess.run(
+        _command() + argv, capture_output=True, text=True, env=_clean_env(), cwd=ROOT, timeout=600
+    )
     assert out.returncode == 0, out.stderr
     assert not TF_LOG.search(out.stderr), out.stderr
     assert out.stderr == ""
@@ -52,11 +87,22 @@ def test_a_uci_job_prints_no_tensorflow_logs(tmp_path):
 
 @pytest.mark.slow  # fresh processes that import TensorFlow: `make test-all`
 def test_verbose_and_a_users_level_leave_tensorflow_logging_alone():
-    probe = ("import os, sys\nfrom deepgp_gi import cli\ncli._import_tensorflow(verbose=sys.argv[1] == 'v')\n"
-             "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))")
-    for flag, env, level in (("v", _clean_env(), "None"), ("q", _clean_env(TF_CPP_MIN_LOG_LEVEL="1"), "1")):
-        out = subprocess.run([sys.executable, "-c", probe, flag], capture_output=True, text=True, env=env, cwd=ROOT,
-                             timeout=300)
+    probe = (
+        "import os, sys\nfrom deepgp_gi import cli\ncli._import_tensorflow(verbose=sys.argv[1] == 'v')\n"
+        "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"
+    )
+    for flag, env, level in (
+        ("v", _clean_env(), "None"),
+        ("q", _clean_env(TF_CPP_MIN_LOG_LEVEL="1"), "1"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", probe, flag],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=300,
+        )
         assert out.returncode == 0 and out.stdout.split() == [level], out.stdout + out.stderr
     args = cli.build_parser().parse_args(["uci", "--dataset", "yacht", "--verbose"])
     assert args.verbose and not cli.build_parser().parse_args(["demo"]).verbose
@@ -64,11 +110,13 @@ def test_verbose_and_a_users_level_leave_tensorflow_logging_alone():
 
 
 def test_tensorflow_load_time_lines_are_dropped_by_level(capfd):
-    lines = ["WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
-             "I0000 00:00:1795619064.229781    8289 port.cc:153] oneDNN custom operations are on.\n",
-             "W0000 00:00:1795619064.230131    8289 cudart_stub.cc:31] Could not find cuda drivers.\n",
-             "E1125 09:41:07.123456    8289 cuda_platform.cc:52] failed call to cuInit\n",
-             "/x.py:3: UserWarning: a Python warning stays\n"]
+    lines = [
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+        "I0000 00:00:1795619064.229781    8289 port.cc:153] oneDNN custom operations are on.\n",
+        "W0000 00:00:1795619064.230131    8289 cudart_stub.cc:31] Could not find cuda drivers.\n",
+        "E1125 09:41:07.123456    8289 cuda_platform.cc:52] failed call to cuInit\n",
+        "/x.py:3: UserWarning: a Python warning stays\n",
+    ]
     with cli._filtered_stderr(2):
         os.write(2, "".join(lines).encode())
     assert capfd.readouterr().err == lines[3] + lines[4]
@@ -79,8 +127,16 @@ def test_tensorflow_load_time_lines_are_dropped_by_level(capfd):
 
 def test_summary_has_no_error_bar_for_one_split():
     def rec(split, ll):
-        return dict(dataset="yacht", model="gp", posterior="mean_field", depth=2, split=split, test_ll=ll, rmse=1.0,
-                    elbo_per_datapoint=-0.5)
+        return dict(
+            dataset="yacht",
+            model="gp",
+            posterior="mean_field",
+            depth=2,
+            split=split,
+            test_ll=ll,
+            rmse=1.0,
+            elbo_per_datapoint=-0.5,
+        )
 
     one = cli._summary([rec(0, -1.25)])
     assert "nan" not in one and "±" not in one
@@ -102,9 +158,28 @@ def test_parse_splits():
 @pytest.mark.slow  # trains two splits end to end: `make test-all`
 def test_uci_runs_appends_and_resumes(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
-    argv = ["uci", "--dataset", "yacht", "--posterior", "mean_field", "--depth", "2", "--splits", "0:2",
-            "--steps", "20", "--num-inducing", "20", "--test-samples", "5", "--out", str(out), "--no-progress",
-            "--lr-decay", "0.5,10"]
+    argv = [
+        "uci",
+        "--dataset",
+        "yacht",
+        "--posterior",
+        "mean_field",
+        "--depth",
+        "2",
+        "--splits",
+        "0:2",
+        "--steps",
+        "20",
+        "--num-inducing",
+        "20",
+        "--test-samples",
+        "5",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--lr-decay",
+        "0.5,10",
+    ]
     assert cli.main(argv) == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["split"] for r in lines] == [0, 1]
@@ -137,7 +212,10 @@ def test_validation_is_parsed_and_bad_values_are_refused(capsys):
     parse = cli.build_parser().parse_args
     assert parse(["uci", "--dataset", "yacht"]).validation is None
     assert parse(["uci", "--dataset", "yacht", "--validation"]).validation == 0.1
-    assert parse(["uci", "--dataset", "yacht", "--validation", "0.2", "--splits", "0"]).validation == 0.2
+    assert (
+        parse(["uci", "--dataset", "yacht", "--validation", "0.2", "--splits", "0"]).validation
+        == 0.2
+    )
     for bad in ("0", "1", "-0.1", "1.5", "ten", "nan"):
         with pytest.raises(SystemExit):
             parse(["uci", "--dataset", "yacht", "--validation", bad])

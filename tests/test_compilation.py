@@ -1,4 +1,5 @@
 """fit(jit_compile="auto"): XLA exactly for the (family, device kind) pairs measured faster."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,7 +20,9 @@ def test_device_kind_follows_the_visible_devices():
 
 def test_auto_is_xla_exactly_for_the_measured_pairs(monkeypatch):
     X, Y = data()
-    gp = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=3, inner_width=2, seed=0)
+    gp = dg.build_deep_gp(
+        X, Y, depth=2, posterior="mean_field", num_inducing=3, inner_width=2, seed=0
+    )
     bnn = dg.build_bnn(X, Y, hidden=(4,), posterior="factorised", seed=0)
     for kind in ("CPU", "GPU"):
         monkeypatch.setattr(compilation, "device_kind", lambda kind=kind: kind)
@@ -27,11 +30,18 @@ def test_auto_is_xla_exactly_for_the_measured_pairs(monkeypatch):
             expected = (type(model.posterior).__name__, kind) in XLA_FASTER
             assert resolve_jit_compile("auto", model) is expected
             assert resolve_jit_compile("auto", model, natgrad=True) is False
-            assert resolve_jit_compile("auto", model, strategy=tf.distribute.get_strategy()) is False
-            assert resolve_jit_compile(True, model) is True and resolve_jit_compile(False, model) is False
+            assert (
+                resolve_jit_compile("auto", model, strategy=tf.distribute.get_strategy()) is False
+            )
+            assert (
+                resolve_jit_compile(True, model) is True
+                and resolve_jit_compile(False, model) is False
+            )
     monkeypatch.setattr(compilation, "device_kind", lambda: "CPU")
     assert resolve_jit_compile("auto", gp) is False  # no deep-GP family is faster with XLA on a CPU
-    monkeypatch.setattr(compilation, "XLA_FASTER", frozenset({("FactorisedWeightPosterior", "CPU")}))
+    monkeypatch.setattr(
+        compilation, "XLA_FASTER", frozenset({("FactorisedWeightPosterior", "CPU")})
+    )
     assert resolve_jit_compile("auto", bnn) is True and resolve_jit_compile("auto", gp) is False
     assert resolve_jit_compile("auto", bnn, natgrad=True) is False
 

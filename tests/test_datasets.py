@@ -20,7 +20,9 @@ from deepgp_gi.datasets import (
 
 # the original UCI folders (Gal et al. splits), when a checkout has them: DEEPGP_GI_UCI_SOURCE=/path
 SHARED = Path(os.environ.get("DEEPGP_GI_UCI_SOURCE", "/nonexistent"))
-BUNDLE = Path(deepgp_gi.__file__).parent / "data" / "uci"  # package data, beside the datasets package
+BUNDLE = (
+    Path(deepgp_gi.__file__).parent / "data" / "uci"
+)  # package data, beside the datasets package
 
 # short name -> (N, D, number of splits), from the table in the source README.
 EXPECTED = {
@@ -178,14 +180,19 @@ def test_extrapolation_protocol_splits_along_a_random_projection():
     X, Y, _ = deepgp_gi.datasets.load_uci_raw("concrete")
     for split in (0, 1):
         data = deepgp_gi.datasets.load_uci("concrete", split, protocol="extrapolation")
-        assert data.X_train.shape[0] == X.shape[0] // 2 and data.X_test.shape[0] == X.shape[0] - X.shape[0] // 2
+        assert (
+            data.X_train.shape[0] == X.shape[0] // 2
+            and data.X_test.shape[0] == X.shape[0] - X.shape[0] // 2
+        )
         train, test = deepgp_gi.datasets.extrapolation_split(X, split)
         assert len(np.intersect1d(train, test)) == 0 and len(train) + len(test) == X.shape[0]
         std = X.std(0)
         w = np.random.default_rng(split).standard_normal(X.shape[1])
         z = ((X - X.mean(0)) / np.where(std > 0, std, 1.0)) @ w
         assert z[train].max() <= z[test].min()
-        np.testing.assert_allclose(data.X_train, (X[train] - X[train].mean(0)) / X[train].std(0), rtol=1e-12)
+        np.testing.assert_allclose(
+            data.X_train, (X[train] - X[train].mean(0)) / X[train].std(0), rtol=1e-12
+        )
         np.testing.assert_allclose(data.Y_test * data.y_std + data.y_mean, Y[test], rtol=1e-12)
     a = deepgp_gi.datasets.extrapolation_split(X, 0)[0]
     b = deepgp_gi.datasets.extrapolation_split(X, 1)[0]
@@ -214,12 +221,20 @@ def test_a_validation_split_holds_out_ten_percent_of_the_training_rows(name, spl
     ds = load_uci(name, split, validation=0.1)
     assert isinstance(ds, UCIValidationSplit) and ds.validation == 0.1
     n = len(plain.X_train)
-    assert len(ds.X_valid) == int(np.floor(0.1 * n + 0.5)) and len(ds.X_train) == n - len(ds.X_valid)
-    assert ds.Y_valid.shape == (len(ds.X_valid), 1) and ds.X_valid.shape[1] == plain.X_train.shape[1]
+    assert len(ds.X_valid) == int(np.floor(0.1 * n + 0.5)) and len(ds.X_train) == n - len(
+        ds.X_valid
+    )
+    assert (
+        ds.Y_valid.shape == (len(ds.X_valid), 1) and ds.X_valid.shape[1] == plain.X_train.shape[1]
+    )
     fitted, held = _raw(ds, ds.X_train, ds.Y_train), _raw(ds, ds.X_valid, ds.Y_valid)
     # together exactly the split's training rows (as a multiset), and the test rows untouched
-    assert _row_set(np.vstack([fitted, held])) == _row_set(_raw(plain, plain.X_train, plain.Y_train))
-    np.testing.assert_allclose(_raw(ds, ds.X_test, ds.Y_test), _raw(plain, plain.X_test, plain.Y_test), atol=1e-8)
+    assert _row_set(np.vstack([fitted, held])) == _row_set(
+        _raw(plain, plain.X_train, plain.Y_train)
+    )
+    np.testing.assert_allclose(
+        _raw(ds, ds.X_test, ds.Y_test), _raw(plain, plain.X_test, plain.Y_test), atol=1e-8
+    )
     # normalised with the fitted rows' own statistics
     nonconst = np.ptp(ds.X_train, axis=0) > 0
     np.testing.assert_allclose(ds.X_train.mean(0), 0.0, atol=1e-10)
@@ -250,7 +265,9 @@ def test_the_validation_split_works_on_the_extrapolation_protocol_too():
     plain = load_uci("concrete", 1, protocol="extrapolation")
     ds = load_uci("concrete", 1, protocol="extrapolation", validation=0.2)
     assert len(ds.X_train) + len(ds.X_valid) == len(plain.X_train)
-    np.testing.assert_allclose(_raw(ds, ds.X_test, ds.Y_test), _raw(plain, plain.X_test, plain.Y_test), atol=1e-8)
+    np.testing.assert_allclose(
+        _raw(ds, ds.X_test, ds.Y_test), _raw(plain, plain.X_test, plain.Y_test), atol=1e-8
+    )
 
 
 def test_no_validation_split_is_the_plain_split():
@@ -262,9 +279,20 @@ def test_no_validation_split_is_the_plain_split():
         assert type(ds) is UCIDataset and not isinstance(ds, UCIValidationSplit)
 
 
-@pytest.mark.parametrize("bad, error", [(0, ValueError), (0.0, ValueError), (1, ValueError), (1.0, ValueError),
-                                        (-0.1, ValueError), (1.5, ValueError), (float("nan"), ValueError),
-                                        ("0.1", TypeError), ([0.1], TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (0, ValueError),
+        (0.0, ValueError),
+        (1, ValueError),
+        (1.0, ValueError),
+        (-0.1, ValueError),
+        (1.5, ValueError),
+        (float("nan"), ValueError),
+        ("0.1", TypeError),
+        ([0.1], TypeError),
+    ],
+)
 def test_bad_validation_fractions_are_refused(bad, error):
     from deepgp_gi.datasets.uci import check_validation_fraction
 
@@ -277,7 +305,9 @@ def test_bad_validation_fractions_are_refused(bad, error):
 def test_a_validation_fraction_that_empties_a_part_is_refused():
     from deepgp_gi.datasets.uci import check_validation_fraction, validation_rows
 
-    assert check_validation_fraction(True) == 0.1 and check_validation_fraction(np.float64(0.3)) == 0.3
+    assert (
+        check_validation_fraction(True) == 0.1 and check_validation_fraction(np.float64(0.3)) == 0.3
+    )
     with pytest.raises(TypeError, match="validation"):
         check_validation_fraction(False)
     with pytest.raises(ValueError, match="at least one row"):

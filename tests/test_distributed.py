@@ -2,6 +2,7 @@
 
 Logical devices can only be configured before TensorFlow starts, so each check runs
 tests/distributed_check.py in a fresh process."""
+
 import json
 import os
 import subprocess
@@ -15,8 +16,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 @pytest.mark.parametrize("posterior", ["mean_field", "global"])
 def test_mirrored_strategy_equals_one_device(posterior):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
-    out = subprocess.run([sys.executable, os.path.join(HERE, "distributed_check.py"), posterior],
-                         capture_output=True, text=True, env=env, timeout=600)
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "distributed_check.py"), posterior],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["replicas"] == 2 and result["same_variables"]
@@ -36,15 +42,22 @@ def test_every_family_of_every_table_trains_the_same_on_two_replicas():
     batch split unevenly) under MirroredStrategy on 2 logical CPUs, with fit called outside the
     scope, equal one device's run."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
-    out = subprocess.run([sys.executable, os.path.join(HERE, "distributed_families_check.py")],
-                         capture_output=True, text=True, env=env, timeout=1500)
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, "distributed_families_check.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     kinds = {line["kind"] for line in lines}
     assert kinds == {"deep_gp", "deep_gp_softmax", "bnn", "conv_bnn"}
     for line in lines:
         assert line["ok"], line
-        if "refused" in line:  # a sampling family: fit refuses a strategy before training, naming it
+        if (
+            "refused" in line
+        ):  # a sampling family: fit refuses a strategy before training, naming it
             assert "strategy" in line["refused"], line
             continue
         assert line["same_parameters"], line
@@ -68,9 +81,22 @@ def _one_device_strategy_run(build, data):
         else:
             with strategy.scope():
                 model = build()
-        history = dg.fit(model, data, steps=3, batch_size=5, seed=2, progress=False, log_every=1, strategy=strategy)
-        runs.append((np.array(history.elbo),
-                     {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(model).items()}))
+        history = dg.fit(
+            model,
+            data,
+            steps=3,
+            batch_size=5,
+            seed=2,
+            progress=False,
+            log_every=1,
+            strategy=strategy,
+        )
+        runs.append(
+            (
+                np.array(history.elbo),
+                {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(model).items()},
+            )
+        )
     (e1, p1), (e2, p2) = runs
     np.testing.assert_allclose(e2, e1, rtol=1e-12)
     for k in p1:
@@ -88,8 +114,10 @@ def test_fit_enters_the_strategy_scope_itself():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(12, 2))
     Y = np.sin(X[:, :1])
-    _one_device_strategy_run(lambda: dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=4,
-                                                      seed=0), (X, Y))
+    _one_device_strategy_run(
+        lambda: dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=4, seed=0),
+        (X, Y),
+    )
 
 
 @pytest.mark.slow  # several fits; moved out of the fast suite for its time
@@ -104,9 +132,19 @@ def test_a_convolutional_bnn_trains_under_a_strategy():
     rng = np.random.default_rng(1)
     images = rng.normal(size=(10, 8, 8, 1))
     labels = rng.integers(0, 3, size=(10, 1)).astype(float)
-    _one_device_strategy_run(lambda: dg.build_conv_bnn(images, labels, architecture="lenet", posterior="global",
-                                                       num_inducing=4, channels=(2, 2), hidden=(6,), seed=0),
-                             (images, labels))
+    _one_device_strategy_run(
+        lambda: dg.build_conv_bnn(
+            images,
+            labels,
+            architecture="lenet",
+            posterior="global",
+            num_inducing=4,
+            channels=(2, 2),
+            hidden=(6,),
+            seed=0,
+        ),
+        (images, labels),
+    )
 
 
 def test_a_model_built_outside_the_strategy_is_a_clear_error():
@@ -117,8 +155,16 @@ def test_a_model_built_outside_the_strategy_is_a_clear_error():
 
     X = np.linspace(-1, 1, 8)[:, None]
     model = dg.build_deep_gp(X, X, depth=1, posterior="mean_field", num_inducing=3, seed=0)
-    with pytest.raises(ValueError, match="strategy: the model's variables were not created under this strategy"):
-        dg.fit(model, (X, X), steps=1, progress=False, strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
+    with pytest.raises(
+        ValueError, match="strategy: the model's variables were not created under this strategy"
+    ):
+        dg.fit(
+            model,
+            (X, X),
+            steps=1,
+            progress=False,
+            strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
+        )
 
 
 def _build(kind):
@@ -129,15 +175,32 @@ def _build(kind):
     rng = np.random.default_rng(0)
     if kind == "deep_gp":  # depth 2: the hidden layer's fixed linear mean function
         X = rng.normal(size=(12, 3))
-        return dg.build_deep_gp(X, np.sin(X[:, :1]), depth=2, posterior="mean_field", num_inducing=4,
-                                inner_width=2, seed=0)
+        return dg.build_deep_gp(
+            X,
+            np.sin(X[:, :1]),
+            depth=2,
+            posterior="mean_field",
+            num_inducing=4,
+            inner_width=2,
+            seed=0,
+        )
     if kind == "bnn":
         X = rng.normal(size=(12, 2))
-        return dg.build_bnn(X, np.sin(X[:, :1]), hidden=(4,), posterior="global", num_inducing=4, seed=0)
+        return dg.build_bnn(
+            X, np.sin(X[:, :1]), hidden=(4,), posterior="global", num_inducing=4, seed=0
+        )
     images = rng.normal(size=(10, 8, 8, 1))
     labels = rng.integers(0, 3, size=(10, 1)).astype(float)
-    return dg.build_conv_bnn(images, labels, architecture="lenet", posterior="global", num_inducing=4,
-                             channels=(2, 2), hidden=(6,), seed=0)
+    return dg.build_conv_bnn(
+        images,
+        labels,
+        architecture="lenet",
+        posterior="global",
+        num_inducing=4,
+        channels=(2, 2),
+        hidden=(6,),
+        seed=0,
+    )
 
 
 @pytest.mark.parametrize("kind", ["deep_gp", "bnn", "conv_bnn"])
@@ -160,13 +223,19 @@ def test_a_model_built_under_a_strategy_freezes_what_its_builder_froze(kind):
         return [(v.name, tuple(v.shape), v.trainable) for v in model.trainable_variables]
 
     def summary(model):
-        return [(path, type(leaf).__name__, bool(leaf.trainable), tuple(leaf.shape))
-                for path, leaf in gpflow.utilities.leaf_components(model).items()]
+        return [
+            (path, type(leaf).__name__, bool(leaf.trainable), tuple(leaf.shape))
+            for path, leaf in gpflow.utilities.leaf_components(model).items()
+        ]
 
     assert listing(mirrored) == listing(alone)
     assert summary(mirrored) == summary(alone)
-    assert gpflow.utilities.tabulate_module_summary(mirrored) == gpflow.utilities.tabulate_module_summary(alone)
-    assert [v.name for v in _trainable_variables(mirrored)] == [v.name for v in _trainable_variables(alone)]
+    assert gpflow.utilities.tabulate_module_summary(
+        mirrored
+    ) == gpflow.utilities.tabulate_module_summary(alone)
+    assert [v.name for v in _trainable_variables(mirrored)] == [
+        v.name for v in _trainable_variables(alone)
+    ]
     if kind == "deep_gp":  # the fixed mean is frozen in both, not merely absent
         frozen = [path for path, _, trainable, _ in summary(alone) if not trainable]
         assert any("mean_function.A" in path for path in frozen), frozen
@@ -193,8 +262,13 @@ def test_fit_honours_set_trainable_on_a_model_built_under_a_strategy():
 
 def _run_check(script, *args, timeout=1500):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
-    out = subprocess.run([sys.executable, os.path.join(HERE, script), *args], capture_output=True, text=True, env=env,
-                         timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, os.path.join(HERE, script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
@@ -219,8 +293,16 @@ def test_a_strategy_combines_with_xla_and_natural_gradients():
     unevenly): XLA for each model kind, natural gradients on mean-field's blocks (all layers, the
     last layer, with XLA) and on the fully-coupled q(f_M). Summation order differs from one
     device's, so equality is to round-off, not bit for bit (docs/training.md)."""
-    lines = _run_check("distributed_options_check.py", "jit_deep_gp", "jit_bnn", "jit_conv_bnn", "natgrad_mean_field",
-                       "natgrad_last_mean_field", "natgrad_fully_coupled", "natgrad_jit_mean_field")
+    lines = _run_check(
+        "distributed_options_check.py",
+        "jit_deep_gp",
+        "jit_bnn",
+        "jit_conv_bnn",
+        "natgrad_mean_field",
+        "natgrad_last_mean_field",
+        "natgrad_fully_coupled",
+        "natgrad_jit_mean_field",
+    )
     assert len(lines) == 7
     for line in lines:
         assert line["ok"], line
@@ -250,8 +332,16 @@ def test_multiworker_strategy_equals_one_device():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
     ports = [str(p) for p in _free_ports(2)]
     script = os.path.join(HERE, "distributed_multiworker_check.py")
-    workers = [subprocess.Popen([sys.executable, script, str(k), *ports], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env) for k in range(2)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, script, str(k), *ports],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for k in range(2)
+    ]
     outputs = []
     try:
         for worker in workers:
@@ -263,12 +353,23 @@ def test_multiworker_strategy_equals_one_device():
                 worker.communicate()
     for worker, (_, err) in zip(workers, outputs):
         assert worker.returncode == 0, err[-3000:]
-    lines = [[json.loads(line) for line in out.splitlines() if line.startswith("{")] for out, _ in outputs]
-    assert [line["case"] for line in lines[0]] == ["deep_gp", "bnn", "conv_bnn", "deep_gp_natgrad_jit"]
+    lines = [
+        [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        for out, _ in outputs
+    ]
+    assert [line["case"] for line in lines[0]] == [
+        "deep_gp",
+        "bnn",
+        "conv_bnn",
+        "deep_gp_natgrad_jit",
+    ]
     for first, second in zip(*lines):
         for line in (first, second):
             assert line["ok"], line
             assert line["replicas"] == 2 and line["same_parameters"], line
             assert line["trained"] > 1e-3, line
             assert line["elbo_rel"] < 1e-10 and line["param_rel"] < 1e-10, line
-        assert first["checksum"] == second["checksum"], (first, second)  # the workers hold the same parameters
+        assert first["checksum"] == second["checksum"], (
+            first,
+            second,
+        )  # the workers hold the same parameters

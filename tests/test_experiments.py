@@ -1,5 +1,6 @@
 """deepgp_gi.metrics.estimate_elbo: evaluating the rows in chunks estimates the same ELBO; the record of
 deepgp_gi.uci_protocol.run_split; the library stands without the benchmarks."""
+
 import numpy as np
 import pytest
 
@@ -32,16 +33,24 @@ def test_chunked_elbo_equals_the_full_batch_elbo_when_it_is_deterministic(num_da
 
 
 # global inducing needs many more draws for the same standard error: `make test-all`
-@pytest.mark.parametrize("posterior", ["mean_field", pytest.param("global", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "posterior", ["mean_field", pytest.param("global", marks=pytest.mark.slow)]
+)
 def test_chunked_elbo_agrees_with_the_full_batch_estimate_at_depth_two(posterior):
     # sampled propagation (and, for global inducing, a sampled regulariser): the two estimators
     # differ draw by draw but have the same expectation
     X, Y = _data(n=40)
     model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=6, seed=0)
     full, full_se, _ = estimate_elbo(model, (X, Y), seed=2, se_target=0.003, samples_per_draw=16)
-    chunked, chunked_se, _ = estimate_elbo(model, (X, Y), seed=3, se_target=0.003, samples_per_draw=16,
-                                           chunk_size=15)
-    assert abs(full - chunked) < 4 * np.hypot(full_se, chunked_se) + 1e-9, (full, full_se, chunked, chunked_se)
+    chunked, chunked_se, _ = estimate_elbo(
+        model, (X, Y), seed=3, se_target=0.003, samples_per_draw=16, chunk_size=15
+    )
+    assert abs(full - chunked) < 4 * np.hypot(full_se, chunked_se) + 1e-9, (
+        full,
+        full_se,
+        chunked,
+        chunked_se,
+    )
 
 
 def test_estimate_elbo_refuses_a_bad_chunk_size_and_a_foreign_num_data():
@@ -70,7 +79,11 @@ def test_run_split_collects_a_sampling_familys_sample_set():
 
     r = run_split(dict(dataset="yacht", posterior="sghmc", depth=2, steps=40, num_inducing=8), 0)
     assert r["collected"] == SAMPLER_COLLECT and r["collect_time_s"] > 0
-    assert math.isfinite(r["test_ll"]) and math.isfinite(r["rmse"]) and math.isnan(r["elbo_per_datapoint"])
+    assert (
+        math.isfinite(r["test_ll"])
+        and math.isfinite(r["rmse"])
+        and math.isnan(r["elbo_per_datapoint"])
+    )
     assert r["train_time_s"] >= r["collect_time_s"]
     assert len(r["layer_variances"]["between_rows"]) == 2
     # the record says where it trained: the CPU here unless TensorFlow sees a GPU
@@ -87,7 +100,9 @@ def test_a_resumed_run_records_the_training_time_of_every_process(tmp_path, monk
     from deepgp_gi import uci_protocol
     from deepgp_gi.training.checkpoint import Checkpointer
 
-    cfg = dict(dataset="yacht", posterior="mean_field", depth=1, steps=20, num_inducing=5, test_samples=2)
+    cfg = dict(
+        dataset="yacht", posterior="mean_field", depth=1, steps=20, num_inducing=5, test_samples=2
+    )
     first = uci_protocol.run_split(cfg, 0, checkpoint_dir=str(tmp_path))
     # the checkpoint holds all 20 steps: the rerun restores it and trains no further, so its own
     # process spends almost nothing on training; pretend the earlier process took 1,000 s
@@ -103,7 +118,9 @@ def test_a_resumed_run_records_the_training_time_of_every_process(tmp_path, monk
     assert again["test_ll"] == first["test_ll"]
     # the layer diagnostic is seeded: the same restored model gives the same numbers
     lv = first["layer_variances"]
-    assert lv["rows"] == first["n_train"] and len(lv["between_rows"]) == len(lv["within_samples"]) == 1
+    assert (
+        lv["rows"] == first["n_train"] and len(lv["between_rows"]) == len(lv["within_samples"]) == 1
+    )
     assert again["layer_variances"] == lv and lv["within_samples"][0] > 0
     assert 1000.0 < again["train_time_s"] < 1000.0 + first["train_time_s"] + 5.0
 
@@ -115,8 +132,11 @@ def test_the_library_never_imports_the_benchmarks():
     from pathlib import Path
 
     package = Path(dg.__file__).parent
-    importing = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
-                 if re.search(r"^\s*(from|import)\s+benchmarks\b", path.read_text(), re.MULTILINE)]
+    importing = [
+        str(path.relative_to(package))
+        for path in sorted(package.rglob("*.py"))
+        if re.search(r"^\s*(from|import)\s+benchmarks\b", path.read_text(), re.MULTILINE)
+    ]
     assert importing == []
 
 
@@ -129,7 +149,9 @@ def test_run_split_with_a_validation_split_fits_the_rest_and_records_both_log_li
     from deepgp_gi import datasets
     from deepgp_gi.uci_protocol import run_split
 
-    cfg = dict(dataset="yacht", posterior="mean_field", depth=1, steps=20, num_inducing=5, test_samples=4)
+    cfg = dict(
+        dataset="yacht", posterior="mean_field", depth=1, steps=20, num_inducing=5, test_samples=4
+    )
     r = run_split(dict(cfg, validation=True), 0)
     plain = datasets.load_uci("yacht", 0)
     assert r["validation"] == 0.1 and r["n_valid"] == 28 and r["n_train"] == len(plain.X_train) - 28
@@ -137,4 +159,8 @@ def test_run_split_with_a_validation_split_fits_the_rest_and_records_both_log_li
     assert all(math.isfinite(r[k]) for k in ("valid_ll", "valid_rmse", "test_ll", "rmse"))
     assert r["layer_variances"]["rows"] == r["n_train"]
     without = run_split(cfg, 0)
-    assert without["validation"] is None and "valid_ll" not in without and without["n_train"] == len(plain.X_train)
+    assert (
+        without["validation"] is None
+        and "valid_ll" not in without
+        and without["n_train"] == len(plain.X_train)
+    )

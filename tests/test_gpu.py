@@ -2,6 +2,7 @@
 CPU's (same model, same data, same seeded noise; float64), and a short ``fit`` on the GPU raises
 the ELBO. Marked ``gpu`` (deselected by default: ``make test-gpu`` or ``pytest -m gpu``) and
 skipped when no GPU is visible."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,7 +17,9 @@ if not tf.config.list_physical_devices("GPU"):
 
 GPU, CPU = "/GPU:0", "/CPU:0"
 BNN_POSTERIORS = ("factorised", "global", "factorised_global")
-MODELS = [("deep GP", name) for name in DEEP_GP_FAMILIES] + [("BNN", name) for name in BNN_POSTERIORS]
+MODELS = [("deep GP", name) for name in DEEP_GP_FAMILIES] + [
+    ("BNN", name) for name in BNN_POSTERIORS
+]
 NOISE_SEED = [3, 7]
 
 

@@ -1,5 +1,6 @@
 """benchmarks/gpu.py on the CPU: a tiny grid end to end (lines, the table, resuming, float32), the
 static cost against analytic counts, and the profiler's op counts against a known step."""
+
 import importlib.util
 import json
 import math
@@ -13,8 +14,21 @@ from benchmarks import gpu as bench
 
 # GPflux is the peer row where the bench extra is installed; `make test` installs only dev
 HAS_GPFLUX = importlib.util.find_spec("gpflux") is not None
-TINY = ["--quick", "--batches", "256", "--Ms", "16", "--depths", "2", "--families", "mean_field",
-        "--rounds", "1", "--steps-per-round", "1"] + ([] if HAS_GPFLUX else ["--no-gpflux"])
+TINY = [
+    "--quick",
+    "--batches",
+    "256",
+    "--Ms",
+    "16",
+    "--depths",
+    "2",
+    "--families",
+    "mean_field",
+    "--rounds",
+    "1",
+    "--steps-per-round",
+    "1",
+] + ([] if HAS_GPFLUX else ["--no-gpflux"])
 OURS = ["deepgp_gi mean_field", "deepgp_gi mean_field (XLA)"]
 PEERS = ["gpflux DSVI", "gpflux DSVI (XLA)"] if HAS_GPFLUX else []
 
@@ -43,7 +57,9 @@ def test_tiny_grid_end_to_end(tmp_path):
     by_name = {l["model"]: l for l in lines}
     if HAS_GPFLUX:
         assert by_name["gpflux DSVI (XLA)"]["flops"] == by_name["gpflux DSVI"]["flops"]
-    assert by_name["deepgp_gi mean_field (XLA)"]["flops"] >= by_name["deepgp_gi mean_field"]["flops"]
+    assert (
+        by_name["deepgp_gi mean_field (XLA)"]["flops"] >= by_name["deepgp_gi mean_field"]["flops"]
+    )
     table = md.read_text()
     assert f"Device: {bench.device_name()}. TensorFlow {tf.__version__}." in table
     assert "`python benchmarks/gpu.py " + " ".join(argv) + "`" in table
@@ -55,14 +71,22 @@ def test_tiny_grid_end_to_end(tmp_path):
     assert len(jsonl.read_text().splitlines()) == len(names)
     tf32_before = tf.config.experimental.tensor_float_32_execution_enabled()
     try:
-        assert bench.main(TINY + ["--modes", "plain", "--float32", "--tf32", "off", "--resume", "--out", str(md)]) == 0
+        assert (
+            bench.main(
+                TINY
+                + ["--modes", "plain", "--float32", "--tf32", "off", "--resume", "--out", str(md)]
+            )
+            == 0
+        )
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(tf32_before)
     lines = [json.loads(x) for x in jsonl.read_text().splitlines()]
     f32 = [l for l in lines if l["config"]["dtype"] == "float32"]
     assert [l["model"] for l in f32] == OURS[:1] + PEERS[:1] and len(lines) == len(names) + len(f32)
     ours = f32[0]
-    assert ours["flops"] == pytest.approx(lines[0]["flops"], rel=0.01)  # the same graph up to the noise conversion
+    assert ours["flops"] == pytest.approx(
+        lines[0]["flops"], rel=0.01
+    )  # the same graph up to the noise conversion
     assert ours["bytes"] == pytest.approx(lines[0]["bytes"] / 2, rel=0.05)
     assert math.isfinite(ours["elbo_float64"]) and 0 < ours["elbo_rel_diff"] < 1e-3
     if HAS_GPFLUX:
@@ -73,8 +97,16 @@ def test_tiny_grid_end_to_end(tmp_path):
     assert "`--tf32`): off." in table
 
 
-@pytest.mark.parametrize("flag, value", [("--families", "mean_field,sideways"), ("--batches", "0"),
-                                         ("--modes", "eager"), ("--Ms", "ten"), ("--rounds", "-1")])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--families", "mean_field,sideways"),
+        ("--batches", "0"),
+        ("--modes", "eager"),
+        ("--Ms", "ten"),
+        ("--rounds", "-1"),
+    ],
+)
 def test_bad_arguments_name_the_flag(tmp_path, capsys, flag, value):
     with pytest.raises(SystemExit):
         bench.main([flag, value, "--out", str(tmp_path / "x.md")])
@@ -107,22 +139,40 @@ def test_step_cost_counts_known_ops_exactly():
         cb = tf.linalg.matmul(c, b)  # [3, 30, 10]
         x = nested(S, R)  # [4, 12, 5]
         total = tf.reduce_sum(ab)
-        skipped = tf.cond(tf.reduce_all(ab > 0), lambda: tf.linalg.cholesky(S), lambda: S)  # not walked
+        skipped = tf.cond(
+            tf.reduce_all(ab > 0), lambda: tf.linalg.cholesky(S), lambda: S
+        )  # not walked
         return total, cb, x, skipped
 
     cost = bench.step_cost(step)
     f = cost.flops_by_type
     assert f["MatMul"] == 2 * 30 * 10 * 20
     assert f["BatchMatMulV2"] == 2 * 3 * 30 * 10 * 20
-    assert f["Cholesky"] == 4 * 12 ** 3 / 3
+    assert f["Cholesky"] == 4 * 12**3 / 3
     assert f["MatrixTriangularSolve"] == 4 * 12 * 12 * 5
-    assert f["Sum"] == 300 and f["Greater"] == 300  # a reduction: per input element; elementwise: per output
+    assert (
+        f["Sum"] == 300 and f["Greater"] == 300
+    )  # a reduction: per input element; elementwise: per output
     assert f["All"] == 0  # a reduction of booleans: no floating-point work
-    assert set(f) == {"MatMul", "BatchMatMulV2", "Cholesky", "MatrixTriangularSolve", "Sum", "Greater", "All"}
+    assert set(f) == {
+        "MatMul",
+        "BatchMatMulV2",
+        "Cholesky",
+        "MatrixTriangularSolve",
+        "Sum",
+        "Greater",
+        "All",
+    }
     assert cost.flops == sum(f.values()) and cost.ops == 7
     assert cost.not_followed == {"StatelessIf": 1} and cost.unknown_shape_ops == {}
-    doubles = (30 * 20 + 20 * 10 + 30 * 10) + (3 * 30 * 20 + 20 * 10 + 3 * 30 * 10) + 2 * 4 * 12 * 12 \
-        + (4 * 12 * 12 + 2 * 4 * 12 * 5) + (30 * 10 + 1) + (30 * 10 + 1)  # Sum's; Greater's: ab and the scalar 0
+    doubles = (
+        (30 * 20 + 20 * 10 + 30 * 10)
+        + (3 * 30 * 20 + 20 * 10 + 3 * 30 * 10)
+        + 2 * 4 * 12 * 12
+        + (4 * 12 * 12 + 2 * 4 * 12 * 5)
+        + (30 * 10 + 1)
+        + (30 * 10 + 1)
+    )  # Sum's; Greater's: ab and the scalar 0
     bools = 30 * 10 + 30 * 10 + 1  # Greater's output, All's input and output (axes are not data)
     assert cost.bytes == 8 * doubles + bools
 
@@ -156,27 +206,55 @@ def test_executed_ops_counts_the_kernels_of_a_known_step():
 
 
 def test_heavy_groups_and_host_event_names():
-    counts = bench.heavy_counts({"_MklMatMul": 2.0, "BatchMatMulV2": 1.0, "_MklBatchMatMulV2": 1.0, "Cholesky": 3.0,
-                                 "Transpose": 1.0, "_MklTranspose": 2.0, "Mul": 9.0})
+    counts = bench.heavy_counts(
+        {
+            "_MklMatMul": 2.0,
+            "BatchMatMulV2": 1.0,
+            "_MklBatchMatMulV2": 1.0,
+            "Cholesky": 3.0,
+            "Transpose": 1.0,
+            "_MklTranspose": 2.0,
+            "Mul": 9.0,
+        }
+    )
     assert counts == {"Cholesky": 3.0, "TriSolve": 0.0, "MatMul": 4.0, "Transpose": 3.0}
     assert bench._host_op_type("layer_0/conditional/MatMul:_MklMatMul") == "_MklMatMul"
-    for name in ("ExecutorState::Process", "ThreadpoolListener::StartRegion", "ParallelFor", "MemoryAllocation",
-                 "EagerLocalExecute: __inference_step_1"):
+    for name in (
+        "ExecutorState::Process",
+        "ThreadpoolListener::StartRegion",
+        "ParallelFor",
+        "MemoryAllocation",
+        "EagerLocalExecute: __inference_step_1",
+    ):
         assert bench._host_op_type(name) is None
 
 
 def test_a_failing_step_is_recorded_not_fatal(tmp_path):
     indefinite = tf.constant([[1.0, 2.0], [2.0, 1.0]], tf.float64)
     ok = tf.constant([[2.0, 1.0], [1.0, 2.0]], tf.float64)
+
     def factor(A):
-        return lambda: tf.function(lambda: tf.debugging.check_numerics(tf.linalg.cholesky(A), "the factor"))
+        return lambda: tf.function(
+            lambda: tf.debugging.check_numerics(tf.linalg.cholesky(A), "the factor")
+        )
 
     steps, failed = bench.build_steps({"bad": factor(indefinite), "good": factor(ok)})
     assert list(steps) == ["good"] and list(failed) == ["bad"]
     assert failed["bad"].startswith("InvalidArgumentError: ")
-    line = dict(config=dict(batch=8, M=2, depth=2, dtype="float64"), model="deepgp_gi global (XLA)", family="global",
-                mode="xla", ms_per_step=None, error=failed["bad"], device="d", tensorflow=tf.__version__,
-                command="python benchmarks/gpu.py", commit="c", rounds=1, steps_per_round=1)
+    line = dict(
+        config=dict(batch=8, M=2, depth=2, dtype="float64"),
+        model="deepgp_gi global (XLA)",
+        family="global",
+        mode="xla",
+        ms_per_step=None,
+        error=failed["bad"],
+        device="d",
+        tensorflow=tf.__version__,
+        command="python benchmarks/gpu.py",
+        commit="c",
+        rounds=1,
+        steps_per_round=1,
+    )
     assert "failed: InvalidArgumentError" in bench.summary_row(line)
     bench.write_markdown([line], str(tmp_path / "r.md"))
     table = (tmp_path / "r.md").read_text()
@@ -202,9 +280,13 @@ def test_a_failed_factorisation_in_a_model_step_is_a_failure_line():
         return lambda: model_step(model, X, Y, jit_compile)
 
     def healthy():
-        return model_step(dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=4, seed=0), X, Y)
+        return model_step(
+            dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=4, seed=0), X, Y
+        )
 
-    steps, failed = bench.build_steps({"plain": broken(False), "xla": broken(True), "good": healthy})
+    steps, failed = bench.build_steps(
+        {"plain": broken(False), "xla": broken(True), "good": healthy}
+    )
     assert list(steps) == ["good"] and sorted(failed) == ["plain", "xla"]
     assert all(f.startswith("CholeskyError: ") for f in failed.values()), failed
 
@@ -217,8 +299,26 @@ def test_accelerator_branch_counts_one_batched_ladder_per_factorisation(tmp_path
     import deepgp_gi as dg
 
     before = dg.linalg._host_is_the_device
-    argv = ["--batches", "64", "--Ms", "8", "--depths", "2", "--families", "global", "--modes", "plain",
-            "--no-gpflux", "--rounds", "1", "--steps-per-round", "1", "--profile", "--profile-steps", "1"]
+    argv = [
+        "--batches",
+        "64",
+        "--Ms",
+        "8",
+        "--depths",
+        "2",
+        "--families",
+        "global",
+        "--modes",
+        "plain",
+        "--no-gpflux",
+        "--rounds",
+        "1",
+        "--steps-per-round",
+        "1",
+        "--profile",
+        "--profile-steps",
+        "1",
+    ]
     lines = {}
     for branch, extra in (("host", []), ("accelerator", ["--accelerator-branch"])):
         md = tmp_path / f"{branch}.md"
@@ -241,10 +341,18 @@ def test_gpu_kernels_are_counted_by_the_op_that_launched_them():
     plane.stat_metadata[1].name = "kernel_details"
     plane.stat_metadata[2].name = "tf_op"
     plane.stat_metadata[3].name = "layer_1/MatMul:MatMul"  # a referenced string value
-    for i, name in enumerate(["potrf_kernel", "potrf_info", "gemm", "fill", "Memcpy HtoD"], start=1):
+    for i, name in enumerate(
+        ["potrf_kernel", "potrf_info", "gemm", "fill", "Memcpy HtoD"], start=1
+    ):
         plane.event_metadata[i].name = name
     line = plane.lines.add(name="Stream #13(Compute)")
-    for meta, op in [(1, "layer_0/Cholesky:Cholesky"), (2, "layer_0/Cholesky:Cholesky"), (3, 3), (4, None), (5, None)]:
+    for meta, op in [
+        (1, "layer_0/Cholesky:Cholesky"),
+        (2, "layer_0/Cholesky:Cholesky"),
+        (3, 3),
+        (4, None),
+        (5, None),
+    ]:
         event = line.events.add(metadata_id=meta)
         if meta != 5:
             event.stats.add(metadata_id=1, str_value="regs:32")
@@ -255,7 +363,13 @@ def test_gpu_kernels_are_counted_by_the_op_that_launched_them():
     executed = bench.count_executed([space], steps=2)
     assert executed.gpu_kernels == 2.0  # 4 kernels over 2 steps; the copy is not one
     assert executed.gpu_by_type == {"Cholesky": 1.0, "MatMul": 0.5, "(no op)": 0.5}
-    line = dict(config=dict(batch=10, M=5, depth=2, dtype="float64"), model="deepgp_gi mean_field",
-                gpu_kernels=executed.gpu_kernels, gpu_by_type=executed.gpu_by_type)
+    line = dict(
+        config=dict(batch=10, M=5, depth=2, dtype="float64"),
+        model="deepgp_gi mean_field",
+        gpu_kernels=executed.gpu_kernels,
+        gpu_by_type=executed.gpu_by_type,
+    )
     table = "\n".join(bench._gpu_kernel_sources([line]))
-    assert "| 10 | float64 | deepgp_gi mean_field | 2 | Cholesky 1, MatMul 0.5, (no op) 0.5 |" in table
+    assert (
+        "| 10 | float64 | deepgp_gi mean_field | 2 | Cholesky 1, MatMul 0.5, (no op) 0.5 |" in table
+    )

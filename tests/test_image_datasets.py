@@ -24,7 +24,9 @@ from deepgp_gi.datasets import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-DIGITS_DIR = Path(deepgp_gi.__file__).parent / "data" / "digits"  # package data, beside the datasets package
+DIGITS_DIR = (
+    Path(deepgp_gi.__file__).parent / "data" / "digits"
+)  # package data, beside the datasets package
 
 
 def raw_csv() -> np.ndarray:
@@ -101,10 +103,12 @@ def test_digits_splits_partition_the_file_exactly():
     raw = raw_csv()
     for split in (0, 7, DIGITS_SPLITS - 1):
         ds = load_digits(split)
-        rows = np.concatenate([
-            np.concatenate([ds.X_train.reshape(-1, 64) * 16, ds.Y_train], axis=1),
-            np.concatenate([ds.X_test.reshape(-1, 64) * 16, ds.Y_test], axis=1),
-        ])
+        rows = np.concatenate(
+            [
+                np.concatenate([ds.X_train.reshape(-1, 64) * 16, ds.Y_train], axis=1),
+                np.concatenate([ds.X_test.reshape(-1, 64) * 16, ds.Y_test], axis=1),
+            ]
+        )
         np.testing.assert_array_equal(rows, np.round(rows))
         np.testing.assert_array_equal(sorted_rows(rows.astype(np.int64)), sorted_rows(raw))
         train, test = digits_split(split)
@@ -202,8 +206,9 @@ def write_mnist(folder: Path, arrays: dict, gz=(), overrides: dict | None = None
             (folder / name).write_bytes(data)
 
 
-@pytest.mark.parametrize("gz", [(), tuple(MNIST_NAMES), ("train_images", "test_labels")],
-                         ids=["plain", "gzip", "mixed"])
+@pytest.mark.parametrize(
+    "gz", [(), tuple(MNIST_NAMES), ("train_images", "test_labels")], ids=["plain", "gzip", "mixed"]
+)
 def test_load_mnist(tmp_path, gz):
     arrays = mnist_arrays()
     arrays["train_images"][0, 0, :3] = [0, 255, 17]  # the extremes and a known value
@@ -226,7 +231,9 @@ def test_load_mnist(tmp_path, gz):
 def test_load_mnist_prefers_uncompressed(tmp_path):
     arrays, other = mnist_arrays(0), mnist_arrays(1)
     write_mnist(tmp_path, arrays)
-    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(idx_bytes(other["test_images"])))
+    (tmp_path / "t10k-images-idx3-ubyte.gz").write_bytes(
+        gzip.compress(idx_bytes(other["test_images"]))
+    )
     np.testing.assert_array_equal(load_mnist(tmp_path).X_test[..., 0] * 255, arrays["test_images"])
 
 
@@ -248,8 +255,11 @@ def test_load_mnist_bad_magic(tmp_path):
     arrays = mnist_arrays()
     # A label file where the images should be, and a file with a wrong data-type code.
     write_mnist(tmp_path, arrays, overrides={"train_images": idx_bytes(arrays["train_labels"])})
-    with pytest.raises(ValueError, match=r"train-images-idx3-ubyte: magic number 0x00000801, "
-                                         r"expected 0x00000803"):
+    with pytest.raises(
+        ValueError,
+        match=r"train-images-idx3-ubyte: magic number 0x00000801, "
+        r"expected 0x00000803",
+    ):
         load_mnist(tmp_path)
     bad = bytearray(idx_bytes(arrays["test_labels"]))
     bad[2] = 0x0D  # float
@@ -275,8 +285,10 @@ def test_load_mnist_truncated_and_wrong_shapes(tmp_path):
 def test_load_mnist_count_mismatch_and_bad_labels(tmp_path):
     arrays = mnist_arrays()
     write_mnist(tmp_path, arrays, overrides={"train_labels": idx_bytes(arrays["train_labels"][:4])})
-    with pytest.raises(ValueError, match="train-images-idx3-ubyte holds 5 images but "
-                                         "train-labels-idx1-ubyte holds 4 labels"):
+    with pytest.raises(
+        ValueError,
+        match="train-images-idx3-ubyte holds 5 images but train-labels-idx1-ubyte holds 4 labels",
+    ):
         load_mnist(tmp_path)
     labels = arrays["test_labels"].copy()
     labels[1] = 10
@@ -306,8 +318,14 @@ class Py2Pickler(pickle._Pickler):
 
     def save_bytes(self, obj):
         n = len(obj)
-        self.write((pickle.SHORT_BINSTRING + bytes([n]) if n < 256
-                    else pickle.BINSTRING + struct.pack("<i", n)) + obj)
+        self.write(
+            (
+                pickle.SHORT_BINSTRING + bytes([n])
+                if n < 256
+                else pickle.BINSTRING + struct.pack("<i", n)
+            )
+            + obj
+        )
         self.memoize(obj)
 
     def save_str(self, obj):
@@ -334,8 +352,12 @@ def write_cifar(folder: Path, batches, edit=None, protocol="py2") -> None:
     for name, (images, labels) in zip(CIFAR_FILES, batches):
         # The python version's layout: rows of 1024 red, 1024 green, 1024 blue values.
         data = images.transpose(0, 3, 1, 2).reshape(len(images), 3072)
-        batch = {b"batch_label": name.encode(), b"labels": labels, b"data": data,
-                 b"filenames": [f"img{i}.png".encode() for i in range(len(images))]}
+        batch = {
+            b"batch_label": name.encode(),
+            b"labels": labels,
+            b"data": data,
+            b"filenames": [f"img{i}.png".encode() for i in range(len(images))],
+        }
         if edit is not None:
             batch = edit(name, batch)
         with open(folder / name, "wb") as f:
@@ -350,7 +372,9 @@ def test_load_cifar10(tmp_path, parent):
     batches = cifar_batches()
     write_cifar(tmp_path / "cifar-10-batches-py", batches)
     ds = load_cifar10(tmp_path if parent else tmp_path / "cifar-10-batches-py")
-    assert isinstance(ds, UCIDataset) and ds.name == "cifar10" and ds.split == 0 and ds.n_splits == 1
+    assert (
+        isinstance(ds, UCIDataset) and ds.name == "cifar10" and ds.split == 0 and ds.n_splits == 1
+    )
     assert ds.X_train.shape == (5, 32, 32, 3) and ds.Y_train.shape == (5, 1)
     assert ds.X_test.shape == (3, 32, 32, 3) and ds.Y_test.shape == (3, 1)
     for a in (ds.X_train, ds.Y_train, ds.X_test, ds.Y_test):
@@ -384,8 +408,12 @@ def test_load_cifar10_channel_major_layout(tmp_path):
 @pytest.mark.parametrize("protocol", [2, 5])
 def test_load_cifar10_accepts_python3_pickles_str_keys_and_array_labels(tmp_path, protocol):
     batches = cifar_batches()
-    write_cifar(tmp_path, batches, protocol=protocol,
-                edit=lambda name, b: {"data": b[b"data"], "labels": np.array(b[b"labels"])})
+    write_cifar(
+        tmp_path,
+        batches,
+        protocol=protocol,
+        edit=lambda name, b: {"data": b[b"data"], "labels": np.array(b[b"labels"])},
+    )
     np.testing.assert_array_equal(load_cifar10(tmp_path).X_test * 255, batches[5][0])
     np.testing.assert_array_equal(load_cifar10(tmp_path).Y_test[:, 0], batches[5][1])
 
@@ -396,7 +424,9 @@ def test_load_cifar10_accepts_numpy2_module_names(tmp_path):
     write_cifar(tmp_path, batches)
     raw = (tmp_path / "test_batch").read_bytes()
     assert b"numpy.core.multiarray" in raw
-    (tmp_path / "test_batch").write_bytes(raw.replace(b"numpy.core.multiarray", b"numpy._core.multiarray"))
+    (tmp_path / "test_batch").write_bytes(
+        raw.replace(b"numpy.core.multiarray", b"numpy._core.multiarray")
+    )
     np.testing.assert_array_equal(load_cifar10(tmp_path).X_test * 255, batches[5][0])
 
 
@@ -407,7 +437,9 @@ def test_load_cifar10_missing_file(tmp_path, missing):
     with pytest.raises(FileNotFoundError, match=rf"no {missing} in .*cifar-10-batches-py"):
         load_cifar10(tmp_path)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"no data_batch_1 in .*empty \(nor in a cifar-10-batches-py"):
+    with pytest.raises(
+        FileNotFoundError, match=r"no data_batch_1 in .*empty \(nor in a cifar-10-batches-py"
+    ):
         load_cifar10(tmp_path / "empty")
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         load_cifar10(tmp_path / "nowhere")
@@ -419,14 +451,18 @@ def test_load_cifar10_missing_file(tmp_path, missing):
         (lambda b: [b], "a CIFAR-10 batch is a pickled dict, got list"),
         (lambda b: {b"labels": b[b"labels"]}, r"no b'data' entry"),
         (lambda b: {**b, b"data": b[b"data"][:, :3000]}, r"uint8 array \[n, 3072\].*\[3, 3000\]"),
-        (lambda b: {**b, b"data": b[b"data"].astype(np.float32)}, r"uint8 array \[n, 3072\].*float32"),
+        (
+            lambda b: {**b, b"data": b[b"data"].astype(np.float32)},
+            r"uint8 array \[n, 3072\].*float32",
+        ),
         (lambda b: {**b, b"labels": b[b"labels"][:2]}, r"must be 3 integer labels"),
         (lambda b: {**b, b"labels": [1, 2, 10]}, r"label 10 at position 2 is not a class 0..9"),
     ],
 )
 def test_load_cifar10_bad_batches(tmp_path, edit, match):
-    write_cifar(tmp_path, cifar_batches(),
-                edit=lambda name, b: edit(b) if name == "test_batch" else b)
+    write_cifar(
+        tmp_path, cifar_batches(), edit=lambda name, b: edit(b) if name == "test_batch" else b
+    )
     with pytest.raises(ValueError, match=match):
         load_cifar10(tmp_path)
 
@@ -437,10 +473,16 @@ class Evil:
 
 
 def test_load_cifar10_refuses_arbitrary_pickles(tmp_path, capsys):
-    write_cifar(tmp_path, cifar_batches(),
-                edit=lambda name, b: {**b, b"x": Evil()} if name == "data_batch_2" else b)
-    with pytest.raises(ValueError, match=r"data_batch_2: not a CIFAR-10 python batch: "
-                                         r"refusing to load (__builtin__|builtins)\.print"):
+    write_cifar(
+        tmp_path,
+        cifar_batches(),
+        edit=lambda name, b: {**b, b"x": Evil()} if name == "data_batch_2" else b,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"data_batch_2: not a CIFAR-10 python batch: "
+        r"refusing to load (__builtin__|builtins)\.print",
+    ):
         load_cifar10(tmp_path)
     assert "must never run" not in capsys.readouterr().out
     (tmp_path / "data_batch_2").write_bytes(b"garbage")

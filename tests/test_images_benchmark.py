@@ -1,5 +1,6 @@
 """benchmarks/images.py end to end on the digits (two steps, one cell), its resume, its report, and
 the MNIST mode on a tiny IDX file written here."""
+
 import gzip
 import json
 import struct
@@ -13,8 +14,23 @@ from benchmarks import images
 @pytest.mark.slow  # trains a conv net end to end: `make test-all`
 def test_digits_sweep_resume_and_report(tmp_path):
     out = tmp_path / "digits.jsonl"
-    args = ["sweep", "--steps", "2", "--seeds", "0", "--posteriors", "global", "--priors", "neal",
-            "--num-inducing", "10", "--test-samples", "2", "--out", str(out)]
+    args = [
+        "sweep",
+        "--steps",
+        "2",
+        "--seeds",
+        "0",
+        "--posteriors",
+        "global",
+        "--priors",
+        "neal",
+        "--num-inducing",
+        "10",
+        "--test-samples",
+        "2",
+        "--out",
+        str(out),
+    ]
     images.main(args)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 1
@@ -43,12 +59,16 @@ def test_mnist_mode_reads_local_files(tmp_path, monkeypatch):
     folder = tmp_path / "mnist"
     folder.mkdir()
     for prefix, n in (("train", 12), ("t10k", 4)):
-        _write_idx(folder / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)), 2051)
+        _write_idx(
+            folder / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)), 2051
+        )
         _write_idx(folder / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n) % 3, 2049)
     data = images.load("mnist", str(folder), 0)
     assert data.X_train.shape == (12, 28, 28, 1) and data.X_test.shape == (4, 28, 28, 1)
     with pytest.raises(SystemExit):
-        images.main(["sweep", "--dataset", "cifar10", "--out", str(tmp_path / "x.jsonl")])  # --path required
+        images.main(
+            ["sweep", "--dataset", "cifar10", "--out", str(tmp_path / "x.jsonl")]
+        )  # --path required
     # MNIST without --path reads what tools/fetch_mnist.py wrote, and names that command when nothing is there
     monkeypatch.setenv("DEEPGP_GI_DATA", str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match="python tools/fetch_mnist.py"):
@@ -69,11 +89,28 @@ def test_posterior_options_reach_the_model_and_the_cell_key(tmp_path, monkeypatc
 
     monkeypatch.setattr(dg, "build_conv_bnn", spy)
     out = tmp_path / "iw.jsonl"
-    base = ["sweep", "--steps", "2", "--seeds", "0", "--posteriors", "ffg_u", "--priors", "neal",
-            "--num-inducing", "4", "--test-samples", "2", "--out", str(out)]
+    base = [
+        "sweep",
+        "--steps",
+        "2",
+        "--seeds",
+        "0",
+        "--posteriors",
+        "ffg_u",
+        "--priors",
+        "neal",
+        "--num-inducing",
+        "4",
+        "--test-samples",
+        "2",
+        "--out",
+        str(out),
+    ]
     images.main(base)
     images.main(base + ["--posterior-options", '{"lambda_max": 0.03, "sd_max": 0.1}'])
-    images.main(base + ["--posterior-options", '{"sd_max": 0.1, "lambda_max": 0.03}'])  # same cell: skipped
+    images.main(
+        base + ["--posterior-options", '{"sd_max": 0.1, "lambda_max": 0.03}']
+    )  # same cell: skipped
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["posterior_options"] for r in rows] == [{}, {"lambda_max": 0.03, "sd_max": 0.1}]
     kw, model = seen[1]

@@ -1,5 +1,6 @@
 """deepgp_gi.initialisation: one policy for the global inducing rows of every model kind, class
 labels as one-hot pseudo-outputs, and the family tables' named initialisers."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -39,7 +40,9 @@ def test_every_model_kind_follows_the_one_policy_for_m_greater_than_n(kind):
     rng = np.random.default_rng(3)
     if kind == "conv_bnn":
         X, Y = rng.normal(size=(6, 8, 8, 1)), rng.integers(0, 2, size=(6, 1)).astype(float)
-        model = dg.build_conv_bnn(X, Y, posterior="global", num_inducing=9, channels=(2, 2), hidden=(4,), seed=0)
+        model = dg.build_conv_bnn(
+            X, Y, posterior="global", num_inducing=9, channels=(2, 2), hidden=(4,), seed=0
+        )
     elif kind == "bnn":
         X, Y = rng.normal(size=(6, 2)), rng.normal(size=(6, 1))
         model = dg.build_bnn(X, Y, hidden=(4,), posterior="global", num_inducing=9, seed=0)
@@ -56,15 +59,25 @@ def test_class_labels_become_one_hot_pseudo_outputs_in_every_builder():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(12, 2))
     labels = rng.integers(0, 3, size=(12, 1)).astype(float)
-    np.testing.assert_array_equal(init.pseudo_targets(labels, gpflow.likelihoods.Softmax(3), 3),
-                                  np.eye(3)[labels[:, 0].astype(int)])
+    np.testing.assert_array_equal(
+        init.pseudo_targets(labels, gpflow.likelihoods.Softmax(3), 3),
+        np.eye(3)[labels[:, 0].astype(int)],
+    )
     Y = rng.normal(size=(12, 2))
     np.testing.assert_array_equal(init.pseudo_targets(Y, gpflow.likelihoods.Gaussian(), 2), Y)
     with pytest.raises(ValueError, match="Y must hold integer class labels 0..2"):
         init.pseudo_targets(labels + 0.5, gpflow.likelihoods.Softmax(3), 3)
     # a deep GP with a Softmax likelihood and global inducing (this used to fail on [N, 1] labels)
-    model = dg.build_deep_gp(X, labels, depth=2, posterior="global", num_inducing=5, inner_width=2,
-                             likelihood=gpflow.likelihoods.Softmax(3), seed=0)
+    model = dg.build_deep_gp(
+        X,
+        labels,
+        depth=2,
+        posterior="global",
+        num_inducing=5,
+        inner_width=2,
+        likelihood=gpflow.likelihoods.Softmax(3),
+        seed=0,
+    )
     V = model.posterior.pseudo_data[-1].pseudo_outputs.numpy()
     U0 = model.posterior.inducing_inputs.numpy()
     rows = [int(np.flatnonzero((X == u).all(1))[0]) for u in U0]

@@ -4,6 +4,7 @@ Oracles: scipy's normal quantiles for one component; for a mixture, the CDF at t
 quantile equals the probability (to 1e-12), and a fine grid of the CDF brackets it; a point mass
 gives the smallest y whose CDF reaches q; weights shift the quantile as their mixture does.
 """
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -14,8 +15,12 @@ from deepgp_gi.intervals import central_interval, mixture_cdf, mixture_quantile
 def test_one_component_is_the_gaussian_quantile():
     mean, var = np.array([[3.0, -1.0]]), np.array([[4.0, 0.01]])
     lower, upper = central_interval(0.9, mean, var)
-    np.testing.assert_allclose(lower, scipy.stats.norm.ppf(0.05, mean[0], np.sqrt(var[0])), rtol=1e-14)
-    np.testing.assert_allclose(upper, scipy.stats.norm.ppf(0.95, mean[0], np.sqrt(var[0])), rtol=1e-14)
+    np.testing.assert_allclose(
+        lower, scipy.stats.norm.ppf(0.05, mean[0], np.sqrt(var[0])), rtol=1e-14
+    )
+    np.testing.assert_allclose(
+        upper, scipy.stats.norm.ppf(0.95, mean[0], np.sqrt(var[0])), rtol=1e-14
+    )
 
 
 def test_a_mixture_quantile_solves_its_cdf(rng):
@@ -25,7 +30,9 @@ def test_a_mixture_quantile_solves_its_cdf(rng):
         y = mixture_quantile(q, mean, var)
         np.testing.assert_allclose(mixture_cdf(y, mean, var), q, atol=1e-12)
         grid = np.linspace(-20, 20, 40001)[:, None]
-        cdf = np.mean(scipy.stats.norm.cdf(grid[:, None, :], mean[None], np.sqrt(var)[None]), axis=1)
+        cdf = np.mean(
+            scipy.stats.norm.cdf(grid[:, None, :], mean[None], np.sqrt(var)[None]), axis=1
+        )
         first = grid[np.argmax(cdf >= q, axis=0), 0]
         assert np.all(np.abs(first - y) <= 1e-3 + 1e-12)
     lo, hi = central_interval(0.9, mean, var)
@@ -35,11 +42,15 @@ def test_a_mixture_quantile_solves_its_cdf(rng):
 def test_point_masses_and_weights():
     mean = np.array([[0.0], [1.0]])
     var = np.array([[0.0], [0.0]])
-    assert mixture_quantile(0.25, mean, var)[0] == 0.0 and mixture_quantile(0.75, mean, var)[0] == 1.0
+    assert (
+        mixture_quantile(0.25, mean, var)[0] == 0.0 and mixture_quantile(0.75, mean, var)[0] == 1.0
+    )
     assert mixture_quantile(0.5, mean, var)[0] == 0.0  # F(0) = 0.5 already
     weighted = mixture_quantile(0.5, mean, var, log_weights=np.log([0.2, 0.8]))
     assert weighted[0] == 1.0
-    np.testing.assert_allclose(mixture_cdf(0.5, mean, np.full_like(var, 1e-4), np.log([0.2, 0.8])), 0.2, atol=1e-12)
+    np.testing.assert_allclose(
+        mixture_cdf(0.5, mean, np.full_like(var, 1e-4), np.log([0.2, 0.8])), 0.2, atol=1e-12
+    )
 
 
 def test_bad_arguments_are_refused():

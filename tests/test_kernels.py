@@ -1,4 +1,5 @@
 """The sample-batched kernels."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -9,8 +10,13 @@ from deepgp_gi.kernels import batched_K, batched_K_diag, batched_K_sym
 KERNELS = [
     lambda: gpflow.kernels.SquaredExponential(variance=1.7, lengthscales=[0.5, 1.5, 2.0]),
     lambda: gpflow.kernels.Matern52(variance=0.8, lengthscales=1.3),
-    lambda: gpflow.kernels.SquaredExponential(lengthscales=[1.0, 2.0, 0.7]) + gpflow.kernels.White(0.1),
-    lambda: gpflow.kernels.Linear(variance=0.4) * gpflow.kernels.Matern32() + gpflow.kernels.Constant(0.3),
+    lambda: (
+        gpflow.kernels.SquaredExponential(lengthscales=[1.0, 2.0, 0.7]) + gpflow.kernels.White(0.1)
+    ),
+    lambda: (
+        gpflow.kernels.Linear(variance=0.4) * gpflow.kernels.Matern32()
+        + gpflow.kernels.Constant(0.3)
+    ),
 ]
 
 
@@ -60,14 +66,20 @@ def test_shared_parameter_reads_read_each_parameter_once_per_pass():
 
     from deepgp_gi.kernels import constant_diagonal, shared_parameter_reads
 
-    kernel = gpflow.kernels.SquaredExponential(variance=1.7, lengthscales=[0.5, 1.5, 2.0]) + gpflow.kernels.White(0.1)
+    kernel = gpflow.kernels.SquaredExponential(
+        variance=1.7, lengthscales=[0.5, 1.5, 2.0]
+    ) + gpflow.kernels.White(0.1)
     X = tf.constant(np.random.default_rng(0).normal(size=(2, 5, 3)))
     Z = tf.constant(np.random.default_rng(1).normal(size=(4, 3)))
 
     def evaluate():
         with tf.GradientTape() as tape:
-            value = (tf.reduce_sum(batched_K(kernel, X, Z)) + tf.reduce_sum(batched_K_sym(kernel, Z[None]))
-                     + tf.reduce_sum(batched_K_diag(kernel, X)) + constant_diagonal(kernel))
+            value = (
+                tf.reduce_sum(batched_K(kernel, X, Z))
+                + tf.reduce_sum(batched_K_sym(kernel, Z[None]))
+                + tf.reduce_sum(batched_K_diag(kernel, X))
+                + constant_diagonal(kernel)
+            )
         return value, tape.gradient(value, kernel.trainable_variables)
 
     def shared():
@@ -78,7 +90,9 @@ def test_shared_parameter_reads_read_each_parameter_once_per_pass():
     for name, fn in (("separate", evaluate), ("shared", shared)):
         graph = tf.function(fn).get_concrete_function().graph
         softplus[name] = sum(op.type == "Softplus" for op in graph.get_operations())
-    assert softplus["shared"] == 3 and softplus["separate"] > 3  # SE variance and lengthscales, White variance
+    assert (
+        softplus["shared"] == 3 and softplus["separate"] > 3
+    )  # SE variance and lengthscales, White variance
     (v1, g1), (v2, g2) = evaluate(), shared()
     np.testing.assert_allclose(v2.numpy(), v1.numpy(), rtol=1e-14)
     for a, b in zip(g1, g2):

@@ -6,6 +6,7 @@ K; with the hidden layers' q(U) collapsed, K = 1 equals the family's own ELBO on
 same seed (every family); the K rows of a point have the family's joint covariance; the bound's
 mean grows with K (Burda et al.).
 """
+
 import gpflow
 import numpy as np
 import pytest
@@ -35,8 +36,10 @@ class ConstantEncoder(tf.Module):
 
     def __call__(self, inputs):
         shape = tf.stack([tf.shape(inputs)[0], self.latent_dim])
-        return (tf.fill(shape, tf.cast(self.mean_value, inputs.dtype)),
-                tf.fill(shape, tf.cast(self.scale_value, inputs.dtype)))
+        return (
+            tf.fill(shape, tf.cast(self.mean_value, inputs.dtype)),
+            tf.fill(shape, tf.cast(self.scale_value, inputs.dtype)),
+        )
 
 
 def randomise(model, rng, scale=0.5):
@@ -75,15 +78,22 @@ def gauss_kl(q_mu, q_sqrt, Kuu):
     M = Kuu.shape[0]
     S = q_sqrt @ q_sqrt.T
     Kinv = np.linalg.inv(Kuu)
-    return 0.5 * (np.trace(Kinv @ S) + q_mu[:, 0] @ Kinv @ q_mu[:, 0] - M
-                  + np.linalg.slogdet(Kuu)[1] - np.linalg.slogdet(S)[1])
+    return 0.5 * (
+        np.trace(Kinv @ S)
+        + q_mu[:, 0] @ Kinv @ q_mu[:, 0]
+        - M
+        + np.linalg.slogdet(Kuu)[1]
+        - np.linalg.slogdet(S)[1]
+    )
 
 
 def test_k1_bound_equals_hand_computed_elbo(rng):
     """Depth 1, mean-field: sum_n (E[log p(y_n | f)] + log p(w_n) - log q(w_n)) - KL, in NumPy from
     the same draws of w, equals elbo_per_sample with K = 1, sample by sample."""
     X, Y = pm_sine(rng, 7)
-    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=4, latent_dim=1, seed=0)
+    model = dg.build_deep_gp(
+        X, Y, depth=1, posterior="mean_field", num_inducing=4, latent_dim=1, seed=0
+    )
     randomise(model, rng)
     post = model.posterior
     post.q_mu[0].assign(rng.standard_normal((4, 1)))
@@ -103,7 +113,9 @@ def test_k1_bound_equals_hand_computed_elbo(rng):
     s2 = 0.3
     for s in range(S):
         w = mu + sigma * eps[s, :, 0]
-        mean, var = svgp_moments(layer.kernel, Z, post.q_mu[0].numpy(), q_sqrt, np.concatenate([X, w], 1), jitter)
+        mean, var = svgp_moments(
+            layer.kernel, Z, post.q_mu[0].numpy(), q_sqrt, np.concatenate([X, w], 1), jitter
+        )
         ell = -0.5 * np.log(2 * np.pi * s2) - 0.5 * ((Y[:, 0] - mean) ** 2 + var) / s2
         log_ratio = scipy.stats.norm.logpdf(w) - scipy.stats.norm.logpdf(w, mu, sigma)
         np.testing.assert_allclose(got[s], np.sum(ell) + np.sum(log_ratio) - kl, rtol=1e-9)
@@ -113,8 +125,16 @@ def test_q_equal_to_p_makes_log_ratios_vanish(rng):
     """With q(w | x, y) = p(w) the log-ratios are exactly 0 and the bound is
     sum_n (logsumexp_k E[log p(y_n | f(x_n, w_k))] - log K) - KL over prior draws w_k."""
     X, Y = pm_sine(rng, 6)
-    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=4, latent_dim=2,
-                             encoder=ConstantEncoder(2), seed=0)
+    model = dg.build_deep_gp(
+        X,
+        Y,
+        depth=1,
+        posterior="mean_field",
+        num_inducing=4,
+        latent_dim=2,
+        encoder=ConstantEncoder(2),
+        seed=0,
+    )
     post = model.posterior
     post.q_mu[0].assign(rng.standard_normal((4, 1)))
     q_sqrt = random_lower(rng, 4)
@@ -134,8 +154,14 @@ def test_q_equal_to_p_makes_log_ratios_vanish(rng):
     for s in range(S):
         ell = np.zeros((6, K))
         for k in range(K):
-            mean, var = svgp_moments(layer.kernel, Z, post.q_mu[0].numpy(), q_sqrt,
-                                     np.concatenate([X, eps[s, :, k]], 1), jitter)
+            mean, var = svgp_moments(
+                layer.kernel,
+                Z,
+                post.q_mu[0].numpy(),
+                q_sqrt,
+                np.concatenate([X, eps[s, :, k]], 1),
+                jitter,
+            )
             ell[:, k] = -0.5 * np.log(2 * np.pi * s2) - 0.5 * ((Y[:, 0] - mean) ** 2 + var) / s2
         expected = np.sum(scipy.special.logsumexp(ell, axis=1) - np.log(K)) - kl
         np.testing.assert_allclose(got[s], expected, rtol=1e-9)
@@ -146,8 +172,16 @@ def test_irrelevant_latent_coordinate_gives_svgp_elbo(rng, K):
     """Depth 1 identity: with q(w) = p(w) and a latent lengthscale so long that f ignores w, every
     l_nk equals E[log p(y_n | f(x_n))], so the bound is GPflow's SVGP ELBO for any K."""
     X, Y = pm_sine(rng, 8)
-    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, latent_dim=1,
-                             encoder=ConstantEncoder(1), seed=0)
+    model = dg.build_deep_gp(
+        X,
+        Y,
+        depth=1,
+        posterior="mean_field",
+        num_inducing=5,
+        latent_dim=1,
+        encoder=ConstantEncoder(1),
+        seed=0,
+    )
     kernel = model.layers[0].kernel
     kernel.lengthscales.assign([0.7, 1e10])
     post = model.posterior
@@ -156,10 +190,18 @@ def test_irrelevant_latent_coordinate_gives_svgp_elbo(rng, K):
     post.q_sqrt[0].assign(q_sqrt[None])
     got = model.elbo((X, Y), 3, seed=4, importance_samples=K).numpy()
 
-    svgp_kernel = gpflow.kernels.SquaredExponential(variance=kernel.variance.numpy(), lengthscales=0.7)
+    svgp_kernel = gpflow.kernels.SquaredExponential(
+        variance=kernel.variance.numpy(), lengthscales=0.7
+    )
     Z = model.layers[0].Z.numpy()[:, :1]
-    svgp = gpflow.models.SVGP(svgp_kernel, gpflow.likelihoods.Gaussian(variance=model.likelihood.variance.numpy()),
-                              Z, q_mu=post.q_mu[0].numpy(), q_sqrt=q_sqrt[None], whiten=False)
+    svgp = gpflow.models.SVGP(
+        svgp_kernel,
+        gpflow.likelihoods.Gaussian(variance=model.likelihood.variance.numpy()),
+        Z,
+        q_mu=post.q_mu[0].numpy(),
+        q_sqrt=q_sqrt[None],
+        whiten=False,
+    )
     np.testing.assert_allclose(got, svgp.elbo((X, Y)).numpy(), rtol=1e-9)
 
 
@@ -189,15 +231,27 @@ def _collapse_hidden(model, rng, tiny=1e-100):
     # global and local inducing draw U from the same noise as their own propagate: no change needed
 
 
-@pytest.mark.parametrize("family", [f if f in ("mean_field", "global", "fully_coupled") else
-                                    pytest.param(f, marks=pytest.mark.slow) for f in LATENT_FAMILIES])
+@pytest.mark.parametrize(
+    "family",
+    [
+        f
+        if f in ("mean_field", "global", "fully_coupled")
+        else pytest.param(f, marks=pytest.mark.slow)
+        for f in LATENT_FAMILIES
+    ],
+)
 def test_k1_bound_equals_family_elbo_on_latent_inputs(rng, family):
     """K = 1 with the hidden layers' draws of U at their mean: the grouped propagation gives the
     family's own ELBO of the plain model on the inputs [x, w] (same seed, same w), plus the sampled
     log p(w) - log q(w). Global and local inducing draw U exactly as their propagate does."""
     X, Y = pm_sine(rng, 9)
-    options = {"fully_coupled": {"precondition_offdiagonal": False}, "local": {"kl": "sampled"}}.get(family, {})
-    model = dg.build_deep_gp(X, Y, depth=2, posterior=family, num_inducing=5, latent_dim=1, seed=0, **options)
+    options = {
+        "fully_coupled": {"precondition_offdiagonal": False},
+        "local": {"kl": "sampled"},
+    }.get(family, {})
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior=family, num_inducing=5, latent_dim=1, seed=0, **options
+    )
     randomise(model, rng)
     _collapse_hidden(model, rng)
     S, seed = 2, [3, 4]
@@ -209,7 +263,9 @@ def test_k1_bound_equals_family_elbo_on_latent_inputs(rng, family):
     for s in range(S):
         noise = _SampleSlice(SeededNoise(seed), s)
         ell_p, kl_p = plain.elbo_terms((np.concatenate([X, w[s]], 1), Y), 1, noise)
-        np.testing.assert_allclose(ell[s].numpy() - np.sum(g.log_ratio.numpy()[s]), ell_p.numpy()[0], rtol=1e-9)
+        np.testing.assert_allclose(
+            ell[s].numpy() - np.sum(g.log_ratio.numpy()[s]), ell_p.numpy()[0], rtol=1e-9
+        )
         np.testing.assert_allclose(kl[s].numpy(), kl_p.numpy()[0], rtol=1e-9)
 
 
@@ -222,16 +278,20 @@ class _SampleSlice(dg.noise.NoiseSource):
     def normal(self, name, shape, dtype):
         full = tf.concat([[self.S], tf.convert_to_tensor(shape, tf.int32)[1:]], 0)
         if name.startswith("f/") and name != "f/latent":  # the grouped draws are [S, N, K, P]
-            return tf.reshape(self.source.normal(name, tf.concat([full[:2], [1], full[2:]], 0), dtype)[self.s],
-                              shape)
-        return self.source.normal(name, full, dtype)[self.s:self.s + 1]
+            return tf.reshape(
+                self.source.normal(name, tf.concat([full[:2], [1], full[2:]], 0), dtype)[self.s],
+                shape,
+            )
+        return self.source.normal(name, full, dtype)[self.s : self.s + 1]
 
 
 def test_hidden_rows_of_a_point_have_the_joint_covariance_of_q(rng):
     """The K rows of a point in a hidden layer are one function's values: over many draws their
     covariance is the mean-field q's, k(a, b) - k_aU K^-1 k_Ub + k_aU K^-1 S K^-1 k_Ub."""
     X, Y = pm_sine(rng, 8)
-    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=6, latent_dim=1, seed=0)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior="mean_field", num_inducing=6, latent_dim=1, seed=0
+    )
     post, layer = model.posterior, model.layers[0]
     assert layer.output_dim == 2  # D + D_w wide; unit 0 is checked
     post.q_mu[0].assign(rng.standard_normal((6, 2)))
@@ -239,9 +299,13 @@ def test_hidden_rows_of_a_point_have_the_joint_covariance_of_q(rng):
     post.q_sqrt[0].assign(np.stack([q_sqrt, random_lower(rng, 6)]))
     K, S = 4, 20000
     w = np.array([-1.5, -0.3, 0.4, 1.2])
-    noise = FixedNoise({"f/latent": np.broadcast_to(w[None, None, :, None], (S, 1, K, 1))}, fallback=SeededNoise(1))
+    noise = FixedNoise(
+        {"f/latent": np.broadcast_to(w[None, None, :, None], (S, 1, K, 1))}, fallback=SeededNoise(1)
+    )
     x = X[:1]
-    F = model.grouped_propagate(tf.constant(x), S, K, noise).samples[0].numpy()[:, 0, :, 0]  # [S, K]
+    F = (
+        model.grouped_propagate(tf.constant(x), S, K, noise).samples[0].numpy()[:, 0, :, 0]
+    )  # [S, K]
 
     inputs = np.concatenate([np.repeat(x, K, 0), w[:, None]], 1)
     jitter = gpflow.config.default_jitter()
@@ -251,18 +315,28 @@ def test_hidden_rows_of_a_point_have_the_joint_covariance_of_q(rng):
     a = np.linalg.solve(Kuu, Kuf)
     cov = layer.kernel.K(inputs).numpy() - Kuf.T @ a + a.T @ (q_sqrt @ q_sqrt.T) @ a
     mean = layer.mean(inputs).numpy()[:, 0] + a.T @ post.q_mu[0].numpy()[:, 0]
-    se = np.sqrt((np.outer(np.diag(cov), np.diag(cov)) + cov ** 2) / S)
+    se = np.sqrt((np.outer(np.diag(cov), np.diag(cov)) + cov**2) / S)
     assert np.all(np.abs(np.cov(F.T) - cov) < 5 * se + 1e-6), (np.cov(F.T), cov)
     assert np.all(np.abs(F.mean(0) - mean) < 5 * np.sqrt(np.diag(cov) / S) + 1e-6)
-    assert np.min(np.abs(cov - np.diag(np.diag(cov)))[np.triu_indices(K, 1)]) > 0.05  # rows really coupled
+    assert (
+        np.min(np.abs(cov - np.diag(np.diag(cov)))[np.triu_indices(K, 1)]) > 0.05
+    )  # rows really coupled
 
 
 def test_bound_mean_does_not_decrease_with_k(rng):
     """Burda et al.: E[L_K] grows with K. The encoder is the prior and f depends strongly on the
     sign of w, so one draw of w explains half the points badly; K = 1, 5, 20, 160 draws each."""
     X, Y = pm_sine(rng, 20)
-    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=12, latent_dim=1,
-                             encoder=ConstantEncoder(1), seed=0)
+    model = dg.build_deep_gp(
+        X,
+        Y,
+        depth=1,
+        posterior="mean_field",
+        num_inducing=12,
+        latent_dim=1,
+        encoder=ConstantEncoder(1),
+        seed=0,
+    )
     layer = model.layers[0]
     Z = layer.Z.numpy()
     model.posterior.q_mu[0].assign((np.sin(2 * Z[:, 0]) * np.tanh(3 * Z[:, 1]))[:, None])
@@ -280,7 +354,9 @@ def test_predictions_draw_w_from_the_prior_and_mix(rng):
     """sample_layers gives [w, F_1, .., F_L] with w the prior draws of the seed; the predictive
     density is the log-mean-exp over samples of the Gaussian densities of predict_f_components."""
     X, Y = pm_sine(rng, 10)
-    model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=6, latent_dim=2, seed=0)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior="global", num_inducing=6, latent_dim=2, seed=0
+    )
     layers = model.sample_layers(X, 7, seed=5)
     assert [t.shape.as_list() for t in layers] == [[7, 10, 2], [7, 10, 3], [7, 10, 1]]
     w = SeededNoise(5).normal("f/latent", [7, 10, 1, 2], tf.float64).numpy()[:, :, 0]
@@ -289,7 +365,9 @@ def test_predictions_draw_w_from_the_prior_and_mix(rng):
     s2 = float(model.likelihood.variance.numpy())
     logp = scipy.stats.norm.logpdf(Y[None, :, 0], mean[..., 0], np.sqrt(var[..., 0] + s2))
     expected = scipy.special.logsumexp(logp, axis=0) - np.log(7)
-    np.testing.assert_allclose(model.predict_log_density((X, Y), 7, seed=5).numpy(), expected, rtol=1e-10)
+    np.testing.assert_allclose(
+        model.predict_log_density((X, Y), 7, seed=5).numpy(), expected, rtol=1e-10
+    )
     ymean, _ = model.predict_y(X, 7, seed=5)
     np.testing.assert_allclose(ymean.numpy()[:, 0], mean[..., 0].mean(0), rtol=1e-10)
 
@@ -299,9 +377,13 @@ def test_fit_is_seeded_and_resumes_exactly(rng, tmp_path):
     X, Y = pm_sine(rng, 24)
 
     def build():
-        return dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=6, latent_dim=1, seed=0)
+        return dg.build_deep_gp(
+            X, Y, depth=1, posterior="mean_field", num_inducing=6, latent_dim=1, seed=0
+        )
 
-    options = dict(steps=12, batch_size=12, seed=3, importance_samples=3, progress=False, log_every=3)
+    options = dict(
+        steps=12, batch_size=12, seed=3, importance_samples=3, progress=False, log_every=3
+    )
     straight = build()
     h1 = dg.fit(straight, (X, Y), **options)
     again = build()
@@ -313,7 +395,11 @@ def test_fit_is_seeded_and_resumes_exactly(rng, tmp_path):
     for a, b in zip(straight.trainable_variables, fresh.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(h2.elbo[-1], h1.elbo[-1], rtol=1e-12)
-    assert any(v is w for v in straight.trainable_variables for w in straight.latent.encoder.trainable_variables)
+    assert any(
+        v is w
+        for v in straight.trainable_variables
+        for w in straight.latent.encoder.trainable_variables
+    )
 
 
 @pytest.mark.slow  # XLA compiles the step (about 20 s)
@@ -321,9 +407,21 @@ def test_xla_step_equals_plain_step(rng):
     X, Y = pm_sine(rng, 16)
     runs = []
     for jit in (False, True):
-        model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=5, latent_dim=1, seed=0)
-        runs.append(dg.fit(model, (X, Y), steps=4, seed=2, importance_samples=4, progress=False, log_every=1,
-                           jit_compile=jit).elbo)
+        model = dg.build_deep_gp(
+            X, Y, depth=2, posterior="global", num_inducing=5, latent_dim=1, seed=0
+        )
+        runs.append(
+            dg.fit(
+                model,
+                (X, Y),
+                steps=4,
+                seed=2,
+                importance_samples=4,
+                progress=False,
+                log_every=1,
+                jit_compile=jit,
+            ).elbo
+        )
     np.testing.assert_allclose(runs[1], runs[0], rtol=1e-8)
 
 
@@ -331,10 +429,19 @@ def test_xla_step_equals_plain_step(rng):
 def test_float32_model_trains(rng):
     X, Y = pm_sine(rng, 12)
     with gpflow.config.as_context(gpflow.config.Config(float=np.float32, jitter=1e-4)):
-        model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=4, latent_dim=1, seed=0)
+        model = dg.build_deep_gp(
+            X, Y, depth=2, posterior="mean_field", num_inducing=4, latent_dim=1, seed=0
+        )
         assert model.dtype == tf.float32 and model.latent.encoder.weights[0].dtype == tf.float32
-        h = dg.fit(model, (X.astype(np.float32), Y.astype(np.float32)), steps=3, seed=0, importance_samples=2,
-                   progress=False, log_every=1)
+        h = dg.fit(
+            model,
+            (X.astype(np.float32), Y.astype(np.float32)),
+            steps=3,
+            seed=0,
+            importance_samples=2,
+            progress=False,
+            log_every=1,
+        )
     assert np.all(np.isfinite(h.elbo))
 
 
@@ -343,14 +450,25 @@ def test_bad_input_is_refused_with_the_argument_named(rng):
     with pytest.raises(ValueError, match="latent_dim must be at least 1"):
         dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=4, latent_dim=0)
     with pytest.raises(ValueError, match="encoder must return a pair .* \\[N, 2\\]"):
-        dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=4, latent_dim=2,
-                         encoder=ConstantEncoder(3))
+        dg.build_deep_gp(
+            X,
+            Y,
+            depth=1,
+            posterior="mean_field",
+            num_inducing=4,
+            latent_dim=2,
+            encoder=ConstantEncoder(3),
+        )
     with pytest.raises(ValueError, match="give latent_dim too"):
-        dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=4, encoder=ConstantEncoder(1))
+        dg.build_deep_gp(
+            X, Y, depth=1, posterior="mean_field", num_inducing=4, encoder=ConstantEncoder(1)
+        )
     with pytest.raises(ValueError, match="'sghmc'.*no closed form"):
         dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=4, latent_dim=1)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=4, latent_dim=1)
-    assert isinstance(model, LatentDeepGP) and model.input_dim == 1 and model.layers[0].input_dim == 2
+    assert (
+        isinstance(model, LatentDeepGP) and model.input_dim == 1 and model.layers[0].input_dim == 2
+    )
     with pytest.raises(ValueError, match="importance_samples must be at least 1"):
         model.elbo((X, Y), importance_samples=0)
     with pytest.raises(ValueError, match="importance_samples must be at least 1"):
@@ -366,7 +484,9 @@ def test_default_encoder_contract():
     enc = Encoder(3, 2, seed=0)
     mean, scale = enc(tf.zeros([5, 3], tf.float64))
     assert mean.shape == (5, 2) and scale.shape == (5, 2)
-    np.testing.assert_allclose(scale.numpy(), np.log1p(np.exp(-3.0)) + 1e-6)  # zero input, zero biases
+    np.testing.assert_allclose(
+        scale.numpy(), np.log1p(np.exp(-3.0)) + 1e-6
+    )  # zero input, zero biases
     assert [W.shape for W in enc.weights] == [(3, 20), (20, 20), (20, 4)]
 
 
@@ -378,8 +498,12 @@ def test_latent_model_beats_plain_on_pm_sine(rng):
     Xt, Yt = pm_sine(rng, 500)
     plain = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=30, seed=0)
     dg.fit(plain, (X, Y), steps=2000, seed=0, progress=False, learning_rate=0.01)
-    latent = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=30, latent_dim=1, seed=0)
-    dg.fit(latent, (X, Y), steps=2000, seed=0, progress=False, learning_rate=0.01, importance_samples=5)
+    latent = dg.build_deep_gp(
+        X, Y, depth=2, posterior="mean_field", num_inducing=30, latent_dim=1, seed=0
+    )
+    dg.fit(
+        latent, (X, Y), steps=2000, seed=0, progress=False, learning_rate=0.01, importance_samples=5
+    )
     lp_plain = float(np.mean(plain.predict_log_density((Xt, Yt), 200, seed=1)))
     lp_latent = float(np.mean(latent.predict_log_density((Xt, Yt), 200, seed=1)))
     assert lp_latent > lp_plain + 0.3, (lp_latent, lp_plain)
@@ -392,14 +516,17 @@ def test_benchmark_configurations_keep_latent_models_apart():
     from deepgp_gi.uci_protocol import config_key, normalise_config
 
     plain = normalise_config({"dataset": "kin8nm", "posterior": "mean_field"})
-    latent = normalise_config({"dataset": "kin8nm", "posterior": "mean_field", "latent_dim": 1,
-                               "importance_samples": 5})
+    latent = normalise_config(
+        {"dataset": "kin8nm", "posterior": "mean_field", "latent_dim": 1, "importance_samples": 5}
+    )
     assert (plain["latent_dim"], plain["importance_samples"]) == (None, None)
     assert (latent["latent_dim"], latent["importance_samples"]) == (1, 5)
     assert normalise_config({"dataset": "kin8nm", "latent_dim": 2})["importance_samples"] == 1
     assert config_key(plain) != config_key(latent)
     old_line = {k: v for k, v in plain.items() if k not in ("latent_dim", "importance_samples")}
-    assert config_key(old_line) == config_key(plain)  # lines written before the keys are plain models
+    assert config_key(old_line) == config_key(
+        plain
+    )  # lines written before the keys are plain models
     with pytest.raises(ValueError, match="needs a latent-variable deep GP"):
         normalise_config({"dataset": "kin8nm", "importance_samples": 5})
     with pytest.raises(ValueError, match="latent_dim applies to deep GPs"):

@@ -1,5 +1,6 @@
 """Layers: GPLayer and DenseLayer with the weight-induced kernel (docs/algorithms.md,
 "BNNs as deep GPs")."""
+
 import numpy as np
 import pytest
 import tensorflow_probability as tfp
@@ -17,8 +18,12 @@ def test_weight_kernel_is_feature_inner_product(rng):
     Phi_F = np.concatenate([np.maximum(F, 0), np.ones((2, 5, 1))], -1)
     Phi_G = np.concatenate([np.maximum(G, 0), np.ones((2, 4, 1))], -1)
     np.testing.assert_allclose(kern.features(F), Phi_F)
-    np.testing.assert_allclose(batched_K(kern, F, G), Phi_F @ Phi_G.transpose(0, 2, 1) / 4, rtol=1e-12)
-    np.testing.assert_allclose(batched_K_sym(kern, F), Phi_F @ Phi_F.transpose(0, 2, 1) / 4, rtol=1e-12)
+    np.testing.assert_allclose(
+        batched_K(kern, F, G), Phi_F @ Phi_G.transpose(0, 2, 1) / 4, rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        batched_K_sym(kern, F), Phi_F @ Phi_F.transpose(0, 2, 1) / 4, rtol=1e-12
+    )
     np.testing.assert_allclose(batched_K_diag(kern, F), (Phi_F**2).sum(-1) / 4, rtol=1e-12)
     np.testing.assert_allclose(kern(F[0], G[0]), Phi_F[0] @ Phi_G[0].T / 4, rtol=1e-12)
     with pytest.raises(ValueError, match="3 columns"):
@@ -27,7 +32,12 @@ def test_weight_kernel_is_feature_inner_product(rng):
     assert DenseLayer(3, 2, prior="standard").kernel.weight_variance == 1.0
     np.testing.assert_allclose(DenseLayer(3, 2, prior="scale").kernel.weight_variance, 2.0 / 4)
     layer = DenseLayer(3, 2, activation="tanh")
-    assert (layer.input_dim, layer.output_dim, layer.fan_in, layer.inducing_variable) == (3, 2, 4, None)
+    assert (layer.input_dim, layer.output_dim, layer.fan_in, layer.inducing_variable) == (
+        3,
+        2,
+        4,
+        None,
+    )
     np.testing.assert_array_equal(layer.mean(F), np.zeros((2, 5, 2)))
 
 
@@ -36,7 +46,15 @@ def test_layer_kinds_are_classes_not_attributes():
     with a weighted layer's attributes is not a weighted layer, nor a layer at all."""
     import gpflow
 
-    from deepgp_gi.layers import Conv2DLayer, Flatten, GPLayer, Layer, WeightedLayer, is_convolution, is_weighted
+    from deepgp_gi.layers import (
+        Conv2DLayer,
+        Flatten,
+        GPLayer,
+        Layer,
+        WeightedLayer,
+        is_convolution,
+        is_weighted,
+    )
     from deepgp_gi.posteriors.weight_space import has_feature_map
     from deepgp_gi.layers import check_layer_chain
 
@@ -53,8 +71,18 @@ def test_layer_kinds_are_classes_not_attributes():
     gp = GPLayer(gpflow.kernels.SquaredExponential(), 2, 3)
     assert all(isinstance(layer, WeightedLayer) for layer in (dense, conv))
     assert all(isinstance(layer, Layer) for layer in (dense, conv, gp, Flatten((4, 4, 2))))
-    assert [has_feature_map(x) for x in (dense, conv, gp, LooksWeighted())] == [True, True, False, False]
-    assert [is_weighted(x) for x in (dense, conv, gp, LooksWeighted())] == [True, True, False, False]
+    assert [has_feature_map(x) for x in (dense, conv, gp, LooksWeighted())] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert [is_weighted(x) for x in (dense, conv, gp, LooksWeighted())] == [
+        True,
+        True,
+        False,
+        False,
+    ]
     assert [is_convolution(x) for x in (dense, conv, LooksWeighted())] == [False, True, False]
     with pytest.raises(TypeError, match="not a deepgp_gi layer"):
         check_layer_chain([LooksWeighted()])

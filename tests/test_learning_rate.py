@@ -1,4 +1,5 @@
 """fit's learning-rate schedules and the ``learning_rate_decay`` configuration key."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -12,8 +13,17 @@ ExponentialDecay = gpflow.keras.tf_keras.optimizers.schedules.ExponentialDecay
 
 def _fit(X, Y, learning_rate, steps=6, **kwargs):
     model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=6, seed=0)
-    history = dg.fit(model, (X, Y), steps=steps, batch_size=10, seed=1, progress=False, log_every=1,
-                     learning_rate=learning_rate, **kwargs)
+    history = dg.fit(
+        model,
+        (X, Y),
+        steps=steps,
+        batch_size=10,
+        seed=1,
+        progress=False,
+        log_every=1,
+        learning_rate=learning_rate,
+        **kwargs,
+    )
     return model, history
 
 
@@ -42,10 +52,16 @@ def test_a_resumed_run_continues_the_schedule_bit_for_bit(rng, tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (0.0, "learning_rate must be"),
-    (ExponentialDecay(0.0, decay_steps=2, decay_rate=0.5), "learning_rate is a schedule whose value at step 0 is 0"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (0.0, "learning_rate must be"),
+        (
+            ExponentialDecay(0.0, decay_steps=2, decay_rate=0.5),
+            "learning_rate is a schedule whose value at step 0 is 0",
+        ),
+    ],
+)
 def test_a_bad_learning_rate_is_refused_before_training(rng, bad, message):
     X, Y = toy_regression(rng, 20)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
@@ -54,11 +70,16 @@ def test_a_bad_learning_rate_is_refused_before_training(rng, bad, message):
 
 
 def test_the_decay_key_gives_lindingers_staircase():
-    cfg = normalise_config({"dataset": "concrete", "learning_rate": 0.005, "learning_rate_decay": [0.98, 1000]})
+    cfg = normalise_config(
+        {"dataset": "concrete", "learning_rate": 0.005, "learning_rate_decay": [0.98, 1000]}
+    )
     assert cfg["learning_rate_decay"] == [0.98, 1000]
     schedule = learning_rate_of(cfg)
-    np.testing.assert_allclose([float(schedule(t)) for t in (0, 999, 1000, 2500, 19999)],
-                               [0.005, 0.005, 0.005 * 0.98, 0.005 * 0.98 ** 2, 0.005 * 0.98 ** 19], rtol=1e-6)
+    np.testing.assert_allclose(
+        [float(schedule(t)) for t in (0, 999, 1000, 2500, 19999)],
+        [0.005, 0.005, 0.005 * 0.98, 0.005 * 0.98**2, 0.005 * 0.98**19],
+        rtol=1e-6,
+    )
     assert learning_rate_of(normalise_config({"dataset": "concrete"})) == 0.01
 
 

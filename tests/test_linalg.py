@@ -1,4 +1,5 @@
 """safe_cholesky: escalating jitter, gradients, and CholeskyError eagerly and compiled."""
+
 import pickle
 import warnings
 
@@ -208,8 +209,10 @@ def test_add_jitter_adds_a_diagonal_with_its_gradient(rng, jit_compile, static):
 
     fn = value_and_grads
     if jit_compile is not None:
-        spec = [tf.TensorSpec([2, 3, 4, 4] if static else [2, 3, None, None], tf.float64),
-                tf.TensorSpec([2, 3], tf.float64)]
+        spec = [
+            tf.TensorSpec([2, 3, 4, 4] if static else [2, 3, None, None], tf.float64),
+            tf.TensorSpec([2, 3], tf.float64),
+        ]
         fn = tf.function(value_and_grads, input_signature=spec, jit_compile=jit_compile)
     out, scalar, dA, dj = (t.numpy() for t in fn(tf.constant(A), tf.constant(j)))
     eye = np.eye(4)
@@ -238,14 +241,21 @@ def test_host_branch_tries_the_whole_ladder_only_when_a_member_fails(rng, jit_co
 
     L = factor(tf.constant(A)).numpy()
     scale = np.mean(np.abs(np.diagonal(A, axis1=-2, axis2=-1)), axis=-1)
-    added = np.mean(np.diagonal(L @ np.transpose(L, (0, 2, 1)) - A, axis1=-2, axis2=-1), axis=-1) / scale
+    added = (
+        np.mean(np.diagonal(L @ np.transpose(L, (0, 2, 1)) - A, axis1=-2, axis2=-1), axis=-1)
+        / scale
+    )
     np.testing.assert_allclose(added, [0.0, 1e-7], rtol=1e-4, atol=1e-12)
 
     def checked(A):
         with linalg.cholesky_checks() as checks:
             return safe_cholesky(A), checks.status()
 
-    graph = tf.function(checked, jit_compile=jit_compile).get_concrete_function(tf.TensorSpec(A.shape, tf.float64)).graph
+    graph = (
+        tf.function(checked, jit_compile=jit_compile)
+        .get_concrete_function(tf.TensorSpec(A.shape, tf.float64))
+        .graph
+    )
     assert [op.type for op in graph.get_operations()].count("StatelessIf") == 1
 
 
@@ -262,10 +272,12 @@ def test_accelerator_ladder_keeps_each_members_first_working_jitter(rng, jit_com
     jitter of the ladder that makes it positive definite, a member that needs none gets none, and
     a member no jitter repairs is reported."""
     n = 6
-    members = [_with_min_eigenvalue(rng, n, 0.5),     # fine as it is
-               _with_min_eigenvalue(rng, n, -5e-6),   # needs 1e-5 (k = 3)
-               _with_min_eigenvalue(rng, n, -5e-4),   # needs 1e-3 (k = 5)
-               _with_min_eigenvalue(rng, n, -3e-9)]   # needs 1e-8 (k = 0)
+    members = [
+        _with_min_eigenvalue(rng, n, 0.5),  # fine as it is
+        _with_min_eigenvalue(rng, n, -5e-6),  # needs 1e-5 (k = 3)
+        _with_min_eigenvalue(rng, n, -5e-4),  # needs 1e-3 (k = 5)
+        _with_min_eigenvalue(rng, n, -3e-9),
+    ]  # needs 1e-8 (k = 0)
     A = np.stack(members)
 
     @linalg.checked_function(jit_compile=jit_compile)
@@ -275,7 +287,10 @@ def test_accelerator_ladder_keeps_each_members_first_working_jitter(rng, jit_com
     with linalg.accelerator_branch():
         L = factor(tf.constant(A)).numpy()
     scale = np.mean(np.abs(np.diagonal(A, axis1=-2, axis2=-1)), axis=-1)
-    added = np.mean(np.diagonal(L @ np.transpose(L, (0, 2, 1)) - A, axis1=-2, axis2=-1), axis=-1) / scale
+    added = (
+        np.mean(np.diagonal(L @ np.transpose(L, (0, 2, 1)) - A, axis1=-2, axis2=-1), axis=-1)
+        / scale
+    )
     np.testing.assert_allclose(added, [0.0, 1e-5, 1e-3, 1e-8], rtol=1e-4, atol=1e-12)
     np.testing.assert_allclose(L[0], np.linalg.cholesky(members[0]), rtol=1e-12)
     with pytest.raises(CholeskyError, match="not positive definite"), linalg.accelerator_branch():

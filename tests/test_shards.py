@@ -1,5 +1,6 @@
 """Sharded data: exact round trip, order without shuffling, and a streamed fit equal to the
 in-memory fit on the same batches."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,7 +17,9 @@ def test_rows_come_back_exactly_and_in_order(rng, tmp_path):
     X, Y = _rows(rng)
     paths = dg.datasets.write_shards(X, Y, tmp_path, num_shards=4)
     assert len(paths) == 4 and dg.datasets.shard_info(tmp_path)["rows_per_shard"] == [9, 9, 9, 10]
-    xs, ys = zip(*[(x.numpy(), y.numpy()) for x, y in dg.datasets.read_shards(tmp_path, 5, shuffle=False)])
+    xs, ys = zip(
+        *[(x.numpy(), y.numpy()) for x, y in dg.datasets.read_shards(tmp_path, 5, shuffle=False)]
+    )
     np.testing.assert_array_equal(np.concatenate(xs), X)  # bit-exact float64
     np.testing.assert_array_equal(np.concatenate(ys), Y)
     assert [len(x) for x in xs] == [5] * 7 + [2]
@@ -27,7 +30,9 @@ def test_shuffled_pass_is_a_seeded_permutation(rng, tmp_path):
     dg.datasets.write_shards(X, Y, tmp_path, num_shards=3)
 
     def one_pass(seed):
-        return np.concatenate([x.numpy() for x, _ in dg.datasets.read_shards(tmp_path, 8, seed=seed)])
+        return np.concatenate(
+            [x.numpy() for x, _ in dg.datasets.read_shards(tmp_path, 8, seed=seed)]
+        )
 
     a, b, c = one_pass(1), one_pass(1), one_pass(2)
     np.testing.assert_array_equal(a, b)
@@ -39,11 +44,15 @@ def test_streamed_fit_equals_in_memory_fit(rng, tmp_path):
     X, Y = _rows(rng, N=40)
     dg.datasets.write_shards(X, Y, tmp_path, num_shards=5)
     results = []
-    for data in (tf.data.Dataset.from_tensor_slices((X, Y)).batch(10),
-                 dg.datasets.read_shards(tmp_path, 10, shuffle=False)):
+    for data in (
+        tf.data.Dataset.from_tensor_slices((X, Y)).batch(10),
+        dg.datasets.read_shards(tmp_path, 10, shuffle=False),
+    ):
         model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=6, seed=0)
         assert model.num_data == dg.datasets.shard_info(tmp_path)["num_rows"]
-        history = dg.fit(model, data, steps=9, seed=3, progress=False, log_every=3)  # crosses 2 passes
+        history = dg.fit(
+            model, data, steps=9, seed=3, progress=False, log_every=3
+        )  # crosses 2 passes
         results.append((history.elbo, [v.numpy() for v in model.trainable_variables]))
     np.testing.assert_array_equal(results[0][0], results[1][0])
     for a, b in zip(results[0][1], results[1][1]):
@@ -72,16 +81,26 @@ def test_evaluate_dataset_equals_the_array_metrics(rng, tmp_path):
     model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=6, seed=0)
     dg.fit(model, (X, Y), steps=20, seed=0, progress=False)
     tf.random.set_seed(7)
-    streamed = dg.metrics.evaluate_dataset(model, dg.datasets.read_shards(tmp_path, 30, shuffle=False),
-                                           y_std=2.0, num_samples=50, progress=False)
+    streamed = dg.metrics.evaluate_dataset(
+        model,
+        dg.datasets.read_shards(tmp_path, 30, shuffle=False),
+        y_std=2.0,
+        num_samples=50,
+        progress=False,
+    )
     tf.random.set_seed(7)
     ll = dg.metrics.test_log_likelihood(model, X, Y, 2.0, 50)
     rm = dg.metrics.rmse(model, X, Y, 2.0, 50)
     assert streamed["num_points"] == 30
     np.testing.assert_allclose(streamed["test_ll"], ll, rtol=1e-12)
     # in batches the estimate is a fresh Monte Carlo draw per batch: close, not equal
-    batched = dg.metrics.evaluate_dataset(model, dg.datasets.read_shards(tmp_path, 7, shuffle=False),
-                                          y_std=2.0, num_samples=400, progress=False)
+    batched = dg.metrics.evaluate_dataset(
+        model,
+        dg.datasets.read_shards(tmp_path, 7, shuffle=False),
+        y_std=2.0,
+        num_samples=400,
+        progress=False,
+    )
     assert abs(batched["rmse"] - rm) < 0.05 * rm
     with pytest.raises(TypeError, match="tf.data.Dataset"):
         dg.metrics.evaluate_dataset(model, (X, Y))

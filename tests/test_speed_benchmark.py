@@ -1,4 +1,5 @@
 """benchmarks/speed.py: the step it times for a family is the step ``fit`` trains that family with."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,8 +15,11 @@ def data(n=12, seed=0):
 
 def test_sampling_families_come_from_the_family_table():
     rows = speed.sampling_and_latent_families()
-    sampling = [name for name, family in dg.families.DEEP_GP_FAMILIES.items()
-                if getattr(family, "is_sampler", False)]
+    sampling = [
+        name
+        for name, family in dg.families.DEEP_GP_FAMILIES.items()
+        if getattr(family, "is_sampler", False)
+    ]
     assert "sghmc" in sampling
     assert [label for label, _, options in rows if not options] == sampling
     assert all(name in dg.families.DEEP_GP_FAMILIES for _, name, _ in rows)
@@ -27,7 +31,9 @@ def test_fit_step_repeats_fit(posterior):
     """Three calls of fit_step give the values fit logs for its first three full-batch steps
     (seed 0, one sample): the same step class, variables, optimiser and noise stream."""
     X, Y = data()
-    build = lambda: dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=4, inner_width=2, seed=0)  # noqa: E731
+    build = lambda: dg.build_deep_gp(
+        X, Y, depth=2, posterior=posterior, num_inducing=4, inner_width=2, seed=0
+    )  # noqa: E731
     step = speed.fit_step(build(), X, Y)
     timed = [float(step()) for _ in range(3)]
     history = dg.fit(build(), (X, Y), steps=3, seed=0, progress=False, log_every=1)
@@ -46,6 +52,7 @@ def test_paired_ratio_of_steps_with_known_times(monkeypatch):
             clock["calls"] += 1
             clock["now"] += ms * 1e-3 * clock["load"]
             return tf.constant(0.0)
+
         return lambda: step
 
     def loaded_round():  # rounds start after 3 warm-up calls of each step; 2 steps per side per round
@@ -61,8 +68,12 @@ def test_paired_ratio_of_steps_with_known_times(monkeypatch):
         return ticking(6.0)()()
 
     result = speed.paired_ratio(lambda: step_a, lambda: step_b, rounds=6, steps_per_round=2)
-    assert result["median_ms_a"] == pytest.approx(2.0) and result["median_ms_b"] == pytest.approx(6.0)
-    assert result["median_paired_ratio"] == pytest.approx(3.0) and result["ratio_of_medians"] == pytest.approx(3.0)
+    assert result["median_ms_a"] == pytest.approx(2.0) and result["median_ms_b"] == pytest.approx(
+        6.0
+    )
+    assert result["median_paired_ratio"] == pytest.approx(3.0) and result[
+        "ratio_of_medians"
+    ] == pytest.approx(3.0)
     assert result["paired_ratio_quartiles"] == pytest.approx([3.0, 3.0])
 
 
@@ -70,15 +81,40 @@ def test_star_pairs_are_written_to_the_results_table(monkeypatch, tmp_path):
     """``--star-pairs`` keeps its paired ratios in speed.jsonl (replacing the previous run's, other
     sections untouched) and speed.md shows them with their command."""
     monkeypatch.setattr(speed, "RESULTS", str(tmp_path))
-    other = {"section": "bnn", "config": {"batch": 1000}, "ms_per_step": {"x": 1.0}, "rounds": 1, "steps_per_round": 1,
-             "commit": "c", "command": "python benchmarks/speed.py --only bnn", "machine": "m"}
+    other = {
+        "section": "bnn",
+        "config": {"batch": 1000},
+        "ms_per_step": {"x": 1.0},
+        "rounds": 1,
+        "steps_per_round": 1,
+        "commit": "c",
+        "command": "python benchmarks/speed.py --only bnn",
+        "machine": "m",
+    }
     import json
-    (tmp_path / "speed.jsonl").write_text(json.dumps(other) + "\n" + json.dumps(dict(other, section="star_pairs")) + "\n")
+
+    (tmp_path / "speed.jsonl").write_text(
+        json.dumps(other) + "\n" + json.dumps(dict(other, section="star_pairs")) + "\n"
+    )
 
     def fake_pairs(specs, rounds, per):
-        return [dict(pair="stripes_arrow / mean_field", batch=1000, depth=3, M=100, inner_width=8, rounds=rounds,
-                     steps_per_round=per, load_average=0.5, median_ms_a=30.0, median_ms_b=57.0,
-                     ratio_of_medians=1.9, median_paired_ratio=1.93, paired_ratio_quartiles=[1.9, 1.97])]
+        return [
+            dict(
+                pair="stripes_arrow / mean_field",
+                batch=1000,
+                depth=3,
+                M=100,
+                inner_width=8,
+                rounds=rounds,
+                steps_per_round=per,
+                load_average=0.5,
+                median_ms_a=30.0,
+                median_ms_b=57.0,
+                ratio_of_medians=1.9,
+                median_paired_ratio=1.93,
+                paired_ratio_quartiles=[1.9, 1.97],
+            )
+        ]
 
     monkeypatch.setattr(speed, "star_pairs", fake_pairs)
     speed.main(["--star-pairs", "1000:100:8", "--rounds", "5", "--steps-per-round", "2"])
@@ -94,29 +130,48 @@ def test_the_medium_step_section_times_every_step_the_medium_sweep_trains():
     """Every (family, depth) of benchmarks/sweeps/medium.toml at the sweep's minibatch has a timed
     step in the section the decision table budgets with, named as benchmarks/medium.py names it
     (a decaying learning rate trains with its family's step); nothing else is timed there."""
-    wanted = {(medium._step_family(cfg), cfg["depth"]) for name, cfg, _ in medium.uci.load_sweep(medium.SWEEP)
-              if medium._step_family(cfg) is not None}
+    wanted = {
+        (medium._step_family(cfg), cfg["depth"])
+        for name, cfg, _ in medium.uci.load_sweep(medium.SWEEP)
+        if medium._step_family(cfg) is not None
+    }
     X, Y = data()
-    timed = {(family, depth) for depth in (2, 3, 5) for family in speed.medium_sweep_steps(X, Y, depth)}
+    timed = {
+        (family, depth) for depth in (2, 3, 5) for family in speed.medium_sweep_steps(X, Y, depth)
+    }
     assert wanted and wanted == timed
     assert speed.MEDIUM_STEP == medium.STEP_COST_SECTION
 
 
 def test_the_minibatch_section_times_every_medium_row_at_another_minibatch_beside_the_sweeps(
-        monkeypatch, tmp_path):
+    monkeypatch, tmp_path
+):
     """The medium sweep's rows at another minibatch (the `medium-*-batch10000` groups) have their
     family and depth timed at that minibatch and at the sweep's, and speed.md gives the price of a
     pass over the data at each: a step at 10,000 rows against ten at 1,000."""
     sweep = [cfg for _, cfg, _ in medium.uci.load_sweep(medium.SWEEP) if medium._other_batch(cfg)]
-    timed = [(config, makers) for section, config, makers in speed.sections(quick=True)
-             if section == speed.MEDIUM_MINIBATCH]
-    assert sweep and {(cfg["posterior"], cfg["depth"]) for cfg in sweep} == {(c["family"], c["depth"]) for c, _ in timed}
+    timed = [
+        (config, makers)
+        for section, config, makers in speed.sections(quick=True)
+        if section == speed.MEDIUM_MINIBATCH
+    ]
+    assert sweep and {(cfg["posterior"], cfg["depth"]) for cfg in sweep} == {
+        (c["family"], c["depth"]) for c, _ in timed
+    }
     assert {cfg["batch_size"] for cfg in sweep} | {medium.SWEEP_BATCH} == set(speed.MEDIUM_BATCHES)
     assert all(set(makers) == {f"batch {b}" for b in speed.MEDIUM_BATCHES} for _, makers in timed)
 
-    line = dict(section=speed.MEDIUM_MINIBATCH, config=dict(family="global", depth=2, M=100),
-                ms_per_step={"batch 1000": 25.0, "batch 10000": 200.0}, rounds=7, steps_per_round=10, commit="c",
-                command="python benchmarks/speed.py --only medium_minibatch --threads 1", machine="m", threads=1)
+    line = dict(
+        section=speed.MEDIUM_MINIBATCH,
+        config=dict(family="global", depth=2, M=100),
+        ms_per_step={"batch 1000": 25.0, "batch 10000": 200.0},
+        rounds=7,
+        steps_per_round=10,
+        commit="c",
+        command="python benchmarks/speed.py --only medium_minibatch --threads 1",
+        machine="m",
+        threads=1,
+    )
     md = speed.write_markdown([line], str(tmp_path / "speed.md"))
     assert (tmp_path / "speed.md").read_text() == md
     assert "| global-2 | 25.0 | 200.0 | 8.0 | 0.80 |" in md and "one TensorFlow thread" in md

@@ -1,4 +1,5 @@
 """benchmarks/star_offdiagonal.py end to end on one step: lines, the table, resuming, bad input."""
+
 import json
 
 import pytest
@@ -9,8 +10,22 @@ from benchmarks import star_offdiagonal as bench
 @pytest.mark.slow  # trains two variants end to end: `make test-all`
 def test_runs_resumes_and_writes_the_table(tmp_path):
     out, md = tmp_path / "s.jsonl", tmp_path / "s.md"
-    argv = ["--dataset", "yacht", "--steps", "1", "--every", "1", "--variants", "plain,preconditioned",
-            "--elbo-se", "1.0", "--out", str(out), "--md", str(md)]
+    argv = [
+        "--dataset",
+        "yacht",
+        "--steps",
+        "1",
+        "--every",
+        "1",
+        "--variants",
+        "plain,preconditioned",
+        "--elbo-se",
+        "1.0",
+        "--out",
+        str(out),
+        "--md",
+        str(md),
+    ]
     assert bench.main(argv) == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(r["variant"], r["step"]) for r in lines] == [("plain", 1), ("preconditioned", 1)]

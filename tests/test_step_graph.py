@@ -12,6 +12,7 @@ is visible), and its graph, nested functions and gradients included, must hold n
 A ``tf.debugging.Assert`` left in the step, or a ``tf.linalg.set_diag`` on a run-time batch shape
 (its gradient runs three ``tf.cond``s), makes this fail.
 """
+
 import collections
 
 import gpflow
@@ -24,10 +25,26 @@ from deepgp_gi import linalg
 from deepgp_gi.families import DEEP_GP_FAMILIES
 from deepgp_gi.training.step import TrainStep
 
-HOST_SYNC_OPS = frozenset({
-    "Assert", "Print", "PrintV2", "If", "StatelessIf", "While", "StatelessWhile", "PyFunc", "PyFuncStateless",
-    "EagerPyFunc", "CheckNumerics", "CheckNumericsV2", "Where", "Unique", "UniqueV2", "DynamicPartition",
-})
+HOST_SYNC_OPS = frozenset(
+    {
+        "Assert",
+        "Print",
+        "PrintV2",
+        "If",
+        "StatelessIf",
+        "While",
+        "StatelessWhile",
+        "PyFunc",
+        "PyFuncStateless",
+        "EagerPyFunc",
+        "CheckNumerics",
+        "CheckNumericsV2",
+        "Where",
+        "Unique",
+        "UniqueV2",
+        "DynamicPartition",
+    }
+)
 BNN_POSTERIORS = ("factorised", "local", "global", "factorised_global")
 
 
@@ -49,8 +66,15 @@ def _data(n: int = 24):
 def _traced_step(model, X, Y, jit_compile: bool):
     variables = list(model.trainable_variables)
     optimizer = dg.training.adam(0.01, variables)
-    step = TrainStep(model, optimizer, variables, tf.Variable(0, dtype=tf.int64), num_samples=2, seed=0,
-                     jit_compile=jit_compile)
+    step = TrainStep(
+        model,
+        optimizer,
+        variables,
+        tf.Variable(0, dtype=tf.int64),
+        num_samples=2,
+        seed=0,
+        jit_compile=jit_compile,
+    )
     args = (tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y), step.kl_weight_tensor(1.0))
     return step._compiled.get_concrete_function(*args)
 
@@ -62,19 +86,25 @@ def accelerator_branch():
         yield
 
 
-MODELS = [("deep GP", name) for name in DEEP_GP_FAMILIES] + [("BNN", name) for name in BNN_POSTERIORS]
+MODELS = [("deep GP", name) for name in DEEP_GP_FAMILIES] + [
+    ("BNN", name) for name in BNN_POSTERIORS
+]
 
 
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["plain", "xla"])
 @pytest.mark.parametrize("kind, posterior", MODELS)
-def test_training_step_has_no_host_synchronising_op(accelerator_branch, kind, posterior, jit_compile):
+def test_training_step_has_no_host_synchronising_op(
+    accelerator_branch, kind, posterior, jit_compile
+):
     X, Y = _data()
     if kind == "deep GP":
         model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=5, seed=0)
     else:
         model = dg.build_bnn(X, Y, hidden=(6, 6), posterior=posterior, num_inducing=5, seed=0)
     counts = op_types(_traced_step(model, X, Y, jit_compile))
-    assert counts["Cholesky"] >= 1 or posterior == "factorised"  # the step was traced with its factorisations
+    assert (
+        counts["Cholesky"] >= 1 or posterior == "factorised"
+    )  # the step was traced with its factorisations
     found = {op: n for op, n in counts.items() if op in HOST_SYNC_OPS}
     assert found == {}, f"{kind} {posterior}: host-synchronising ops in the training step: {found}"
 
@@ -87,7 +117,9 @@ def test_the_update_is_one_fused_kernel_per_variable(jit_compile):
     model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, seed=0)
     counts = op_types(_traced_step(model, X, Y, jit_compile))
     assert counts["ResourceApplyAdam"] == len(model.trainable_variables)
-    assert counts["AssignSubVariableOp"] == 0 and counts["AssignAddVariableOp"] <= 1  # at most the iteration count
+    assert (
+        counts["AssignSubVariableOp"] == 0 and counts["AssignAddVariableOp"] <= 1
+    )  # at most the iteration count
 
 
 def test_the_audit_sees_an_assert_and_a_set_diag_gradient(accelerator_branch):
@@ -115,11 +147,23 @@ def test_natural_gradient_step_syncs_only_in_gpflows_assign(accelerator_branch):
     X, Y = _data()
     model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, seed=0)
     blocks = model.posterior.natural_gradient_blocks()
-    taken = {id(v) for q_mu, q_sqrt in blocks for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)}
+    taken = {
+        id(v)
+        for q_mu, q_sqrt in blocks
+        for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)
+    }
     variables = [v for v in model.trainable_variables if id(v) not in taken]
     optimizer = dg.training.adam(0.01, variables)
-    step = NaturalGradientStep(model, optimizer, variables, tf.Variable(0, dtype=tf.int64), natgrad_blocks=blocks,
-                               gamma=0.1, num_samples=2, seed=0)
+    step = NaturalGradientStep(
+        model,
+        optimizer,
+        variables,
+        tf.Variable(0, dtype=tf.int64),
+        natgrad_blocks=blocks,
+        gamma=0.1,
+        num_samples=2,
+        seed=0,
+    )
     args = (tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y), step.kl_weight_tensor(1.0))
     counts = op_types(step._compiled.get_concrete_function(*args))
     found = {op: n for op, n in counts.items() if op in HOST_SYNC_OPS}

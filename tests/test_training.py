@@ -1,4 +1,5 @@
 """fit: reproducible, resumable, minibatched, float32-capable."""
+
 import gpflow
 import re
 
@@ -17,17 +18,33 @@ def test_a_checkpoint_of_another_run_is_a_clear_error(rng, tmp_path, written_by)
     X, Y = toy_regression(rng, 30)
     if written_by == "another_model":
         other = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=10, seed=0)
-        dg.fit(other, (X, Y), steps=2, batch_size=10, seed=1, progress=False, checkpoint_dir=tmp_path,
-               checkpoint_every=2)
+        dg.fit(
+            other,
+            (X, Y),
+            steps=2,
+            batch_size=10,
+            seed=1,
+            progress=False,
+            checkpoint_dir=tmp_path,
+            checkpoint_every=2,
+        )
     else:  # the same model with tf_keras's (unfused) Adam state
         other = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
         optimizer = gpflow.keras.tf_keras.optimizers.Adam(0.01)
         optimizer.build(other.trainable_variables)
-        checkpoint = tf.train.Checkpoint(model=other, optimizer=optimizer, step=tf.Variable(2, dtype=tf.int64))
-        tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=1).save(checkpoint_number=2)
+        checkpoint = tf.train.Checkpoint(
+            model=other, optimizer=optimizer, step=tf.Variable(2, dtype=tf.int64)
+        )
+        tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=1).save(
+            checkpoint_number=2
+        )
     model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
-    with pytest.raises(ValueError, match="checkpoint_dir .* does not match this run's model and optimiser"):
-        dg.fit(model, (X, Y), steps=4, batch_size=10, seed=1, progress=False, checkpoint_dir=tmp_path)
+    with pytest.raises(
+        ValueError, match="checkpoint_dir .* does not match this run's model and optimiser"
+    ):
+        dg.fit(
+            model, (X, Y), steps=4, batch_size=10, seed=1, progress=False, checkpoint_dir=tmp_path
+        )
 
 
 def test_batches_cover_each_epoch_once():
@@ -56,15 +73,35 @@ def test_same_seed_same_result_and_elbo_improves(rng):
 def test_resumed_fit_equals_uninterrupted(rng, tmp_path):
     X, Y = toy_regression(rng, 60)
     straight = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
-    h_straight = dg.fit(straight, (X, Y), steps=40, batch_size=25, seed=9, progress=False, log_every=4)
+    h_straight = dg.fit(
+        straight, (X, Y), steps=40, batch_size=25, seed=9, progress=False, log_every=4
+    )
 
     resumed = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
-    dg.fit(resumed, (X, Y), steps=15, batch_size=25, seed=9, progress=False, log_every=4,
-           checkpoint_dir=tmp_path, checkpoint_every=5)
+    dg.fit(
+        resumed,
+        (X, Y),
+        steps=15,
+        batch_size=25,
+        seed=9,
+        progress=False,
+        log_every=4,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=5,
+    )
     # a fresh process would rebuild the model; rebuilding here checks the restore, not leftover state
     fresh = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
-    h_resumed = dg.fit(fresh, (X, Y), steps=40, batch_size=25, seed=9, progress=False, log_every=4,
-                       checkpoint_dir=tmp_path, checkpoint_every=5)
+    h_resumed = dg.fit(
+        fresh,
+        (X, Y),
+        steps=40,
+        batch_size=25,
+        seed=9,
+        progress=False,
+        log_every=4,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=5,
+    )
     assert h_resumed.resumed_from == 15
     for a, b in zip(parameter_values(straight), parameter_values(fresh)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
@@ -98,7 +135,9 @@ def test_metrics_in_original_units(rng):
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=10, seed=0)
     ll1 = dg.metrics.test_log_likelihood(model, X, Y, y_std=1.0, num_samples=1)
     ll3 = dg.metrics.test_log_likelihood(model, X, Y, y_std=3.0, num_samples=1)
-    np.testing.assert_allclose(ll1 - ll3, np.log(3.0), rtol=1e-10)  # one layer: deterministic mixture
+    np.testing.assert_allclose(
+        ll1 - ll3, np.log(3.0), rtol=1e-10
+    )  # one layer: deterministic mixture
     r1 = dg.metrics.rmse(model, X, Y, y_std=1.0, num_samples=1)
     r3 = dg.metrics.rmse(model, X, Y, y_std=3.0, num_samples=1)
     np.testing.assert_allclose(r3, 3 * r1, rtol=1e-10)
@@ -119,11 +158,27 @@ def test_dataset_resume_past_one_pass_is_exact(rng, tmp_path):
     straight = build()
     h_straight = dg.fit(straight, dataset(), steps=11, seed=4, progress=False, log_every=1)
     first = build()
-    dg.fit(first, dataset(), steps=6, seed=4, progress=False, log_every=1,
-           checkpoint_dir=tmp_path, checkpoint_every=3)
+    dg.fit(
+        first,
+        dataset(),
+        steps=6,
+        seed=4,
+        progress=False,
+        log_every=1,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=3,
+    )
     fresh = build()
-    h_resumed = dg.fit(fresh, dataset(), steps=11, seed=4, progress=False, log_every=1,
-                       checkpoint_dir=tmp_path, checkpoint_every=3)
+    h_resumed = dg.fit(
+        fresh,
+        dataset(),
+        steps=11,
+        seed=4,
+        progress=False,
+        log_every=1,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=3,
+    )
     assert h_resumed.resumed_from == 6
     assert h_resumed.step == h_straight.step == list(range(1, 12))
     assert h_resumed.elbo == h_straight.elbo
@@ -147,13 +202,26 @@ def _broken_model(X, Y):
     return model
 
 
-@pytest.mark.parametrize("jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["graph", "xla"])
+@pytest.mark.parametrize(
+    "jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["graph", "xla"]
+)
 def test_fit_raises_cholesky_error_and_saves_nothing(rng, tmp_path, jit_compile):
     X, Y = toy_regression(rng, 30)
     model = _broken_model(X, Y)
-    with pytest.raises(dg.linalg.CholeskyError, match=r"K_uu of layer .* is not positive definite.*training step 1"):
-        dg.fit(model, (X, Y), steps=5, seed=0, progress=False, log_every=5,
-               checkpoint_dir=tmp_path, checkpoint_every=2, jit_compile=jit_compile)
+    with pytest.raises(
+        dg.linalg.CholeskyError, match=r"K_uu of layer .* is not positive definite.*training step 1"
+    ):
+        dg.fit(
+            model,
+            (X, Y),
+            steps=5,
+            seed=0,
+            progress=False,
+            log_every=5,
+            checkpoint_dir=tmp_path,
+            checkpoint_every=2,
+            jit_compile=jit_compile,
+        )
     assert tf.train.latest_checkpoint(str(tmp_path)) is None
     assert not (tmp_path / "history.json").exists()
 
@@ -171,24 +239,39 @@ def _xla_cases():
     cases = [(f"gp-{p}", dict(kind="gp", posterior=p)) for p in DEEP_GP_FAMILIES]
     cases += [(f"bnn-{p}", dict(kind="bnn", posterior=p)) for p in BNN_FAMILIES]
     cases.append(("bnn-global-scale", dict(kind="bnn", posterior="global", prior="scale")))
-    cases.append(("bnn-global-tempered", dict(kind="bnn", posterior="global", kl_schedule=LinearSchedule(4))))
-    return [pytest.param(c, id=i, marks=() if i in FAST_XLA_CASES else pytest.mark.slow) for i, c in cases]
+    cases.append(
+        ("bnn-global-tempered", dict(kind="bnn", posterior="global", kl_schedule=LinearSchedule(4)))
+    )
+    return [
+        pytest.param(c, id=i, marks=() if i in FAST_XLA_CASES else pytest.mark.slow)
+        for i, c in cases
+    ]
 
 
 def _build_case(case, X, Y):
     if case["kind"] == "gp":
-        return dg.build_deep_gp(X, Y, depth=2, posterior=case["posterior"], num_inducing=8,
-                                inner_width=2, seed=0)
+        return dg.build_deep_gp(
+            X, Y, depth=2, posterior=case["posterior"], num_inducing=8, inner_width=2, seed=0
+        )
     kwargs = {"prior": case["prior"]} if "prior" in case else {}
-    return dg.build_bnn(X, Y, hidden=(8,), posterior=case["posterior"], num_inducing=8, seed=0, **kwargs)
+    return dg.build_bnn(
+        X, Y, hidden=(8,), posterior=case["posterior"], num_inducing=8, seed=0, **kwargs
+    )
 
 
 @pytest.mark.parametrize("case", _xla_cases())
 def test_xla_step_matches_plain_step(case, rng):
     X, Y = toy_regression(rng, 40)
     schedule = {"kl_schedule": case["kl_schedule"]} if "kl_schedule" in case else {}
-    assert_xla_fit_matches_plain(lambda: _build_case(case, X, Y), (X, Y), steps=5, batch_size=20, seed=3,
-                                 log_every=1, **schedule)
+    assert_xla_fit_matches_plain(
+        lambda: _build_case(case, X, Y),
+        (X, Y),
+        steps=5,
+        batch_size=20,
+        seed=3,
+        log_every=1,
+        **schedule,
+    )
 
 
 def test_fit_argument_checks(rng):
@@ -217,13 +300,19 @@ def test_natural_gradient_step_reaches_the_sgpr_bound_in_one_step(rng, whiten):
     gamma = 1 gives the optimal q(U), so the ELBO equals SGPR's collapsed bound."""
     X = rng.normal(size=(30, 2))
     Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(30, 1))
-    model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=7, seed=0, whiten=whiten)
+    model = dg.build_deep_gp(
+        X, Y, depth=1, posterior="mean_field", num_inducing=7, seed=0, whiten=whiten
+    )
     gpflow.set_trainable(model.layers[0], False)
     gpflow.set_trainable(model.likelihood, False)
     before = float(model.elbo((X, Y), 1, seed=0))
     dg.fit(model, (X, Y), steps=1, natgrad_gamma=1.0, seed=0, progress=False, log_every=1)
-    sgpr = gpflow.models.SGPR((X, Y), model.layers[0].kernel, inducing_variable=model.layers[0].Z.numpy(),
-                              noise_variance=model.likelihood.variance.numpy())
+    sgpr = gpflow.models.SGPR(
+        (X, Y),
+        model.layers[0].kernel,
+        inducing_variable=model.layers[0].Z.numpy(),
+        noise_variance=model.likelihood.variance.numpy(),
+    )
     bound = float(sgpr.elbo())
     assert before < bound - 1.0
     np.testing.assert_allclose(float(model.elbo((X, Y), 1, seed=0)), bound, rtol=1e-9)
@@ -237,8 +326,9 @@ def test_natgrad_on_the_last_layer_reaches_the_sgpr_bound_of_its_inputs(rng):
     KL(q(v_0) || N(0, I)) (whitened)."""
     X = rng.normal(size=(40, 2))
     Y = np.sin(X[:, :1] - X[:, 1:]) + 0.1 * rng.normal(size=(40, 1))
-    model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=6, inner_width=1, seed=0,
-                             whiten=True)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior="mean_field", num_inducing=6, inner_width=1, seed=0, whiten=True
+    )
     hidden, output = model.layers
     for module in (hidden, output, model.likelihood):
         gpflow.set_trainable(module, False)
@@ -247,12 +337,27 @@ def test_natgrad_on_the_last_layer_reaches_the_sgpr_bound_of_its_inputs(rng):
     q0 = model.posterior.q_mu[0].numpy().copy()
     noise = step_noise(0, tf.constant(0, tf.int64))
     before = float(model.elbo((X, Y), 1, seed=noise))
-    dg.fit(model, (X, Y), steps=1, natgrad_gamma=1.0, natgrad_layers="last", seed=0, progress=False, log_every=1)
+    dg.fit(
+        model,
+        (X, Y),
+        steps=1,
+        natgrad_gamma=1.0,
+        natgrad_layers="last",
+        seed=0,
+        progress=False,
+        log_every=1,
+    )
     np.testing.assert_array_equal(model.posterior.q_mu[0].numpy(), q0)
     H = model.posterior.propagate(X, 1, seed=noise).samples[0][0].numpy()
-    sgpr = gpflow.models.SGPR((H, Y), output.kernel, inducing_variable=output.Z.numpy(),
-                              noise_variance=model.likelihood.variance.numpy())
-    kl_hidden = float(gpflow.kullback_leiblers.gauss_kl(model.posterior.q_mu[0], model.posterior.q_sqrt[0]))
+    sgpr = gpflow.models.SGPR(
+        (H, Y),
+        output.kernel,
+        inducing_variable=output.Z.numpy(),
+        noise_variance=model.likelihood.variance.numpy(),
+    )
+    kl_hidden = float(
+        gpflow.kullback_leiblers.gauss_kl(model.posterior.q_mu[0], model.posterior.q_sqrt[0])
+    )
     target = float(sgpr.elbo()) - kl_hidden
     assert before < target - 1.0
     np.testing.assert_allclose(float(model.elbo((X, Y), 1, seed=noise)), target, rtol=1e-9)
@@ -267,11 +372,24 @@ def test_natgrad_layers_leaves_the_other_blocks_to_adam(rng):
     X, Y = toy_regression(rng, 30)
     moves = {}
     for layers in ("last", "all", [-1, 0]):
-        model = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=5, inner_width=2, seed=0)
+        model = dg.build_deep_gp(
+            X, Y, depth=2, posterior="mean_field", num_inducing=5, inner_width=2, seed=0
+        )
         before = np.diagonal(model.posterior.q_sqrt[0].numpy(), axis1=1, axis2=2).copy()
-        dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, natgrad_layers=layers, learning_rate=0.01, seed=0,
-               progress=False, log_every=1)
-        moves[str(layers)] = np.abs(np.diagonal(model.posterior.q_sqrt[0].numpy(), axis1=1, axis2=2) - before)
+        dg.fit(
+            model,
+            (X, Y),
+            steps=1,
+            natgrad_gamma=0.1,
+            natgrad_layers=layers,
+            learning_rate=0.01,
+            seed=0,
+            progress=False,
+            log_every=1,
+        )
+        moves[str(layers)] = np.abs(
+            np.diagonal(model.posterior.q_sqrt[0].numpy(), axis1=1, axis2=2) - before
+        )
     for adam in ("last",):
         np.testing.assert_allclose(moves[adam], 0.01, rtol=1e-5)
     for natural in ("all", "[-1, 0]"):
@@ -285,9 +403,17 @@ def test_natgrad_layers_bad_settings_are_refused_before_training(rng):
     q0 = model.posterior.q_mu[1].numpy().copy()
     cases = [
         (dict(natgrad_layers="last"), ValueError, "natgrad_layers='last' needs natgrad_gamma"),
-        (dict(natgrad_gamma=0.1, natgrad_layers="first"), ValueError, "natgrad_layers must be 'all', 'last'"),
+        (
+            dict(natgrad_gamma=0.1, natgrad_layers="first"),
+            ValueError,
+            "natgrad_layers must be 'all', 'last'",
+        ),
         (dict(natgrad_gamma=0.1, natgrad_layers=[]), ValueError, "natgrad_layers is empty"),
-        (dict(natgrad_gamma=0.1, natgrad_layers=[2]), ValueError, "layer 2 does not exist in a depth-2 model"),
+        (
+            dict(natgrad_gamma=0.1, natgrad_layers=[2]),
+            ValueError,
+            "layer 2 does not exist in a depth-2 model",
+        ),
         (dict(natgrad_gamma=0.1, natgrad_layers=[1, -1]), ValueError, "names layer 1 twice"),
         (dict(natgrad_gamma=0.1, natgrad_layers=[0.5]), TypeError, "sequence of ints"),
     ]
@@ -301,8 +427,15 @@ def test_natgrad_layers_bad_settings_are_refused_before_training(rng):
     with pytest.raises(ValueError, match="layer 1, whose q_mu and q_sqrt are not trainable"):
         dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, natgrad_layers="last", progress=False)
     np.testing.assert_array_equal(model.posterior.q_mu[1].numpy(), q0)
-    fc = dg.build_deep_gp(X, Y, depth=2, posterior="fully_coupled", num_inducing=5, seed=0,
-                          precondition_offdiagonal=False)
+    fc = dg.build_deep_gp(
+        X,
+        Y,
+        depth=2,
+        posterior="fully_coupled",
+        num_inducing=5,
+        seed=0,
+        precondition_offdiagonal=False,
+    )
     with pytest.raises(ValueError, match="one Gaussian block over all 2 layers"):
         dg.fit(fc, (X, Y), steps=1, natgrad_gamma=0.1, natgrad_layers="last", progress=False)
 
@@ -316,18 +449,32 @@ def test_natural_gradients_are_refused_for_families_without_gaussian_blocks(rng)
 
 # fully-coupled: 60 steps, `make test-all` (its natural gradient is checked against SGPR's bound in
 # make test, test_natural_gradient_on_the_fully_coupled_block_reaches_the_sgpr_bound)
-@pytest.mark.parametrize("posterior", ["mean_field", pytest.param("fully_coupled", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "posterior", ["mean_field", pytest.param("fully_coupled", marks=pytest.mark.slow)]
+)
 def test_natural_gradients_with_adam_train_a_deep_model(rng, posterior):
     X, Y = toy_regression(rng, 40)
     # natural gradients act on the plain Cholesky factor of the fully-coupled q(f_M)
     options = {"precondition_offdiagonal": False} if posterior == "fully_coupled" else {}
-    model = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=8, inner_width=2, seed=0, **options)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior=posterior, num_inducing=8, inner_width=2, seed=0, **options
+    )
     if posterior == "fully_coupled":
-        default = dg.build_deep_gp(X, Y, depth=2, posterior=posterior, num_inducing=8, inner_width=2, seed=0)
+        default = dg.build_deep_gp(
+            X, Y, depth=2, posterior=posterior, num_inducing=8, inner_width=2, seed=0
+        )
         with pytest.raises(ValueError, match="precondition_offdiagonal=False"):
             dg.fit(default, (X, Y), steps=1, natgrad_gamma=0.1, progress=False)
-    history = dg.fit(model, (X, Y), steps=60, natgrad_gamma=0.1, num_samples=4, seed=0, progress=False,
-                     log_every=20)
+    history = dg.fit(
+        model,
+        (X, Y),
+        steps=60,
+        natgrad_gamma=0.1,
+        num_samples=4,
+        seed=0,
+        progress=False,
+        log_every=20,
+    )
     assert history.elbo[-1] > history.elbo[0]
     assert all(np.isfinite(history.elbo))
 
@@ -337,13 +484,24 @@ def test_natural_gradient_on_the_fully_coupled_block_reaches_the_sgpr_bound(rng)
     so one natural-gradient step with gamma = 1 (hyperparameters fixed) gives SGPR's bound."""
     X = rng.normal(size=(30, 2))
     Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(30, 1))
-    model = dg.build_deep_gp(X, Y, depth=1, posterior="fully_coupled", num_inducing=7, seed=0,
-                             precondition_offdiagonal=False)
+    model = dg.build_deep_gp(
+        X,
+        Y,
+        depth=1,
+        posterior="fully_coupled",
+        num_inducing=7,
+        seed=0,
+        precondition_offdiagonal=False,
+    )
     gpflow.set_trainable(model.layers[0], False)
     gpflow.set_trainable(model.likelihood, False)
     dg.fit(model, (X, Y), steps=1, natgrad_gamma=1.0, seed=0, progress=False, log_every=1)
-    sgpr = gpflow.models.SGPR((X, Y), model.layers[0].kernel, inducing_variable=model.layers[0].Z.numpy(),
-                              noise_variance=model.likelihood.variance.numpy())
+    sgpr = gpflow.models.SGPR(
+        (X, Y),
+        model.layers[0].kernel,
+        inducing_variable=model.layers[0].Z.numpy(),
+        noise_variance=model.likelihood.variance.numpy(),
+    )
     np.testing.assert_allclose(float(model.elbo((X, Y), 1, seed=0)), float(sgpr.elbo()), rtol=1e-9)
 
 
@@ -386,15 +544,22 @@ def test_the_training_step_keeps_no_int32_variable(rng, posterior):
     step(tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y))
     held = list(step.optimizer.variables())
     for value in vars(step).values():
-        held += [v for v in tf.nest.flatten(value) if isinstance(v, tf.Variable)] if not isinstance(
-            value, tf.Module) else list(value.variables)
-    assert held and all(v.dtype != tf.int32 for v in held), [(v.name, v.dtype) for v in held if v.dtype == tf.int32]
+        held += (
+            [v for v in tf.nest.flatten(value) if isinstance(v, tf.Variable)]
+            if not isinstance(value, tf.Module)
+            else list(value.variables)
+        )
+    assert held and all(v.dtype != tf.int32 for v in held), [
+        (v.name, v.dtype) for v in held if v.dtype == tf.int32
+    ]
     step.raise_if_failed()  # no failure so far
 
     @tf.function(autograph=False)
     def failed_status():  # the int32 status of a compiled factorisation of a NaN matrix
         with dg.linalg.cholesky_checks() as checks:
-            dg.linalg.safe_cholesky(tf.fill([2, 2], tf.constant(np.nan, tf.float64)), name="planted")
+            dg.linalg.safe_cholesky(
+                tf.fill([2, 2], tf.constant(np.nan, tf.float64)), name="planted"
+            )
         return checks.status()
 
     status = failed_status()

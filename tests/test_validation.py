@@ -1,4 +1,5 @@
 """Bad input raises a clear error naming the argument, before any work starts."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -91,16 +92,26 @@ def test_fit_settings(data, model):
 def test_targets_must_suit_the_likelihood(data):
     X, _ = data
     Y = np.full((30, 1), 0.5)
-    with pytest.raises(ValueError, match="Y must hold 0/1 labels for a Bernoulli likelihood; row 0"):
-        dg.build_deep_gp(X, (Y > 1).astype(float), depth=1, posterior="mean_field", num_inducing=5,
-                         likelihood=gpflow.likelihoods.Bernoulli()).elbo((X, Y))
+    with pytest.raises(
+        ValueError, match="Y must hold 0/1 labels for a Bernoulli likelihood; row 0"
+    ):
+        dg.build_deep_gp(
+            X,
+            (Y > 1).astype(float),
+            depth=1,
+            posterior="mean_field",
+            num_inducing=5,
+            likelihood=gpflow.likelihoods.Bernoulli(),
+        ).elbo((X, Y))
 
 
 def test_deepgp_composition_errors(rng):
     Z = rng.normal(size=(5, 2))
     l0 = dg.GPLayer(gpflow.kernels.SquaredExponential(), 3, 2, inducing_inputs=Z)
     l1 = dg.GPLayer(gpflow.kernels.SquaredExponential(), 1, 2, inducing_inputs=Z)
-    with pytest.raises(ValueError, match=r"layers\[1\].input_dim is 2 but layers\[0\].output_dim is 3"):
+    with pytest.raises(
+        ValueError, match=r"layers\[1\].input_dim is 2 but layers\[0\].output_dim is 3"
+    ):
         dg.DeepGP([l0, l1], gpflow.likelihoods.Gaussian())
     with pytest.raises(ValueError, match="unknown posterior 'nope'"):
         dg.DeepGP([l1], gpflow.likelihoods.Gaussian(), posterior="nope")

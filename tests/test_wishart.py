@@ -1,5 +1,6 @@
 """Wishart / inverse-Wishart densities and Bartlett draws for real degrees of freedom (O10 in
 docs/algorithms.md, "Test oracles")."""
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -32,8 +33,12 @@ def _tr(A):
 
 def test_log_multivariate_gamma_matches_scipy():
     for a, m in [(1.3, 1), (1.7, 3), (4.25, 4)]:
-        np.testing.assert_allclose(log_multivariate_gamma(a, m).numpy(), scipy.special.multigammaln(a, m),
-                                   rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            log_multivariate_gamma(a, m).numpy(),
+            scipy.special.multigammaln(a, m),
+            rtol=0,
+            atol=1e-12,
+        )
 
 
 @pytest.mark.parametrize("dof", [2.4, 3.0, 3.7, 5.0, 11.0])
@@ -44,12 +49,18 @@ def test_O10_wishart_log_prob_matches_scipy_and_tfp(rng, dof):
     X = scipy.stats.wishart(df=max(dof, 3.0), scale=V).rvs(6, random_state=rng.integers(1e9))
     ours = wishart_log_prob(X, C, dof).numpy()
     # scipy accepts any real dof > m - 1.
-    np.testing.assert_allclose(ours, scipy.stats.wishart(df=dof, scale=V).logpdf(_tr(X).T), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        ours, scipy.stats.wishart(df=dof, scale=V).logpdf(_tr(X).T), rtol=0, atol=1e-10
+    )
     if dof >= m:  # TFP refuses dof < m (docs/algorithms.md, "Paper versus reference code", item 9)
-        tfp_value = tfd.WishartTriL(tf.constant(dof, tf.float64), tf.constant(C)).log_prob(X).numpy()
+        tfp_value = (
+            tfd.WishartTriL(tf.constant(dof, tf.float64), tf.constant(C)).log_prob(X).numpy()
+        )
         np.testing.assert_allclose(ours, tfp_value, rtol=0, atol=1e-10)
     # X_tril given = computed
-    np.testing.assert_allclose(wishart_log_prob(X, C, dof, X_tril=np.linalg.cholesky(X)).numpy(), ours, atol=1e-12)
+    np.testing.assert_allclose(
+        wishart_log_prob(X, C, dof, X_tril=np.linalg.cholesky(X)).numpy(), ours, atol=1e-12
+    )
 
 
 def test_wishart_log_prob_batches_dof_and_scale(rng):
@@ -68,11 +79,15 @@ def test_O10_inverse_wishart_log_prob_matches_scipy_and_the_inversion_identity(r
     Psi = _spd(rng, m)
     X = np.stack([_spd(rng, m, 0.5) for _ in range(5)])
     ours = inverse_wishart_log_prob(X, np.linalg.cholesky(Psi), dof).numpy()
-    np.testing.assert_allclose(ours, scipy.stats.invwishart(df=dof, scale=Psi).logpdf(_tr(X).T), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        ours, scipy.stats.invwishart(df=dof, scale=Psi).logpdf(_tr(X).T), rtol=0, atol=1e-10
+    )
     # log IW(X; Psi, nu) = log W(X^{-1}; Psi^{-1}, nu) - (m + 1) log|X|
     Xinv = np.linalg.inv(X)
     via_wishart = wishart_log_prob(Xinv, np.linalg.cholesky(np.linalg.inv(Psi)), dof).numpy()
-    np.testing.assert_allclose(ours, via_wishart - (m + 1) * np.linalg.slogdet(X)[1], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        ours, via_wishart - (m + 1) * np.linalg.slogdet(X)[1], rtol=0, atol=1e-10
+    )
 
 
 @pytest.mark.parametrize("dof", [2.2, 2.9, 4.5])
@@ -98,8 +113,11 @@ def test_O10_bartlett_density_minus_jacobian_is_the_wishart_density(dof):
     np.testing.assert_allclose(log_density - jac, wishart, rtol=0, atol=1e-10)
     conditioned = diag.min(axis=1) > 1e-3
     assert conditioned.sum() >= 4
-    np.testing.assert_allclose(wishart[conditioned], scipy.stats.wishart(df=dof, scale=np.eye(m)).logpdf(
-        _tr(G[conditioned]).T), atol=1e-10)
+    np.testing.assert_allclose(
+        wishart[conditioned],
+        scipy.stats.wishart(df=dof, scale=np.eye(m)).logpdf(_tr(G[conditioned]).T),
+        atol=1e-10,
+    )
 
 
 def test_bartlett_factor_noise_names_and_layout():
@@ -110,7 +128,9 @@ def test_bartlett_factor_noise_names_and_layout():
     m, S = 3, 2
     g = np.array([[1.0, 2.0, 0.5], [3.0, 0.25, 4.0]])
     z = np.arange(1.0, 7.0).reshape(S, 3)
-    A = bartlett_factor(3.5, m, S, FixedNoise({"L/2/chi": g, "L/2/normal": z}), "L/2", tf.float64).numpy()
+    A = bartlett_factor(
+        3.5, m, S, FixedNoise({"L/2/chi": g, "L/2/normal": z}), "L/2", tf.float64
+    ).numpy()
     expected = np.zeros((S, m, m))
     for s in range(S):
         expected[s] = np.diag(np.sqrt(2 * g[s]))
@@ -173,10 +193,16 @@ def test_bartlett_inverse_wishart_log_prob_without_inversion(rng):
     A = bartlett_factor(4.2, m, S, SeededNoise(1), "W", tf.float64).numpy()
     X = C @ np.linalg.inv(A @ _tr(A)) @ C.T
     for dof in (2.5, 7.0):
-        np.testing.assert_allclose(bartlett_inverse_wishart_log_prob(A, C, dof).numpy(),
-                                   scipy.stats.invwishart(df=dof, scale=C @ C.T).logpdf(_tr(X).T), atol=1e-10)
-        np.testing.assert_allclose(bartlett_inverse_wishart_log_prob(A, C, dof, scale_tril=B).numpy(),
-                                   inverse_wishart_log_prob(X, B, dof).numpy(), atol=1e-10)
+        np.testing.assert_allclose(
+            bartlett_inverse_wishart_log_prob(A, C, dof).numpy(),
+            scipy.stats.invwishart(df=dof, scale=C @ C.T).logpdf(_tr(X).T),
+            atol=1e-10,
+        )
+        np.testing.assert_allclose(
+            bartlett_inverse_wishart_log_prob(A, C, dof, scale_tril=B).numpy(),
+            inverse_wishart_log_prob(X, B, dof).numpy(),
+            atol=1e-10,
+        )
 
 
 def test_float32_densities_and_draws():
@@ -186,8 +212,12 @@ def test_float32_densities_and_draws():
     G = tf.linalg.matmul(A, A, transpose_b=True)
     ours = wishart_log_prob(G, tf.eye(m), 2.7)
     assert ours.dtype == tf.float32
-    np.testing.assert_allclose(ours.numpy(), scipy.stats.wishart(df=2.7, scale=np.eye(m)).logpdf(
-        _tr(G.numpy().astype(np.float64)).T), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        ours.numpy(),
+        scipy.stats.wishart(df=2.7, scale=np.eye(m)).logpdf(_tr(G.numpy().astype(np.float64)).T),
+        rtol=1e-4,
+        atol=1e-3,
+    )
     iw = inverse_wishart_log_prob(G, tf.eye(m), 4.5)
     assert iw.dtype == tf.float32 and np.all(np.isfinite(iw.numpy()))
     assert bartlett_log_prob(A, 2.7).dtype == tf.float32

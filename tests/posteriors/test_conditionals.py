@@ -1,5 +1,6 @@
 """Every layer's ``chol(K_uu)`` at once (``inducing_choleskies``): the per-layer factors, from one
 batched factorisation per inducing count."""
+
 import collections
 
 import numpy as np
@@ -13,7 +14,9 @@ from deepgp_gi.posteriors.conditionals import inducing_cholesky, inducing_choles
 def _layers(rng, M, depth=3):
     X = rng.normal(size=(30, 3))
     Y = np.sin(X[:, :1])
-    return dg.build_deep_gp(X, Y, depth=depth, posterior="mean_field", num_inducing=M, seed=0).layers
+    return dg.build_deep_gp(
+        X, Y, depth=depth, posterior="mean_field", num_inducing=M, seed=0
+    ).layers
 
 
 def _cholesky_ops(fn) -> int:
@@ -25,7 +28,9 @@ def test_equal_sizes_are_one_factorisation_with_the_per_layer_factors(rng):
     layers = _layers(rng, M=6)
     together = inducing_choleskies(layers)
     for layer, L in zip(layers, together):
-        np.testing.assert_allclose(L.numpy(), inducing_cholesky(layer, layer.Z).numpy(), rtol=0, atol=0)
+        np.testing.assert_allclose(
+            L.numpy(), inducing_cholesky(layer, layer.Z).numpy(), rtol=0, atol=0
+        )
     assert _cholesky_ops(lambda: inducing_choleskies(layers)) == 1
     assert _cholesky_ops(lambda: [inducing_cholesky(l, l.Z) for l in layers]) == 3
 
@@ -36,7 +41,9 @@ def test_mixed_sizes_keep_the_layer_order_and_group_by_size(rng):
     together = inducing_choleskies(layers)
     assert [L.shape[-1] for L in together] == [4, 7, 4, 7]
     for layer, L in zip(layers, together):
-        np.testing.assert_allclose(L.numpy(), inducing_cholesky(layer, layer.Z).numpy(), rtol=0, atol=0)
+        np.testing.assert_allclose(
+            L.numpy(), inducing_cholesky(layer, layer.Z).numpy(), rtol=0, atol=0
+        )
     assert _cholesky_ops(lambda: inducing_choleskies(layers)) == 2
 
 
@@ -55,10 +62,13 @@ def test_a_singular_layer_is_repaired_alone(rng):
     assert not np.all(np.isfinite(tf.linalg.cholesky(jittered).numpy()))
     together = inducing_choleskies(layers)
     for i in (0, 2):
-        np.testing.assert_allclose(together[i].numpy(), inducing_cholesky(layers[i], layers[i].Z).numpy(),
-                                   rtol=0, atol=0)
+        np.testing.assert_allclose(
+            together[i].numpy(), inducing_cholesky(layers[i], layers[i].Z).numpy(), rtol=0, atol=0
+        )
     assert np.all(np.isfinite(together[1].numpy()))
-    np.testing.assert_allclose(together[1].numpy(), inducing_cholesky(layers[1], layers[1].Z).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        together[1].numpy(), inducing_cholesky(layers[1], layers[1].Z).numpy(), rtol=1e-12
+    )
 
 
 def _unit_variances_by_autodiff(R, A):
@@ -86,12 +96,15 @@ def test_unit_variances_and_their_hand_written_gradient_match_autodiff(rng, dtyp
                 v = f(R, A)
                 total = tf.reduce_sum(W * v)
             return (v,) + tuple(tape.gradient(total, [R, A]))
+
         return [t.numpy() for t in run(R, A)]
 
     ours = value_and_grads(unit_variances)
     direct = value_and_grads(_unit_variances_by_autodiff)
     lower = np.tril(np.ones((M, M), dtype=bool))
     np.testing.assert_allclose(ours[0], direct[0], rtol=rtol)
-    np.testing.assert_allclose(ours[1][:, lower], direct[1][:, lower], rtol=rtol * 10, atol=rtol * 10)
+    np.testing.assert_allclose(
+        ours[1][:, lower], direct[1][:, lower], rtol=rtol * 10, atol=rtol * 10
+    )
     np.testing.assert_allclose(ours[2], direct[2], rtol=rtol * 10, atol=rtol * 10)
     assert ours[0].dtype == dtype

@@ -12,6 +12,7 @@ numbered in docs/algorithms.md, "Test oracles").
 * parameter_count per weighted layer (closed forms), FFG-U smaller than factorised.
 * The compiled (XLA) training step equals the plain one; ensemble members cycle; bad input.
 """
+
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -41,17 +42,20 @@ from deepgp_gi.priors import NealPrior  # noqa: E402
 from fit_checks import assert_xla_fit_matches_plain  # noqa: E402  (tests/ is on sys.path under pytest)
 from test_convolutional import _images  # noqa: E402  (tests/posteriors is on sys.path under pytest)
 
-CLASSES = {"ffg_u": FFGInducingPosterior, "ensemble_u": EnsembleInducingPosterior,
-           "ensemble_w": EnsembleWeightPosterior}
-
-
+CLASSES = {
+    "ffg_u": FFGInducingPosterior,
+    "ensemble_u": EnsembleInducingPosterior,
+    "ensemble_w": EnsembleWeightPosterior,
+}
 
 
 def _options(name):
     if name == "ffg_u":
         return dict(num_inducing=3, lambda_init=0.3, sd_init=0.2, d_init=0.5)
     if name == "ensemble_u":
-        return dict(num_inducing=3, num_members=3, lambda_init=0.3, d_init=0.5, prior_regulariser=True)
+        return dict(
+            num_inducing=3, num_members=3, lambda_init=0.3, d_init=0.5, prior_regulariser=True
+        )
     return dict(num_members=3, prior_regulariser=True)
 
 
@@ -64,9 +68,15 @@ def test_whole_image_valid_conv_equals_dense_on_flattened_images(name):
     H, W, C, P, out, N, S = 4, 4, 2, 3, 2, 5, 3
     X = rng.standard_normal((N, H, W, C))
     conv = Conv2DLayer((H, W, C), P, kernel_size=4, padding="valid", prior=NealPrior(sd=1.5))
-    conv_net = [conv, Flatten(conv.output_shape), DenseLayer(P, out, activation="relu", prior=NealPrior(sd=1.5))]
-    dense_net = [DenseLayer(H * W * C, P, prior=NealPrior(sd=1.5)),
-                 DenseLayer(P, out, activation="relu", prior=NealPrior(sd=1.5))]
+    conv_net = [
+        conv,
+        Flatten(conv.output_shape),
+        DenseLayer(P, out, activation="relu", prior=NealPrior(sd=1.5)),
+    ]
+    dense_net = [
+        DenseLayer(H * W * C, P, prior=NealPrior(sd=1.5)),
+        DenseLayer(P, out, activation="relu", prior=NealPrior(sd=1.5)),
+    ]
     cls = CLASSES[name]
     conv_post = cls(conv_net, seed=1, **_options(name))
     dense_post = cls(dense_net, seed=1, **_options(name))
@@ -79,15 +89,25 @@ def test_whole_image_valid_conv_equals_dense_on_flattened_images(name):
         b.assign(a)
     pc = conv_post.propagate(X, S, seed=SeededNoise(5))
     pd = dense_post.propagate(X.reshape(N, -1), S, seed=SeededNoise(5))
-    np.testing.assert_allclose(pc.samples[0].numpy().reshape(S, N, P), pd.samples[0].numpy(), atol=1e-10)
+    np.testing.assert_allclose(
+        pc.samples[0].numpy().reshape(S, N, P), pd.samples[0].numpy(), atol=1e-10
+    )
     np.testing.assert_allclose(pc.mean.numpy(), pd.mean.numpy(), atol=1e-10)
     np.testing.assert_allclose(pc.kl.numpy(), pd.kl.numpy(), atol=1e-10)
     assert np.all(np.abs(pc.kl.numpy()) > 1.0) and np.std(pc.mean.numpy(), axis=0).max() > 1e-2
 
 
 def _lenet(X, Y, posterior, **options):
-    return build_conv_bnn(X, Y, architecture="lenet", channels=(2, 3), hidden=(5,), posterior=posterior, seed=0,
-                          **options)
+    return build_conv_bnn(
+        X,
+        Y,
+        architecture="lenet",
+        channels=(2, 3),
+        hidden=(5,),
+        posterior=posterior,
+        seed=0,
+        **options,
+    )
 
 
 def test_kl_is_zero_at_the_prior_and_the_closed_form_elsewhere():
@@ -96,7 +116,9 @@ def test_kl_is_zero_at_the_prior_and_the_closed_form_elsewhere():
     post = model.posterior
     for m in post.u_means:
         m.assign(np.zeros(m.shape))
-    np.testing.assert_allclose(post.propagate(X, 3, seed=SeededNoise(2)).kl.numpy(), 0.0, atol=1e-10)
+    np.testing.assert_allclose(
+        post.propagate(X, 3, seed=SeededNoise(2)).kl.numpy(), 0.0, atol=1e-10
+    )
 
     rng = np.random.default_rng(1)
     for m, s, iw in zip(post.u_means, post.u_sds, post.inducing_weights):
@@ -110,8 +132,12 @@ def test_kl_is_zero_at_the_prior_and_the_closed_form_elsewhere():
         is_conv = hasattr(layer, "kernel_size")
         d_in = layer.kernel_size**2 * layer.input_shape[-1] + 1 if is_conv else layer.input_dim + 1
         assert (iw.d_out, iw.d_in) == (d_out, d_in)
-        ref += 0.5 * np.sum(s**2 + m**2 - 1 - np.log(s**2)) + d_out * d_in * (lam**2 / 2 - np.log(lam) - 0.5)
-    np.testing.assert_allclose(post.propagate(X, 3, seed=SeededNoise(2)).kl.numpy(), ref, rtol=1e-12)
+        ref += 0.5 * np.sum(s**2 + m**2 - 1 - np.log(s**2)) + d_out * d_in * (
+            lam**2 / 2 - np.log(lam) - 0.5
+        )
+    np.testing.assert_allclose(
+        post.propagate(X, 3, seed=SeededNoise(2)).kl.numpy(), ref, rtol=1e-12
+    )
 
 
 def _np_factors(iw):
@@ -133,8 +159,12 @@ def _np_factors(iw):
 def _filter_net(prior_sd=2.0):
     """A 3x3 'valid' convolution on 3x3x2 images (one output pixel, 3 filters, d_in = 19)."""
     conv = Conv2DLayer((3, 3, 2), 3, kernel_size=3, padding="valid", prior=NealPrior(sd=prior_sd))
-    return [conv, Activation(conv.output_shape, "relu"), Flatten(conv.output_shape),
-            DenseLayer(3, 1, activation="identity")]
+    return [
+        conv,
+        Activation(conv.output_shape, "relu"),
+        Flatten(conv.output_shape),
+        DenseLayer(3, 1, activation="identity"),
+    ]
 
 
 def _filters(post, draws, S):
@@ -144,7 +174,9 @@ def _filters(post, draws, S):
     out = post.propagate(X, S, seed=FixedNoise(draws, fallback=SeededNoise(0))).samples[0].numpy()
     out = out.reshape(S, 19, 3)  # conv output before the relu: [S, image, C_out]
     bias = out[:, 0]
-    return np.concatenate([np.transpose(out[:, 1:] - bias[:, None], (0, 2, 1)), bias[:, :, None]], axis=-1)
+    return np.concatenate(
+        [np.transpose(out[:, 1:] - bias[:, None], (0, 2, 1)), bias[:, :, None]], axis=-1
+    )
 
 
 @pytest.mark.parametrize("at_prior", [False, True])
@@ -171,7 +203,13 @@ def test_O11_moments_of_the_filters_a_convolution_applies(at_prior):
     post.u_means[0].assign(m)
     post.u_sds[0].assign(s)
     sigma = 2.0 / np.sqrt(19)
-    shapes = {"w/0/e1": (3, 19), "w/0/e2": (2, 2), "w/0/e3": (2, 2), "w/0/e4": (2, 2), "u/0": (2, 2)}
+    shapes = {
+        "w/0/e1": (3, 19),
+        "w/0/e2": (2, 2),
+        "w/0/e3": (2, 2),
+        "w/0/e4": (2, 2),
+        "u/0": (2, 2),
+    }
 
     zero = {k: np.zeros((1,) + v) for k, v in shapes.items()}
     mean = _filters(post, zero, 1)[0]
@@ -182,7 +220,7 @@ def test_O11_moments_of_the_filters_a_convolution_applies(at_prior):
     eye, draws, start = np.eye(n), {}, 0
     for k, v in shapes.items():
         size = int(np.prod(v))
-        draws[k] = eye[:, start:start + size].reshape((n,) + v)
+        draws[k] = eye[:, start : start + size].reshape((n,) + v)
         start += size
     A = _filters(post, draws, n) - mean  # [n, 3, 19]: column s of the linear map
     A = np.stack([a.flatten(order="F") for a in A], axis=1)
@@ -211,16 +249,24 @@ def _closed_form_counts(post, name, K=5):
 
 def test_parameter_count_per_weighted_layer():
     X, Y = _images(10)
-    models = {name: build_conv_bnn(X, Y, architecture="lenet", posterior=name, num_inducing=4, seed=0)
-              for name in ("factorised", "ffg_u", "ensemble_u", "ensemble_w")}
+    models = {
+        name: build_conv_bnn(X, Y, architecture="lenet", posterior=name, num_inducing=4, seed=0)
+        for name in ("factorised", "ffg_u", "ensemble_u", "ensemble_w")
+    }
     totals = {}
     for name, model in models.items():
         counts = dg.parameter_count(model, per_layer=True)
         J = len(model.posterior.weighted)
         assert J == 5 and set(counts) == {f"layer_{j}" for j in range(J)} | {"shared", "total"}
-        assert [counts[f"layer_{j}"] for j in range(J)] == _closed_form_counts(model.posterior, name), name
+        assert [counts[f"layer_{j}"] for j in range(J)] == _closed_form_counts(
+            model.posterior, name
+        ), name
         assert counts["shared"] == 0
-        assert sum(counts[f"layer_{j}"] for j in range(J)) == counts["total"] == dg.parameter_count(model)
+        assert (
+            sum(counts[f"layer_{j}"] for j in range(J))
+            == counts["total"]
+            == dg.parameter_count(model)
+        )
         assert counts["total"] == sum(int(np.prod(v.shape)) for v in model.posterior.variables)
         totals[name] = counts["total"]
     # LeNet on 8x8x1 (C classes): 6 x 26 + 16 x 151 + 120 x 65 + 84 x 121 + C x 85 weights
@@ -235,8 +281,13 @@ def _small_net(X, Y, posterior):
     """conv(3x3, 2) - relu - avgpool2 - flatten - dense: two weighted layers (a small graph for XLA)."""
     conv = Conv2DLayer(X.shape[1:], 2, kernel_size=3, name="conv")
     pool = AveragePool2D(conv.output_shape, 2)
-    layers = [conv, Activation(conv.output_shape, "relu"), pool, Flatten(pool.output_shape),
-              DenseLayer(32, 3, activation="identity", name="dense")]
+    layers = [
+        conv,
+        Activation(conv.output_shape, "relu"),
+        pool,
+        Flatten(pool.output_shape),
+        DenseLayer(32, 3, activation="identity", name="dense"),
+    ]
     post = CLASSES[posterior](layers, num_inducing=4, seed=0)
     return dg.DeepGP(layers, gpflow.likelihoods.Softmax(3), posterior=post, num_data=len(X))
 
@@ -248,8 +299,16 @@ def test_conv_training_step_compiles_and_equals_plain_step(posterior):
     parameters as the plain tf.function step."""
     X, Y = _images(30)
     X = (X - X.mean()) / X.std()
-    assert_xla_fit_matches_plain(lambda: _small_net(X, Y, posterior), (X, Y), values_rtol=1e-7, steps=3,
-                                 batch_size=15, learning_rate=1e-2, seed=3, log_every=1)
+    assert_xla_fit_matches_plain(
+        lambda: _small_net(X, Y, posterior),
+        (X, Y),
+        values_rtol=1e-7,
+        steps=3,
+        batch_size=15,
+        learning_rate=1e-2,
+        seed=3,
+        log_every=1,
+    )
 
 
 @pytest.mark.slow  # 40 training steps per family: `make test-all`
@@ -266,39 +325,65 @@ def test_conv_inducing_weights_train(posterior):
 
 
 # ensemble_u in `make test-all` for the fast suite's time (ensemble_w covers the cycling here)
-@pytest.mark.parametrize("posterior", [pytest.param("ensemble_u", marks=pytest.mark.slow), "ensemble_w"])
+@pytest.mark.parametrize(
+    "posterior", [pytest.param("ensemble_u", marks=pytest.mark.slow), "ensemble_w"]
+)
 def test_ensemble_members_cycle_and_one_member_is_trained_per_step(posterior):
     """Prediction with 2K samples: sample s and s + K use the same member (for Ensemble-U the
     conditional noise is switched off with lambda -> 0) and the members differ. With one sample
     (a training step) the gradient reaches only the member the step's noise chose."""
     X, Y = _images(8)
     K = 3
-    options = dict(num_members=K, lambda_init=1e-8) if posterior == "ensemble_u" else dict(num_members=K)
-    model = build_conv_bnn(X, Y, architecture="resnet", channels=2, posterior=posterior, num_inducing=3, seed=0,
-                           **options)
+    options = (
+        dict(num_members=K, lambda_init=1e-8) if posterior == "ensemble_u" else dict(num_members=K)
+    )
+    model = build_conv_bnn(
+        X,
+        Y,
+        architecture="resnet",
+        channels=2,
+        posterior=posterior,
+        num_inducing=3,
+        seed=0,
+        **options,
+    )
     F = model.posterior.propagate(X, 2 * K, seed=SeededNoise(3)).mean.numpy()
     np.testing.assert_allclose(F[:K], F[K:], atol=1e-6)
     assert np.std(F[:K], axis=0).max() > 1e-3
-    members = model.posterior.u_members if posterior == "ensemble_u" else model.posterior.weight_members
+    members = (
+        model.posterior.u_members if posterior == "ensemble_u" else model.posterior.weight_members
+    )
     for z, chosen in ((-2.0, 0), (0.0, 1), (2.0, 2)):  # offset floor(K Phi(z))
         noise = FixedNoise({"member": np.array([z])}, fallback=SeededNoise(4))
         with tf.GradientTape() as tape:
             elbo = model.elbo((X, Y), 1, seed=noise)
         grads = tape.gradient(elbo, [m.unconstrained_variable for m in members])
-        norms = np.stack([np.abs(tf.convert_to_tensor(g).numpy()).reshape(K, -1).max(axis=1) for g in grads])
+        norms = np.stack(
+            [np.abs(tf.convert_to_tensor(g).numpy()).reshape(K, -1).max(axis=1) for g in grads]
+        )
         assert np.all(np.delete(norms, chosen, axis=1) == 0), (z, norms)  # [layer, member]
         assert norms[-1, chosen] > 0 and np.sum(norms[:, chosen] > 0) >= len(grads) // 2, (z, norms)
 
 
 def test_random_scale_prior_on_conv_ffg_u_gives_finite_gradients():
     X, Y = _images(10)
-    model = build_conv_bnn(X, Y, architecture="resnet", channels=2, posterior="ffg_u", prior="scale", num_inducing=3,
-                           seed=0)
+    model = build_conv_bnn(
+        X,
+        Y,
+        architecture="resnet",
+        channels=2,
+        posterior="ffg_u",
+        prior="scale",
+        num_inducing=3,
+        seed=0,
+    )
     with tf.GradientTape() as tape:
         elbo = model.elbo((X, Y), 2, seed=SeededNoise(1))
     grads = tape.gradient(elbo, model.trainable_variables)
     assert np.isfinite(elbo.numpy())
-    assert all(g is not None and np.all(np.isfinite(tf.convert_to_tensor(g).numpy())) for g in grads)
+    assert all(
+        g is not None and np.all(np.isfinite(tf.convert_to_tensor(g).numpy())) for g in grads
+    )
     assert len(model.posterior.scale_posteriors) == len(model.posterior.weighted) == 8
 
 
@@ -326,10 +411,19 @@ def test_bad_input_raises_naming_the_argument(kwargs, argument):
 
 def test_inducing_weights_refuse_batch_norm_and_bad_stacks():
     conv = Conv2DLayer((4, 4, 1), 2, kernel_size=3)
-    layers = [conv, InducingBatchNorm(conv.output_shape), Flatten(conv.output_shape), DenseLayer(32, 2)]
+    layers = [
+        conv,
+        InducingBatchNorm(conv.output_shape),
+        Flatten(conv.output_shape),
+        DenseLayer(32, 2),
+    ]
     with pytest.raises(ValueError, match="InducingBatchNorm"):
         FFGInducingPosterior(layers, num_inducing=2)
     with pytest.raises(ValueError, match="last layer"):
         EnsembleWeightPosterior([conv])
-    with pytest.raises(TypeError, match="DenseLayer"):  # the dense families keep refusing conv stacks
-        dg.posteriors.FactorisedWeightPosterior([conv, Flatten(conv.output_shape), DenseLayer(32, 2)])
+    with pytest.raises(
+        TypeError, match="DenseLayer"
+    ):  # the dense families keep refusing conv stacks
+        dg.posteriors.FactorisedWeightPosterior(
+            [conv, Flatten(conv.output_shape), DenseLayer(32, 2)]
+        )

@@ -10,6 +10,7 @@ oracle O12) and the conv networks.
   direct Gaussian densities / TFP's KL.
 * Global inducing predicts per point; the inducing batch norm uses inducing rows only.
 """
+
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -101,12 +102,22 @@ def _dense_twin_pair(M=6, N=4, P=3, out=2, seed=0):
     V2 = rng.standard_normal((M, out))
     conv = Conv2DLayer((H, W, C), P, kernel_size=4, padding="valid", name="conv")
     conv_net = [conv, Flatten(conv.output_shape), DenseLayer(P, out, activation="relu")]
-    conv_post = ConvNetPosterior(conv_net, "global", U0, pseudo_outputs=[V1.reshape(M, 1, 1, P), V2],
-                                 log_precision_init=[-1.0, 0.5])
+    conv_post = ConvNetPosterior(
+        conv_net,
+        "global",
+        U0,
+        pseudo_outputs=[V1.reshape(M, 1, 1, P), V2],
+        log_precision_init=[-1.0, 0.5],
+    )
     dense_net = [DenseLayer(H * W * C, P), DenseLayer(P, out, activation="relu")]
-    dense_post = GlobalInducingPosterior(dense_net, inducing_inputs=U0.reshape(M, -1), pseudo_outputs=[V1, V2],
-                                         log_precision_init=[-1.0, 0.5], precision="shared_diagonal",
-                                         last_layer="sampled")  # the convolutional GI samples its last layer
+    dense_post = GlobalInducingPosterior(
+        dense_net,
+        inducing_inputs=U0.reshape(M, -1),
+        pseudo_outputs=[V1, V2],
+        log_precision_init=[-1.0, 0.5],
+        precision="shared_diagonal",
+        last_layer="sampled",
+    )  # the convolutional GI samples its last layer
     lam = rng.uniform(0.5, 2.0, size=(2, M))
     for post in (conv_post, dense_post):
         for j in range(2):
@@ -119,7 +130,9 @@ def test_whole_image_valid_conv_gi_equals_dense_gi():
     S = 3
     a = conv_post.propagate(X, S, seed=SeededNoise(5))
     b = dense_post.propagate(X.reshape(X.shape[0], -1), S, seed=SeededNoise(5))
-    np.testing.assert_allclose(a.samples[0].numpy().reshape(S, X.shape[0], -1), b.samples[0].numpy(), atol=1e-10)
+    np.testing.assert_allclose(
+        a.samples[0].numpy().reshape(S, X.shape[0], -1), b.samples[0].numpy(), atol=1e-10
+    )
     np.testing.assert_allclose(a.mean.numpy(), b.mean.numpy(), atol=1e-10)
     np.testing.assert_allclose(a.kl.numpy(), b.kl.numpy(), atol=1e-9)
 
@@ -132,12 +145,19 @@ def test_one_by_one_conv_gi_equals_dense_gi_per_pixel():
     V = rng.standard_normal((M, H, W, P))
     lam = np.exp(rng.standard_normal(M))
     p = tf.constant([2.0, 3.5], tf.float64)
-    L, mean = gram_posterior(layer.gram(tf.constant(U), tf.constant(lam)),
-                             layer.cross(tf.constant(U), tf.constant(V), tf.constant(lam)), p)
+    L, mean = gram_posterior(
+        layer.gram(tf.constant(U), tf.constant(lam)),
+        layer.cross(tf.constant(U), tf.constant(V), tf.constant(lam)),
+        p,
+    )
     pixels = np.concatenate([U.reshape(S, M * H * W, C), np.ones((S, M * H * W, 1))], axis=-1)
     lam_pixels = np.repeat(lam, H * W)[None]
-    L_d, mean_d = pseudo_data_posterior(tf.constant(pixels), tf.constant(V.reshape(-1, P)), p,
-                                        diag_precision=tf.constant(lam_pixels))
+    L_d, mean_d = pseudo_data_posterior(
+        tf.constant(pixels),
+        tf.constant(V.reshape(-1, P)),
+        p,
+        diag_precision=tf.constant(lam_pixels),
+    )
     np.testing.assert_allclose(L.numpy(), L_d.numpy(), atol=1e-10)
     np.testing.assert_allclose(mean.numpy(), mean_d.numpy(), atol=1e-10)
     z = tf.constant(rng.standard_normal((S, C + 1, P)))
@@ -160,7 +180,9 @@ def test_full_prior_precision_log_ratio_and_kls():
     V = rng.standard_normal((M, P))
     lam = np.exp(rng.standard_normal((1, M)))
     Pm = _random_precision(rng, S, D)
-    L, mean = pseudo_data_posterior(tf.constant(Phi), tf.constant(V), tf.constant(Pm), diag_precision=tf.constant(lam))
+    L, mean = pseudo_data_posterior(
+        tf.constant(Phi), tf.constant(V), tf.constant(Pm), diag_precision=tf.constant(lam)
+    )
     z = rng.standard_normal((S, D, P))
     w = sample_weights(L, mean, tf.constant(z)).numpy()
     lr = log_ratio(L, tf.constant(w), tf.constant(z), tf.constant(Pm)).numpy()
@@ -171,12 +193,17 @@ def test_full_prior_precision_log_ratio_and_kls():
         m = np.linalg.solve(prec, Phi[s].T @ (lam[0][:, None] * V))
         np.testing.assert_allclose(mean.numpy()[s], m, atol=1e-10)
         prior_cov = np.linalg.inv(Pm[s])
-        direct = sum(multivariate_normal(np.zeros(D), prior_cov).logpdf(w[s, :, u])
-                     - multivariate_normal(m[:, u], cov).logpdf(w[s, :, u]) for u in range(P))
+        direct = sum(
+            multivariate_normal(np.zeros(D), prior_cov).logpdf(w[s, :, u])
+            - multivariate_normal(m[:, u], cov).logpdf(w[s, :, u])
+            for u in range(P)
+        )
         np.testing.assert_allclose(lr[s], direct, atol=1e-9)
         q = tfp.distributions.MultivariateNormalFullCovariance(m.T, cov)
         prior = tfp.distributions.MultivariateNormalFullCovariance(np.zeros(D), prior_cov)
-        np.testing.assert_allclose(kl[s], tf.reduce_sum(tfp.distributions.kl_divergence(q, prior)).numpy(), atol=1e-9)
+        np.testing.assert_allclose(
+            kl[s], tf.reduce_sum(tfp.distributions.kl_divergence(q, prior)).numpy(), atol=1e-9
+        )
 
 
 def test_factorised_kl_with_full_prior_precision():
@@ -187,14 +214,22 @@ def test_factorised_kl_with_full_prior_precision():
     Pm = _random_precision(rng, S, D)
     kl = factorised_kl(tf.constant(mean), tf.constant(var), tf.constant(Pm)).numpy()
     for s in range(S):
-        prior = tfp.distributions.MultivariateNormalFullCovariance(np.zeros(D), np.linalg.inv(Pm[s]))
+        prior = tfp.distributions.MultivariateNormalFullCovariance(
+            np.zeros(D), np.linalg.inv(Pm[s])
+        )
         q = tfp.distributions.MultivariateNormalDiag(mean.T, np.sqrt(var.T))
-        np.testing.assert_allclose(kl[s], tf.reduce_sum(tfp.distributions.kl_divergence(q, prior)).numpy(), atol=1e-9)
+        np.testing.assert_allclose(
+            kl[s], tf.reduce_sum(tfp.distributions.kl_divergence(q, prior)).numpy(), atol=1e-9
+        )
     # A scalar precision agrees with the matrix form p I.
     p = np.array([1.5, 4.0])
-    np.testing.assert_allclose(factorised_kl(tf.constant(mean), tf.constant(var), tf.constant(p)).numpy(),
-                               factorised_kl(tf.constant(mean), tf.constant(var),
-                                             tf.constant(p[:, None, None] * np.eye(D))).numpy(), atol=1e-10)
+    np.testing.assert_allclose(
+        factorised_kl(tf.constant(mean), tf.constant(var), tf.constant(p)).numpy(),
+        factorised_kl(
+            tf.constant(mean), tf.constant(var), tf.constant(p[:, None, None] * np.eye(D))
+        ).numpy(),
+        atol=1e-10,
+    )
 
 
 def _images(N=24, seed=0):
@@ -210,7 +245,9 @@ def _images(N=24, seed=0):
 def test_predictions_are_per_point(posterior):
     """A test image's predictive does not depend on the other images of its batch."""
     X, Y = _images()
-    model = build_conv_bnn(X, Y, architecture="resnet", channels=4, posterior=posterior, num_inducing=6, seed=0)
+    model = build_conv_bnn(
+        X, Y, architecture="resnet", channels=4, posterior=posterior, num_inducing=6, seed=0
+    )
     full = model.predict_f_components(X[:5], 3, seed=SeededNoise(7))[0].numpy()
     sub = model.predict_f_components(X[2:4], 3, seed=SeededNoise(7))[0].numpy()
     np.testing.assert_allclose(full[:, 2:4], sub, atol=1e-10)
@@ -241,11 +278,21 @@ def test_conv_training_step_compiles_and_equals_plain_step(posterior):
     X = (X - X.mean()) / X.std()
 
     def build():
-        return build_conv_bnn(X, Y, architecture="resnet", channels=4, posterior=posterior, num_inducing=8, seed=1)
+        return build_conv_bnn(
+            X, Y, architecture="resnet", channels=4, posterior=posterior, num_inducing=8, seed=1
+        )
 
     before = build().elbo((X, Y), 8, seed=SeededNoise(1)).numpy()
-    plain, _ = assert_xla_fit_matches_plain(build, (X, Y), values_rtol=1e-7, steps=4, batch_size=15,
-                                            learning_rate=1e-2, seed=3, log_every=1)
+    plain, _ = assert_xla_fit_matches_plain(
+        build,
+        (X, Y),
+        values_rtol=1e-7,
+        steps=4,
+        batch_size=15,
+        learning_rate=1e-2,
+        seed=3,
+        log_every=1,
+    )
     dg.fit(plain, (X, Y), steps=40, learning_rate=1e-2, seed=4, progress=False)
     after = plain.elbo((X, Y), 8, seed=SeededNoise(1)).numpy()
     assert np.isfinite(after) and after > before + 1.0, (before, after)
@@ -265,7 +312,9 @@ def test_bad_inputs_raise():
         build_conv_bnn(X, Y, architecture="resnet", posterior="factorised", batch_norm=True)
     with pytest.raises(ValueError, match="odd kernel_size"):
         Conv2DLayer((8, 8, 1), 4, kernel_size=4)
-    model = build_conv_bnn(X, Y, architecture="lenet", channels=(2, 2), hidden=(4,), num_inducing=4, seed=0)
+    model = build_conv_bnn(
+        X, Y, architecture="lenet", channels=(2, 2), hidden=(4,), num_inducing=4, seed=0
+    )
     with pytest.raises(ValueError, match=r"shape \[N, 8, 8, 1\]"):
         model.predict_y(X[:, :7], 2)
     with pytest.raises(ValueError, match="does not accept option"):
@@ -278,8 +327,17 @@ def test_spatial_prior_conv_gi_at_the_prior_limit_has_zero_kl():
     pseudo-observations -> 0) the whole regulariser is 0; the conv layers get the full precision
     D (L kron I_C) of the sampled L."""
     X, Y = _images(12)
-    model = build_conv_bnn(X, Y, architecture="lenet", channels=(2, 3), hidden=(5,), posterior="global",
-                           prior="spatial_iw", num_inducing=4, seed=0)
+    model = build_conv_bnn(
+        X,
+        Y,
+        architecture="lenet",
+        channels=(2, 3),
+        hidden=(5,),
+        posterior="global",
+        prior="spatial_iw",
+        num_inducing=4,
+        seed=0,
+    )
     post = model.posterior
     for pd in post.pseudo_data:
         pd.set_log_precision(-800.0)
@@ -297,39 +355,87 @@ def test_spatial_prior_conv_gi_at_the_prior_limit_has_zero_kl():
 
 
 # make test: every posterior once and every prior twice; make test-all: the other four pairs
-_FAST_PRIOR_PAIRS = {("scale", "factorised"), ("scale", "global"), ("spatial_iw", "local"),
-                     ("spatial_iw", "factorised_global")}
+_FAST_PRIOR_PAIRS = {
+    ("scale", "factorised"),
+    ("scale", "global"),
+    ("spatial_iw", "local"),
+    ("spatial_iw", "factorised_global"),
+}
 
 
-@pytest.mark.parametrize("prior, posterior", [
-    pytest.param(prior, posterior, id=f"{prior}-{posterior}",
-                 marks=() if (prior, posterior) in _FAST_PRIOR_PAIRS else pytest.mark.slow)
-    for prior in ("scale", "spatial_iw") for posterior in ("factorised", "local", "global", "factorised_global")])
+@pytest.mark.parametrize(
+    "prior, posterior",
+    [
+        pytest.param(
+            prior,
+            posterior,
+            id=f"{prior}-{posterior}",
+            marks=() if (prior, posterior) in _FAST_PRIOR_PAIRS else pytest.mark.slow,
+        )
+        for prior in ("scale", "spatial_iw")
+        for posterior in ("factorised", "local", "global", "factorised_global")
+    ],
+)
 def test_random_priors_on_conv_nets_give_finite_gradients(posterior, prior):
     X, Y = _images(10)
-    model = build_conv_bnn(X, Y, architecture="resnet", channels=2, posterior=posterior, prior=prior,
-                           num_inducing=4, seed=0)
+    model = build_conv_bnn(
+        X,
+        Y,
+        architecture="resnet",
+        channels=2,
+        posterior=posterior,
+        prior=prior,
+        num_inducing=4,
+        seed=0,
+    )
     with tf.GradientTape() as tape:
         elbo = model.elbo((X, Y), 2, seed=SeededNoise(1))
     grads = tape.gradient(elbo, model.trainable_variables)
     assert np.isfinite(elbo.numpy())
-    assert all(g is not None and np.all(np.isfinite(tf.convert_to_tensor(g).numpy())) for g in grads)
-    scale_grads = [g for v, g in zip(model.trainable_variables, grads) if "log_weights" in v.name or "alpha" in v.name]
-    assert scale_grads and any(np.abs(tf.convert_to_tensor(g).numpy()).max() > 0 for g in scale_grads)
+    assert all(
+        g is not None and np.all(np.isfinite(tf.convert_to_tensor(g).numpy())) for g in grads
+    )
+    scale_grads = [
+        g
+        for v, g in zip(model.trainable_variables, grads)
+        if "log_weights" in v.name or "alpha" in v.name
+    ]
+    assert scale_grads and any(
+        np.abs(tf.convert_to_tensor(g).numpy()).max() > 0 for g in scale_grads
+    )
 
 
 def test_parameter_count_per_weighted_layer():
     """``layer_j`` is weighted layer j: factorised means and variances (2 D P) plus q(L)
     (p x p pseudo-observations and p weights, p = k*k for a convolution, 1 for a dense layer)."""
     X, Y = _images(10)
-    model = build_conv_bnn(X, Y, architecture="lenet", channels=(2, 3), hidden=(5,), posterior="factorised",
-                           prior="spatial_iw", num_inducing=4, seed=0)
+    model = build_conv_bnn(
+        X,
+        Y,
+        architecture="lenet",
+        channels=(2, 3),
+        hidden=(5,),
+        posterior="factorised",
+        prior="spatial_iw",
+        num_inducing=4,
+        seed=0,
+    )
     counts = dg.parameter_count(model, per_layer=True)
     expected = [2 * 26 * 2 + 25 * 26, 2 * 51 * 3 + 25 * 26, 2 * 13 * 5 + 2, 2 * 6 * 3 + 2]
     assert [counts[f"layer_{j}"] for j in range(4)] == expected
     assert counts["shared"] == 0 and counts["total"] == sum(expected) == dg.parameter_count(model)
-    local = build_conv_bnn(X, Y, architecture="lenet", channels=(2, 3), hidden=(5,), posterior="local",
-                           num_inducing=4, seed=0)
+    local = build_conv_bnn(
+        X,
+        Y,
+        architecture="lenet",
+        channels=(2, 3),
+        hidden=(5,),
+        posterior="local",
+        num_inducing=4,
+        seed=0,
+    )
     conv0 = local.posterior.weighted[0]
     # 1 inducing image (ceil(26 / 64)) of 8x8x1, its V [1, 8, 8, 2] and one precision
-    assert dg.parameter_count(local, per_layer=True)["layer_0"] == conv0.num_inducing * 64 + 64 * 2 + 1
+    assert (
+        dg.parameter_count(local, per_layer=True)["layer_0"] == conv0.num_inducing * 64 + 64 * 2 + 1
+    )

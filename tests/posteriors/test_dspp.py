@@ -4,6 +4,7 @@ Oracles: on one layer with a Gaussian likelihood the predictive objective equals
 (GPflow's SVGP predictive density of each row, summed, minus its KL); a DSPP with one sigma point
 equals the model whose hidden layers are their means; a DSPP's mixture density is the weighted
 sum of its paths' densities."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -42,8 +43,15 @@ def test_one_layer_predictive_objective_is_its_closed_form(whiten):
     post.q_mu[0].assign(rng.normal(size=(M, 1)))
     likelihood = gpflow.likelihoods.Gaussian(variance=0.2)
     model = dg.DeepGP([layer], likelihood, post, num_data=N)
-    svgp = gpflow.models.SVGP(kernel, likelihood, layer.inducing_variable, q_mu=post.q_mu[0].numpy(),
-                              q_sqrt=post.q_sqrt[0].numpy(), whiten=whiten, num_data=N)
+    svgp = gpflow.models.SVGP(
+        kernel,
+        likelihood,
+        layer.inducing_variable,
+        q_mu=post.q_mu[0].numpy(),
+        q_sqrt=post.q_sqrt[0].numpy(),
+        whiten=whiten,
+        num_data=N,
+    )
     expected = tf.reduce_sum(svgp.predict_log_density((X, Y))) - svgp.prior_kl()
     ell, kl = model.elbo_terms((X, Y), 3, seed=4, objective="predictive")
     np.testing.assert_allclose(np.mean(ell - kl), expected.numpy(), rtol=1e-10)
@@ -57,7 +65,9 @@ def test_one_layer_predictive_objective_is_its_closed_form(whiten):
 
 def test_dspp_with_one_sigma_point_is_the_deterministic_hidden_layer_model():
     X, Y = _data()
-    dspp = dg.build_deep_gp(X, Y, depth=3, posterior="dspp", num_inducing=M, seed=2, num_sigma_points=1)
+    dspp = dg.build_deep_gp(
+        X, Y, depth=3, posterior="dspp", num_inducing=M, seed=2, num_sigma_points=1
+    )
     mf = dg.build_deep_gp(X, Y, depth=3, posterior="mean_field", num_inducing=M, seed=2)
     rng = np.random.default_rng(3)
     for q_mu in mf.posterior.q_mu:  # away from the initial values, so the hidden means matter
@@ -66,7 +76,10 @@ def test_dspp_with_one_sigma_point_is_the_deterministic_hidden_layer_model():
     assert isinstance(dspp.posterior, DSPPPosterior) and dspp.posterior.num_sigma_points == 1
     np.testing.assert_array_equal(dspp.posterior.sigma_points[0].numpy(), 0.0)
     # the mean-field model with zero noise on its hidden layers
-    zeros = {f"f/{l}": tf.zeros([1, N, layer.output_dim], tf.float64) for l, layer in enumerate(mf.layers[:-1])}
+    zeros = {
+        f"f/{l}": tf.zeros([1, N, layer.output_dim], tf.float64)
+        for l, layer in enumerate(mf.layers[:-1])
+    }
     last = SeededNoise(9)
     a = dspp.propagate(X, 5, seed=9)
     b = mf.propagate(X, 1, seed=FixedNoise(zeros, fallback=last))
@@ -74,32 +87,42 @@ def test_dspp_with_one_sigma_point_is_the_deterministic_hidden_layer_model():
         np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-12, atol=1e-14)
     for objective in ("elbo", "predictive"):
         ours = dspp.elbo_terms((X, Y), 1, seed=9, objective=objective)
-        theirs = mf.elbo_terms((X, Y), 1, seed=FixedNoise(zeros, fallback=last), objective=objective)
+        theirs = mf.elbo_terms(
+            (X, Y), 1, seed=FixedNoise(zeros, fallback=last), objective=objective
+        )
         np.testing.assert_allclose(np.subtract(*ours), np.subtract(*theirs), rtol=1e-12)
 
 
 def test_dspp_predictive_density_is_the_weighted_mixture_of_its_paths():
     X, Y = _data()
-    model = dg.build_deep_gp(X, Y, depth=2, posterior="dspp", num_inducing=M, seed=2, num_sigma_points=3)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior="dspp", num_inducing=M, seed=2, num_sigma_points=3
+    )
     model.posterior.sigma_logits.assign([0.3, -1.0, 0.5])
     w = tf.nn.softmax(model.posterior.sigma_logits).numpy()
-    mean, var = model.predict_f_components(X, 100, seed=1)  # the Q = 3 paths, whatever num_samples says
+    mean, var = model.predict_f_components(
+        X, 100, seed=1
+    )  # the Q = 3 paths, whatever num_samples says
     mean, var = mean.numpy(), var.numpy()
     assert mean.shape == (3, N, 1)
     noise = model.likelihood.variance.numpy()
     dens = np.exp(-0.5 * (Y[None] - mean) ** 2 / (var + noise)) / np.sqrt(2 * np.pi * (var + noise))
     expected = np.log(np.einsum("s,sn->n", w, dens[..., 0]))
-    np.testing.assert_allclose(model.predict_log_density((X, Y), 7, seed=1).numpy(), expected, rtol=1e-10)
+    np.testing.assert_allclose(
+        model.predict_log_density((X, Y), 7, seed=1).numpy(), expected, rtol=1e-10
+    )
     ell, kl = model.elbo_terms((X, Y), 1, seed=1, objective="predictive")
     np.testing.assert_allclose(ell.numpy(), np.full(3, expected.sum()), rtol=1e-10)
     y_mean, y_var = (t.numpy() for t in model.predict_y(X, 5, seed=1))
     np.testing.assert_allclose(y_mean[:, 0], np.einsum("s,sn->n", w, mean[..., 0]), rtol=1e-10)
-    second = np.einsum("s,sn->n", w, (var + noise + mean ** 2)[..., 0])
+    second = np.einsum("s,sn->n", w, (var + noise + mean**2)[..., 0])
     np.testing.assert_allclose(y_var[:, 0], second - y_mean[:, 0] ** 2, rtol=1e-9)
     # the ELBO weights each path's expected log-likelihood
     ell_e, _ = model.elbo_terms((X, Y), 1, seed=1)
     exact = -0.5 * ((Y[None] - mean) ** 2 + var) / noise - 0.5 * np.log(2 * np.pi * noise)
-    np.testing.assert_allclose(np.mean(ell_e.numpy()), np.einsum("s,s->", w, exact.sum(axis=(1, 2))), rtol=1e-10)
+    np.testing.assert_allclose(
+        np.mean(ell_e.numpy()), np.einsum("s,s->", w, exact.sum(axis=(1, 2))), rtol=1e-10
+    )
 
 
 def test_dspp_refuses_what_it_cannot_do():
@@ -113,7 +136,6 @@ def test_dspp_refuses_what_it_cannot_do():
         model.elbo_terms((X, Y), objective="predict")
 
 
-
 def test_the_predictive_objective_page_runs(capsys):
     run_page("predictive_objective.md")
     value, shape = capsys.readouterr().out.split(maxsplit=1)
@@ -122,10 +144,14 @@ def test_the_predictive_objective_page_runs(capsys):
 
 def test_fit_trains_on_the_predictive_objective():
     X, Y = _data()
-    model = dg.build_deep_gp(X, Y, depth=2, posterior="dspp", num_inducing=M, seed=2, num_sigma_points=3)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior="dspp", num_inducing=M, seed=2, num_sigma_points=3
+    )
 
     def objective():
-        return float(np.mean(np.subtract(*model.elbo_terms((X, Y), 1, seed=0, objective="predictive"))))
+        return float(
+            np.mean(np.subtract(*model.elbo_terms((X, Y), 1, seed=0, objective="predictive")))
+        )
 
     before = objective()
     history = dg.fit(model, (X, Y), steps=40, seed=0, progress=False, objective="predictive")
@@ -136,9 +162,20 @@ def test_fit_trains_on_the_predictive_objective():
     assert abs(history.elbo[-1] - objective()) < 0.05 * abs(objective())
     # a mean-field model too, and the step's value is the objective, not the ELBO
     mf = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=M, seed=2)
-    history = dg.fit(mf, (X, Y), steps=1, seed=0, progress=False, objective="predictive", num_samples=4)
-    assert history.elbo[0] > dg.fit(dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=M, seed=2),
-                                    (X, Y), steps=1, seed=0, progress=False, num_samples=4).elbo[0]
+    history = dg.fit(
+        mf, (X, Y), steps=1, seed=0, progress=False, objective="predictive", num_samples=4
+    )
+    assert (
+        history.elbo[0]
+        > dg.fit(
+            dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=M, seed=2),
+            (X, Y),
+            steps=1,
+            seed=0,
+            progress=False,
+            num_samples=4,
+        ).elbo[0]
+    )
 
 
 def test_fit_refuses_the_predictive_objective_where_it_does_not_apply():

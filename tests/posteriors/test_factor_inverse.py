@@ -2,6 +2,7 @@
 triangular_solve_with_inverse) and the structured families' per-point algebra built on them:
 values and gradients against TensorFlow's Cholesky and triangular solve, the jitter ladder and
 failure report on every branch, and a step whose operations do not depend on the batch size."""
+
 import collections
 import contextlib
 
@@ -11,7 +12,12 @@ import tensorflow as tf
 
 import deepgp_gi as dg
 from deepgp_gi import linalg
-from deepgp_gi.linalg import CholeskyError, cholesky_and_solve, cholesky_with_inverse, triangular_solve_with_inverse
+from deepgp_gi.linalg import (
+    CholeskyError,
+    cholesky_and_solve,
+    cholesky_with_inverse,
+    triangular_solve_with_inverse,
+)
 from deepgp_gi.posteriors.structured_linalg import (
     append_to_cholesky,
     append_to_inverse,
@@ -33,7 +39,9 @@ def _spd(rng, shape, n, shift=0.1):
 
 def _reference_factor_and_inverse(A):
     L = tf.linalg.cholesky(A)
-    return L, tf.linalg.triangular_solve(L, tf.broadcast_to(tf.eye(A.shape[-1], dtype=A.dtype), tf.shape(A)))
+    return L, tf.linalg.triangular_solve(
+        L, tf.broadcast_to(tf.eye(A.shape[-1], dtype=A.dtype), tf.shape(A))
+    )
 
 
 @pytest.mark.parametrize("branch", BRANCHES)
@@ -60,7 +68,9 @@ def test_factor_and_inverse_and_their_gradients_equal_tensorflows(rng, branch, u
     np.testing.assert_allclose(L, L_ref, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(T, T_ref, rtol=1e-11, atol=1e-12)
     assert np.all(np.triu(np.asarray(L), 1) == 0) and np.all(np.triu(np.asarray(T), 1) == 0)
-    np.testing.assert_allclose(grad, grad_ref, rtol=1e-9, atol=1e-10 * np.abs(grad_ref.numpy()).max())
+    np.testing.assert_allclose(
+        grad, grad_ref, rtol=1e-9, atol=1e-10 * np.abs(grad_ref.numpy()).max()
+    )
 
 
 def test_factor_and_solve_and_its_gradient_equal_tensorflows(rng):
@@ -110,8 +120,11 @@ def test_unrolled_factor_keeps_the_ladder_and_reports_failures(rng, branch, jit_
     the branch-free rungs ``[0, 3, 5]``, here in one pass with the plain factorisation), and a
     member no rung repairs is a CholeskyError, compiled and eagerly."""
     n = 5
-    members = [_with_min_eigenvalue(rng, n, 0.5), _with_min_eigenvalue(rng, n, -5e-6),
-               _with_min_eigenvalue(rng, n, -3e-9)]
+    members = [
+        _with_min_eigenvalue(rng, n, 0.5),
+        _with_min_eigenvalue(rng, n, -5e-6),
+        _with_min_eigenvalue(rng, n, -3e-9),
+    ]
 
     @linalg.checked_function(jit_compile=jit_compile)
     def factor(A):
@@ -122,14 +135,21 @@ def test_unrolled_factor_keeps_the_ladder_and_reports_failures(rng, branch, jit_
     L, T = L.numpy(), T.numpy()
     A = np.stack(members)
     scale = np.mean(np.abs(np.diagonal(A, axis1=-2, axis2=-1)), axis=-1)
-    added = np.mean(np.diagonal(L @ np.swapaxes(L, -1, -2) - A, axis1=-2, axis2=-1), axis=-1) / scale
+    added = (
+        np.mean(np.diagonal(L @ np.swapaxes(L, -1, -2) - A, axis1=-2, axis2=-1), axis=-1) / scale
+    )
     np.testing.assert_allclose(added, [0.0, 1e-5, 1e-8], rtol=1e-4, atol=1e-12)
     np.testing.assert_allclose(L[0], np.linalg.cholesky(members[0]), rtol=1e-12)
     np.testing.assert_allclose(T @ L, np.broadcast_to(np.eye(n), L.shape), atol=1e-9)
     bad = np.stack(members[:2] + [_with_min_eigenvalue(rng, n, -0.5)])
-    checked = linalg.checked_function(lambda A: cholesky_with_inverse(A, unrolled=True, name="my covariance"),
-                                      jit_compile=jit_compile)
-    with pytest.raises(CholeskyError, match="my covariance is not positive definite"), _branch(branch):
+    checked = linalg.checked_function(
+        lambda A: cholesky_with_inverse(A, unrolled=True, name="my covariance"),
+        jit_compile=jit_compile,
+    )
+    with (
+        pytest.raises(CholeskyError, match="my covariance is not positive definite"),
+        _branch(branch),
+    ):
         checked(tf.constant(bad))
     with pytest.raises(CholeskyError, match="my covariance"):
         cholesky_with_inverse(bad, unrolled=True, name="my covariance")
@@ -154,7 +174,8 @@ def test_no_ladder_for_a_matrix_positive_definite_by_construction(rng, branch):
     np.testing.assert_allclose(L, np.linalg.cholesky(A.numpy()), rtol=1e-12)
     with pytest.raises(CholeskyError, match="I \\+ G is not positive definite"):
         linalg.checked_function(lambda A: cholesky_with_inverse(A, max_tries=0, name="I + G"))(
-            tf.constant(-np.eye(3)))
+            tf.constant(-np.eye(3))
+        )
 
 
 @pytest.mark.parametrize("branch", BRANCHES)
@@ -196,7 +217,9 @@ def _executed_graph_types(fn, *specs):
 
 @pytest.mark.parametrize("family", ["fully_coupled", "stripes_arrow"])
 @pytest.mark.parametrize("branch", BRANCHES)
-def test_structured_step_has_no_per_point_factorisation_and_its_ops_do_not_grow_with_the_batch(rng, family, branch):
+def test_structured_step_has_no_per_point_factorisation_and_its_ops_do_not_grow_with_the_batch(
+    rng, family, branch
+):
     """The ELBO and its gradient of a depth-3 fully-coupled / STAR model: no Cholesky or
     triangular solve takes a per-point batch (the per-point factors are elementwise and carried as
     inverses), and the traced graph has the same ops for a batch of 13 and of 41 (constants
@@ -217,8 +240,13 @@ def test_structured_step_has_no_per_point_factorisation_and_its_ops_do_not_grow_
             fn = tf.function(loss_and_grad)
             specs = (tf.TensorSpec([N, 3], tf.float64), tf.TensorSpec([N, 1], tf.float64))
             graph = fn.get_concrete_function(*specs).graph
-            per_point = [op for op in graph.get_operations() if op.type in ("Cholesky", "MatrixTriangularSolve")
-                         and op.inputs[0].shape.rank is not None and N in op.inputs[0].shape.as_list()[:-2]]
+            per_point = [
+                op
+                for op in graph.get_operations()
+                if op.type in ("Cholesky", "MatrixTriangularSolve")
+                and op.inputs[0].shape.rank is not None
+                and N in op.inputs[0].shape.as_list()[:-2]
+            ]
             assert per_point == []
             counts.append(_executed_graph_types(fn, *specs))
             loss, _ = fn(tf.constant(X[:N]), tf.constant(Y[:N]))
@@ -238,12 +266,16 @@ def test_inverse_recursion_matches_the_factor_recursion(rng):
     cross_t = Sigma[:, :3, 3:]
     eps = rng.normal(size=(4, 3))
     Gt, shift = whiten_by_inverse(tf.constant(T1), tf.constant(cross_t), tf.constant(eps))
-    Gt_ref, shift_ref = whiten_transposed_cross(tf.constant(L1), tf.constant(cross_t), tf.constant(eps))
+    Gt_ref, shift_ref = whiten_transposed_cross(
+        tf.constant(L1), tf.constant(cross_t), tf.constant(eps)
+    )
     np.testing.assert_allclose(Gt, Gt_ref, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(shift, shift_ref, rtol=1e-12, atol=1e-13)
     schur = Sigma[:, 3:, 3:] - np.swapaxes(Gt_ref.numpy(), -1, -2) @ Gt_ref.numpy()
     L2 = np.linalg.cholesky(schur)
-    grown = append_to_cholesky(tf.constant(L1), tf.linalg.matrix_transpose(Gt_ref), tf.constant(L2)).numpy()
+    grown = append_to_cholesky(
+        tf.constant(L1), tf.linalg.matrix_transpose(Gt_ref), tf.constant(L2)
+    ).numpy()
     inverse = append_to_inverse(tf.constant(T1), Gt, tf.constant(np.linalg.inv(L2))).numpy()
     np.testing.assert_allclose(grown, np.linalg.cholesky(Sigma), atol=1e-12)
     np.testing.assert_allclose(inverse, np.linalg.inv(grown), rtol=1e-10, atol=1e-12)

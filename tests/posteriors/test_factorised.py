@@ -1,5 +1,6 @@
 """Factorised BNN posteriors and the fac->gi / rand->gi hybrids: O13, O15, O16
 (docs/algorithms.md, "Test oracles")."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,7 +22,10 @@ tfd = tfp.distributions
 
 @pytest.mark.parametrize("prior_cls", [NealPrior, StandardPrior])
 def test_O13_factorised_kl_equals_tfp(rng, prior_cls):
-    layers = [DenseLayer(3, 5, "identity", prior=prior_cls()), DenseLayer(5, 2, "tanh", prior=prior_cls())]
+    layers = [
+        DenseLayer(3, 5, "identity", prior=prior_cls()),
+        DenseLayer(5, 2, "tanh", prior=prior_cls()),
+    ]
     means = [rng.normal(size=(4, 5)), rng.normal(size=(6, 2))]
     variances = [np.exp(rng.normal(size=(4, 5))), np.exp(rng.normal(size=(6, 2)))]
     post = FactorisedWeightPosterior(layers, means=means, variances=variances)
@@ -29,7 +33,9 @@ def test_O13_factorised_kl_equals_tfp(rng, prior_cls):
     ref = 0.0
     for layer, mu, var in zip(layers, means, variances):
         prior_sd = np.sqrt(layer.prior.weight_variance(layer.fan_in))
-        ref += tf.reduce_sum(tfd.kl_divergence(tfd.Normal(mu, np.sqrt(var)), tfd.Normal(0.0 * mu, prior_sd))).numpy()
+        ref += tf.reduce_sum(
+            tfd.kl_divergence(tfd.Normal(mu, np.sqrt(var)), tfd.Normal(0.0 * mu, prior_sd))
+        ).numpy()
     np.testing.assert_allclose(kl, ref, rtol=1e-12)
 
 
@@ -39,7 +45,9 @@ def test_O15_factorised_at_prior_has_zero_kl(prior_cls):
     var = layer.prior.weight_variance(layer.fan_in)
     post = FactorisedWeightPosterior([layer], means=[np.zeros((5, 3))], variances=[var])
     np.testing.assert_allclose(post.propagate(np.ones((2, 4)), 2, seed=0).kl, 0.0, atol=1e-12)
-    np.testing.assert_allclose(factorised_kl(np.zeros((5, 3)), np.full((5, 3), var), np.full(2, 1 / var)), 0.0, atol=1e-12)
+    np.testing.assert_allclose(
+        factorised_kl(np.zeros((5, 3)), np.full((5, 3), var), np.full(2, 1 / var)), 0.0, atol=1e-12
+    )
 
 
 def test_O16_local_reparameterisation_matches_weight_samples(rng):
@@ -72,7 +80,12 @@ def test_hybrids_share_weights_between_inducing_and_data_rows(rng):
         layers = [DenseLayer(2, 3, "identity"), DenseLayer(3, 1, "relu")]
         post = cls(layers, inducing_inputs=X)
         S = 3
-        noise = FixedNoise({f"w/{l}": rng.normal(size=(S, layers[l].fan_in, layers[l].output_dim)) for l in range(2)})
+        noise = FixedNoise(
+            {
+                f"w/{l}": rng.normal(size=(S, layers[l].fan_in, layers[l].output_dim))
+                for l in range(2)
+            }
+        )
         prop = post.propagate(X, S, noise)
         assert prop.samples[0].shape == (S, 4, 3) and prop.mean.shape == (S, 4, 1)
         # Data rows through the explicit network with the same lower-layer weights:
@@ -86,5 +99,7 @@ def test_hybrids_share_weights_between_inducing_and_data_rows(rng):
         F0 = np.concatenate([X, np.ones((4, 1))], 1) @ W0
         np.testing.assert_allclose(prop.samples[0], F0, rtol=1e-12)
         assert np.all(np.isfinite(prop.kl.numpy()))
-    rand = RandomGlobalPosterior([DenseLayer(2, 3), DenseLayer(3, 1, "relu")], X, log_precision_init=-800.0)
+    rand = RandomGlobalPosterior(
+        [DenseLayer(2, 3), DenseLayer(3, 1, "relu")], X, log_precision_init=-800.0
+    )
     np.testing.assert_allclose(rand.propagate(X, 3, seed=0).kl, 0.0, atol=1e-12)

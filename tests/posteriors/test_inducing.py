@@ -7,6 +7,7 @@ inputs. Weight space (BNN layers): O9 and O14 (a GI layer with the data as pseud
 linear regression), O15, LI analytic KL, weight space = function space with the weight-induced
 kernel, gradients.
 """
+
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -72,7 +73,11 @@ def np_factors(kind, Lam_param, P):
 def one_layer_gi_at_gpr(X, Y, sig2, precision, kernel):
     layers = [dg.GPLayer(kernel, Y.shape[1], X.shape[1])]
     post = GlobalInducingPosterior(
-        layers, inducing_inputs=X, pseudo_outputs=[Y], log_precision_init=[np.log(1.0 / sig2)], precision=precision
+        layers,
+        inducing_inputs=X,
+        pseudo_outputs=[Y],
+        log_precision_init=[np.log(1.0 / sig2)],
+        precision=precision,
     )
     model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(sig2), post, num_data=X.shape[0])
     return model, post
@@ -94,7 +99,9 @@ def test_o1_elbo_equals_gpr_for_every_sample(precision, jitter):
         model, _ = one_layer_gi_at_gpr(X, Y, sig2, precision, kernel)
         elbos = model.elbo_per_sample((X, Y), 6, seed=SeededNoise(3)).numpy()
     gpr_kernel = kernel if jitter == 0.0 else kernel + gpflow.kernels.White(jitter)
-    lml = gpflow.models.GPR((X, Y), gpr_kernel, noise_variance=sig2).log_marginal_likelihood().numpy()
+    lml = (
+        gpflow.models.GPR((X, Y), gpr_kernel, noise_variance=sig2).log_marginal_likelihood().numpy()
+    )
     np.testing.assert_allclose(elbos, np.full(6, lml), rtol=0, atol=1e-8)
 
 
@@ -164,7 +171,9 @@ def test_o2_two_layers_top_layer_is_exact(precision, last_layer):
         if precision == "full":
             post.pseudo_data[0].precision_shape.assign(np.eye(N) + 0.3 * rng.normal(size=(N, N)))
         else:
-            post.pseudo_data[0].precision.unconstrained_variable.assign(rng.normal(size=(H, N)) / post.rho)
+            post.pseudo_data[0].precision.unconstrained_variable.assign(
+                rng.normal(size=(H, N)) / post.rho
+            )
         model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(sig2), post, num_data=N)
         S = 4
         noise = FixedNoise({"f/0": np.zeros((S, N, H))}, fallback=SeededNoise(11))
@@ -214,7 +223,9 @@ def test_o3_log_ratio_forms_and_sample_distribution(kind):
     # --- sampled u and its log-ratio, S random draws
     S = 4
     eps = rng.normal(size=(S, M, P))
-    L_B, a_mean = pseudo_data_posterior(tf.constant(np.tile(L_K, (S, 1, 1))), tf.constant(V), **kwargs)
+    L_B, a_mean = pseudo_data_posterior(
+        tf.constant(np.tile(L_K, (S, 1, 1))), tf.constant(V), **kwargs
+    )
     a = sample_weights(L_B, a_mean, tf.constant(eps))
     lr = log_ratio(L_B, a, tf.constant(eps)).numpy()
     u = np.einsum("mk,skp->smp", L_K, a.numpy())
@@ -227,7 +238,9 @@ def test_o3_log_ratio_forms_and_sample_distribution(kind):
             direct += multivariate_normal(np.zeros(M), K).logpdf(u[s, :, p])
             direct -= multivariate_normal(mu, Sig).logpdf(u[s, :, p])
             Rv = R.T @ V[:, p]
-            bayes += multivariate_normal(np.zeros(R.shape[1]), R.T @ K @ R + np.eye(R.shape[1])).logpdf(Rv)
+            bayes += multivariate_normal(
+                np.zeros(R.shape[1]), R.T @ K @ R + np.eye(R.shape[1])
+            ).logpdf(Rv)
             bayes -= multivariate_normal(R.T @ u[s, :, p], np.eye(R.shape[1])).logpdf(Rv)
         np.testing.assert_allclose(lr[s], direct, rtol=1e-10)
         np.testing.assert_allclose(lr[s], bayes, rtol=1e-10)
@@ -235,7 +248,9 @@ def test_o3_log_ratio_forms_and_sample_distribution(kind):
     # --- exact mean and covariance of u: feed eps = 0 and the basis vectors
     basis = np.concatenate([np.zeros((1, M)), np.eye(M)])  # [M+1, M]
     eps_b = np.repeat(basis[:, :, None], P, axis=2)  # same basis vector in every unit
-    L_B, a_mean = pseudo_data_posterior(tf.constant(np.tile(L_K, (M + 1, 1, 1))), tf.constant(V), **kwargs)
+    L_B, a_mean = pseudo_data_posterior(
+        tf.constant(np.tile(L_K, (M + 1, 1, 1))), tf.constant(V), **kwargs
+    )
     ub = np.einsum("mk,skp->smp", L_K, sample_weights(L_B, a_mean, tf.constant(eps_b)).numpy())
     kl = analytic_kl(L_B, a_mean).numpy()
     np.testing.assert_allclose(kl, kl[0], rtol=1e-14)
@@ -259,19 +274,28 @@ def test_o3_log_ratio_forms_and_sample_distribution(kind):
         )
         # diag(A^T K^-1 Sigma K^-1 A) = marginal variance contributed by q (f = K_fu K^-1 u)
         KinvA = scipy.linalg.cho_solve(cK, A)
-        np.testing.assert_allclose(mvar[:, p], np.einsum("mn,mk,kn->n", KinvA, Sig, KinvA), rtol=1e-10)
+        np.testing.assert_allclose(
+            mvar[:, p], np.einsum("mn,mk,kn->n", KinvA, Sig, KinvA), rtol=1e-10
+        )
     np.testing.assert_allclose(kl[0], kl_ref, rtol=1e-10)
 
 
 # =========================================================================================== O15
 
 
-def _two_layer_gi(precision, kl="sampled", seed=0, N=8, M=5, D=2, H=2, white=1e-5, residual_mean=True):
+def _two_layer_gi(
+    precision, kl="sampled", seed=0, N=8, M=5, D=2, H=2, white=1e-5, residual_mean=True
+):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(N, D))
     Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(N, 1))
     layers = [
-        dg.GPLayer(se(1.0, 1.0) + gpflow.kernels.White(white), H, D, mean_function=gpflow.mean_functions.Identity()),
+        dg.GPLayer(
+            se(1.0, 1.0) + gpflow.kernels.White(white),
+            H,
+            D,
+            mean_function=gpflow.mean_functions.Identity(),
+        ),
         dg.GPLayer(se(0.9, 1.1), 1, H),
     ]
     post = GlobalInducingPosterior(
@@ -290,7 +314,9 @@ def _two_layer_gi(precision, kl="sampled", seed=0, N=8, M=5, D=2, H=2, white=1e-
             post.pseudo_data[l].precision_shape.assign(np.eye(M) + 0.2 * rng.normal(size=(M, M)))
         else:
             raw = post.pseudo_data[l].precision.unconstrained_variable.numpy()
-            post.pseudo_data[l].precision.unconstrained_variable.assign(raw + 0.2 * rng.normal(size=raw.shape))
+            post.pseudo_data[l].precision.unconstrained_variable.assign(
+                raw + 0.2 * rng.normal(size=raw.shape)
+            )
     model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.1), post, num_data=N)
     return model, post, X, Y
 
@@ -369,8 +395,11 @@ def test_marginal_last_layer_is_the_expectation_of_the_sampled_estimator(precisi
     S = 2 * M
     rng = np.random.default_rng(4)
     design = np.sqrt(M) * np.concatenate([np.eye(M), -np.eye(M)])[:, :, None]  # [2M, M, 1]
-    upstream = {"u/0": np.tile(rng.normal(size=(1, M, H)), (S, 1, 1)),
-                "f/0": np.tile(rng.normal(size=(1, N, H)), (S, 1, 1)), "u/1": design}
+    upstream = {
+        "u/0": np.tile(rng.normal(size=(1, M, H)), (S, 1, 1)),
+        "f/0": np.tile(rng.normal(size=(1, N, H)), (S, 1, 1)),
+        "u/1": design,
+    }
     noise = FixedNoise(upstream, fallback=SeededNoise(3))
     post.last_layer = "sampled"
     sampled_elbo = model.elbo_per_sample((X, Y), S, seed=noise).numpy()
@@ -383,10 +412,14 @@ def test_marginal_last_layer_is_the_expectation_of_the_sampled_estimator(precisi
     assert sampled_elbo.std() > 1e-3  # the design does vary the sampled estimator
     m_s, v_s = sampled.mean.numpy(), sampled.var.numpy()
     np.testing.assert_allclose(marginal.mean.numpy()[0], m_s.mean(0), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(marginal.var.numpy()[0], v_s.mean(0) + m_s.var(0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        marginal.var.numpy()[0], v_s.mean(0) + m_s.var(0), rtol=1e-9, atol=1e-12
+    )
     # the coherent draw and the inducing rows still go through the sampled U_L
     np.testing.assert_array_equal(marginal.inducing[1].numpy(), sampled.inducing[1].numpy())
-    np.testing.assert_allclose(marginal.samples[-1].numpy(), sampled.samples[-1].numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        marginal.samples[-1].numpy(), sampled.samples[-1].numpy(), rtol=1e-12
+    )
 
 
 def test_last_layer_resolves_by_space_and_rejects_bad_values():
@@ -401,12 +434,16 @@ def test_last_layer_resolves_by_space_and_rejects_bad_values():
     with pytest.raises(ValueError, match="last_layer"):
         GlobalInducingPosterior(bnn.layers, num_inducing=5, last_layer=True)
     with pytest.raises(ValueError, match="last_layer"):
-        dg.build_bnn(X, Y, hidden=(4,), posterior="factorised_global", num_inducing=5, last_layer="exact")
+        dg.build_bnn(
+            X, Y, hidden=(4,), posterior="factorised_global", num_inducing=5, last_layer="exact"
+        )
 
 
 @pytest.mark.parametrize("precision", ["diagonal", "full"])
 @pytest.mark.parametrize("family", ["global", "factorised_global"])
-def test_weight_space_marginal_last_layer_is_the_expectation_of_the_sampled_estimator(rng, precision, family):
+def test_weight_space_marginal_last_layer_is_the_expectation_of_the_sampled_estimator(
+    rng, precision, family
+):
     """BNN (weight-space) last layer, gi and fac->gi: last_layer="marginal" = E over W_L of the
     sampled estimator for fixed lower-layer weights, exactly (the 2D-point design of the
     function-space test, over the fan-in D of the last layer); the ELBO and the data rows' mean
@@ -418,12 +455,23 @@ def test_weight_space_marginal_last_layer_is_the_expectation_of_the_sampled_esti
     layers = [DenseLayer(D0, H, "identity"), DenseLayer(H, 1, "relu")]
     U0 = rng.normal(size=(M, D0))
     if family == "global":
-        post = GlobalInducingPosterior(layers, inducing_inputs=U0,
-                                       pseudo_outputs=[rng.normal(size=(M, H)), rng.normal(size=(M, 1))],
-                                       log_precision_init=[-0.5, 1.0], precision=precision, last_layer="sampled")
+        post = GlobalInducingPosterior(
+            layers,
+            inducing_inputs=U0,
+            pseudo_outputs=[rng.normal(size=(M, H)), rng.normal(size=(M, 1))],
+            log_precision_init=[-0.5, 1.0],
+            precision=precision,
+            last_layer="sampled",
+        )
     else:
-        post = FactorisedGlobalPosterior(layers, U0, rng.normal(size=(M, 1)), log_precision_init=1.0,
-                                         precision=precision, last_layer="sampled")
+        post = FactorisedGlobalPosterior(
+            layers,
+            U0,
+            rng.normal(size=(M, 1)),
+            log_precision_init=1.0,
+            precision=precision,
+            last_layer="sampled",
+        )
     model = DeepGP(layers, gpflow.likelihoods.Gaussian(0.2), post, num_data=N)
     D = layers[1].fan_in
     S = 2 * D
@@ -458,7 +506,9 @@ def _one_layer_li(precision, kl="analytic", seed=0, N=15, M=6, D=2, P=2):
     if precision == "full":
         post.pseudo_data[0].precision_shape.assign(np.eye(M) + 0.3 * rng.normal(size=(M, M)))
     else:
-        post.pseudo_data[0].precision.unconstrained_variable.assign(rng.normal(size=post.pseudo_data[0].precision.shape) / post.rho)
+        post.pseudo_data[0].precision.unconstrained_variable.assign(
+            rng.normal(size=post.pseudo_data[0].precision.shape) / post.rho
+        )
     lik = gpflow.likelihoods.Gaussian(0.3)
     model = dg.DeepGP([layer], lik, post, num_data=N)
     return model, post, layer, X, Y, Z
@@ -471,7 +521,11 @@ def test_local_inducing_depth_one_equals_svgp(precision):
     model, post, layer, X, Y, Z = _one_layer_li(precision)
     M, P = Z.shape[0], Y.shape[1]
     K = layer.kernel(Z).numpy() + gpflow.config.default_jitter() * np.eye(M)
-    lam = post.pseudo_data[0].factor().numpy() if precision == "full" else post.pseudo_data[0].diagonal().numpy()
+    lam = (
+        post.pseudo_data[0].factor().numpy()
+        if precision == "full"
+        else post.pseudo_data[0].diagonal().numpy()
+    )
     V = post.pseudo_data[0].pseudo_outputs.numpy()
     q_mu, q_sqrt = np.zeros((M, P)), np.zeros((P, M, M))
     for p, R in enumerate(np_factors(precision, lam, P)):
@@ -479,11 +533,21 @@ def test_local_inducing_depth_one_equals_svgp(precision):
         q_mu[:, p] = Sig @ (R @ (R.T @ V[:, p]))
         q_sqrt[p] = np.linalg.cholesky(Sig)
     svgp = gpflow.models.SVGP(
-        layer.kernel, model.likelihood, gpflow.inducing_variables.InducingPoints(Z), num_latent_gps=P,
-        q_mu=q_mu, q_sqrt=q_sqrt, whiten=False, num_data=X.shape[0],
+        layer.kernel,
+        model.likelihood,
+        gpflow.inducing_variables.InducingPoints(Z),
+        num_latent_gps=P,
+        q_mu=q_mu,
+        q_sqrt=q_sqrt,
+        whiten=False,
+        num_data=X.shape[0],
     )
-    np.testing.assert_allclose(model.elbo((X, Y), 3, seed=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10)
-    np.testing.assert_allclose(model.elbo_per_sample((X, Y), 3, seed=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(
+        model.elbo((X, Y), 3, seed=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        model.elbo_per_sample((X, Y), 3, seed=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10
+    )
     mean, var = model.predict_f(X[:5], 2, seed=1)
     smean, svar = svgp.predict_f(X[:5])
     np.testing.assert_allclose(mean.numpy(), smean.numpy(), rtol=1e-10, atol=1e-12)
@@ -493,7 +557,8 @@ def test_local_inducing_depth_one_equals_svgp(precision):
     np.testing.assert_allclose(
         np.einsum("qij,qkj->qik", qs.numpy(), qs.numpy()),
         np.einsum("qij,qkj->qik", q_sqrt, q_sqrt)[: qs.shape[0]],
-        rtol=1e-10, atol=1e-12,
+        rtol=1e-10,
+        atol=1e-12,
     )
 
 
@@ -530,18 +595,27 @@ def test_local_inducing_two_layers_runs_and_uses_layer_z():
     X = rng.normal(size=(12, 2))
     Y = rng.normal(size=(12, 1))
     layers = [
-        dg.GPLayer(se() + gpflow.kernels.White(1e-5), 2, 2, mean_function=gpflow.mean_functions.Identity(),
-                   inducing_inputs=rng.normal(size=(4, 2))),
+        dg.GPLayer(
+            se() + gpflow.kernels.White(1e-5),
+            2,
+            2,
+            mean_function=gpflow.mean_functions.Identity(),
+            inducing_inputs=rng.normal(size=(4, 2)),
+        ),
         dg.GPLayer(se(), 1, 2, inducing_inputs=rng.normal(size=(3, 2))),
     ]
     for kl in ["analytic", "sampled"]:
-        post = LocalInducingPosterior.from_data(layers, X, Y, num_inducing=None, precision="diagonal", seed=1, kl=kl)
+        post = LocalInducingPosterior.from_data(
+            layers, X, Y, num_inducing=None, precision="diagonal", seed=1, kl=kl
+        )
         assert [d.pseudo_outputs.shape for d in post.pseudo_data] == [(4, 2), (3, 1)]
         np.testing.assert_allclose(post.pseudo_data[0].diagonal().numpy(), 1.0)
         model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.1), post, num_data=12)
         prop = model.propagate(X, 3, seed=2)
         assert [s.shape for s in prop.samples] == [(3, 12, 2), (3, 12, 1)]
-        assert prop.kl.shape == (3,) and np.all(np.isfinite(model.elbo_per_sample((X, Y), 3, seed=2).numpy()))
+        assert prop.kl.shape == (3,) and np.all(
+            np.isfinite(model.elbo_per_sample((X, Y), 3, seed=2).numpy())
+        )
 
 
 # ================================================================================ gradients
@@ -582,10 +656,18 @@ def test_finite_difference_gradients(precision, kl):
     def f():
         return tf.reduce_sum(model.elbo_per_sample((X, Y), 2, seed=noise))
 
-    params = [post.inducing_inputs, post.pseudo_data[0].pseudo_outputs, post.pseudo_data[1].pseudo_outputs]
+    params = [
+        post.inducing_inputs,
+        post.pseudo_data[0].pseudo_outputs,
+        post.pseudo_data[1].pseudo_outputs,
+    ]
     if precision == "full":
-        params += [post.pseudo_data[0].precision_shape, post.pseudo_data[0].precision_scale, post.pseudo_data[1].precision_shape,
-                   post.pseudo_data[1].precision_scale]
+        params += [
+            post.pseudo_data[0].precision_shape,
+            post.pseudo_data[0].precision_scale,
+            post.pseudo_data[1].precision_shape,
+            post.pseudo_data[1].precision_scale,
+        ]
     else:
         params += [post.pseudo_data[0].precision, post.pseudo_data[1].precision]
     for p in params:
@@ -599,8 +681,12 @@ def test_finite_difference_gradients_local():
     def f():
         return tf.reduce_sum(model.elbo_per_sample((X, Y), 1, seed=SeededNoise(0)))
 
-    for p in [post.pseudo_data[0].pseudo_outputs, post.pseudo_data[0].precision_shape, post.pseudo_data[0].precision_scale,
-              layer.inducing_variable.Z]:
+    for p in [
+        post.pseudo_data[0].pseudo_outputs,
+        post.pseudo_data[0].precision_shape,
+        post.pseudo_data[0].precision_scale,
+        layer.inducing_variable.Z,
+    ]:
         _fd_check(f, p)
 
 
@@ -619,9 +705,14 @@ def test_samples_hold_data_rows_and_propagation_shapes():
     assert not np.allclose(full.inducing[0][0].numpy(), full.inducing[0][1].numpy())
     # deterministic given the seed, and identical under tf.function
     np.testing.assert_array_equal(post.propagate(X, 3, seed=1).kl.numpy(), prop.kl.numpy())
-    compiled = tf.function(autograph=False, func=lambda: model.elbo_per_sample((X, Y), 3, seed=SeededNoise(1)))
-    np.testing.assert_allclose(compiled().numpy(), model.elbo_per_sample((X, Y), 3, seed=SeededNoise(1)).numpy(),
-                               rtol=1e-12)
+    compiled = tf.function(
+        autograph=False, func=lambda: model.elbo_per_sample((X, Y), 3, seed=SeededNoise(1))
+    )
+    np.testing.assert_allclose(
+        compiled().numpy(),
+        model.elbo_per_sample((X, Y), 3, seed=SeededNoise(1)).numpy(),
+        rtol=1e-12,
+    )
 
 
 def test_residual_mean_false_ignores_the_mean_function():
@@ -631,7 +722,9 @@ def test_residual_mean_false_ignores_the_mean_function():
         dg.GPLayer(post.layers[0].kernel, 2, 2),
         dg.GPLayer(post.layers[1].kernel, 1, 2),
     ]
-    post2 = GlobalInducingPosterior(layers_nomean, num_inducing=post.num_inducing, precision="diagonal")
+    post2 = GlobalInducingPosterior(
+        layers_nomean, num_inducing=post.num_inducing, precision="diagonal"
+    )
     for src, dst in zip(post.trainable_variables, post2.trainable_variables):
         dst.assign(src)
     a = post.propagate_full(X, 3, seed=5)
@@ -641,27 +734,42 @@ def test_residual_mean_false_ignores_the_mean_function():
     # and with the mean function on, the inducing rows shift by m(U_0) = U_0 (Identity)
     post.residual_mean = True
     c = post.propagate_full(X, 3, seed=5)
-    np.testing.assert_allclose(c.inducing[0].numpy() - a.inducing[0].numpy(),
-                               np.broadcast_to(post.inducing_inputs.numpy(), (3, post.num_inducing, 2)), rtol=1e-10)
+    np.testing.assert_allclose(
+        c.inducing[0].numpy() - a.inducing[0].numpy(),
+        np.broadcast_to(post.inducing_inputs.numpy(), (3, post.num_inducing, 2)),
+        rtol=1e-10,
+    )
 
 
 def test_global_inducing_from_data_initialisation():
     X, Y = regression_data(N=30)
     layers = [dg.GPLayer(se(), 3, 2), dg.GPLayer(se(), 1, 3)]
     post = GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=8, precision="full", seed=4)
-    post_again = GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=8, precision="full", seed=4)
+    post_again = GlobalInducingPosterior.from_data(
+        layers, X, Y, num_inducing=8, precision="full", seed=4
+    )
     U0 = post.inducing_inputs.numpy()
     np.testing.assert_array_equal(U0, post_again.inducing_inputs.numpy())
     idx = [int(np.nonzero((X == u).all(1))[0][0]) for u in U0]
     assert len(set(idx)) == 8
     np.testing.assert_array_equal(post.pseudo_data[1].pseudo_outputs.numpy(), Y[idx])
     assert post.pseudo_data[0].pseudo_outputs.shape == (8, 3)
-    np.testing.assert_allclose(post.pseudo_data[0].matrix().numpy(), np.exp(-4.0) * np.eye(8), rtol=1e-12)
+    np.testing.assert_allclose(
+        post.pseudo_data[0].matrix().numpy(), np.exp(-4.0) * np.eye(8), rtol=1e-12
+    )
     np.testing.assert_allclose(post.pseudo_data[1].matrix().numpy(), np.eye(8), rtol=1e-12)
-    np.testing.assert_allclose(post.pseudo_data[0].precision_scale.unconstrained_variable.numpy(), -4.0 / 2 / 3)
-    post_d = GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=8, precision="diagonal", seed=4)
-    assert post_d.pseudo_data[0].precision.shape == (3, 8) and post_d.pseudo_data[1].precision.shape == (1, 8)
-    np.testing.assert_allclose(post_d.pseudo_data[0].precision.unconstrained_variable.numpy(), -4.0 / 3)
+    np.testing.assert_allclose(
+        post.pseudo_data[0].precision_scale.unconstrained_variable.numpy(), -4.0 / 2 / 3
+    )
+    post_d = GlobalInducingPosterior.from_data(
+        layers, X, Y, num_inducing=8, precision="diagonal", seed=4
+    )
+    assert post_d.pseudo_data[0].precision.shape == (3, 8) and post_d.pseudo_data[
+        1
+    ].precision.shape == (1, 8)
+    np.testing.assert_allclose(
+        post_d.pseudo_data[0].precision.unconstrained_variable.numpy(), -4.0 / 3
+    )
     # defaults from the layers alone
     default = GlobalInducingPosterior(layers, num_inducing=6, seed=0)
     assert default.inducing_inputs.shape == (6, 2)
@@ -677,10 +785,17 @@ def test_float32_end_to_end():
     with gpflow.config.as_context(gpflow.config.Config(float=np.float32, jitter=1e-4)):
         for precision in PRECISIONS:
             layers = [
-                dg.GPLayer(se() + gpflow.kernels.White(1e-3), 2, 2, mean_function=gpflow.mean_functions.Identity()),
+                dg.GPLayer(
+                    se() + gpflow.kernels.White(1e-3),
+                    2,
+                    2,
+                    mean_function=gpflow.mean_functions.Identity(),
+                ),
                 dg.GPLayer(se(), 1, 2),
             ]
-            post = GlobalInducingPosterior.from_data(layers, X, Y, num_inducing=6, precision=precision, seed=0)
+            post = GlobalInducingPosterior.from_data(
+                layers, X, Y, num_inducing=6, precision=precision, seed=0
+            )
             model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.1), post, num_data=15)
             prop = model.propagate(X, 3, seed=1)
             assert prop.mean.dtype == tf.float32 and prop.kl.dtype == tf.float32
@@ -691,7 +806,9 @@ def test_float32_end_to_end():
             grads = tape.gradient(loss, model.trainable_variables)
             assert all(np.all(np.isfinite(g.numpy())) for g in grads)
         li_layers = [dg.GPLayer(se(), 1, 2, inducing_inputs=X[:5])]
-        li = dg.DeepGP(li_layers, gpflow.likelihoods.Gaussian(0.1), LocalInducingPosterior(li_layers, seed=0))
+        li = dg.DeepGP(
+            li_layers, gpflow.likelihoods.Gaussian(0.1), LocalInducingPosterior(li_layers, seed=0)
+        )
         assert li.elbo((X, Y), 2, seed=0).dtype == tf.float32
         assert np.isfinite(li.elbo((X, Y), 2, seed=0).numpy())
 
@@ -747,7 +864,9 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="X"):
         GlobalInducingPosterior.from_data(layers, X[:, :1], Y, num_inducing=3, seed=None)
     with pytest.raises(ValueError, match="X.*NaN"):
-        GlobalInducingPosterior.from_data(layers, np.where(X > 1, np.nan, X), Y, num_inducing=3, seed=None)
+        GlobalInducingPosterior.from_data(
+            layers, np.where(X > 1, np.nan, X), Y, num_inducing=3, seed=None
+        )
 
 
 # ================================================================================ training
@@ -767,8 +886,13 @@ def test_gi_trains_to_a_higher_elbo_than_mean_field():
 
     def make_layers(Z=None):
         return [
-            dg.GPLayer(se(1.0, 1.0) + gpflow.kernels.White(1e-5), 1, 1,
-                       mean_function=gpflow.mean_functions.Identity(), inducing_inputs=Z),
+            dg.GPLayer(
+                se(1.0, 1.0) + gpflow.kernels.White(1e-5),
+                1,
+                1,
+                mean_function=gpflow.mean_functions.Identity(),
+                inducing_inputs=Z,
+            ),
             dg.GPLayer(se(1.0, 1.0), 1, 1, inducing_inputs=Z),
         ]
 
@@ -788,13 +912,21 @@ def test_gi_trains_to_a_higher_elbo_than_mean_field():
 
     start = time.time()
     gi_layers = make_layers()
-    gi = dg.DeepGP(gi_layers, gpflow.likelihoods.Gaussian(0.1), GlobalInducingPosterior.from_data(gi_layers, X, Y, num_inducing=M, seed=0),
-                   num_data=N)
+    gi = dg.DeepGP(
+        gi_layers,
+        gpflow.likelihoods.Gaussian(0.1),
+        GlobalInducingPosterior.from_data(gi_layers, X, Y, num_inducing=M, seed=0),
+        num_data=N,
+    )
     mf_layers = make_layers(X[rng.permutation(N)[:M]])
-    mf = dg.DeepGP(mf_layers, gpflow.likelihoods.Gaussian(0.1), MeanFieldPosterior(mf_layers), num_data=N)
+    mf = dg.DeepGP(
+        mf_layers, gpflow.likelihoods.Gaussian(0.1), MeanFieldPosterior(mf_layers), num_data=N
+    )
     elbo_gi, elbo_mf = train(gi), train(mf)
     assert np.isfinite(elbo_gi) and elbo_gi > elbo_mf + 10.0, (elbo_gi, elbo_mf)
-    print(f"GI {elbo_gi:.2f} vs mean-field {elbo_mf:.2f} after {steps} steps ({time.time() - start:.1f}s)")
+    print(
+        f"GI {elbo_gi:.2f} vs mean-field {elbo_mf:.2f} after {steps} steps ({time.time() - start:.1f}s)"
+    )
 
 
 # ============================================================================= weight space
@@ -804,7 +936,9 @@ def _blr_log_evidence(Phi, Y, prior_var, noise_var):
     """sum_p log N(Y[:, p]; 0, prior_var Phi Phi^T + noise_var I)."""
     N = Phi.shape[0]
     C = prior_var * Phi @ Phi.T + noise_var * np.eye(N)
-    return sum(scipy.stats.multivariate_normal(np.zeros(N), C).logpdf(Y[:, p]) for p in range(Y.shape[1]))
+    return sum(
+        scipy.stats.multivariate_normal(np.zeros(N), C).logpdf(Y[:, p]) for p in range(Y.shape[1])
+    )
 
 
 @pytest.mark.parametrize("per_unit", [True, False])
@@ -814,21 +948,28 @@ def test_O9_gi_layer_is_bayesian_linear_regression(rng, per_unit, prior):
     X, Y = rng.normal(size=(N, D0)), rng.normal(size=(N, P))
     layer = DenseLayer(D0, P, "identity", prior=prior)
     post = GlobalInducingPosterior(
-        [layer], inducing_inputs=X, pseudo_outputs=[Y], log_precision_init=[np.log(1 / noise_var)],
+        [layer],
+        inducing_inputs=X,
+        pseudo_outputs=[Y],
+        log_precision_init=[np.log(1 / noise_var)],
         precision="diagonal" if per_unit else "shared_diagonal",
     )
     model = DeepGP([layer], gpflow.likelihoods.Gaussian(noise_var), post, num_data=N)
     elbos = model.elbo_per_sample((X, Y), 6).numpy()
     Phi = np.concatenate([X, np.ones((N, 1))], 1)
     prior_var = 1 / (D0 + 1) if prior == "neal" else 1.0
-    np.testing.assert_allclose(elbos, _blr_log_evidence(Phi, Y, prior_var, noise_var), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        elbos, _blr_log_evidence(Phi, Y, prior_var, noise_var), rtol=0, atol=1e-9
+    )
 
 
 def test_O14_one_layer_linear_gi_equals_true_evidence(rng):
     data = deep_linear(num_train=60, num_test=1, input_dim=5, noise_variance=0.1, seed=3)
     X, Y = data.X_train, data.Y_train
     layer = DenseLayer(5, 1, "identity", prior=NealPrior(), bias=False)
-    post = GlobalInducingPosterior([layer], inducing_inputs=X, pseudo_outputs=[Y], log_precision_init=[np.log(10.0)])
+    post = GlobalInducingPosterior(
+        [layer], inducing_inputs=X, pseudo_outputs=[Y], log_precision_init=[np.log(10.0)]
+    )
     model = DeepGP([layer], gpflow.likelihoods.Gaussian(0.1), post, num_data=60)
     expected = deep_linear_log_evidence(X, Y, 5, 0.1)
     np.testing.assert_allclose(model.elbo_per_sample((X, Y), 5), expected, rtol=0, atol=1e-9)
@@ -837,7 +978,9 @@ def test_O14_one_layer_linear_gi_equals_true_evidence(rng):
 def test_O15_gi_zero_precision_is_prior(rng):
     X = rng.normal(size=(7, 2))
     layers = [DenseLayer(2, 4, "identity"), DenseLayer(4, 1, "relu")]
-    post = GlobalInducingPosterior(layers, inducing_inputs=rng.normal(size=(5, 2)), log_precision_init=[-800.0, -800.0])
+    post = GlobalInducingPosterior(
+        layers, inducing_inputs=rng.normal(size=(5, 2)), log_precision_init=[-800.0, -800.0]
+    )
     kl = post.propagate(X, 4, seed=1).kl
     np.testing.assert_allclose(kl, 0.0, atol=1e-12)
 
@@ -905,9 +1048,15 @@ def test_weight_and_function_space_gi_agree_in_expectation(rng):
     V = [rng.normal(size=(M, H)), rng.normal(size=(M, 1))]
     log_prec = [-0.5, 1.0]
     layers = [DenseLayer(D0, H, "identity"), DenseLayer(H, 1, "relu")]
-    ws = GlobalInducingPosterior(layers, inducing_inputs=U0, pseudo_outputs=V, log_precision_init=log_prec)
+    ws = GlobalInducingPosterior(
+        layers, inducing_inputs=U0, pseudo_outputs=V, log_precision_init=log_prec
+    )
     fs = GlobalInducingPosterior(
-        layers, inducing_inputs=U0, pseudo_outputs=V, log_precision_init=log_prec, precision="diagonal",
+        layers,
+        inducing_inputs=U0,
+        pseudo_outputs=V,
+        log_precision_init=log_prec,
+        precision="diagonal",
         space="function",
     )
     S = 4000
@@ -921,7 +1070,12 @@ def test_weight_and_function_space_gi_agree_in_expectation(rng):
     for k in range(3):
         a, b = out["ws"][k], out["fs"][k]
         se = np.sqrt(a.var(0) / S + b.var(0) / S)
-        assert np.all(np.abs(a.mean(0) - b.mean(0)) < 4.5 * se + 1e-6), (k, a.mean(0), b.mean(0), se)
+        assert np.all(np.abs(a.mean(0) - b.mean(0)) < 4.5 * se + 1e-6), (
+            k,
+            a.mean(0),
+            b.mean(0),
+            se,
+        )
 
 
 def test_gi_weight_posterior_gradients_match_finite_differences(rng):
@@ -929,16 +1083,23 @@ def test_gi_weight_posterior_gradients_match_finite_differences(rng):
     X, Y = rng.normal(size=(N, D0)), rng.normal(size=(N, 1))
     layers = [DenseLayer(D0, 3, "identity"), DenseLayer(3, 1, "tanh")]
     post = GlobalInducingPosterior(
-        layers, inducing_inputs=rng.normal(size=(4, D0)),
-        log_precision_init=[rng.normal(size=(3, 4)), rng.normal(size=(1, 4))], seed=1,
+        layers,
+        inducing_inputs=rng.normal(size=(4, D0)),
+        log_precision_init=[rng.normal(size=(3, 4)), rng.normal(size=(1, 4))],
+        seed=1,
     )
     model = DeepGP(layers, gpflow.likelihoods.Gaussian(0.5), post, num_data=N)
 
     def f():
         return model.elbo((X, Y), 3, seed=5)
 
-    params = [post.inducing_inputs, post.pseudo_data[0].pseudo_outputs, post.pseudo_data[0].precision,
-              post.pseudo_data[1].pseudo_outputs, post.pseudo_data[1].precision]
+    params = [
+        post.inducing_inputs,
+        post.pseudo_data[0].pseudo_outputs,
+        post.pseudo_data[0].precision,
+        post.pseudo_data[1].pseudo_outputs,
+        post.pseudo_data[1].precision,
+    ]
     variables = [p.unconstrained_variable for p in params]
     with tf.GradientTape() as tape:
         value = f()

@@ -1,5 +1,6 @@
 """Inducing weights (Ritter et al. 2021): O11 (docs/algorithms.md, "Test oracles"), the KL terms,
 gradients, training, parameter counts."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -54,11 +55,16 @@ def _linear_map(factors, lam, sigma, shapes, with_u):
     eye = np.eye(n)
     parts, start = [], 0
     for s, size in zip(shapes, sizes):
-        parts.append(eye[:, start:start + size].reshape((n, *s)))
+        parts.append(eye[:, start : start + size].reshape((n, *s)))
         start += size
     U = eye[:, start:].reshape((n, *shapes[3])) if with_u else np.zeros((n, *shapes[3]))
-    W = extended_matheron_sample(tf.constant(U), factors, tf.constant(lam, tf.float64),
-                                 tf.fill([n], tf.constant(sigma, tf.float64)), *map(tf.constant, parts)).numpy()
+    W = extended_matheron_sample(
+        tf.constant(U),
+        factors,
+        tf.constant(lam, tf.float64),
+        tf.fill([n], tf.constant(sigma, tf.float64)),
+        *map(tf.constant, parts),
+    ).numpy()
     return np.stack([w.flatten(order="F") for w in W], axis=1)  # [d_out d_in, n]
 
 
@@ -94,7 +100,9 @@ def test_O11_with_jitter_is_exact_for_the_effective_diagonal(rng):
     D_c_eff = np.sqrt(D_c**2 + jitter * np.mean(np.sum(Z_c**2, 1) + D_c**2))
     np.testing.assert_allclose(effective_diagonal(Z_r, D_r, jitter), D_r_eff, rtol=1e-14)
     A = _linear_map(factors, 0.5, 1.0, matheron_noise_shapes(3, 4, 3, 2), with_u=False)
-    np.testing.assert_allclose(A @ A.T, 0.25 * _np_conditional_cov(Z_r, Z_c, D_r_eff, D_c_eff), atol=1e-12)
+    np.testing.assert_allclose(
+        A @ A.T, 0.25 * _np_conditional_cov(Z_r, Z_c, D_r_eff, D_c_eff), atol=1e-12
+    )
 
 
 def test_O11_monte_carlo_mean_is_TrUTc(rng):
@@ -107,9 +115,18 @@ def test_O11_monte_carlo_mean_is_TrUTc(rng):
     T_r, T_c = conditional_projections(*map(tf.constant, (Z_r, Z_c, D_r, D_c)))
     sigma, lam, S = 1.3, 0.6, 20_000
     noise = SeededNoise(3)
-    e = [noise.normal(f"e{i}", [S, *s], tf.float64) for i, s in enumerate(matheron_noise_shapes(d_out, d_in, M_out, M_in))]
-    W = extended_matheron_sample(tf.constant(np.broadcast_to(U, (S, M_out, M_in))), factors, tf.constant(lam, tf.float64),
-                                 tf.fill([S], tf.constant(sigma, tf.float64)), *e, whitened=False).numpy()
+    e = [
+        noise.normal(f"e{i}", [S, *s], tf.float64)
+        for i, s in enumerate(matheron_noise_shapes(d_out, d_in, M_out, M_in))
+    ]
+    W = extended_matheron_sample(
+        tf.constant(np.broadcast_to(U, (S, M_out, M_in))),
+        factors,
+        tf.constant(lam, tf.float64),
+        tf.fill([S], tf.constant(sigma, tf.float64)),
+        *e,
+        whitened=False,
+    ).numpy()
     mean = sigma * T_r.numpy() @ U @ T_c.numpy()
     Psi_r, Psi_c = Z_r @ Z_r.T + np.diag(D_r**2), Z_c @ Z_c.T + np.diag(D_c**2)
     np.testing.assert_allclose(T_r, Z_r.T @ np.linalg.inv(Psi_r), rtol=1e-10)
@@ -118,8 +135,14 @@ def test_O11_monte_carlo_mean_is_TrUTc(rng):
     assert np.all(np.abs(W.mean(0) - mean) < 4 * se)
     L_r, L_c = np.linalg.cholesky(Psi_r), np.linalg.cholesky(Psi_c)
     U_w = np.linalg.solve(L_r, np.linalg.solve(L_c, U.T).T)
-    W_w = extended_matheron_sample(tf.constant(np.broadcast_to(U_w, (S, M_out, M_in))), factors, tf.constant(lam, tf.float64),
-                                   tf.fill([S], tf.constant(sigma, tf.float64)), *e, whitened=True).numpy()
+    W_w = extended_matheron_sample(
+        tf.constant(np.broadcast_to(U_w, (S, M_out, M_in))),
+        factors,
+        tf.constant(lam, tf.float64),
+        tf.fill([S], tf.constant(sigma, tf.float64)),
+        *e,
+        whitened=True,
+    ).numpy()
     np.testing.assert_allclose(W_w, W, atol=1e-10)
 
 
@@ -134,7 +157,9 @@ def test_conditional_kl_equals_tfp_mvn_kl(rng):
     p = tfd.MultivariateNormalTriL(mean, np.linalg.cholesky(cov))
     q = tfd.MultivariateNormalTriL(mean, np.linalg.cholesky(lam**2 * cov))
     ref = tfd.kl_divergence(q, p).numpy()
-    np.testing.assert_allclose(conditional_kl(tf.constant(lam, tf.float64), d_out, d_in), ref, rtol=1e-10)
+    np.testing.assert_allclose(
+        conditional_kl(tf.constant(lam, tf.float64), d_out, d_in), ref, rtol=1e-10
+    )
 
 
 def test_ffg_u_kl_equals_tfp_and_posterior_kl(rng):
@@ -145,22 +170,29 @@ def test_ffg_u_kl_equals_tfp_and_posterior_kl(rng):
     ref = 0.0
     for l, iw in enumerate(post.inducing_weights):
         m, s = post.u_means[l].numpy(), post.u_sds[l].numpy()
-        kl_u = tf.reduce_sum(tfd.kl_divergence(tfd.Normal(m, s), tfd.Normal(0 * m, 1 + 0 * m))).numpy()
+        kl_u = tf.reduce_sum(
+            tfd.kl_divergence(tfd.Normal(m, s), tfd.Normal(0 * m, 1 + 0 * m))
+        ).numpy()
         np.testing.assert_allclose(whitened_gaussian_kl(m, s), kl_u, rtol=1e-12)
         lam = iw.lam.numpy()
         ref += kl_u + iw.d_in * iw.d_out * (lam**2 / 2 - np.log(lam) - 0.5)
-    np.testing.assert_allclose(post.propagate(rng.normal(size=(5, 2)), 3, seed=0).kl, ref, rtol=1e-12)
+    np.testing.assert_allclose(
+        post.propagate(rng.normal(size=(5, 2)), 3, seed=0).kl, ref, rtol=1e-12
+    )
 
 
 def test_at_the_prior_kl_is_zero_and_weights_are_prior_samples(rng):
     """lam = 1 and q(U~) = N(0, I): zero KL; the sampled weights have Cov sigma^2 I (MC)."""
     layer = DenseLayer(3, 2, "identity", prior=NealPrior(sd=2.0))
-    post = FFGInducingPosterior([layer], num_inducing=2, lambda_init=1.0, sd_init=1.0, means=[np.zeros((2, 2))],
-                                seed=0)
+    post = FFGInducingPosterior(
+        [layer], num_inducing=2, lambda_init=1.0, sd_init=1.0, means=[np.zeros((2, 2))], seed=0
+    )
     X = np.eye(3)
     np.testing.assert_allclose(post.propagate(X, 2, seed=0).kl, 0.0, atol=1e-12)
     S = 40_000
-    F = post.propagate(np.concatenate([X, np.zeros((1, 3))]), S, seed=4).mean.numpy()  # rows = W rows (+ bias)
+    F = post.propagate(
+        np.concatenate([X, np.zeros((1, 3))]), S, seed=4
+    ).mean.numpy()  # rows = W rows (+ bias)
     W = np.concatenate([F[:, :3] - F[:, 3:4], F[:, 3:4]], axis=1).reshape(S, -1)  # [S, 4*2] weights
     var = 4.0 / layer.fan_in
     emp = np.cov(W.T)
@@ -197,7 +229,13 @@ def _fd_check(post, X, Y, noise, rtol=1e-5):
             f_down = objective().numpy()
             var.assign(orig.reshape(var.shape))
             fd = (f_up - f_down) / (2 * h)
-            np.testing.assert_allclose(tf.convert_to_tensor(g).numpy().ravel()[i], fd, rtol=rtol, atol=1e-6, err_msg=var.name)
+            np.testing.assert_allclose(
+                tf.convert_to_tensor(g).numpy().ravel()[i],
+                fd,
+                rtol=rtol,
+                atol=1e-6,
+                err_msg=var.name,
+            )
             checked += 1
     assert checked >= len(variables) == len(grads)
     return [v.name for v in variables]
@@ -205,7 +243,9 @@ def _fd_check(post, X, Y, noise, rtol=1e-5):
 
 def test_finite_difference_gradients_ffg_u(rng):
     layers = [DenseLayer(2, 3, "identity"), DenseLayer(3, 1, "tanh")]
-    post = FFGInducingPosterior(layers, num_inducing=2, lambda_init=0.3, sd_init=0.2, d_init=0.5, seed=2)
+    post = FFGInducingPosterior(
+        layers, num_inducing=2, lambda_init=0.3, sd_init=0.2, d_init=0.5, seed=2
+    )
     X, Y = rng.normal(size=(4, 2)), rng.normal(size=(4, 1))
     names = _fd_check(post, X, Y, SeededNoise(7))
     for key in ("z_rows", "z_cols", "d_rows", "d_cols", "lambda", "u_mean", "u_sd"):
@@ -215,8 +255,15 @@ def test_finite_difference_gradients_ffg_u(rng):
 @pytest.mark.slow  # moved to `make test-all` for the fast suite's time
 def test_finite_difference_gradients_ensemble_u(rng):
     layers = [DenseLayer(2, 3, "identity"), DenseLayer(3, 1, "tanh")]
-    post = EnsembleInducingPosterior(layers, num_inducing=2, num_members=3, lambda_init=0.3, d_init=0.5,
-                                     prior_regulariser=True, seed=2)
+    post = EnsembleInducingPosterior(
+        layers,
+        num_inducing=2,
+        num_members=3,
+        lambda_init=0.3,
+        d_init=0.5,
+        prior_regulariser=True,
+        seed=2,
+    )
     X, Y = rng.normal(size=(4, 2)), rng.normal(size=(4, 1))
     _fd_check(post, X, Y, SeededNoise(8))
 
@@ -228,12 +275,16 @@ def test_ensemble_members_cycle_and_prediction_averages_members(rng):
         offset = min(int(np.floor(K * __import__("scipy").stats.norm.cdf(z))), K - 1)
         np.testing.assert_array_equal(m, (offset + np.arange(9)) % K)
     # The training noise gives every member ~1/K of the steps.
-    counts = np.bincount([int(ensemble_members(K, 1, SeededNoise([5, t]), tf.float64)[0]) for t in range(400)],
-                         minlength=K)
+    counts = np.bincount(
+        [int(ensemble_members(K, 1, SeededNoise([5, t]), tf.float64)[0]) for t in range(400)],
+        minlength=K,
+    )
     assert counts.min() > 60
     layers = [DenseLayer(1, 3, "identity"), DenseLayer(3, 1, "tanh")]
-    for post in (EnsembleWeightPosterior(layers, num_members=K, seed=0),
-                 EnsembleInducingPosterior(layers, num_inducing=2, num_members=K, lambda_init=1e-6, seed=0)):
+    for post in (
+        EnsembleWeightPosterior(layers, num_members=K, seed=0),
+        EnsembleInducingPosterior(layers, num_inducing=2, num_members=K, lambda_init=1e-6, seed=0),
+    ):
         X = rng.normal(size=(5, 1))
         F = post.propagate(X, 2 * K, seed=3).mean.numpy()
         np.testing.assert_allclose(F[:K], F[K:], atol=1e-5)  # member s and s + K coincide (lam ~ 0)
@@ -259,8 +310,11 @@ def test_ensemble_u_regulariser_is_matrix_normal_log_prob(rng):
     U_w = rng.normal(size=(2, 2, 3))
     U = f.chol_r.numpy() @ U_w @ f.chol_c.numpy().T
     Psi_r, Psi_c = Z_r @ Z_r.T + np.diag(D_r**2), Z_c @ Z_c.T + np.diag(D_c**2)
-    ref = tfd.MultivariateNormalFullCovariance(np.zeros(6), np.kron(Psi_c, Psi_r)).log_prob(
-        np.stack([u.flatten(order="F") for u in U])).numpy()
+    ref = (
+        tfd.MultivariateNormalFullCovariance(np.zeros(6), np.kron(Psi_c, Psi_r))
+        .log_prob(np.stack([u.flatten(order="F") for u in U]))
+        .numpy()
+    )
     np.testing.assert_allclose(whitened_log_prior(U_w, f.chol_r, f.chol_c), ref, rtol=1e-10)
 
 
@@ -270,7 +324,9 @@ def test_float32_runs():
     Y = np.cos(X).astype(np.float32)
     with gpflow.config.as_context(gpflow.config.Config(float=np.float32, jitter=1e-5)):
         for name in ("ffg_u", "ensemble_u", "ensemble_w"):
-            model = build_bnn(X, Y, hidden=(6,), posterior=name, num_inducing=4, activation="tanh", seed=0)
+            model = build_bnn(
+                X, Y, hidden=(6,), posterior=name, num_inducing=4, activation="tanh", seed=0
+            )
             assert all(v.dtype == tf.float32 for v in model.trainable_variables)
             prop = model.propagate(X, 3, seed=1)
             assert prop.mean.dtype == tf.float32 and prop.kl.dtype == tf.float32
@@ -325,15 +381,22 @@ def test_build_bnn_trains(rng, posterior):
     """build_bnn(posterior=...) on a small regression set: the ELBO rises over 200 Adam steps."""
     X = rng.uniform(-2, 2, size=(40, 1))
     Y = np.sin(2 * X) + 0.1 * rng.normal(size=(40, 1))
-    model = build_bnn(X, Y, hidden=(20,), posterior=posterior, num_inducing=8, activation="tanh", seed=0)
-    assert type(model.posterior) is {"ffg_u": FFGInducingPosterior, "ensemble_u": EnsembleInducingPosterior}[posterior]
+    model = build_bnn(
+        X, Y, hidden=(20,), posterior=posterior, num_inducing=8, activation="tanh", seed=0
+    )
+    assert (
+        type(model.posterior)
+        is {"ffg_u": FFGInducingPosterior, "ensemble_u": EnsembleInducingPosterior}[posterior]
+    )
     assert model.posterior.num_inducing == 8
     assert [iw.M_out for iw in model.posterior.inducing_weights] == [8, 1]
     Xt, Yt = tf.constant(X), tf.constant(Y)
     opt = tf.optimizers.Adam(0.01)
     variables = model.trainable_variables
 
-    @tf.function(autograph=False)  # the model has no Python control flow on tensors; tracing is 3-4x faster
+    @tf.function(
+        autograph=False
+    )  # the model has no Python control flow on tensors; tracing is 3-4x faster
     def step(seed):
         with tf.GradientTape() as tape:
             loss = -model.elbo((Xt, Yt), 1, seed=seed)
@@ -354,12 +417,19 @@ def test_build_bnn_defaults_are_the_papers_initial_values(rng):
     relative jitter 1e-4, and sigma = prior sd / sqrt(d_in) with the bias in d_in."""
     M = 32
     X, Y = rng.normal(size=(10, 99)), rng.normal(size=(10, 1))  # d_in = 100 (bias included)
-    ffg = build_bnn(X, Y, hidden=(200,), posterior="ffg_u", num_inducing=M, prior=NealPrior(sd=4.0), seed=0)
+    ffg = build_bnn(
+        X, Y, hidden=(200,), posterior="ffg_u", num_inducing=M, prior=NealPrior(sd=4.0), seed=0
+    )
     post = ffg.posterior
     iw = post.inducing_weights[0]
     assert (iw.M_out, iw.M_in, iw.d_out, iw.d_in) == (M, M, 200, 100)
-    for Z in (iw.z_rows.numpy(), iw.z_cols.numpy()):  # 6400 and 3200 entries: var 1/M within ~6 s.e.
-        assert abs(Z.mean()) < 6 / np.sqrt(M * Z.size) and abs(Z.var() * M - 1) < 6 * np.sqrt(2 / Z.size)
+    for Z in (
+        iw.z_rows.numpy(),
+        iw.z_cols.numpy(),
+    ):  # 6400 and 3200 entries: var 1/M within ~6 s.e.
+        assert abs(Z.mean()) < 6 / np.sqrt(M * Z.size) and abs(Z.var() * M - 1) < 6 * np.sqrt(
+            2 / Z.size
+        )
     for layer_iw in post.inducing_weights:
         np.testing.assert_allclose(layer_iw.lam.numpy(), 1e-3, rtol=1e-12)
         np.testing.assert_allclose(layer_iw.d_rows.numpy(), 1e-3, rtol=1e-12)
@@ -390,15 +460,27 @@ def test_parameter_count_per_layer_sums_and_matches_shapes(rng):
 
     X, Y = rng.normal(size=(30, 3)), rng.normal(size=(30, 1))
     for name in dg.families.BNN_FAMILIES:
-        model = build_bnn(X, Y, hidden=(5, 4), posterior=name, num_inducing=6, prior="scale", seed=0)
+        model = build_bnn(
+            X, Y, hidden=(5, 4), posterior=name, num_inducing=6, prior="scale", seed=0
+        )
         counts = dg.parameter_count(model, per_layer=True)
-        assert sum(v for k, v in counts.items() if k != "total") == counts["total"] == dg.parameter_count(model)
+        assert (
+            sum(v for k, v in counts.items() if k != "total")
+            == counts["total"]
+            == dg.parameter_count(model)
+        )
         assert counts["total"] == dg.parameter_count(model.posterior)
         expected = sum(int(np.prod(v.shape)) for v in model.posterior.variables)
-        expected += sum(int(np.prod(l.inducing_features.shape)) for l in model.layers if l.inducing_features is not None)
+        expected += sum(
+            int(np.prod(l.inducing_features.shape))
+            for l in model.layers
+            if l.inducing_features is not None
+        )
         assert counts["total"] == expected, name
         # U_0 of the global families is shared; everything else (q(s) included) is per layer
-        assert counts["shared"] == (6 * 3 if name in ("global", "factorised_global", "random_global") else 0), name
+        assert counts["shared"] == (
+            6 * 3 if name in ("global", "factorised_global", "random_global") else 0
+        ), name
         if name == "random_global":  # pseudo-data of the last layer only, plus q(s) (2 per layer)
             assert counts["layer_0"] == counts["layer_1"] == 2 and counts["layer_2"] == 2 + 6 + 6
     ffg_u = build_bnn(X, Y, hidden=(5, 4), posterior="ffg_u", num_inducing=3, seed=0)

@@ -1,6 +1,7 @@
 """DSVI mean-field oracles: one layer equals GPflow's SVGP; whitening is a reparameterisation;
 a deep GP with near-deterministic identity inner layers equals SVGP; minibatch ELBO is unbiased
 (O7 and O16 in docs/algorithms.md, "Test oracles")."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -29,8 +30,14 @@ def _one_layer(rng, whiten, likelihood=None):
     likelihood = likelihood or gpflow.likelihoods.Gaussian(variance=0.3)
     model = dg.DeepGP([layer], likelihood, post, num_data=N)
     svgp = gpflow.models.SVGP(
-        kernel, likelihood, gpflow.inducing_variables.InducingPoints(Z), num_latent_gps=P,
-        q_mu=q_mu, q_sqrt=q_sqrt, whiten=whiten, num_data=N,
+        kernel,
+        likelihood,
+        gpflow.inducing_variables.InducingPoints(Z),
+        num_latent_gps=P,
+        q_mu=q_mu,
+        q_sqrt=q_sqrt,
+        whiten=whiten,
+        num_data=N,
     )
     return model, svgp, X, Y
 
@@ -62,16 +69,30 @@ def test_O7_one_layer_equals_svgp_bernoulli_quadrature(rng):
     post.q_mu[0].assign(rng.normal(size=(M, 1)))
     lik = gpflow.likelihoods.Bernoulli()
     model = dg.DeepGP([layer], lik, post, num_data=N)
-    svgp = gpflow.models.SVGP(kernel, lik, layer.inducing_variable, q_mu=post.q_mu[0].numpy(),
-                              q_sqrt=post.q_sqrt[0].numpy(), whiten=False, num_data=N)
+    svgp = gpflow.models.SVGP(
+        kernel,
+        lik,
+        layer.inducing_variable,
+        q_mu=post.q_mu[0].numpy(),
+        q_sqrt=post.q_sqrt[0].numpy(),
+        whiten=False,
+        num_data=N,
+    )
     np.testing.assert_allclose(model.elbo((X, Y)), svgp.elbo((X, Y)), rtol=1e-10)
 
 
 def test_studentt_likelihood_runs_and_matches_svgp(rng):
     model, _, X, Y = _one_layer(rng, False, gpflow.likelihoods.StudentT(scale=0.5))
-    svgp = gpflow.models.SVGP(model.layers[0].kernel, model.likelihood, model.layers[0].inducing_variable,
-                              num_latent_gps=P, q_mu=model.posterior.q_mu[0].numpy(),
-                              q_sqrt=model.posterior.q_sqrt[0].numpy(), whiten=False, num_data=N)
+    svgp = gpflow.models.SVGP(
+        model.layers[0].kernel,
+        model.likelihood,
+        model.layers[0].inducing_variable,
+        num_latent_gps=P,
+        q_mu=model.posterior.q_mu[0].numpy(),
+        q_sqrt=model.posterior.q_sqrt[0].numpy(),
+        whiten=False,
+        num_data=N,
+    )
     np.testing.assert_allclose(model.elbo((X, Y)), svgp.elbo((X, Y)), rtol=1e-10)
 
 
@@ -81,21 +102,40 @@ def test_O16_whitened_equals_unwhitened_under_reparameterisation(rng):
     models = {}
     for whiten in (False, True):
         layers = [
-            dg.GPLayer(gpflow.kernels.SquaredExponential(lengthscales=[1.0] * D) + gpflow.kernels.White(1e-3),
-                       D, D, mean_function=gpflow.mean_functions.Identity(), inducing_inputs=Z),
-            dg.GPLayer(gpflow.kernels.SquaredExponential(lengthscales=[1.5] * D), P, D, inducing_inputs=Z * 0.5),
+            dg.GPLayer(
+                gpflow.kernels.SquaredExponential(lengthscales=[1.0] * D)
+                + gpflow.kernels.White(1e-3),
+                D,
+                D,
+                mean_function=gpflow.mean_functions.Identity(),
+                inducing_inputs=Z,
+            ),
+            dg.GPLayer(
+                gpflow.kernels.SquaredExponential(lengthscales=[1.5] * D),
+                P,
+                D,
+                inducing_inputs=Z * 0.5,
+            ),
         ]
-        models[whiten] = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.2),
-                                   MeanFieldPosterior(layers, whiten=whiten), num_data=N)
+        models[whiten] = dg.DeepGP(
+            layers,
+            gpflow.likelihoods.Gaussian(0.2),
+            MeanFieldPosterior(layers, whiten=whiten),
+            num_data=N,
+        )
     plain, white = models[False], models[True]
     for l, width in enumerate(widths):
         m = rng.normal(size=(M, width))
         R = np.tril(rng.normal(size=(width, M, M))) * 0.2
         plain.posterior.q_mu[l].assign(m)
         plain.posterior.q_sqrt[l].assign(R)
-        Lk = dg.posteriors.conditionals.inducing_cholesky(plain.layers[l], plain.layers[l].Z).numpy()
+        Lk = dg.posteriors.conditionals.inducing_cholesky(
+            plain.layers[l], plain.layers[l].Z
+        ).numpy()
         white.posterior.q_mu[l].assign(np.linalg.solve(Lk, m))
-        white.posterior.q_sqrt[l].assign(np.stack([np.linalg.solve(Lk, R[i]) for i in range(width)]))
+        white.posterior.q_sqrt[l].assign(
+            np.stack([np.linalg.solve(Lk, R[i]) for i in range(width)])
+        )
     noise = FixedNoise({"f/0": rng.normal(size=(4, N, D)), "f/1": rng.normal(size=(4, N, P))})
     np.testing.assert_allclose(
         plain.elbo_per_sample((X, Y), 4, noise), white.elbo_per_sample((X, Y), 4, noise), rtol=1e-10
@@ -110,7 +150,9 @@ def test_deep_gp_with_deterministic_identity_inner_layer_equals_svgp(rng):
 
     def inner():
         k = gpflow.kernels.SquaredExponential(variance=tiny, lengthscales=[1.0] * D)
-        return dg.GPLayer(k, D, D, mean_function=gpflow.mean_functions.Identity(), inducing_inputs=Z)
+        return dg.GPLayer(
+            k, D, D, mean_function=gpflow.mean_functions.Identity(), inducing_inputs=Z
+        )
 
     last_kernel = gpflow.kernels.SquaredExponential(variance=1.1, lengthscales=[0.9, 1.4, 0.6])
     layers = [inner(), inner(), dg.GPLayer(last_kernel, P, D, inducing_inputs=Z)]
@@ -121,13 +163,29 @@ def test_deep_gp_with_deterministic_identity_inner_layer_equals_svgp(rng):
     post.q_sqrt[2].assign(q_sqrt)
     lik = gpflow.likelihoods.Gaussian(0.3)
     model = dg.DeepGP(layers, lik, post, num_data=N)
-    svgp = gpflow.models.SVGP(last_kernel, lik, layers[2].inducing_variable, num_latent_gps=P,
-                              q_mu=q_mu, q_sqrt=q_sqrt, whiten=False, num_data=N)
+    svgp = gpflow.models.SVGP(
+        last_kernel,
+        lik,
+        layers[2].inducing_variable,
+        num_latent_gps=P,
+        q_mu=q_mu,
+        q_sqrt=q_sqrt,
+        whiten=False,
+        num_data=N,
+    )
     with gpflow.config.as_context(gpflow.config.Config(float=np.float64, jitter=1e-20)):
         deep = model.elbo((X, Y), 3, seed=0).numpy()
         mu, _ = model.predict_f(X, 2, seed=0)
-        kl_inner = sum(float(gpflow.kullback_leiblers.gauss_kl(post.q_mu[l], post.q_sqrt[l],
-                       K_cholesky=dg.posteriors.conditionals.inducing_cholesky(layers[l], layers[l].Z))) for l in (0, 1))
+        kl_inner = sum(
+            float(
+                gpflow.kullback_leiblers.gauss_kl(
+                    post.q_mu[l],
+                    post.q_sqrt[l],
+                    K_cholesky=dg.posteriors.conditionals.inducing_cholesky(layers[l], layers[l].Z),
+                )
+            )
+            for l in (0, 1)
+        )
         ref = svgp.elbo((X, Y)).numpy()
         mu_ref = svgp.predict_f(X)[0].numpy()
     # the inner layers contribute only their own KL; the data term equals SVGP's
@@ -149,14 +207,27 @@ def test_minibatch_elbo_is_unbiased_over_an_epoch(rng):
 def test_predictive_logsumexp_with_duplicated_samples_equals_single(rng):
     X, Y, Z = _data(rng)
     layers = [
-        dg.GPLayer(gpflow.kernels.SquaredExponential(lengthscales=[1.0] * D), D, D,
-                   mean_function=gpflow.mean_functions.Identity(), inducing_inputs=Z),
-        dg.GPLayer(gpflow.kernels.SquaredExponential(lengthscales=[1.0] * D), P, D, inducing_inputs=Z),
+        dg.GPLayer(
+            gpflow.kernels.SquaredExponential(lengthscales=[1.0] * D),
+            D,
+            D,
+            mean_function=gpflow.mean_functions.Identity(),
+            inducing_inputs=Z,
+        ),
+        dg.GPLayer(
+            gpflow.kernels.SquaredExponential(lengthscales=[1.0] * D), P, D, inducing_inputs=Z
+        ),
     ]
-    model = dg.DeepGP(layers, gpflow.likelihoods.Gaussian(0.1), MeanFieldPosterior(layers, q_sqrt_scales=[0.3, 1.0]))
+    model = dg.DeepGP(
+        layers,
+        gpflow.likelihoods.Gaussian(0.1),
+        MeanFieldPosterior(layers, q_sqrt_scales=[0.3, 1.0]),
+    )
     eps = rng.normal(size=(1, N, D))
     one = model.predict_log_density((X, Y), 1, FixedNoise({"f/0": eps, "f/1": np.zeros((1, N, P))}))
-    three = model.predict_log_density((X, Y), 3, FixedNoise({"f/0": np.repeat(eps, 3, 0), "f/1": np.zeros((3, N, P))}))
+    three = model.predict_log_density(
+        (X, Y), 3, FixedNoise({"f/0": np.repeat(eps, 3, 0), "f/1": np.zeros((3, N, P))})
+    )
     np.testing.assert_allclose(one, three, rtol=1e-12)
 
 
@@ -183,8 +254,9 @@ def test_set_trainable_freezes_kernel(rng):
 def test_gpflow_scipy_optimiser_through_training_loss_closure(rng):
     model, _, X, Y = _one_layer(rng, True)
     start = model.elbo((X, Y)).numpy()
-    gpflow.optimizers.Scipy().minimize(model.training_loss_closure((X, Y)), model.trainable_variables,
-                                       options=dict(maxiter=30))
+    gpflow.optimizers.Scipy().minimize(
+        model.training_loss_closure((X, Y)), model.trainable_variables, options=dict(maxiter=30)
+    )
     assert model.elbo((X, Y)).numpy() > start + 1.0
 
 
@@ -200,9 +272,19 @@ def test_multiclass_likelihoods_over_the_sample_axis(rng):
     post.q_mu[0].assign(rng.normal(size=(M, C)))
     lik = gpflow.likelihoods.MultiClass(C)
     model = dg.DeepGP([layer], lik, post, num_data=N)
-    svgp = gpflow.models.SVGP(kernel, lik, layer.inducing_variable, num_latent_gps=C, q_mu=post.q_mu[0].numpy(),
-                              q_sqrt=post.q_sqrt[0].numpy(), whiten=False, num_data=N)
+    svgp = gpflow.models.SVGP(
+        kernel,
+        lik,
+        layer.inducing_variable,
+        num_latent_gps=C,
+        q_mu=post.q_mu[0].numpy(),
+        q_sqrt=post.q_sqrt[0].numpy(),
+        whiten=False,
+        num_data=N,
+    )
     np.testing.assert_allclose(model.elbo((X, Y), 3), svgp.elbo((X, Y)), rtol=1e-10)
-    np.testing.assert_allclose(model.predict_log_density((X, Y), 2), svgp.predict_log_density((X, Y)), rtol=1e-10)
+    np.testing.assert_allclose(
+        model.predict_log_density((X, Y), 2), svgp.predict_log_density((X, Y)), rtol=1e-10
+    )
     soft = dg.DeepGP([layer], gpflow.likelihoods.Softmax(C), post, num_data=N)
     assert np.isfinite(soft.elbo((X, Y), 2).numpy())

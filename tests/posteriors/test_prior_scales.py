@@ -1,5 +1,6 @@
 """q(s) of random-scale priors (O13 for the Gamma log-ratio) and q(L) of the spatial
 inverse-Wishart prior (O10, issue 12); oracles as numbered in docs/algorithms.md, "Test oracles"."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -38,9 +39,13 @@ def _wishart_kl(V1, n1, V2, n2):
     """KL(W(V1, n1) || W(V2, n2)) in closed form (NumPy/SciPy)."""
     m = V1.shape[0]
     ld1, ld2 = np.linalg.slogdet(V1)[1], np.linalg.slogdet(V2)[1]
-    return (n2 / 2 * (ld2 - ld1) + n1 / 2 * (np.trace(np.linalg.solve(V2, V1)) - m)
-            + scipy.special.multigammaln(n2 / 2, m) - scipy.special.multigammaln(n1 / 2, m)
-            + (n1 - n2) / 2 * np.sum(scipy.special.digamma(n1 / 2 - np.arange(m) / 2)))
+    return (
+        n2 / 2 * (ld2 - ld1)
+        + n1 / 2 * (np.trace(np.linalg.solve(V2, V1)) - m)
+        + scipy.special.multigammaln(n2 / 2, m)
+        - scipy.special.multigammaln(n1 / 2, m)
+        + (n1 - n2) / 2 * np.sum(scipy.special.digamma(n1 / 2 - np.arange(m) / 2))
+    )
 
 
 def _iw_kl(Psi1, n1, Psi2, n2):
@@ -73,8 +78,11 @@ def test_spatial_iw_prior_basics():
     np.testing.assert_allclose(prior.log_prob(L).numpy(), expected, atol=1e-12)
     # p = 1: IW(2, 2) is InvGamma(1, 1).
     x = np.array([0.3, 1.0, 4.0])
-    np.testing.assert_allclose(prior.log_prob(x[:, None, None]).numpy(),
-                               scipy.stats.invgamma(1.0, scale=1.0).logpdf(x), atol=1e-12)
+    np.testing.assert_allclose(
+        prior.log_prob(x[:, None, None]).numpy(),
+        scipy.stats.invgamma(1.0, scale=1.0).logpdf(x),
+        atol=1e-12,
+    )
 
 
 def test_spatial_iw_prior_weight_variance_is_the_mean_of_the_inverse():
@@ -101,9 +109,13 @@ def test_conv_precision_is_offset_major_kronecker_with_a_plain_bias():
         np.testing.assert_allclose(P[s, :-1, :-1], D * np.kron(L[s], np.eye(C)))
         np.testing.assert_array_equal(P[s, -1, :-1], 0)
         assert P[s, -1, -1] == D
-    np.testing.assert_allclose(prior.conv_precision(tf.constant(L), C, bias=False).numpy(),
-                               (D - 1) * kron_identity(L, C).numpy())
-    np.testing.assert_allclose(prior.dense_precision(5, tf.constant([[[2.0]], [[0.5]]])).numpy(), [10.0, 2.5])
+    np.testing.assert_allclose(
+        prior.conv_precision(tf.constant(L), C, bias=False).numpy(),
+        (D - 1) * kron_identity(L, C).numpy(),
+    )
+    np.testing.assert_allclose(
+        prior.dense_precision(5, tf.constant([[[2.0]], [[0.5]]])).numpy(), [10.0, 2.5]
+    )
 
 
 def test_spatial_iw_posterior_parameters_and_initialisation():
@@ -129,7 +141,9 @@ def test_spatial_iw_log_densities_without_inversion_match_direct_ones(p):
     scale_hand, nu_hand = _q_params(q)
     L = draw.L.numpy()
     np.testing.assert_allclose(L, np.swapaxes(L, 1, 2), atol=0)
-    np.testing.assert_allclose(draw.factor.numpy() @ np.swapaxes(draw.factor.numpy(), 1, 2), L, rtol=1e-12)
+    np.testing.assert_allclose(
+        draw.factor.numpy() @ np.swapaxes(draw.factor.numpy(), 1, 2), L, rtol=1e-12
+    )
     A = draw.bartlett.numpy()
     C = np.linalg.cholesky(scale_hand)
     np.testing.assert_allclose(L, C @ np.linalg.inv(A @ np.swapaxes(A, 1, 2)) @ C.T, rtol=1e-10)
@@ -137,11 +151,17 @@ def test_spatial_iw_log_densities_without_inversion_match_direct_ones(p):
     # log q: the tr(G) formula = the direct inverse-Wishart density = SciPy's.
     direct_q = inverse_wishart_log_prob(L, np.linalg.cholesky(scale_hand), nu_hand).numpy()
     np.testing.assert_allclose(draw.log_posterior.numpy(), direct_q, atol=1e-10)
-    scipy_q = scipy.stats.invwishart(df=nu_hand, scale=scale_hand).logpdf(L.transpose(1, 2, 0)) if p > 1 else \
-        scipy.stats.invgamma(nu_hand / 2, scale=scale_hand[0, 0] / 2).logpdf(L[:, 0, 0])
+    scipy_q = (
+        scipy.stats.invwishart(df=nu_hand, scale=scale_hand).logpdf(L.transpose(1, 2, 0))
+        if p > 1
+        else scipy.stats.invgamma(nu_hand / 2, scale=scale_hand[0, 0] / 2).logpdf(L[:, 0, 0])
+    )
     np.testing.assert_allclose(draw.log_posterior.numpy(), scipy_q, atol=1e-10)
-    scipy_p = scipy.stats.invwishart(df=p + 1, scale=(p + 1) * np.eye(p)).logpdf(L.transpose(1, 2, 0)) if p > 1 else \
-        scipy.stats.invgamma(1.0, scale=1.0).logpdf(L[:, 0, 0])
+    scipy_p = (
+        scipy.stats.invwishart(df=p + 1, scale=(p + 1) * np.eye(p)).logpdf(L.transpose(1, 2, 0))
+        if p > 1
+        else scipy.stats.invgamma(1.0, scale=1.0).logpdf(L[:, 0, 0])
+    )
     np.testing.assert_allclose(draw.log_prior.numpy(), scipy_p, atol=1e-10)
     L2, log_ratio = q.sample(prior, 6, SeededNoise(7), "L/0", tf.float64)
     np.testing.assert_array_equal(L2.numpy(), L)
@@ -182,8 +202,10 @@ def test_spatial_iw_log_ratio_is_minus_kl(p):
     scale_hand, nu_hand = _q_params(q)
     expected = -_iw_kl(scale_hand, nu_hand, (p + 1) * np.eye(p), p + 1)
     if p == 1:
-        tfp_kl = tfd.kl_divergence(tfd.Gamma(np.float64(nu_hand / 2), scale_hand[0, 0] / 2),
-                                   tfd.Gamma(np.float64(1.0), 1.0))
+        tfp_kl = tfd.kl_divergence(
+            tfd.Gamma(np.float64(nu_hand / 2), scale_hand[0, 0] / 2),
+            tfd.Gamma(np.float64(1.0), 1.0),
+        )
         np.testing.assert_allclose(expected, -tfp_kl.numpy(), rtol=1e-12)
     mean, se = np.mean(log_ratio), np.std(log_ratio) / np.sqrt(S)
     assert abs(mean - expected) < 4 * se, (mean, expected, se)
@@ -199,7 +221,9 @@ class _QuantileNoise(NoiseSource):
     def gamma(self, name, shape, alpha, dtype):
         alpha = tf.broadcast_to(tf.convert_to_tensor(alpha, dtype), shape)
         u = self.uniforms[name]
-        g = tf.numpy_function(lambda a: scipy.stats.gamma.ppf(u, a).astype(a.dtype), [tf.stop_gradient(alpha)], dtype)
+        g = tf.numpy_function(
+            lambda a: scipy.stats.gamma.ppf(u, a).astype(a.dtype), [tf.stop_gradient(alpha)], dtype
+        )
         return _implicit_gamma(alpha, tf.reshape(g, shape))
 
     def normal(self, name, shape, dtype):
@@ -209,8 +233,10 @@ class _QuantileNoise(NoiseSource):
 def test_spatial_iw_gradients_match_finite_differences():
     p, S = 3, 4
     rng = np.random.default_rng(12)
-    noise = _QuantileNoise({"L/0/chi": rng.uniform(0.05, 0.95, size=(S, p))},
-                           {"L/0/normal": rng.normal(size=(S, p * (p - 1) // 2))})
+    noise = _QuantileNoise(
+        {"L/0/chi": rng.uniform(0.05, 0.95, size=(S, p))},
+        {"L/0/normal": rng.normal(size=(S, p * (p - 1) // 2))},
+    )
     R = rng.normal(size=(p, p))
     q = _spatial_q(p, [0.3, -0.4, 0.8], seed=13)
     prior = SpatialIWPrior()
@@ -221,7 +247,9 @@ def test_spatial_iw_gradients_match_finite_differences():
 
     with tf.GradientTape() as tape:
         f = objective()
-    grads = tape.gradient(f, [q.pseudo_observations.unconstrained_variable, q.log_weights.unconstrained_variable])
+    grads = tape.gradient(
+        f, [q.pseudo_observations.unconstrained_variable, q.log_weights.unconstrained_variable]
+    )
     eps = 1e-6
     for var, grad in zip([q.pseudo_observations, q.log_weights], grads):
         base = var.numpy().copy()
@@ -248,7 +276,9 @@ def _elbo_pieces(model, S, g):
         psi_q, nu_q = _q_params(q)
         L = psi_q[0, 0] / (2 * g_l[:, 0])  # C^2 / A^2 with A_11^2 = 2 g
         P = D * L
-        kl_w = 0.5 * np.sum(P[:, None, None] * (var + mean**2) - 1 - np.log(P[:, None, None] * var), axis=(1, 2))
+        kl_w = 0.5 * np.sum(
+            P[:, None, None] * (var + mean**2) - 1 - np.log(P[:, None, None] * var), axis=(1, 2)
+        )
         log_p = scipy.stats.invgamma(1.0, scale=1.0).logpdf(L)  # IW(2, 2) = InvGamma(1, 1)
         log_q = scipy.stats.invgamma(nu_q / 2, scale=psi_q[0, 0] / 2).logpdf(L)
         kl_spatial += kl_w - (log_p - log_q)
@@ -275,18 +305,24 @@ def test_factorised_bnn_with_spatial_iw_prior_elbo_by_hand():
     elbo_spatial = spatial.elbo_per_sample((X, Y), S, seed=fixed).numpy()
     elbo_neal = neal.elbo_per_sample((X, Y), S, seed=SeededNoise(21)).numpy()
     kl_spatial, kl_neal = _elbo_pieces(spatial, S, g)
-    np.testing.assert_allclose(elbo_spatial, elbo_neal + kl_neal - kl_spatial, rtol=1e-11, atol=1e-9)
+    np.testing.assert_allclose(
+        elbo_spatial, elbo_neal + kl_neal - kl_spatial, rtol=1e-11, atol=1e-9
+    )
     # The precision itself.
     p, _ = spatial.posterior.prior_precision(1, S, fixed, tf.float64)
     psi_q, _ = _q_params(spatial.posterior.scale_posteriors[1])
-    np.testing.assert_allclose(p.numpy(), spatial.layers[1].fan_in * psi_q[0, 0] / (2 * g[1][:, 0]), rtol=1e-13)
+    np.testing.assert_allclose(
+        p.numpy(), spatial.layers[1].fan_in * psi_q[0, 0] / (2 * g[1][:, 0]), rtol=1e-13
+    )
 
 
 @pytest.mark.parametrize("posterior", BNN_POSTERIORS)
 def test_every_weight_space_family_trains_with_the_spatial_iw_prior(posterior):
     rng = np.random.default_rng(4)
     X, Y = rng.normal(size=(20, 2)), rng.normal(size=(20, 1))
-    model = build_bnn(X, Y, hidden=(5,), posterior=posterior, prior="spatial_iw", num_inducing=6, seed=1)
+    model = build_bnn(
+        X, Y, hidden=(5,), posterior=posterior, prior="spatial_iw", num_inducing=6, seed=1
+    )
     qs = [q for q in model.posterior.scale_posteriors if q is not None]
     assert len(qs) == 2 and all(isinstance(q, SpatialIWPosterior) for q in qs)
     opt = tf.optimizers.Adam(0.05)
@@ -310,15 +346,20 @@ def test_spatial_iw_float32():
             loss = tf.reduce_sum(log_ratio)
         grads = tape.gradient(loss, q.trainable_variables)
         assert L.dtype == tf.float32 and log_ratio.dtype == tf.float32
-        assert np.all(np.isfinite(log_ratio.numpy())) and all(np.all(np.isfinite(g.numpy())) for g in grads)
+        assert np.all(np.isfinite(log_ratio.numpy())) and all(
+            np.all(np.isfinite(g.numpy())) for g in grads
+        )
         scale, nu = _q_params(q)
         L64 = L.numpy().astype(np.float64).transpose(1, 2, 0)
-        expected = (scipy.stats.invwishart(df=10, scale=10 * np.eye(9)).logpdf(L64)
-                    - scipy.stats.invwishart(df=nu, scale=scale).logpdf(L64))
+        expected = scipy.stats.invwishart(df=10, scale=10 * np.eye(9)).logpdf(
+            L64
+        ) - scipy.stats.invwishart(df=nu, scale=scale).logpdf(L64)
         np.testing.assert_allclose(log_ratio.numpy(), expected, rtol=1e-3, atol=2e-2)
         X = np.random.default_rng(0).normal(size=(12, 2)).astype(np.float32)
         Y = X[:, :1] ** 2
-        model = build_bnn(X, Y, hidden=(4,), posterior="global", prior="spatial_iw", num_inducing=5, seed=0)
+        model = build_bnn(
+            X, Y, hidden=(4,), posterior="global", prior="spatial_iw", num_inducing=5, seed=0
+        )
         elbo = model.elbo((X, Y), 3, seed=0)
         assert elbo.dtype == tf.float32 and np.isfinite(elbo.numpy())
 

@@ -1,11 +1,17 @@
 """The Bayesian linear regression of pseudo-data: moments, sampled log-ratio and analytic KL
 against dense references (weight space, any prior precision)."""
+
 import numpy as np
 import pytest
 import scipy.stats
 import tensorflow_probability as tfp
 
-from deepgp_gi.posteriors.pseudo_data import analytic_kl, log_ratio, pseudo_data_posterior, sample_weights
+from deepgp_gi.posteriors.pseudo_data import (
+    analytic_kl,
+    log_ratio,
+    pseudo_data_posterior,
+    sample_weights,
+)
 
 tfd = tfp.distributions
 
@@ -28,7 +34,9 @@ def test_gi_weight_posterior_moments_and_log_ratio(rng, per_unit):
             cov = np.linalg.inv(prec)
             mean = cov @ Phi_u[s].T @ (lam_u * V[:, u])
             chol = np.linalg.cholesky(prec)
-            np.testing.assert_allclose(W[s, :, u], mean + np.linalg.solve(chol.T, z[s, :, u]), rtol=1e-10)
+            np.testing.assert_allclose(
+                W[s, :, u], mean + np.linalg.solve(chol.T, z[s, :, u]), rtol=1e-10
+            )
             logq += scipy.stats.multivariate_normal(mean, cov).logpdf(W[s, :, u])
             logp += scipy.stats.multivariate_normal(np.zeros(D), np.eye(D) / p).logpdf(W[s, :, u])
         np.testing.assert_allclose(kl[s], logq - logp, rtol=1e-10)
@@ -42,7 +50,9 @@ def test_gi_weight_posterior_moments_and_log_ratio(rng, per_unit):
             cov = np.linalg.inv(prec)
             mean = cov @ Phi_u[s].T @ (lam_u * V[:, u])
             q = tfd.MultivariateNormalFullCovariance(mean, cov)
-            ref += tfd.kl_divergence(q, tfd.MultivariateNormalDiag(np.zeros(D), np.full(D, p**-0.5))).numpy()
+            ref += tfd.kl_divergence(
+                q, tfd.MultivariateNormalDiag(np.zeros(D), np.full(D, p**-0.5))
+            ).numpy()
         np.testing.assert_allclose(kl_an[s], ref, rtol=1e-10)
 
 
@@ -57,8 +67,10 @@ def test_stacked_posterior_equals_the_layers_own(rng, dtype):
 
     M, widths = 5, (3, 2, 1)
     with gpflow.config.as_context(gpflow.config.Config(float=dtype)):
-        layers = [PseudoData(rng.normal(size=(M, P)), "full", 0.3 * i - 0.2, name=f"pd{i}")
-                  for i, P in enumerate(widths)]
+        layers = [
+            PseudoData(rng.normal(size=(M, P)), "full", 0.3 * i - 0.2, name=f"pd{i}")
+            for i, P in enumerate(widths)
+        ]
         for pd in layers:  # a shape other than the identity
             pd.precision_shape.assign(np.eye(M) + 0.2 * np.tril(rng.normal(size=(M, M))))
     X = rng.normal(size=(len(widths), M, M))
@@ -78,7 +90,9 @@ def test_stacked_posterior_equals_the_layers_own(rng, dtype):
         np.testing.assert_allclose(stacked.means[i], m[0], **tol)
         np.testing.assert_allclose(stacked.inverse_factors[i] @ L[0], np.eye(M), **tol)
     np.testing.assert_allclose(kl, own_kl, **tol)
-    for a, b in zip(tape.gradient(stacked_loss, variables + [L_K]), tape.gradient(own_loss, variables + [L_K])):
+    for a, b in zip(
+        tape.gradient(stacked_loss, variables + [L_K]), tape.gradient(own_loss, variables + [L_K])
+    ):
         np.testing.assert_allclose(a, b, **tol)
 
 

@@ -2,6 +2,7 @@
 Springenberg et al. (2016), the chain against the exact posterior of a one-layer model (mean and
 covariance, so a chain at the wrong temperature fails), the state's place (never Adam's, in the
 checkpoint), the sample set predictions use, and the input checks."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -21,13 +22,21 @@ def _toy(rng, n=40, d=2):
 
 # --------------------------------------------------------------------------- the exact oracle
 
+
 def _oracle_problem(M=6, N=40):
     """Depth 1, Gaussian likelihood (variance 0.1), hyperparameters and inducing inputs fixed."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, size=(N, 1))
     Y = np.sin(2 * X) + np.sqrt(0.1) * rng.normal(size=(N, 1))
-    model = dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=M, seed=0,
-                             likelihood=gpflow.likelihoods.Gaussian(variance=0.1))
+    model = dg.build_deep_gp(
+        X,
+        Y,
+        depth=1,
+        posterior="sghmc",
+        num_inducing=M,
+        seed=0,
+        likelihood=gpflow.likelihoods.Gaussian(variance=0.1),
+    )
     gpflow.set_trainable(model.layers[0], False)
     gpflow.set_trainable(model.likelihood, False)
     return X, Y, model
@@ -41,7 +50,7 @@ def _exact_posterior(model, X, Y):
     M = int(Z.shape[0])
     L = np.linalg.cholesky(layer.K(Z).numpy() + gpflow.config.default_jitter() * np.eye(M))
     A = np.linalg.solve(L, layer.K(Z, X).numpy())
-    s = layer.K_diag(X).numpy() - np.sum(A ** 2, axis=0)
+    s = layer.K_diag(X).numpy() - np.sum(A**2, axis=0)
     W = 1.0 / (s + model.likelihood.variance.numpy())
     P = np.eye(M) + (A * W) @ A.T
     mean = np.linalg.solve(P, (A * W) @ (Y[:, 0] - layer.mean(X).numpy()[:, 0]))
@@ -52,8 +61,15 @@ def _chain_against_exact(steps, num_samples, thin, batch_size=None):
     X, Y, model = _oracle_problem()
     mean, P = _exact_posterior(model, X, Y)
     dg.fit(model, (X, Y), steps=steps, seed=0, batch_size=batch_size, progress=False)
-    samples = dg.collect_samples(model, (X, Y), num_samples=num_samples, thin=thin, seed=0, batch_size=batch_size,
-                                 progress=False)
+    samples = dg.collect_samples(
+        model,
+        (X, Y),
+        num_samples=num_samples,
+        thin=thin,
+        seed=0,
+        batch_size=batch_size,
+        progress=False,
+    )
     S = samples[0].numpy()[:, :, 0]
     z = (S.mean(axis=0) - mean) / np.sqrt(np.diag(np.linalg.inv(P)))
     temperature_ratio = np.trace(P @ np.cov(S.T)) / len(mean)  # 1 at temperature 1, ~1/N at 1/N
@@ -88,16 +104,22 @@ def test_a_minibatch_chain_samples_the_full_batch_posterior():
     agree closely (a minibatch-specific bias would show here), each must be near the exact mean,
     and both covariances must give tr(P C)/M in [0.7, 1.3] (a likelihood term scaled by 1 instead
     of N / B would give about 3)."""
-    z_mini, ratio_mini, _ = _chain_against_exact(steps=5000, num_samples=1000, thin=10, batch_size=10)
+    z_mini, ratio_mini, _ = _chain_against_exact(
+        steps=5000, num_samples=1000, thin=10, batch_size=10
+    )
     z_full, ratio_full, _ = _chain_against_exact(steps=5000, num_samples=1000, thin=10)
     print("minibatch z", z_mini.round(2), "tr(PC)/M", round(ratio_mini, 3))
     print("full batch z", z_full.round(2), "tr(PC)/M", round(ratio_full, 3))
-    assert np.mean(np.abs(z_mini - z_full)) < 0.5 and np.max(np.abs(z_mini - z_full)) < 0.75, (z_mini, z_full)
+    assert np.mean(np.abs(z_mini - z_full)) < 0.5 and np.max(np.abs(z_mini - z_full)) < 0.75, (
+        z_mini,
+        z_full,
+    )
     assert np.mean(np.abs(z_mini)) < 1.0 and np.max(np.abs(z_mini)) < 1.5, z_mini
     assert 0.7 <= ratio_mini <= 1.3 and 0.7 <= ratio_full <= 1.3, (ratio_mini, ratio_full)
 
 
 # --------------------------------------------------------------------------- the update
+
 
 def _springenberg_numpy(theta0, grad_U, zs, *, eps, alpha, N, adapt_steps):
     """Springenberg et al. (2016), eqs. 10-13, in terms of the full-data potential U: with
@@ -107,16 +129,25 @@ def _springenberg_numpy(theta0, grad_U, zs, *, eps, alpha, N, adapt_steps):
     of ``grad U`` start at ``N`` and ``N^2`` (the code starts the per-point ones at 1)."""
     theta = theta0.copy()
     v = np.zeros_like(theta)
-    tau, g, g2 = np.ones_like(theta), N * np.ones_like(theta), N ** 2 * np.ones_like(theta)
+    tau, g, g2 = np.ones_like(theta), N * np.ones_like(theta), N**2 * np.ones_like(theta)
     out = []
     for t, z in enumerate(zs):
         d = grad_U(theta)
         v_hat_inv_sqrt = 1.0 / np.sqrt(g2)
-        v = v - eps ** 2 * v_hat_inv_sqrt * d - alpha * v + np.sqrt(2 * eps ** 2 * alpha * v_hat_inv_sqrt) * z
+        v = (
+            v
+            - eps**2 * v_hat_inv_sqrt * d
+            - alpha * v
+            + np.sqrt(2 * eps**2 * alpha * v_hat_inv_sqrt) * z
+        )
         theta = theta + v
         if t < adapt_steps:
             r = 1.0 / (tau + 1.0)
-            tau, g, g2 = 1.0 + tau * (1.0 - g * g / g2), (1 - r) * g + r * d, (1 - r) * g2 + r * d * d
+            tau, g, g2 = (
+                1.0 + tau * (1.0 - g * g / g2),
+                (1 - r) * g + r * d,
+                (1 - r) * g2 + r * d * d,
+            )
         out.append(theta.copy())
     return np.array(out)
 
@@ -134,8 +165,12 @@ def test_the_scale_adapted_update_is_springenbergs_step_for_step():
     def grad_U(V):
         return N * Q @ (V - c) + V
 
-    layer = dg.GPLayer(gpflow.kernels.SquaredExponential(), output_dim=D, input_dim=1,
-                       inducing_inputs=np.linspace(-1, 1, M)[:, None])
+    layer = dg.GPLayer(
+        gpflow.kernels.SquaredExponential(),
+        output_dim=D,
+        input_dim=1,
+        inducing_inputs=np.linspace(-1, 1, M)[:, None],
+    )
     posterior = SGHMCPosterior([layer], step_size=0.05, momentum_decay=0.1, window_size=7)
     V0 = rng.normal(size=(M, D))
     posterior.inducing_outputs[0].assign(V0)
@@ -144,7 +179,12 @@ def test_the_scale_adapted_update_is_springenbergs_step_for_step():
     for t, z in enumerate(zs):
         V = posterior.inducing_outputs[0].numpy()
         grad_per_point = grad_U(V) / N
-        posterior.sghmc_step([tf.constant(grad_per_point)], FixedNoise({"sghmc/move": z.reshape(-1)}), N, adapt=t < 30)
+        posterior.sghmc_step(
+            [tf.constant(grad_per_point)],
+            FixedNoise({"sghmc/move": z.reshape(-1)}),
+            N,
+            adapt=t < 30,
+        )
         got.append(posterior.inducing_outputs[0].numpy())
     want = _springenberg_numpy(V0, grad_U, zs, eps=0.05, alpha=0.1, N=N, adapt_steps=30)
     np.testing.assert_allclose(np.array(got), want, rtol=1e-9, atol=1e-12)
@@ -166,7 +206,9 @@ def _quadratic_chain(loss_scale, *, N=100, K=200, burn=1000, steps=7000, measure
     q = rng.uniform(0.5, 2.0, size=K)
     c = rng.normal(size=K)
     P = N * q + 1.0
-    state = SamplerState(*(tf.constant(v) for v in (np.zeros(K), np.zeros(K), np.ones(K), np.ones(K), np.ones(K))))
+    state = SamplerState(
+        *(tf.constant(v) for v in (np.zeros(K), np.zeros(K), np.ones(K), np.ones(K), np.ones(K)))
+    )
     zs = tf.constant(rng.normal(size=(steps, K)))
 
     @tf.function(autograph=False)
@@ -181,8 +223,11 @@ def _quadratic_chain(loss_scale, *, N=100, K=200, burn=1000, steps=7000, measure
             acc = acc + tf.where(t >= measure_from, tf.reduce_mean(tf.square(new[0] - c) * P), 0.0)
             return (t + 1,) + tuple(new) + (acc,)
 
-        out = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0),) + tuple(state)
-                            + (tf.constant(0.0, tf.float64),))
+        out = tf.while_loop(
+            lambda t, *_: t < steps,
+            body,
+            (tf.constant(0),) + tuple(state) + (tf.constant(0.0, tf.float64),),
+        )
         return out[-1] / (steps - measure_from)
 
     return float(run(state, zs))
@@ -198,22 +243,29 @@ def test_a_chain_fed_the_summed_loss_samples_at_temperature_one_over_n():
 def test_the_update_without_adaptation_keeps_the_statistics():
     state = SamplerState(*(tf.constant(np.full((3, 2), v)) for v in (0.5, 0.1, 2.0, 0.3, 4.0)))
     grad, z = tf.constant(np.full((3, 2), 0.7)), tf.constant(np.full((3, 2), -1.0))
-    new = scale_adapted_sghmc(state, grad, z, step_size=0.01, momentum_decay=0.05, num_data=10, adapt=False)
+    new = scale_adapted_sghmc(
+        state, grad, z, step_size=0.01, momentum_decay=0.05, num_data=10, adapt=False
+    )
     for a, b in zip(new[2:], state[2:]):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    p = 0.1 - 1e-4 * 0.5 * 0.7 - 0.05 * 0.1 + np.sqrt(2 * 1e-4 / 10 * 0.05 * 0.5) * -1.0  # Minv = 1/sqrt(4)
+    p = (
+        0.1 - 1e-4 * 0.5 * 0.7 - 0.05 * 0.1 + np.sqrt(2 * 1e-4 / 10 * 0.05 * 0.5) * -1.0
+    )  # Minv = 1/sqrt(4)
     np.testing.assert_allclose(new.p.numpy(), p, rtol=1e-12)
     np.testing.assert_allclose(new.theta.numpy(), 0.5 + p, rtol=1e-12)
 
 
 # --------------------------------------------------------------------------- the family and fit
 
+
 def test_the_family_is_in_the_table_and_builds_the_usual_layers(rng):
     X, Y = _toy(rng)
     family = DEEP_GP_FAMILIES["sghmc"]
     assert family is SGHMCPosterior and family.initial_inducing_inputs(X, 7, 0) is not None
     assert set(family.options) == {"step_size", "momentum_decay", "window_size"}
-    model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=7, seed=0, window_size=5)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior="sghmc", num_inducing=7, seed=0, window_size=5
+    )
     reference = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=7, seed=0)
     for ours, theirs in zip(model.layers, reference.layers):
         np.testing.assert_array_equal(ours.Z.numpy(), theirs.Z.numpy())
@@ -225,8 +277,12 @@ def test_the_family_is_in_the_table_and_builds_the_usual_layers(rng):
     by_name = dg.DeepGP(model.layers, model.likelihood, "sghmc")
     assert by_name.posterior.window_size == 100 and by_name.posterior.step_size == 0.01
     # the count is one sample's state and the layers' inducing inputs (not momenta, window, samples)
-    assert dg.parameter_count(model, per_layer=True) == {"layer_0": 7 * 2 + 7 * 2, "layer_1": 7 * 1 + 7 * 2,
-                                                         "shared": 0, "total": 49}
+    assert dg.parameter_count(model, per_layer=True) == {
+        "layer_0": 7 * 2 + 7 * 2,
+        "layer_1": 7 * 1 + 7 * 2,
+        "shared": 0,
+        "total": 49,
+    }
     assert "window_count" in gpflow.utilities.tabulate_module_summary(model)
 
 
@@ -238,10 +294,19 @@ def test_shared_fixed_terms_and_the_flat_prior_give_the_plain_pass(rng):
     model = dg.build_deep_gp(X, Y, depth=3, posterior="sghmc", num_inducing=5, seed=0)
     post = model.posterior
     V = [tf.constant(rng.normal(size=v.shape), tf.float64) for v in post.inducing_outputs]
-    noise = FixedNoise({f"f/{l}": rng.normal(size=(2, 15, layer.output_dim)) for l, layer in enumerate(model.layers)})
+    noise = FixedNoise(
+        {
+            f"f/{l}": rng.normal(size=(2, 15, layer.output_dim))
+            for l, layer in enumerate(model.layers)
+        }
+    )
     plain = post.propagate_given(X, V, 2, noise)
-    shared = post.propagate_given(X, V, 2, noise, fixed=post.fixed_terms(X, 2), gaussian_prior=False)
-    for a, b in zip(plain.samples + [plain.mean, plain.var], shared.samples + [shared.mean, shared.var]):
+    shared = post.propagate_given(
+        X, V, 2, noise, fixed=post.fixed_terms(X, 2), gaussian_prior=False
+    )
+    for a, b in zip(
+        plain.samples + [plain.mean, plain.var], shared.samples + [shared.mean, shared.var]
+    ):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-12, atol=1e-14)
     np.testing.assert_array_equal(shared.kl.numpy(), np.zeros(2))
     with tf.GradientTape() as tape:
@@ -249,7 +314,9 @@ def test_shared_fixed_terms_and_the_flat_prior_give_the_plain_pass(rng):
         want = post.log_prior(V)
     log_prior, neg_grad = post.gaussian_log_prior(post.flat_state(V))
     np.testing.assert_allclose(log_prior.numpy(), want.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(-neg_grad.numpy(), post.flat_state(tape.gradient(want, V)).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        -neg_grad.numpy(), post.flat_state(tape.gradient(want, V)).numpy(), rtol=1e-12
+    )
 
 
 def test_the_sampler_step_holds_no_host_synchronising_op(rng):
@@ -258,18 +325,42 @@ def test_the_sampler_step_holds_no_host_synchronising_op(rng):
     from deepgp_gi import linalg
     from deepgp_gi.training.step import SamplerStep
 
-    sync = {"Assert", "Print", "PrintV2", "If", "StatelessIf", "While", "StatelessWhile", "PyFunc",
-            "PyFuncStateless", "EagerPyFunc", "CheckNumerics", "CheckNumericsV2", "Where", "Unique", "UniqueV2",
-            "DynamicPartition"}
+    sync = {
+        "Assert",
+        "Print",
+        "PrintV2",
+        "If",
+        "StatelessIf",
+        "While",
+        "StatelessWhile",
+        "PyFunc",
+        "PyFuncStateless",
+        "EagerPyFunc",
+        "CheckNumerics",
+        "CheckNumericsV2",
+        "Where",
+        "Unique",
+        "UniqueV2",
+        "DynamicPartition",
+    }
     X, Y = _toy(rng, n=20)
     model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=5, seed=0)
     variables = _trainable_variables(model)
-    step = SamplerStep(model, dg.training.adam(0.01, variables), variables, tf.Variable(0, dtype=tf.int64),
-                       num_samples=1, seed=0)
+    step = SamplerStep(
+        model,
+        dg.training.adam(0.01, variables),
+        variables,
+        tf.Variable(0, dtype=tf.int64),
+        num_samples=1,
+        seed=0,
+    )
     with linalg.accelerator_branch():
-        graph = step._compiled.get_concrete_function(tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y),
-                                                     step.kl_weight_tensor(1.0)).graph.as_graph_def()
-    ops = [node.op for node in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+        graph = step._compiled.get_concrete_function(
+            tf.constant(0, tf.int64), tf.constant(X), tf.constant(Y), step.kl_weight_tensor(1.0)
+        ).graph.as_graph_def()
+    ops = [node.op for node in graph.node] + [
+        n.op for f in graph.library.function for n in f.node_def
+    ]
     assert "Cholesky" in ops and "ResourceScatterNdUpdate" in ops
     assert not sync & set(ops), sync & set(ops)
 
@@ -290,22 +381,44 @@ def test_a_checkpoint_with_per_variable_momenta_and_statistics_fails_to_resume(r
     X, Y = _toy(rng)
 
     def build():
-        return dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=6, seed=0, window_size=8)
+        return dg.build_deep_gp(
+            X, Y, depth=2, posterior="sghmc", num_inducing=6, seed=0, window_size=8
+        )
 
     old = build()
     post = old.posterior
-    for name, value in (("momenta", 0.0), ("adaptation_window", 1.0), ("gradient_mean", 1.0),
-                        ("gradient_square", 1.0)):
-        setattr(post, name, [tf.Variable(tf.fill(v.shape, tf.constant(value, tf.float64)), trainable=False)
-                             for v in post.chain_variables()])
+    for name, value in (
+        ("momenta", 0.0),
+        ("adaptation_window", 1.0),
+        ("gradient_mean", 1.0),
+        ("gradient_square", 1.0),
+    ):
+        setattr(
+            post,
+            name,
+            [
+                tf.Variable(tf.fill(v.shape, tf.constant(value, tf.float64)), trainable=False)
+                for v in post.chain_variables()
+            ],
+        )
     tf.train.Checkpoint(model=old, step=tf.Variable(5, dtype=tf.int64)).save(str(tmp_path / "ckpt"))
     with pytest.raises(ValueError, match="does not match this run's model"):
-        dg.fit(build(), (X, Y), steps=10, batch_size=15, seed=4, progress=False, checkpoint_dir=tmp_path,
-               checkpoint_every=5)
+        dg.fit(
+            build(),
+            (X, Y),
+            steps=10,
+            batch_size=15,
+            seed=4,
+            progress=False,
+            checkpoint_dir=tmp_path,
+            checkpoint_every=5,
+        )
 
 
 @pytest.mark.slow  # three fits with checkpoints: `make test-all` (fit drives the chain in make test too)
-def test_fit_moves_the_chain_and_a_resumed_chain_ends_where_an_uninterrupted_one_ends(rng, tmp_path):
+def test_fit_moves_the_chain_and_a_resumed_chain_ends_where_an_uninterrupted_one_ends(
+    rng, tmp_path
+):
     """Each step moves every layer's V and adapts the statistics, Adam moves the hyperparameters
     that are not frozen (``set_trainable(layer, False)`` freezes a layer's, not its V); a run
     resumed from a checkpoint on a fresh model ends bit for bit where an uninterrupted one ends
@@ -313,16 +426,22 @@ def test_fit_moves_the_chain_and_a_resumed_chain_ends_where_an_uninterrupted_one
     X, Y = _toy(rng)
 
     def build():
-        model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=6, seed=0, window_size=8)
+        model = dg.build_deep_gp(
+            X, Y, depth=2, posterior="sghmc", num_inducing=6, seed=0, window_size=8
+        )
         gpflow.set_trainable(model.layers[0], False)
         return model
 
     def state(model):
-        return [v.numpy() for v in model.posterior.sampler_variables()] + [v.numpy() for v in model.trainable_variables]
+        return [v.numpy() for v in model.posterior.sampler_variables()] + [
+            v.numpy() for v in model.trainable_variables
+        ]
 
     straight = build()
     Z_0, kernel_1 = straight.layers[0].Z.numpy().copy(), straight.layers[1].kernel.variance.numpy()
-    h_straight = dg.fit(straight, (X, Y), steps=20, batch_size=15, seed=4, progress=False, log_every=5)
+    h_straight = dg.fit(
+        straight, (X, Y), steps=20, batch_size=15, seed=4, progress=False, log_every=5
+    )
     assert len(h_straight.elbo) == 4 and np.all(np.isfinite(h_straight.elbo))
     post = straight.posterior
     assert all(np.all(v.numpy() != 0) for v in post.inducing_outputs)  # both layers' V moved
@@ -332,14 +451,34 @@ def test_fit_moves_the_chain_and_a_resumed_chain_ends_where_an_uninterrupted_one
     np.testing.assert_array_equal(straight.layers[0].Z.numpy(), Z_0)  # frozen
     assert straight.layers[1].kernel.variance.numpy() != kernel_1  # Adam's
 
-    dg.fit(build(), (X, Y), steps=10, batch_size=15, seed=4, progress=False, log_every=5,
-           checkpoint_dir=tmp_path, checkpoint_every=5)
+    dg.fit(
+        build(),
+        (X, Y),
+        steps=10,
+        batch_size=15,
+        seed=4,
+        progress=False,
+        log_every=5,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=5,
+    )
     fresh = build()
     fresh.posterior.store_samples([tf.ones([3, 6, 2], tf.float64), tf.ones([3, 6, 1], tf.float64)])
-    h_resumed = dg.fit(fresh, (X, Y), steps=20, batch_size=15, seed=4, progress=False, log_every=5,
-                       checkpoint_dir=tmp_path, checkpoint_every=5)
+    h_resumed = dg.fit(
+        fresh,
+        (X, Y),
+        steps=20,
+        batch_size=15,
+        seed=4,
+        progress=False,
+        log_every=5,
+        checkpoint_dir=tmp_path,
+        checkpoint_every=5,
+    )
     assert h_resumed.resumed_from == 10
-    assert fresh.posterior.num_stored == 0  # fit discards a stored set (drawn under other hyperparameters)
+    assert (
+        fresh.posterior.num_stored == 0
+    )  # fit discards a stored set (drawn under other hyperparameters)
     for a, b in zip(state(straight), state(fresh)):
         np.testing.assert_array_equal(a, b)
     assert h_resumed.elbo == h_straight.elbo
@@ -347,7 +486,9 @@ def test_fit_moves_the_chain_and_a_resumed_chain_ends_where_an_uninterrupted_one
 
 def test_collect_samples_stores_the_set_that_predictions_mix_over(rng):
     X, Y = _toy(rng, n=30)
-    model = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=5, seed=0, window_size=6)
+    model = dg.build_deep_gp(
+        X, Y, depth=2, posterior="sghmc", num_inducing=5, seed=0, window_size=6
+    )
     post = model.posterior
     # before any step: the chain's current state
     drawn = post._drawn_members(4, SeededNoise(0))
@@ -359,7 +500,10 @@ def test_collect_samples_stores_the_set_that_predictions_mix_over(rng):
         post.push_window()
     window = [w.numpy() for w in post.window]
     drawn = post._drawn_members(40, SeededNoise(1))
-    hits = [int(np.flatnonzero(np.abs(window[0] - m).max(axis=(1, 2)) == 0)[0]) for m in drawn[0].numpy()]
+    hits = [
+        int(np.flatnonzero(np.abs(window[0] - m).max(axis=(1, 2)) == 0)[0])
+        for m in drawn[0].numpy()
+    ]
     assert set(hits) == {0, 1, 2, 3}
     for g2 in post.gradient_square:
         g2.assign(rng.uniform(0.5, 2.0, size=g2.shape))
@@ -374,24 +518,36 @@ def test_collect_samples_stores_the_set_that_predictions_mix_over(rng):
     for a, b in zip(g2, post.gradient_square):
         np.testing.assert_array_equal(a, b.numpy())  # adaptation off
     assert int(post.window_count.numpy()) == 4 + 12
-    np.testing.assert_array_equal(samples[1][-1].numpy(), post.inducing_outputs[1].numpy())  # the last state
+    np.testing.assert_array_equal(
+        samples[1][-1].numpy(), post.inducing_outputs[1].numpy()
+    )  # the last state
     drawn = post._drawn_members(60, SeededNoise(2))
-    hits = [int(np.flatnonzero(np.abs(samples[0].numpy() - m).max(axis=(1, 2)) == 0)[0]) for m in drawn[0].numpy()]
+    hits = [
+        int(np.flatnonzero(np.abs(samples[0].numpy() - m).max(axis=(1, 2)) == 0)[0])
+        for m in drawn[0].numpy()
+    ]
     assert set(hits) == {0, 1, 2}  # uniform over the stored samples, each one drawn
     # the model's predictions mix over them: the log density is the logsumexp of their components
     lpd = model.predict_log_density((X, Y), num_samples=8, seed=3).numpy()
     mean, var = model.predict_f_components(X, num_samples=8, seed=3)
     sd = np.sqrt(var.numpy()[..., 0] + model.likelihood.variance.numpy())
-    comp = -0.5 * np.log(2 * np.pi) - np.log(sd) - 0.5 * ((Y[:, 0] - mean.numpy()[..., 0]) / sd) ** 2
+    comp = (
+        -0.5 * np.log(2 * np.pi) - np.log(sd) - 0.5 * ((Y[:, 0] - mean.numpy()[..., 0]) / sd) ** 2
+    )
     np.testing.assert_allclose(lpd, np.logaddexp.reduce(comp, axis=0) - np.log(8), rtol=1e-10)
-    assert [s.shape.as_list() for s in model.sample_layers(X, 4, seed=0)] == [[4, 30, 2], [4, 30, 1]]
+    assert [s.shape.as_list() for s in model.sample_layers(X, 4, seed=0)] == [
+        [4, 30, 2],
+        [4, 30, 1],
+    ]
     assert np.isfinite(dg.metrics.test_log_likelihood(model, X, Y, 1.0))
 
 
 def test_bad_input_is_refused_before_anything_runs(rng):
     X, Y = _toy(rng, n=20)
     variational = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
-    with pytest.raises(ValueError, match="collect_samples needs a sampling posterior.*MeanFieldPosterior"):
+    with pytest.raises(
+        ValueError, match="collect_samples needs a sampling posterior.*MeanFieldPosterior"
+    ):
         dg.collect_samples(variational, (X, Y), progress=False)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=5, seed=0)
     for bad in (0, -3):
@@ -407,9 +563,14 @@ def test_bad_input_is_refused_before_anything_runs(rng):
         dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, progress=False)
     with pytest.raises(ValueError, match="kl_schedule does not apply to a sampling posterior"):
         dg.fit(model, (X, Y), steps=1, kl_schedule="linear", progress=False)
-    assert int(model.posterior.window_count.numpy()) == 0 and not np.any(model.posterior.inducing_outputs[0].numpy())
-    with pytest.raises(ValueError, match="does not accept option.*step_sise.*accepted options: step_size, "
-                                         "momentum_decay, window_size"):
+    assert int(model.posterior.window_count.numpy()) == 0 and not np.any(
+        model.posterior.inducing_outputs[0].numpy()
+    )
+    with pytest.raises(
+        ValueError,
+        match="does not accept option.*step_sise.*accepted options: step_size, "
+        "momentum_decay, window_size",
+    ):
         dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=5, step_sise=0.1)
     with pytest.raises(ValueError, match="step_size must be a positive"):
         dg.build_deep_gp(X, Y, depth=1, posterior="sghmc", num_inducing=5, step_size=0.0)

@@ -1,5 +1,6 @@
 """Numerical oracles for the fully-coupled and STAR posteriors (docs/algorithms.md, "Fully-coupled
 and STAR posteriors"; O4-O8 as numbered in its "Test oracles")."""
+
 import gpflow
 import numpy as np
 import pytest
@@ -67,7 +68,9 @@ def random_tril(rng, n, scale=0.3):
 
 
 def model_for(layers, posterior, num_data=20):
-    return DeepGP(layers, gpflow.likelihoods.Gaussian(variance=0.1), posterior=posterior, num_data=num_data)
+    return DeepGP(
+        layers, gpflow.likelihoods.Gaussian(variance=0.1), posterior=posterior, num_data=num_data
+    )
 
 
 def assert_props_close(p, q, atol=ATOL):
@@ -81,7 +84,10 @@ def assert_props_close(p, q, atol=ATOL):
 
 def max_prop_error(p, q):
     errs = [np.max(np.abs(a.numpy() - b.numpy())) for a, b in zip(p.samples, q.samples)]
-    errs += [np.max(np.abs(p.mean.numpy() - q.mean.numpy())), np.max(np.abs(p.var.numpy() - q.var.numpy()))]
+    errs += [
+        np.max(np.abs(p.mean.numpy() - q.mean.numpy())),
+        np.max(np.abs(p.var.numpy() - q.var.numpy())),
+    ]
     return max(errs)
 
 
@@ -124,8 +130,10 @@ def test_o4_fully_coupled_block_diagonal_equals_mean_field(whiten):
     e_mf = model_for(layers, mf).elbo_per_sample((X, Y), S, noise).numpy()
     e_fc = model_for(layers, fc).elbo_per_sample((X, Y), S, noise).numpy()
     np.testing.assert_allclose(e_fc, e_mf, rtol=0, atol=ATOL)
-    print(f"O4 whiten={whiten}: max |FC - MF| = {max_prop_error(p_mf, p_fc):.2e}, "
-          f"ELBO {np.max(np.abs(e_fc - e_mf)):.2e}")
+    print(
+        f"O4 whiten={whiten}: max |FC - MF| = {max_prop_error(p_mf, p_fc):.2e}, "
+        f"ELBO {np.max(np.abs(e_fc - e_mf)):.2e}"
+    )
 
 
 def test_star_without_stripes_and_arrow_equals_mean_field():
@@ -178,9 +186,14 @@ def load_star_from_dense(star, R, mu, L, tau, M):
     unit = lambda l, t: tau * (l - 1) + (t - 1)  # noqa: E731
     blk = lambda i, j: R[i * M : (i + 1) * M, j * M : (j + 1) * M]  # noqa: E731
     if star.precondition_offdiagonal:  # stored B = sqrt(n) L_K^{-1} R_{i,j}, row unit's layer
-        chols = [np.eye(M) if star.whiten else inducing_cholesky(layer, layer.Z).numpy() for layer in star.layers]
+        chols = [
+            np.eye(M) if star.whiten else inducing_cholesky(layer, layer.Z).numpy()
+            for layer in star.layers
+        ]
         count = lambda l: tau * (L - 1) if l == L - 1 else l  # noqa: E731  (blocks in the row)
-        white = lambda l, b: np.sqrt(count(l)) * scipy.linalg.solve_triangular(chols[l], b, lower=True)  # noqa: E731
+        white = lambda l, b: (
+            np.sqrt(count(l)) * scipy.linalg.solve_triangular(chols[l], b, lower=True)
+        )  # noqa: E731
     else:
         white = lambda l, b: b  # noqa: E731
     T = tau * (L - 1) + 1
@@ -191,7 +204,9 @@ def load_star_from_dense(star, R, mu, L, tau, M):
         for l in range(2, L):
             for lp in range(1, l):
                 for t in range(1, tau + 1):
-                    stripes[tau * ((l - 1) * (l - 2) // 2 + (lp - 1)) + (t - 1)] = white(l - 1, blk(unit(l, t), unit(lp, t)))
+                    stripes[tau * ((l - 1) * (l - 2) // 2 + (lp - 1)) + (t - 1)] = white(
+                        l - 1, blk(unit(l, t), unit(lp, t))
+                    )
         star.stripes.assign(stripes)
     if star.arrow is not None:
         arrow = np.zeros(star.arrow.shape)
@@ -201,13 +216,23 @@ def load_star_from_dense(star, R, mu, L, tau, M):
         star.arrow.assign(arrow)
 
 
-@pytest.mark.parametrize("stripes,arrow", [(True, True), (True, False), (False, True), (False, False)])
+@pytest.mark.parametrize(
+    "stripes,arrow", [(True, True), (True, False), (False, True), (False, False)]
+)
 # make test: each storage (preconditioned, plain) and each of whitened / not whitened once, for all four
 # (stripes, arrow) switches; make test-all: the other two combinations too
-@pytest.mark.parametrize("L,tau,whiten,precondition_offdiagonal", [
-    (4, 2, False, True), pytest.param(4, 2, False, False, marks=pytest.mark.slow),
-    pytest.param(3, 3, True, True, marks=pytest.mark.slow), (3, 3, True, False)])
-def test_o5_star_recursion_equals_dense_fully_coupled(L, tau, whiten, precondition_offdiagonal, stripes, arrow):
+@pytest.mark.parametrize(
+    "L,tau,whiten,precondition_offdiagonal",
+    [
+        (4, 2, False, True),
+        pytest.param(4, 2, False, False, marks=pytest.mark.slow),
+        pytest.param(3, 3, True, True, marks=pytest.mark.slow),
+        (3, 3, True, False),
+    ],
+)
+def test_o5_star_recursion_equals_dense_fully_coupled(
+    L, tau, whiten, precondition_offdiagonal, stripes, arrow
+):
     M, S = 3, 2
     widths = (tau,) * (L - 1) + (1,)
     layers = make_layers(widths, M=M, seed=L)
@@ -218,8 +243,13 @@ def test_o5_star_recursion_equals_dense_fully_coupled(L, tau, whiten, preconditi
     R = mask * np.tril(0.4 * rng.normal(size=(TM, TM)))
     R[np.diag_indices(TM)] = 0.2 + 0.3 * rng.uniform(size=TM)
     mu = 0.5 * rng.normal(size=TM)
-    star = StripesArrowPosterior(layers, whiten=whiten, stripes=stripes, arrow=arrow,
-                                 precondition_offdiagonal=precondition_offdiagonal)
+    star = StripesArrowPosterior(
+        layers,
+        whiten=whiten,
+        stripes=stripes,
+        arrow=arrow,
+        precondition_offdiagonal=precondition_offdiagonal,
+    )
     load_star_from_dense(star, R, mu, L, tau, M)
     np.testing.assert_allclose(star.dense_sqrt().numpy(), R, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(star.dense_mean().numpy(), mu)
@@ -235,7 +265,11 @@ def test_o5_star_recursion_equals_dense_fully_coupled(L, tau, whiten, preconditi
 # --------------------------------------------------------------------------- O6
 def numpy_kernel(layer):
     k = layer.kernel
-    se, white = (k.kernels[0], k.kernels[1].variance.numpy()) if isinstance(k, gpflow.kernels.Sum) else (k, 0.0)
+    se, white = (
+        (k.kernels[0], k.kernels[1].variance.numpy())
+        if isinstance(k, gpflow.kernels.Sum)
+        else (k, 0.0)
+    )
     var, ls = se.variance.numpy(), se.lengthscales.numpy()
 
     def cross(A, B):
@@ -313,12 +347,18 @@ def test_o6_theorem1_equals_kalman_brute_force(whiten):
             m, v = brute_force_last_layer(layers, mu, R, X[n], inner, whiten)
             np.testing.assert_allclose(prop.mean[s, n].numpy(), m, rtol=0, atol=ATOL)
             np.testing.assert_allclose(prop.var[s, n].numpy(), v, rtol=0, atol=ATOL)
-            err = max(err, np.max(np.abs(prop.mean[s, n].numpy() - m)), np.max(np.abs(prop.var[s, n].numpy() - v)))
+            err = max(
+                err,
+                np.max(np.abs(prop.mean[s, n].numpy() - m)),
+                np.max(np.abs(prop.var[s, n].numpy() - v)),
+            )
     print(f"O6 whiten={whiten}: max error {err:.2e}")
 
 
 # --------------------------------------------------------------------------- O8
-@pytest.mark.parametrize("whiten,precondition_offdiagonal", [(False, True), (False, False), (True, True), (True, False)])
+@pytest.mark.parametrize(
+    "whiten,precondition_offdiagonal", [(False, True), (False, False), (True, True), (True, False)]
+)
 def test_o8_blockwise_kl_equals_gauss_kl(whiten, precondition_offdiagonal):
     rng = np.random.default_rng(8)
     layers = make_layers((2, 3, 1), M=(3, 4, 3), seed=9)
@@ -331,21 +371,27 @@ def test_o8_blockwise_kl_equals_gauss_kl(whiten, precondition_offdiagonal):
 
     L, tau, M = 4, 2, 3
     star_layers = make_layers((tau,) * (L - 1) + (1,), M=M, seed=10)
-    star = StripesArrowPosterior(star_layers, whiten=whiten, precondition_offdiagonal=precondition_offdiagonal)
+    star = StripesArrowPosterior(
+        star_layers, whiten=whiten, precondition_offdiagonal=precondition_offdiagonal
+    )
     mask, _ = star_mask(L, tau, M, True, True)
     R = mask * random_tril(rng, mask.shape[0])
     load_star_from_dense(star, R, 0.5 * rng.normal(size=mask.shape[0]), L, tau, M)
     K = block_prior(star_layers, whiten)
     ref_star = gauss_kl(star.dense_mean()[:, None], star.dense_sqrt()[None], K=K).numpy()
     np.testing.assert_allclose(star.kl_divergence().numpy(), ref_star, rtol=1e-10)
-    print(f"O8 whiten={whiten}: FC rel err {abs(fc.kl_divergence().numpy() / ref - 1):.1e}, "
-          f"STAR rel err {abs(star.kl_divergence().numpy() / ref_star - 1):.1e}")
+    print(
+        f"O8 whiten={whiten}: FC rel err {abs(fc.kl_divergence().numpy() / ref - 1):.1e}, "
+        f"STAR rel err {abs(star.kl_divergence().numpy() / ref_star - 1):.1e}"
+    )
 
 
 def test_kl_is_zero_at_the_prior():
     layers = make_layers((2, 1), M=3)
     for whiten in (False, True):
-        fc = FullyCoupledPosterior(layers, whiten=whiten, inner_scale=1.0, precondition_offdiagonal=False)
+        fc = FullyCoupledPosterior(
+            layers, whiten=whiten, inner_scale=1.0, precondition_offdiagonal=False
+        )
         star = StripesArrowPosterior(layers, whiten=whiten, inner_scale=1.0)
         np.testing.assert_allclose(fc.kl_divergence().numpy(), 0.0, atol=1e-10)
         np.testing.assert_allclose(star.kl_divergence().numpy(), 0.0, atol=1e-10)
@@ -366,11 +412,18 @@ def test_one_layer_fully_coupled_equals_svgp(whiten, P):
     fc.q_sqrt.assign(scipy.linalg.block_diag(*q_sqrt))
     lik = gpflow.likelihoods.Gaussian(variance=0.1)
     svgp = gpflow.models.SVGP(
-        layers[0].kernel, lik, layers[0].inducing_variable, whiten=whiten,
-        q_mu=q_mu, q_sqrt=q_sqrt, num_latent_gps=P,
+        layers[0].kernel,
+        lik,
+        layers[0].inducing_variable,
+        whiten=whiten,
+        q_mu=q_mu,
+        q_sqrt=q_sqrt,
+        num_latent_gps=P,
     )
     model = DeepGP(layers, lik, posterior=fc)
-    np.testing.assert_allclose(model.elbo((X, Y), 1, seed=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(
+        model.elbo((X, Y), 1, seed=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10
+    )
     m, v = model.predict_f(X, 1, seed=0)
     m_ref, v_ref = svgp.predict_f(X)
     np.testing.assert_allclose(m.numpy(), m_ref.numpy(), rtol=1e-10, atol=1e-12)
@@ -387,17 +440,27 @@ def test_one_layer_fully_coupled_dense_equals_svgp():
         fc.q_mu.assign(q_mu[:, 0])
         fc.q_sqrt.assign(q_sqrt[0])
         lik = gpflow.likelihoods.Gaussian(variance=0.1)
-        svgp = gpflow.models.SVGP(layers[0].kernel, lik, layers[0].inducing_variable, whiten=whiten,
-                                  q_mu=q_mu, q_sqrt=q_sqrt)
+        svgp = gpflow.models.SVGP(
+            layers[0].kernel,
+            lik,
+            layers[0].inducing_variable,
+            whiten=whiten,
+            q_mu=q_mu,
+            q_sqrt=q_sqrt,
+        )
         model = DeepGP(layers, lik, posterior=fc)
-        np.testing.assert_allclose(model.elbo((X, Y), 1, seed=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10)
+        np.testing.assert_allclose(
+            model.elbo((X, Y), 1, seed=0).numpy(), svgp.elbo((X, Y)).numpy(), rtol=1e-10
+        )
 
 
 # --------------------------------------------------------------------------- initialisation
 @pytest.mark.parametrize("whiten", [False, True])
 def test_initialisation(whiten):
     layers = make_layers((2, 2, 1), M=3)
-    fc = FullyCoupledPosterior(layers, whiten=whiten, inner_scale=1e-3, precondition_offdiagonal=False)
+    fc = FullyCoupledPosterior(
+        layers, whiten=whiten, inner_scale=1e-3, precondition_offdiagonal=False
+    )
     star = StripesArrowPosterior(layers, whiten=whiten, inner_scale=1e-3)
     blocks = []
     for l, layer in enumerate(layers):
@@ -408,7 +471,11 @@ def test_initialisation(whiten):
     np.testing.assert_allclose(star.dense_sqrt().numpy(), expected, rtol=1e-12, atol=1e-15)
     assert np.all(fc.q_mu.numpy() == 0) and np.all(star.q_mu.numpy() == 0)
     assert np.all(star.stripes.numpy() == 0) and np.all(star.arrow.numpy() == 0)
-    assert star.diag.shape == (5, 3, 3) and star.stripes.shape == (2, 3, 3) and star.arrow.shape == (4, 3, 3)
+    assert (
+        star.diag.shape == (5, 3, 3)
+        and star.stripes.shape == (2, 3, 3)
+        and star.arrow.shape == (4, 3, 3)
+    )
     X, _ = make_data(N=4)
     noise = fixed_noise(2, 4, (2, 2, 1))
     assert_props_close(fc.propagate(X, 2, noise), star.propagate(X, 2, noise))
@@ -470,7 +537,10 @@ def test_float32_end_to_end_finite():
     with gpflow.config.as_context(config):
         layers = make_layers((2, 2, 1), M=4, seed=17)
         X, Y = make_data(N=5)
-        for post in (FullyCoupledPosterior(layers, precondition_offdiagonal=False), StripesArrowPosterior(layers, whiten=True)):
+        for post in (
+            FullyCoupledPosterior(layers, precondition_offdiagonal=False),
+            StripesArrowPosterior(layers, whiten=True),
+        ):
             assert post.dtype == tf.float32
             model = model_for(layers, post)
             with tf.GradientTape() as tape:
@@ -486,7 +556,10 @@ def test_compiled_propagation_matches_eager():
     X, _ = make_data(N=4)
     noise = fixed_noise(2, 4, (2, 2, 1))
     rng = np.random.default_rng(19)
-    for post in (FullyCoupledPosterior(layers, precondition_offdiagonal=False), StripesArrowPosterior(layers)):
+    for post in (
+        FullyCoupledPosterior(layers, precondition_offdiagonal=False),
+        StripesArrowPosterior(layers),
+    ):
         if isinstance(post, FullyCoupledPosterior):
             post.q_sqrt.assign(random_tril(rng, post.num_latent))
         else:
@@ -502,7 +575,9 @@ def test_incremental_cholesky_helpers():
     L1 = np.linalg.cholesky(Sigma[:3, :3])
     G, _ = whiten_cross_covariance(L1, Sigma[3:, :3], np.zeros(3))
     L2 = np.linalg.cholesky(Sigma[3:, 3:] - G.numpy() @ G.numpy().T)
-    np.testing.assert_allclose(append_to_cholesky(L1, G, L2).numpy(), np.linalg.cholesky(Sigma), atol=1e-12)
+    np.testing.assert_allclose(
+        append_to_cholesky(L1, G, L2).numpy(), np.linalg.cholesky(Sigma), atol=1e-12
+    )
 
 
 # --------------------------------------------------------------------------- bad shapes
@@ -560,7 +635,9 @@ def test_fully_coupled_preconditioned_storage_is_the_same_distribution(whiten):
         for _ in range(width):
             r = slice(unit * M, (unit + 1) * M)
             if unit > 0:
-                P[r, : unit * M] = np.sqrt(unit) * scipy.linalg.solve_triangular(Lk, R[r, : unit * M], lower=True)
+                P[r, : unit * M] = np.sqrt(unit) * scipy.linalg.solve_triangular(
+                    Lk, R[r, : unit * M], lower=True
+                )
             unit += 1
     assert not np.allclose(P, R)  # the two storages differ as parameters
     pre = FullyCoupledPosterior(layers, whiten=whiten, precondition_offdiagonal=True)
@@ -569,7 +646,9 @@ def test_fully_coupled_preconditioned_storage_is_the_same_distribution(whiten):
     np.testing.assert_allclose(pre.dense_sqrt().numpy(), R, rtol=0, atol=1e-12)
     noise = fixed_noise(S, len(X), widths)
     assert_props_close(pre.propagate(X, S, noise), plain.propagate(X, S, noise))
-    np.testing.assert_allclose(pre.kl_divergence().numpy(), plain.kl_divergence().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        pre.kl_divergence().numpy(), plain.kl_divergence().numpy(), rtol=1e-12
+    )
     with pytest.raises(ValueError, match="precondition_offdiagonal=False"):
         pre.natural_gradient_blocks()
     with pytest.raises(TypeError, match="precondition_offdiagonal"):
@@ -603,11 +682,14 @@ def test_offdiagonal_step_changes_only_the_optimiser_variables(whiten):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-12)
         assert a.unconstrained_variable.shape == a.shape
         assert b.unconstrained_variable.shape == [1] + list(b.shape)
-        np.testing.assert_allclose(b.unconstrained_variable.numpy()[0] * default.offdiagonal_step, b.numpy(),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            b.unconstrained_variable.numpy()[0] * default.offdiagonal_step, b.numpy(), rtol=1e-12
+        )
     noise = fixed_noise(S, len(X), (tau,) * (L - 1) + (1,))
     assert_props_close(default.propagate(X, S, noise), full.propagate(X, S, noise))
-    np.testing.assert_allclose(default.kl_divergence().numpy(), full.kl_divergence().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        default.kl_divergence().numpy(), full.kl_divergence().numpy(), rtol=1e-12
+    )
     with pytest.raises(ValueError, match="offdiagonal_step"):
         StripesArrowPosterior(layers, offdiagonal_step=0.0)
 
@@ -642,7 +724,9 @@ def test_star_first_adam_steps_keep_up_with_mean_field():
     for posterior in ("mean_field", "stripes_arrow"):
         model = dg.build_deep_gp(X, Y, depth=3, posterior=posterior, num_inducing=16, seed=0)
         dg.fit(model, (X, Y), steps=100, learning_rate=0.01, num_samples=2, seed=0, progress=False)
-        elbo[posterior] = float(model.elbo((X, Y), 64, tf.constant([20261122, 7], tf.int64))) / len(X)
+        elbo[posterior] = float(model.elbo((X, Y), 64, tf.constant([20261122, 7], tf.int64))) / len(
+            X
+        )
     assert elbo["stripes_arrow"] > elbo["mean_field"] - 1.0, elbo
 
 
@@ -708,11 +792,19 @@ def _grads_agree(ours, plain, inputs, rtol=1e-12):
         with tf.GradientTape() as tape:
             tape.watch(inputs)
             outs = f(*inputs)
-            loss = tf.add_n([tf.reduce_sum(tf.constant(np.random.default_rng(i).normal(size=o.shape)) * o)
-                             for i, o in enumerate(outs)])
+            loss = tf.add_n(
+                [
+                    tf.reduce_sum(tf.constant(np.random.default_rng(i).normal(size=o.shape)) * o)
+                    for i, o in enumerate(outs)
+                ]
+            )
         grads = tape.gradient(loss, inputs)  # None (an input no output depends on) as zeros
-        results.append(([o.numpy() for o in outs],
-                        [np.zeros(x.shape) if g is None else g.numpy() for g, x in zip(grads, inputs)]))
+        results.append(
+            (
+                [o.numpy() for o in outs],
+                [np.zeros(x.shape) if g is None else g.numpy() for g, x in zip(grads, inputs)],
+            )
+        )
     for a, b in zip(results[0][0] + results[0][1], results[1][0] + results[1][1]):
         np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-13)
 
@@ -723,8 +815,12 @@ def test_gram_and_copy_gradient_equals_automatic():
     rng = np.random.default_rng(0)
     B = rng.normal(size=(2, 3, 4, 5))
     _grads_agree(gram_and_copy, lambda B: (tf.linalg.matmul(B, B, transpose_b=True), B), [B])
-    _grads_agree(lambda B: gram_and_copy(B)[:1], lambda B: (tf.linalg.matmul(B, B, transpose_b=True),), [B])
-    theoretical, numerical = tf.test.compute_gradient(lambda B: gram_and_copy(B)[0], [tf.constant(B)])
+    _grads_agree(
+        lambda B: gram_and_copy(B)[:1], lambda B: (tf.linalg.matmul(B, B, transpose_b=True),), [B]
+    )
+    theoretical, numerical = tf.test.compute_gradient(
+        lambda B: gram_and_copy(B)[0], [tf.constant(B)]
+    )
     np.testing.assert_allclose(theoretical[0], numerical[0], atol=1e-7)
 
 
@@ -732,7 +828,9 @@ def test_draw_and_copy_gradient_equals_automatic():
     rng = np.random.default_rng(1)
     chol, eps = np.tril(rng.normal(size=(2, 3, 4, 4))), rng.normal(size=(2, 3, 4))
     _grads_agree(draw_and_copy, lambda L, e: (tf.linalg.matvec(L, e), L), [chol, eps])
-    _grads_agree(lambda L, e: draw_and_copy(L, e)[:1], lambda L, e: (tf.linalg.matvec(L, e),), [chol, eps])
+    _grads_agree(
+        lambda L, e: draw_and_copy(L, e)[:1], lambda L, e: (tf.linalg.matvec(L, e),), [chol, eps]
+    )
 
 
 def test_project_rows_and_means_gradient_equals_automatic():
@@ -753,4 +851,9 @@ def test_with_diagonal_equals_add_clamp_and_jitter():
     expected = cov + c[..., None, None] * np.eye(4)
     d = np.diagonal(expected, axis1=-2, axis2=-1)
     expected = expected + (np.maximum(d, 0.0) - d)[..., None] * np.eye(4) + 1e-6 * np.eye(4)
-    np.testing.assert_allclose(with_diagonal(tf.constant(cov), tf.constant(c), 1e-6).numpy(), expected, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(
+        with_diagonal(tf.constant(cov), tf.constant(c), 1e-6).numpy(),
+        expected,
+        rtol=1e-13,
+        atol=1e-13,
+    )
