@@ -32,14 +32,14 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import gpflow
+import numpy as np
+import tensorflow as tf
+from tqdm import tqdm
 
-from benchmarks.common import append_line, code_commit, read_lines  # noqa: E402
-from deepgp_gi.bnn import build_bnn  # noqa: E402
-from deepgp_gi.datasets import gap_regression  # noqa: E402
+from benchmarks.common import append_line, code_commit, read_lines
+from deepgp_gi.bnn import build_bnn
+from deepgp_gi.datasets import gap_regression
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads  # noqa: E402
+from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -58,13 +58,13 @@ from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import gpflow
+import numpy as np
+import tensorflow as tf
 
-import deepgp_gi as dg  # noqa: E402
-from benchmarks.common import append_line, code_commit, read_lines  # noqa: E402
-from benchmarks.timing import (  # noqa: E402
+import deepgp_gi as dg
+from benchmarks.common import append_line, code_commit, read_lines
+from benchmarks.timing import (
     fit_step,
     gpflux_dsvi,
     kin8nm_inputs,
@@ -72,7 +72,7 @@ from benchmarks.timing import (  # noqa: E402
     raise_if_step_failed,
     time_models,
 )
-from deepgp_gi.families import DEEP_GP_FAMILIES  # noqa: E402
+from deepgp_gi.families import DEEP_GP_FAMILIES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")

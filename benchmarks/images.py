@@ -45,12 +45,11 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
 
-import deepgp_gi as dg  # noqa: E402
-from benchmarks.common import append_line, mean_se, read_lines  # noqa: E402
-from deepgp_gi import metrics  # noqa: E402
+import deepgp_gi as dg
+from benchmarks.common import append_line, mean_se, read_lines
+from deepgp_gi import metrics
 
 POSTERIORS = ("factorised", "global", "factorised_global")
 #: Ritter et al.'s inducing-weight families on the same conv nets (``--num-inducing`` is M).

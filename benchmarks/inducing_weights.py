@@ -56,14 +56,14 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tensorflow_probability as tfp  # noqa: E402
+import gpflow
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
 
-import deepgp_gi as dg  # noqa: E402
-from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads  # noqa: E402
-from deepgp_gi.priors import NealPrior  # noqa: E402
+import deepgp_gi as dg
+from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads
+from deepgp_gi.priors import NealPrior
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -56,7 +56,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import append_line, read_lines  # noqa: E402
+from benchmarks.common import append_line, read_lines
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")

@@ -15,9 +15,9 @@ import time
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import deepgp_gi as dg  # noqa: E402
+import deepgp_gi as dg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

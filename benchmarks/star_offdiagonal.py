@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import append_line, read_lines, set_threads  # noqa: E402
+from benchmarks.common import append_line, read_lines, set_threads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -4,10 +4,9 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
+import gpflow
+import numpy as np
+import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

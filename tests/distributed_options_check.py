@@ -11,7 +11,7 @@ import os
 import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import deepgp_gi as dg
-from deepgp_gi.metrics import estimate_elbo
 from deepgp_gi.families import DEEP_GP_FAMILIES
+from deepgp_gi.metrics import estimate_elbo
 
 
 def _data(n=30, d=2, seed=0):

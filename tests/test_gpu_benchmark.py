@@ -11,7 +11,6 @@ import tensorflow as tf
 
 from benchmarks import gpu as bench
 
-
 # GPflux is the peer row where the bench extra is installed; `make test` installs only dev
 HAS_GPFLUX = importlib.util.find_spec("gpflux") is not None
 TINY = [
@@ -267,7 +266,6 @@ def test_a_failed_factorisation_in_a_model_step_is_a_failure_line():
     """The timed deepgp_gi steps record failed factorisations as fit does (no Assert in the
     step): build_steps reads the record and turns it into a failure, in both modes."""
     import deepgp_gi as dg
-
     from benchmarks.timing import model_step
 
     rng = np.random.default_rng(0)

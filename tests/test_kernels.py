@@ -6,7 +6,6 @@ import pytest
 
 from deepgp_gi.kernels import batched_K, batched_K_diag, batched_K_sym
 
-
 KERNELS = [
     lambda: gpflow.kernels.SquaredExponential(variance=1.7, lengthscales=[0.5, 1.5, 2.0]),
     lambda: gpflow.kernels.Matern52(variance=0.8, lengthscales=1.3),

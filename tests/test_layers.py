@@ -52,11 +52,11 @@ def test_layer_kinds_are_classes_not_attributes():
         GPLayer,
         Layer,
         WeightedLayer,
+        check_layer_chain,
         is_convolution,
         is_weighted,
     )
     from deepgp_gi.posteriors.weight_space import has_feature_map
-    from deepgp_gi.layers import check_layer_chain
 
     class LooksWeighted:
         input_dim, output_dim, fan_in, prior, kernel_size = 3, 2, 4, None, 3

@@ -1,7 +1,6 @@
 """safe_cholesky: escalating jitter, gradients, and CholeskyError eagerly and compiled."""
 
 import pickle
-import warnings
 
 import numpy as np
 import pytest

@@ -25,7 +25,7 @@ def test_deep_gp_and_build_deep_gp_share_the_default_posterior():
 
 
 def test_layers_module_exports_dense_layer():
-    from deepgp_gi.layers import DenseLayer, GPLayer  # noqa: F401
+    from deepgp_gi.layers import DenseLayer, GPLayer
 
     assert DenseLayer is dg.DenseLayer and issubclass(DenseLayer, GPLayer)
 

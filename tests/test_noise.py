@@ -98,7 +98,7 @@ def test_counter_normal_is_standard_normal_with_a_finite_capped_tail(dtype):
     """10^5 inverse-CDF draws: KS test and the first four moments of N(0, 1); the grid's extreme
     words give the largest |z| the generator can produce (2^-33 and 1 - 2^-33 in float64, 2^-24
     and 1 - 2^-24 in float32), finite and symmetric, eagerly and under XLA."""
-    from deepgp_gi.noise import counter_normal, _ndtri, _unit_interval
+    from deepgp_gi.noise import _ndtri, _unit_interval, counter_normal
 
     n = 100_000
     x = (

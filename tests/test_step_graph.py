@@ -15,7 +15,6 @@ A ``tf.debugging.Assert`` left in the step, or a ``tf.linalg.set_diag`` on a run
 
 import collections
 
-import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf

@@ -271,7 +271,7 @@ def test_an_existing_output_is_replaced_only_with_overwrite(tables, tmp_path, ca
 def test_parquet_tables(tables, tmp_path, capsys, monkeypatch):
     _, _, test, regression, _ = tables
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow
         import pyarrow.parquet as pq
     except ImportError:
         import sys

@@ -1,8 +1,8 @@
 """fit: reproducible, resumable, minibatched, float32-capable."""
 
-import gpflow
 import re
 
+import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf

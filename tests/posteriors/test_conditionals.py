@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import deepgp_gi as dg
-from deepgp_gi.posteriors.conditionals import inducing_cholesky, inducing_choleskies, unit_variances
+from deepgp_gi.posteriors.conditionals import inducing_choleskies, inducing_cholesky, unit_variances
 
 
 def _layers(rng, M, depth=3):

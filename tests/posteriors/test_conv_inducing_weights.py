@@ -17,14 +17,14 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import deepgp_gi as dg  # noqa: E402
-from deepgp_gi.conv_bnn import build_conv_bnn  # noqa: E402
-from deepgp_gi.layers import (  # noqa: E402
+import deepgp_gi as dg
+from deepgp_gi.conv_bnn import build_conv_bnn
+from deepgp_gi.layers import (
     Activation,
     AveragePool2D,
     Conv2DLayer,
@@ -32,15 +32,15 @@ from deepgp_gi.layers import (  # noqa: E402
     Flatten,
     InducingBatchNorm,
 )
-from deepgp_gi.noise import FixedNoise, SeededNoise  # noqa: E402
-from deepgp_gi.posteriors.inducing_weights import (  # noqa: E402
+from deepgp_gi.noise import FixedNoise, SeededNoise
+from deepgp_gi.posteriors.inducing_weights import (
     EnsembleInducingPosterior,
     EnsembleWeightPosterior,
     FFGInducingPosterior,
 )
-from deepgp_gi.priors import NealPrior  # noqa: E402
-from fit_checks import assert_xla_fit_matches_plain  # noqa: E402  (tests/ is on sys.path under pytest)
-from test_convolutional import _images  # noqa: E402  (tests/posteriors is on sys.path under pytest)
+from deepgp_gi.priors import NealPrior
+from fit_checks import assert_xla_fit_matches_plain  # tests/ is on sys.path under pytest
+from test_convolutional import _images  # tests/posteriors is on sys.path under pytest
 
 CLASSES = {
     "ffg_u": FFGInducingPosterior,

@@ -15,29 +15,28 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tensorflow_probability as tfp  # noqa: E402
-from scipy.stats import multivariate_normal  # noqa: E402
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_probability as tfp
+from scipy.stats import multivariate_normal
 
-import deepgp_gi as dg  # noqa: E402
-from deepgp_gi.autocorrelation import patch_cross, patch_gram, patch_matrix  # noqa: E402
-from deepgp_gi.conv_bnn import build_conv_bnn  # noqa: E402
-from deepgp_gi.layers import Conv2DLayer, DenseLayer, Flatten, InducingBatchNorm  # noqa: E402
-from deepgp_gi.noise import SeededNoise  # noqa: E402
-from deepgp_gi.posteriors.convolutional import ConvNetPosterior  # noqa: E402
-from deepgp_gi.posteriors.weight_space import factorised_kl  # noqa: E402
-from deepgp_gi.posteriors.inducing import GlobalInducingPosterior  # noqa: E402
-from deepgp_gi.posteriors.pseudo_data import (  # noqa: E402
+import deepgp_gi as dg
+from deepgp_gi.autocorrelation import patch_cross, patch_gram, patch_matrix
+from deepgp_gi.conv_bnn import build_conv_bnn
+from deepgp_gi.layers import Conv2DLayer, DenseLayer, Flatten, InducingBatchNorm
+from deepgp_gi.noise import SeededNoise
+from deepgp_gi.posteriors.convolutional import ConvNetPosterior
+from deepgp_gi.posteriors.inducing import GlobalInducingPosterior
+from deepgp_gi.posteriors.pseudo_data import (
     analytic_kl,
     gram_posterior,
     log_ratio,
     pseudo_data_posterior,
     sample_weights,
 )
-from fit_checks import assert_xla_fit_matches_plain  # noqa: E402  (tests/ is on sys.path under pytest)
+from deepgp_gi.posteriors.weight_space import factorised_kl
+from fit_checks import assert_xla_fit_matches_plain  # tests/ is on sys.path under pytest
 
 
 def _reference(X, V, lam, k, padding):

@@ -13,7 +13,7 @@ import tensorflow as tf
 import deepgp_gi as dg
 from deepgp_gi.noise import FixedNoise, SeededNoise
 from deepgp_gi.posteriors import DSPPPosterior, MeanFieldPosterior
-from doc_examples import run_page  # noqa: E402  (tests/ is on sys.path under pytest)
+from doc_examples import run_page  # tests/ is on sys.path under pytest
 
 N, D, M = 30, 2, 6
 

@@ -12,31 +12,31 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-import time  # noqa: E402
+import time
 
-import gpflow  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import scipy.linalg  # noqa: E402
-import scipy.stats  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from scipy.stats import multivariate_normal  # noqa: E402
+import gpflow
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.stats
+import tensorflow as tf
+from scipy.stats import multivariate_normal
 
-import deepgp_gi as dg  # noqa: E402
-from deepgp_gi.datasets import deep_linear, deep_linear_log_evidence  # noqa: E402
-from deepgp_gi.layers import DenseLayer  # noqa: E402
-from deepgp_gi.models import DeepGP  # noqa: E402
-from deepgp_gi.priors import NealPrior  # noqa: E402
-from deepgp_gi.noise import FixedNoise, SeededNoise  # noqa: E402
-from deepgp_gi.posteriors.inducing import GlobalInducingPosterior, LocalInducingPosterior  # noqa: E402
-from deepgp_gi.posteriors.pseudo_data import (  # noqa: E402
+import deepgp_gi as dg
+from deepgp_gi.datasets import deep_linear, deep_linear_log_evidence
+from deepgp_gi.layers import DenseLayer
+from deepgp_gi.models import DeepGP
+from deepgp_gi.noise import FixedNoise, SeededNoise
+from deepgp_gi.posteriors.inducing import GlobalInducingPosterior, LocalInducingPosterior
+from deepgp_gi.posteriors.mean_field import MeanFieldPosterior
+from deepgp_gi.posteriors.pseudo_data import (
     analytic_kl,
     log_ratio,
     marginal_variance,
     pseudo_data_posterior,
     sample_weights,
 )
-from deepgp_gi.posteriors.mean_field import MeanFieldPosterior  # noqa: E402
+from deepgp_gi.priors import NealPrior
 
 PRECISIONS = ["full", "diagonal", "shared_diagonal"]
 

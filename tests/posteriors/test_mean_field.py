@@ -5,7 +5,6 @@ a deep GP with near-deterministic identity inner layers equals SVGP; minibatch E
 import gpflow
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import deepgp_gi as dg
 from deepgp_gi.noise import FixedNoise

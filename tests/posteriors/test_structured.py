@@ -193,7 +193,7 @@ def load_star_from_dense(star, R, mu, L, tau, M):
         count = lambda l: tau * (L - 1) if l == L - 1 else l  # noqa: E731  (blocks in the row)
         white = lambda l, b: (
             np.sqrt(count(l)) * scipy.linalg.solve_triangular(chols[l], b, lower=True)
-        )  # noqa: E731
+        )
     else:
         white = lambda l, b: b  # noqa: E731
     T = tau * (L - 1) + 1
