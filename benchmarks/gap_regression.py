@@ -19,7 +19,7 @@ summary ``results/gap_regression.md`` is rewritten from the JSON lines at the en
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
-    import _by_path  # noqa: F401
+    import _by_path  # noqa: F401  (imported for its side effect)
 
 import argparse
 import json
@@ -115,7 +115,10 @@ def run_method(method: str, args, Xs, Ys, stats) -> dict:
     # Predictive std of f in the gap (raw x in (-2, 2)) and outside it (raw |x| in [2, 4]).
     gap_raw = np.linspace(-1.9, 1.9, 39)[:, None]
     out_raw = np.concatenate([np.linspace(-4, -2, 21), np.linspace(2, 4, 21)])[:, None]
-    to_std = lambda x: (x - stats["x_mean"]) / stats["x_std"]  # noqa: E731
+
+    def to_std(x):
+        return (x - stats["x_mean"]) / stats["x_std"]
+
     _, gap_var = model.predict_f(to_std(gap_raw), args.test_samples, seed=20_000 + args.seed)
     _, out_var = model.predict_f(to_std(out_raw), args.test_samples, seed=30_000 + args.seed)
     # V[F_l] with x ~ N(0, 1) in standardised input space.

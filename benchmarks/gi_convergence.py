@@ -23,7 +23,7 @@ difference to the baseline, and the paper's value.
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
-    import _by_path  # noqa: F401
+    import _by_path  # noqa: F401  (imported for its side effect)
 
 import argparse
 import contextlib

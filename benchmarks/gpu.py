@@ -39,7 +39,7 @@ counts that line as done (delete it to try again). The grid is large (3 batch si
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
-    import _by_path  # noqa: F401
+    import _by_path  # noqa: F401  (imported for its side effect)
 
 import argparse
 import collections

@@ -43,7 +43,7 @@ minute per chunk for start-up and evaluation); writing the shards takes about 5 
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
-    import _by_path  # noqa: F401
+    import _by_path  # noqa: F401  (imported for its side effect)
 
 import argparse
 import json

@@ -15,7 +15,7 @@ Run with nothing else heavy on the machine:
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
-    import _by_path  # noqa: F401
+    import _by_path  # noqa: F401  (imported for its side effect)
 
 import argparse
 import json
@@ -88,9 +88,10 @@ def medium_sweep_steps(X, Y, depth):
     trains it (benchmarks/sweeps/medium.toml: M = 100, one Monte Carlo sample; a latent-variable model
     with one latent dimension on the bound with K = 5 draws). Keys are benchmarks/medium.py's family
     names (``mean_field+w1K5``: latent width 1, K = 5)."""
-    build = lambda name, **o: dg.build_deep_gp(
-        X, Y, depth=depth, posterior=name, num_inducing=100, seed=0, **o
-    )
+
+    def build(name, **o):
+        return dg.build_deep_gp(X, Y, depth=depth, posterior=name, num_inducing=100, seed=0, **o)
+
     makers = {}
     for name in ("mean_field", "global", "stripes_arrow", "sghmc", "bsgp"):
         if name in DEEP_GP_POSTERIORS:
@@ -169,13 +170,14 @@ def xla_pairs(families: str, rounds: int, steps_per_round: int) -> None:
     X, Y = kin8nm_inputs(1000)
     for family in families.split(","):
         if family.startswith("bnn:"):
-            build = lambda f=family[4:]: dg.build_bnn(
-                X, Y, hidden=(50, 50), posterior=f, num_inducing=100, seed=0
-            )
+
+            def build(f=family[4:]):
+                return dg.build_bnn(X, Y, hidden=(50, 50), posterior=f, num_inducing=100, seed=0)
         else:
-            build = lambda f=family: dg.build_deep_gp(
-                X, Y, depth=3, posterior=f, num_inducing=100, seed=0
-            )
+
+            def build(f=family):
+                return dg.build_deep_gp(X, Y, depth=3, posterior=f, num_inducing=100, seed=0)
+
         r = time_models(
             {
                 "plain": lambda: fit_step(build(), X, Y, False),
@@ -218,9 +220,10 @@ def count_ops(depth: int = 3, M: int = 100, batch: int = 1000) -> None:
         flush=True,
     )
     for name, family in DEEP_GP_POSTERIORS.items():
-        build = lambda n=name: dg.build_deep_gp(
-            X, Y, depth=depth, posterior=n, num_inducing=M, seed=0
-        )
+
+        def build(n=name):
+            return dg.build_deep_gp(X, Y, depth=depth, posterior=n, num_inducing=M, seed=0)
+
         sampler = getattr(family, "is_sampler", False)
         bench = None if sampler else executed_ops_per_step(model_step(build(), X, Y), 2).total
         fit = executed_ops_per_step(fit_step(build(), X, Y), 2)
@@ -278,9 +281,10 @@ def sections(quick: bool):
             out.append(("structured", dict(batch=512, depth=3, M=M, inner_width=5), makers))
     for batch in (1000, 10000):
         X, Y = kin8nm_inputs(batch)
-        build = lambda name, X=X, Y=Y, **o: dg.build_deep_gp(
-            X, Y, depth=3, posterior=name, num_inducing=100, seed=0, **o
-        )
+
+        def build(name, X=X, Y=Y, **o):
+            return dg.build_deep_gp(X, Y, depth=3, posterior=name, num_inducing=100, seed=0, **o)
+
         makers = {"mean_field": lambda X=X, Y=Y: fit_step(build("mean_field"), X, Y)}
         for label, name, options in sampling_and_latent_families():
             if (

@@ -25,7 +25,7 @@ appended to ``--out`` (lines already there are skipped); ``--md`` gets the table
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
-    import _by_path  # noqa: F401
+    import _by_path  # noqa: F401  (imported for its side effect)
 
 import argparse
 import os
@@ -80,7 +80,10 @@ def run_variant(args, variant, done, out_path):
     checkpoints = list(range(args.every, args.steps + 1, args.every))
     if all((args.dataset, args.split, variant, s, args.seed) in done for s in checkpoints):
         return
-    norm = lambda p: None if p is None else float(tf.norm(tf.convert_to_tensor(p)))  # noqa: E731
+
+    def norm(p):
+        return None if p is None else float(tf.norm(tf.convert_to_tensor(p)))
+
     with tempfile.TemporaryDirectory() as ckpt:
         t0 = time.perf_counter()
         for step in checkpoints:
@@ -138,7 +141,10 @@ def write_md(records, md_path, command):
     order = list(VARIANTS)
     for k in sorted(by, key=lambda k: (k[0], k[1], order.index(k[2]), k[3])):
         r = by[k]
-        f = lambda v: "—" if v is None else f"{v:.1f}"  # noqa: E731
+
+        def f(v):
+            return "—" if v is None else f"{v:.1f}"
+
         lines.append(
             f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {r['elbo_per_datapoint']:.3f} | "
             f"{r['kl_per_datapoint']:.3f} | {r['ell_per_datapoint']:.3f} | {f(r['stripes_norm'])} | "

@@ -42,7 +42,7 @@ command; ``--plot`` the ELBO-per-datapoint curves.
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
-    import _by_path  # noqa: F401
+    import _by_path  # noqa: F401  (imported for its side effect)
 
 import argparse
 import os
@@ -159,7 +159,10 @@ class _Diagnostics:
         )
         if not self.star:
             return rec
-        rms = lambda a: float(np.sqrt(np.mean(np.square(a))))  # noqa: E731
+
+        def rms(a):
+            return float(np.sqrt(np.mean(np.square(a))))
+
         white, arrow, stripes, diag = self._blocks()
         kl_off, elbo_zero = self._offdiag_kl()
         tril = np.tril(np.ones(diag.shape[1:], bool))

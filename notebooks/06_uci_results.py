@@ -36,9 +36,14 @@
 # (fewer steps and splits), is in `benchmarks/results/uci/README.md`.
 
 # %%
+import contextlib
+import io
 import runpy
+import tempfile
+from collections import defaultdict
 from pathlib import Path
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Image, Markdown, display
@@ -49,10 +54,9 @@ ROOT = Path.cwd()
 while not (ROOT / "benchmarks" / "uci.py").exists() and ROOT != ROOT.parent:
     ROOT = ROOT.parent
 RESULTS = ROOT / "benchmarks" / "results" / "uci"
-runpy.run_path(
-    str(ROOT / "benchmarks" / "_by_path.py")
-)  # benchmarks/ importable as the package benchmarks
-from benchmarks import uci  # noqa: E402
+# benchmarks/ importable as the package benchmarks
+runpy.run_path(str(ROOT / "benchmarks" / "_by_path.py"))
+from benchmarks import medium, uci  # noqa: E402  (importable only after the line above)
 
 all_records = [r for f in sorted(RESULTS.glob("*.jsonl")) for r in uci.read_records(str(f))]
 records = [r for r in all_records if r["protocol"] == "random"]
@@ -348,15 +352,6 @@ else:
 # it a little sooner, the larger one finishes its passes sooner), and the sweep's groups still to run.
 
 # %%
-import contextlib
-import io
-import tempfile
-from collections import defaultdict
-
-import matplotlib
-
-from benchmarks import medium
-
 MEDIUM_RESULTS = ROOT / "benchmarks" / "results" / "medium"
 
 backend = matplotlib.get_backend()  # the report's plot switches matplotlib to Agg: restored below

@@ -12,6 +12,8 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
+# E402 (import not at the top) does not apply below: these imports follow the device set-up on
+# purpose, as the module docstring says
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 

@@ -18,6 +18,8 @@ os.environ["TF_CONFIG"] = json.dumps(
     }
 )
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# E402 (import not at the top) does not apply to this file's imports: TensorFlow after TF_CONFIG is
+# set, the rest after the strategy is made
 import tensorflow as tf  # noqa: E402
 
 # the strategy first: it configures the collective ops, which must precede any other TensorFlow work

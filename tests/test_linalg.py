@@ -156,7 +156,10 @@ def test_gradient_matches_finite_differences_after_escalation(rng):
     analytic = np.sum(tape.gradient(loss, A).numpy() * direction)
     # the function differentiated is log det(A + jitter I) / 2 with the jitter held fixed
     h = 1e-3 * jitter  # small against the jitter, large against the rounding of A's entries
-    f = lambda B: 0.5 * np.linalg.slogdet(B + jitter * np.eye(4))[1]
+
+    def f(B):
+        return 0.5 * np.linalg.slogdet(B + jitter * np.eye(4))[1]
+
     numeric = (f(singular + h * direction) - f(singular - h * direction)) / (2 * h)
     np.testing.assert_allclose(analytic, numeric, rtol=1e-4)
 

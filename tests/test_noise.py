@@ -86,7 +86,10 @@ def test_seeded_draws_share_one_key_derivation_per_graph():
     assert ops_1.count("StatelessRandomUniformFullIntV2") == 2  # the key and the draw
     assert ops_10.count("StatelessRandomUniformFullIntV2") == 11
     # per name: the generator, a cast, a multiply-add and the quantile (constants aside)
-    work = lambda ops: [t for t in ops if t not in ("Const", "Identity", "NoOp")]
+
+    def work(ops):
+        return [t for t in ops if t not in ("Const", "Identity", "NoOp")]
+
     assert len(work(ops_10)) - len(work(ops_1)) == 9 * 5
     eager = [source.normal(f"f/{i}", [4], tf.float64).numpy() for i in range(10)]
     np.testing.assert_array_equal(np.stack([c.numpy() for c in compiled]), np.stack(eager))

@@ -31,9 +31,12 @@ def test_fit_step_repeats_fit(posterior):
     """Three calls of fit_step give the values fit logs for its first three full-batch steps
     (seed 0, one sample): the same step class, variables, optimiser and noise stream."""
     X, Y = data()
-    build = lambda: dg.build_deep_gp(
-        X, Y, depth=2, posterior=posterior, num_inducing=4, inner_width=2, seed=0
-    )
+
+    def build():
+        return dg.build_deep_gp(
+            X, Y, depth=2, posterior=posterior, num_inducing=4, inner_width=2, seed=0
+        )
+
     step = speed.fit_step(build(), X, Y)
     timed = [float(step()) for _ in range(3)]
     history = dg.fit(build(), (X, Y), steps=3, seed=0, progress=False, log_every=1)

@@ -1005,7 +1005,6 @@ def test_weight_and_function_space_gi_agree_on_q_of_inducing_outputs(rng):
     """One layer, same U_0, V, Lambda: the same Gaussian Q(U_1); and, for M <= D, the same
     per-sample log-ratio log q(W) - log p(W) = log Q(U) - log P(U) at U = Phi_u W."""
     M, D0, P = 3, 3, 2
-    layer = DenseLayer(D0, P, "identity")
     U0, V = rng.normal(size=(M, D0)), rng.normal(size=(M, P))
     lam = np.exp(rng.normal(size=(P, M)))
     Phi_u = np.concatenate([U0, np.ones((M, 1))], 1)

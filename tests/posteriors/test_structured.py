@@ -183,19 +183,29 @@ def star_mask(L, tau, M, stripes, arrow):
 def load_star_from_dense(star, R, mu, L, tau, M):
     """Fill the STAR blocks from a dense R using the storage indices (1-based) of
     docs/algorithms.md, "STAR sparsity and storage"."""
-    unit = lambda l, t: tau * (l - 1) + (t - 1)  # noqa: E731
-    blk = lambda i, j: R[i * M : (i + 1) * M, j * M : (j + 1) * M]  # noqa: E731
+
+    def unit(l, t):
+        return tau * (l - 1) + (t - 1)
+
+    def blk(i, j):
+        return R[i * M : (i + 1) * M, j * M : (j + 1) * M]
+
     if star.precondition_offdiagonal:  # stored B = sqrt(n) L_K^{-1} R_{i,j}, row unit's layer
         chols = [
             np.eye(M) if star.whiten else inducing_cholesky(layer, layer.Z).numpy()
             for layer in star.layers
         ]
-        count = lambda l: tau * (L - 1) if l == L - 1 else l  # noqa: E731  (blocks in the row)
-        white = lambda l, b: (
-            np.sqrt(count(l)) * scipy.linalg.solve_triangular(chols[l], b, lower=True)
-        )
+
+        def count(l):  # blocks in the row
+            return tau * (L - 1) if l == L - 1 else l
+
+        def white(l, b):
+            return np.sqrt(count(l)) * scipy.linalg.solve_triangular(chols[l], b, lower=True)
     else:
-        white = lambda l, b: b  # noqa: E731
+
+        def white(l, b):
+            return b
+
     T = tau * (L - 1) + 1
     star.q_mu.assign(mu.reshape(T, M))
     star.diag.assign(np.stack([blk(i, i) for i in range(T)]))
@@ -836,7 +846,10 @@ def test_draw_and_copy_gradient_equals_automatic():
 def test_project_rows_and_means_gradient_equals_automatic():
     rng = np.random.default_rng(2)
     A, rows, mu = rng.normal(size=(2, 5, 7)), rng.normal(size=(3, 5, 6)), rng.normal(size=(3, 5))
-    plain = lambda A, r, m: (tf.einsum("smn,umj->snuj", A, r), tf.einsum("smn,um->snu", A, m))
+
+    def plain(A, r, m):
+        return tf.einsum("smn,umj->snuj", A, r), tf.einsum("smn,um->snu", A, m)
+
     _grads_agree(project_rows_and_means, plain, [A, rows, mu])
     _grads_agree(lambda *x: project_rows_and_means(*x)[:1], lambda *x: plain(*x)[:1], [A, rows, mu])
     _grads_agree(lambda *x: project_rows_and_means(*x)[1:], lambda *x: plain(*x)[1:], [A, rows, mu])
