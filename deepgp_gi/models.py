@@ -217,10 +217,10 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         (Jankowiak et al. 2020): ``ell`` is then ``sum_n log mean_s p(y_n | sample s)``, the
         log predictive density of each row under the mixture of the propagated samples (the last
         layer's ``f`` integrated out), the same for every sample; ``mean_s(ell - kl)`` is the
-        objective. A family whose samples carry mixture weights (:meth:`~deepgp_gi.posteriors.
-        DeepPosterior.mixture_log_weights`) is weighted in both: with the ELBO, ``ell_s`` is
-        ``S w_s`` times the sample's expected log-likelihood, so that the mean over samples is
-        the weighted sum.
+        objective. A family whose samples carry mixture weights
+        (:meth:`~deepgp_gi.posteriors.DeepPosterior.mixture_log_weights`) is weighted in both:
+        with the ELBO, ``ell_s`` is ``S w_s`` times the sample's expected log-likelihood, so that
+        the mean over samples is the weighted sum.
         """
         objective = check_choice(objective, "objective", OBJECTIVES)
         X, Y = self.check_data(data)
