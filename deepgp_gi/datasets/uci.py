@@ -120,13 +120,10 @@ def _load(name: str, split: int | None, data_dir: PathLike | None):
 def load_uci_raw(name: str, data_dir: PathLike | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Load a whole UCI data set, un-normalised.
 
-    Args:
-        name: one of :data:`UCI_NAMES` or an original folder name (e.g. ``"bostonHousing"``).
-        data_dir: ``None`` for the bundled copy, else a folder in the original layout or
-            its parent.
-
-    Returns:
-        ``(X, Y, n_splits)`` with X [N, D] and Y [N, 1] float64.
+    :param name: one of :data:`UCI_NAMES` or an original folder name (e.g. ``"bostonHousing"``).
+    :param data_dir: ``None`` for the bundled copy, else a folder in the original layout or
+        its parent.
+    :returns: ``(X, Y, n_splits)`` with X [N, D] and Y [N, 1] float64.
     """
     _, X, Y, n_splits, _ = _load(name, None, data_dir)
     return X, Y, n_splits
@@ -145,8 +142,7 @@ def extrapolation_split(X: np.ndarray, split: int) -> tuple[np.ndarray, np.ndarr
     no column dominates by its units. The ``floor(N / 2)`` rows with the smallest projection are
     the training rows (ties broken by row order).
 
-    Returns:
-        ``(train, test)`` row indices, sorted.
+    :returns: ``(train, test)`` row indices, sorted.
     """
     std = X.std(axis=0)
     Z = (X - X.mean(axis=0)) / np.where(std > 0, std, 1.0)
@@ -188,14 +184,11 @@ def validation_rows(n_train: int, split: int, fraction: float = VALIDATION_FRACT
     ``n_valid = floor(fraction * n_train + 0.5)`` entries (``fraction * n_train`` rounded, halves up)
     are the validation rows, the others the rows a model fits. Both parts must keep at least one row.
 
-    Args:
-        n_train: number of training rows of the split.
-        split: the split number (seeds the permutation: each split holds out other rows).
-        fraction: share held out, in (0, 1) (:func:`check_validation_fraction`).
-
-    Returns:
-        ``(fit, valid)``: positions in the training rows (``0 <= i < n_train``), each sorted, disjoint,
-        together all of them.
+    :param n_train: number of training rows of the split.
+    :param split: the split number (seeds the permutation: each split holds out other rows).
+    :param fraction: share held out, in (0, 1) (:func:`check_validation_fraction`).
+    :returns: ``(fit, valid)``: positions in the training rows (``0 <= i < n_train``), each
+        sorted, disjoint, together all of them.
     """
     fraction = check_validation_fraction(fraction)
     check_split(split)
@@ -240,30 +233,27 @@ def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protoc
     the training rows is held out first (:func:`validation_rows`) and the statistics are those of
     the remaining rows.
 
-    Args:
-        name: one of :data:`UCI_NAMES` or an original folder name (e.g. ``"wine-quality-red"``).
-        split: split number, ``0 <= split < n_splits`` (20 splits, 5 for protein).
-        data_dir: ``None`` for the bundled copy; else a folder in the original layout
-            (``data.txt`` + index files) or its parent containing the original folder names.
-        protocol: ``"random"`` (the standard 90/10 splits) or ``"extrapolation"``
-            (:func:`extrapolation_split`: a 50/50 split along a random 1-D projection drawn from
-            the split number, Lindinger et al. 2020).
-        validation: ``None`` (or ``False``): no validation rows. A fraction in (0, 1), or ``True``
-            for :data:`VALIDATION_FRACTION` (10 %): hold out that share of the split's training rows,
-            chosen by :func:`validation_rows` (a permutation from
-            ``numpy.random.default_rng(1000 + split)``), and return a :class:`UCIValidationSplit`
-            whose ``X_train``/``Y_train`` are the remaining rows. The test rows are the same either way.
-
-    Returns:
-        A :class:`UCIDataset` with X_train [N_train, D], Y_train [N_train, 1],
+    :param name: one of :data:`UCI_NAMES` or an original folder name (e.g. ``"wine-quality-red"``).
+    :param split: split number, ``0 <= split < n_splits`` (20 splits, 5 for protein).
+    :param data_dir: ``None`` for the bundled copy; else a folder in the original layout
+        (``data.txt`` + index files) or its parent containing the original folder names.
+    :param protocol: ``"random"`` (the standard 90/10 splits) or ``"extrapolation"``
+        (:func:`extrapolation_split`: a 50/50 split along a random 1-D projection drawn from
+        the split number, Lindinger et al. 2020).
+    :param validation: ``None`` (or ``False``): no validation rows. A fraction in (0, 1), or
+        ``True`` for :data:`VALIDATION_FRACTION` (10 %): hold out that share of the split's
+        training rows, chosen by :func:`validation_rows` (a permutation from
+        ``numpy.random.default_rng(1000 + split)``), and return a :class:`UCIValidationSplit`
+        whose ``X_train``/``Y_train`` are the remaining rows. The test rows are the same either
+        way.
+    :returns: A :class:`UCIDataset` with X_train [N_train, D], Y_train [N_train, 1],
         X_test [N_test, D], Y_test [N_test, 1]; with ``validation``, a :class:`UCIValidationSplit`
         with X_valid [N_valid, D] and Y_valid [N_valid, 1] too.
-
-    Raises:
-        ValueError: unknown name, split out of range, or a validation fraction outside (0, 1) (or one
-            that leaves either part without rows).
-        TypeError: split is not an integer, or validation is not a number, ``True``, ``False`` or ``None``.
-        FileNotFoundError: ``data_dir`` holds no data set in the expected layout.
+    :raises ValueError: unknown name, split out of range, or a validation fraction outside (0, 1)
+        (or one that leaves either part without rows).
+    :raises TypeError: split is not an integer, or validation is not a number, ``True``,
+        ``False`` or ``None``.
+    :raises FileNotFoundError: ``data_dir`` holds no data set in the expected layout.
     """
     check_split(split)
     split = int(split)
