@@ -397,7 +397,7 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
     (:func:`compiled_ladder`: ``k`` = first, middle, last), as one batched factorisation of the
     jittered copies, and selected with ``tf.where``: no
     ``tf.cond``/``tf.while_loop`` whose predicate the host would have to read; members that
-    already succeeded are not refactorised (see :func:`_escalated`), so the common case costs one
+    already succeeded are not refactorised (see ``_escalated``), so the common case costs one
     factorisation plus a few copies.
 
     If some member still fails, :class:`CholeskyError` is raised naming ``name``, the shape, the
@@ -599,16 +599,16 @@ def cholesky_with_inverse(A: tf.Tensor, *, max_tries: int = 6, unrolled: bool = 
 
     The jitter ladder (``max_tries`` rungs) and the failure report are :func:`safe_cholesky`'s,
     except that with a GPU visible the plain factorisation is the ladder's first rung, all in one
-    batched factorisation (:func:`_escalated_in_one_pass`), and that ``max_tries=0`` (for matrices
+    batched factorisation (``_escalated_in_one_pass``), and that ``max_tries=0`` (for matrices
     positive definite by construction, such as ``I + C^T C``) factorises once, with no ladder and
     no ``tf.cond``, still reporting a failure. The inverse is one triangular solve against ``I``. The reverse-mode derivative is written with the inverse (products only,
-    :func:`_inverse_backward`) where :func:`safe_cholesky`'s takes two triangular solves. Solves by
+    ``_inverse_backward``) where :func:`safe_cholesky`'s takes two triangular solves. Solves by
     ``L`` whose gradient should use the inverse: :func:`triangular_solve_with_inverse`, or
     :func:`cholesky_and_solve` for a right-hand side known with ``A``.
 
     ``unrolled=True`` (a static, small ``N``, e.g. a covariance per data point): factor and
     inverse by elimination written as elementwise operations over the batch
-    (:func:`_unrolled_factor`), about ``9 N`` operations whatever the batch size and no Cholesky
+    (``_unrolled_factor``), about ``9 N`` operations whatever the batch size and no Cholesky
     or triangular-solve kernel, whose launches on a GPU can grow with the number of matrices.
 
     :param A: symmetric matrices ``[batch..., N, N]``.
@@ -651,7 +651,7 @@ def cholesky_and_solve(A: tf.Tensor, rhs: tf.Tensor, *, max_tries: int = 6,
                        name: str = "matrix") -> Tuple[tf.Tensor, tf.Tensor]:
     """``(L, L^{-1} rhs)`` with ``L`` the factor of ``A`` (with the ladder and report of
     :func:`cholesky_with_inverse`), from one triangular solve of ``[I | rhs]``: the inverse ``L^{-1}`` it also gives is kept for the gradient, which is
-    then products only (:func:`_inverse_backward`), where :func:`safe_cholesky` followed by a
+    then products only (``_inverse_backward``), where :func:`safe_cholesky` followed by a
     solve takes three triangular solves. The values of ``L^{-1} rhs`` are those of the solve.
 
     :param A: symmetric matrices ``[batch..., N, N]``.
