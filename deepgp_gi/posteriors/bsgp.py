@@ -62,10 +62,10 @@ which the gradients of the factorisation and of the layers' projections use inst
 * Start: ``V = 0`` and k-means inducing inputs (both codes); the hyperparameters start where the
   builders start them (the code starts lengthscales at ``sqrt(D)`` and the variance at 0.1).
 
-**Prediction.** As SGHMC's: :meth:`propagate` draws ``S`` members of the sample set (stored
-samples, else the window, else the current state), now each with its own ``Z`` and hyperparameters;
-``Propagation.kl`` is ``-log p(V, Z, theta)`` of each member. :meth:`sampled_state` returns the
-stored samples by name.
+**Prediction.** As SGHMC's: :meth:`BSGPPosterior.propagate` draws ``S`` members of the sample
+set (stored samples, else the window, else the current state), now each with its own ``Z`` and
+hyperparameters; ``Propagation.kl`` is ``-log p(V, Z, theta)`` of each member.
+:meth:`sampled_state` returns the stored samples by name.
 """
 from __future__ import annotations
 
