@@ -179,7 +179,7 @@ def layer_terms(layer: GPLayer, F: tf.Tensor, Lk: Optional[tf.Tensor] = None,
     Only the whitened projection ``A = L_K^{-1} K_uf`` is formed (one data-sized solve). The
     non-whitened parameterisation uses ``a = K^{-1} k = L_K^{-T} A`` through
     ``a^T R_block = A^T (L_K^{-1} R_block)``: the second solve is moved onto the ``M x M`` blocks
-    of ``R`` and ``mu`` (:meth:`StructuredPosterior._white`), which has no data-sized factor.
+    of ``R`` and ``mu`` (``StructuredPosterior._white``), which has no data-sized factor.
     ``Lk`` passes the layer's ``chol(K_uu)`` when the caller has it (:func:`inducing_choleskies`),
     ``inverse`` its inverse (:func:`inducing_factors`: the projection's gradient solves nothing).
     """
