@@ -37,9 +37,13 @@ def build(key):
     kind, name, depth, batch, M = key.split(":")
     X, Y = data(int(batch))
     if kind == "gp":
-        model = dg.build_deep_gp(X, Y, depth=int(depth), posterior=name, num_inducing=int(M), inner_width=8, seed=0)
+        model = dg.build_deep_gp(
+            X, Y, depth=int(depth), posterior=name, num_inducing=int(M), inner_width=8, seed=0
+        )
     else:
-        model = dg.build_bnn(X, Y, hidden=(50,) * int(depth), posterior=name, num_inducing=int(M), seed=0)
+        model = dg.build_bnn(
+            X, Y, hidden=(50,) * int(depth), posterior=name, num_inducing=int(M), seed=0
+        )
     Xt, Yt = tf.constant(X), tf.constant(Y)
     variables = model.trainable_variables
     # each tree's own fit optimiser (trees before deepgp_gi.training.adam used tf_keras's Adam)
@@ -63,7 +67,9 @@ for line in sys.stdin:
     step = steps[key]
     times = []
     for t in range(int(n)):
-        t0 = time.perf_counter(); step(tf.constant(t, tf.int64)).numpy(); times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        step(tf.constant(t, tf.int64)).numpy()
+        times.append(time.perf_counter() - t0)
     print(json.dumps(times), flush=True)
 """
 
@@ -144,9 +150,9 @@ def main(argv=None) -> int:
         "# A/B training-step time",
         "",
         f"Command: `{command}`; A = {commit_of(args.a)}, B = {commit_of(args.b)}; "
-        f"{args.rounds} rounds x {args.steps_per_round} steps, A and B alternated per round; median ms per "
-        "compiled Adam step (1 sample, float64, kin8nm rows). Config = kind:family:depth:batch:M "
-        "(BNN depth = hidden layers of width 50; GP inner width 8).",
+        f"{args.rounds} rounds x {args.steps_per_round} steps, A and B alternated per round; "
+        "median ms per compiled Adam step (1 sample, float64, kin8nm rows). Config = "
+        "kind:family:depth:batch:M (BNN depth = hidden layers of width 50; GP inner width 8).",
         "",
         "| config | A ms | B ms | B / A |",
         "|---|---|---|---|",

@@ -143,7 +143,8 @@ def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:
 
 def set_threads(threads: Optional[int]) -> None:
     """Limit TensorFlow to ``threads`` intra- and inter-op threads (``None`` or 0: leave it). When
-    TensorFlow is already initialised in this process (e.g. under pytest), warn instead of failing."""
+    TensorFlow is already initialised in this process (e.g. under pytest), warn instead
+    of failing."""
     import tensorflow as tf
 
     if threads:

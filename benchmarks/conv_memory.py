@@ -76,20 +76,22 @@ def main(argv=None):
         patch_mb = M * H * H * k * k * C * 8 / 2**20
         rows.append((k, auto, patch, gram_mb, patch_mb))
         print(
-            f"k={k}: autocorrelation {auto:.1f} MB, patches {patch:.1f} MB (G {gram_mb:.1f} MB, X' {patch_mb:.1f} MB)",
+            f"k={k}: autocorrelation {auto:.1f} MB, patches {patch:.1f} MB (G {gram_mb:.1f} MB, "
+            f"X' {patch_mb:.1f} MB)",
             flush=True,
         )
     lines = [
         "# Peak memory of G and R: autocorrelation against patch matrices",
         "",
-        f"Command: `python benchmarks/conv_memory.py --kernel-sizes {args.kernel_sizes} --num-images {M} "
-        f"--size {H} --channels {C}{' --out ' + args.out if args.out else ''}`",
+        f"Command: `python benchmarks/conv_memory.py --kernel-sizes {args.kernel_sizes} "
+        f"--num-images {M} --size {H} --channels {C}{' --out ' + args.out if args.out else ''}`",
         "",
-        f"M = {M} inducing images of {H}x{H}x{C} (float64, {image_mb:.1f} MB), C_out = {P}, one sample. "
-        "Peak growth of the process's resident set while computing G and R once, after a warm-up "
-        "(fresh process per cell; resolution a few MB).",
+        f"M = {M} inducing images of {H}x{H}x{C} (float64, {image_mb:.1f} MB), C_out = {P}, one "
+        "sample. Peak growth of the process's resident set while computing G and R once, after a "
+        "warm-up (fresh process per cell; resolution a few MB).",
         "",
-        "| k | autocorrelation peak (MB) | patch-matrix peak (MB) | size of G (MB) | size of X' (MB) |",
+        "| k | autocorrelation peak (MB) | patch-matrix peak (MB) | size of G (MB) | "
+        "size of X' (MB) |",
         "|---|---|---|---|---|",
     ]
     lines += [f"| {k} | {a:.1f} | {p:.1f} | {g:.1f} | {x:.1f} |" for k, a, p, g, x in rows]

@@ -34,9 +34,9 @@ LEGACY_VALUES = {
 
 def with_legacy_values(record: Dict) -> Dict:
     """A copy of a result line (or configuration) with the keys added to ``CONFIG_KEYS`` after it
-    was written filled in from :data:`LEGACY_VALUES` (``positive_transform`` only for deep GPs). A key
-    stored as null counts as missing: fully-coupled lines written before it carried ``offdiagonal``
-    have ``null`` there and were trained with the plain storage."""
+    was written filled in from :data:`LEGACY_VALUES` (``positive_transform`` only for deep GPs). A
+    key stored as null counts as missing: fully-coupled lines written before it carried
+    ``offdiagonal`` have ``null`` there and were trained with the plain storage."""
     out = dict(record)
     for k, v in LEGACY_VALUES.items():
         applies = {
@@ -52,5 +52,6 @@ def with_legacy_values(record: Dict) -> Dict:
 
 def config_key(cfg: Dict) -> str:
     """The canonical string of a configuration (:func:`deepgp_gi.uci_protocol.config_key`), a key
-    the line predates read as in :func:`with_legacy_values`: two lines of one configuration match."""
+    the line predates read as in :func:`with_legacy_values`: two lines of one
+    configuration match."""
     return uci_protocol.config_key(with_legacy_values(cfg))

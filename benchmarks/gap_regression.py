@@ -151,7 +151,8 @@ def config_of(args) -> dict:
 
 
 def write_markdown(rows, config: dict, command: str, noise_variance: float, path: Path) -> None:
-    """The summary of ``rows`` (one per method, run with ``config``, :func:`config_of`) written to ``path``."""
+    """The summary of ``rows`` (one per method, run with ``config``, :func:`config_of`) written to
+    ``path``."""
     lines = [
         "# Toy gap regression (O&A 2021 §3.1, App. J Table 2)",
         "",
@@ -163,8 +164,8 @@ def write_markdown(rows, config: dict, command: str, noise_variance: float, path
         "Predictive std = std of f (standardised output units), averaged over a grid of raw x in "
         "the gap (-1.9..1.9) and outside it (|x| in [2, 4]). V[F_l] as in App. J (x ~ N(0,1)).",
         "",
-        "| method | ELBO (ours) | ELBO (paper) | ELBO / point | pred. std in gap | pred. std outside | "
-        "V[F1] | V[F2] | V[F3] | V[F] paper | train s | commit |",
+        "| method | ELBO (ours) | ELBO (paper) | ELBO / point | pred. std in gap | "
+        "pred. std outside | V[F1] | V[F2] | V[F3] | V[F] paper | train s | commit |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -172,14 +173,14 @@ def write_markdown(rows, config: dict, command: str, noise_variance: float, path
         paper_vf = ", ".join(f"{v:.4f}" for v in r["paper_V_F"])
         lines.append(
             f"| {r['method']} | {r['elbo']:.3f} ± {r['elbo_se']:.3f} | {r['paper_elbo']:.3f} | "
-            f"{r['elbo_per_point']:.4f} | {r['gap_pred_std']:.3f} | {r['outside_pred_std']:.3f} | {vf} | "
-            f"{paper_vf} | {r['train_seconds']} | {r.get('commit', '')} |"
+            f"{r['elbo_per_point']:.4f} | {r['gap_pred_std']:.3f} | {r['outside_pred_std']:.3f} | "
+            f"{vf} | {paper_vf} | {r['train_seconds']} | {r.get('commit', '')} |"
         )
     if config["steps"] != 5000:
         lines += [
             "",
-            f"**Note:** run with {config['steps']} steps instead of the paper's 5000 (machine load); "
-            "rerun without `--steps` for the reference setting.",
+            f"**Note:** run with {config['steps']} steps instead of the paper's 5000 (machine "
+            "load); rerun without `--steps` for the reference setting.",
         ]
     path.write_text("\n".join(lines) + "\n")
 

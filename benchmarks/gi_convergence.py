@@ -1,4 +1,4 @@
-"""Why does global inducing fall short of O&A's ELBO on UCI energy? Short, comparable runs (issue 10, item 4).
+"""Why does global inducing fall short of O&A's ELBO on UCI energy? Short, comparable runs.
 
     python benchmarks/gi_convergence.py run [--datasets energy] [--variants baseline,lr_decay,...]
         [--seeds 0,1] [--steps 5000] [--threads 1] [--out benchmarks/results/gi_convergence.jsonl]
@@ -15,8 +15,8 @@ training set estimated from independent draws until its standard error is below 
 (``deepgp_gi.metrics.estimate_elbo``), test LL / RMSE with S = 100, the learned noise variance,
 the wall time and a block-averaged training trace.
 
-``report`` writes a markdown table: per data set and variant, the mean ± standard error over seeds of
-the ELBO per datapoint (the per-seed estimation error is included in the seeds' spread), its
+``report`` writes a markdown table: per data set and variant, the mean ± standard error over seeds
+of the ELBO per datapoint (the per-seed estimation error is included in the seeds' spread), its
 difference to the baseline, and the paper's value.
 """
 
@@ -108,7 +108,8 @@ def _exp_decay(final_fraction: float):
 
 def _late_decay(start_fraction: float, final_fraction: float):
     """lr constant for the first ``start_fraction`` of the run, then decayed exponentially to
-    ``final_fraction`` of it at the end (the hyperparameters settle first, then the noise shrinks)."""
+    ``final_fraction`` of it at the end (the hyperparameters settle first, then the noise
+    shrinks)."""
 
     def make(steps, lr):
         import tf_keras
@@ -227,7 +228,8 @@ VARIANTS: "OrderedDict[str, Variant]" = OrderedDict(
             build=dict(positive_transform="exp"),
         ),
         Variant("lr_0.03", "Adam 0.03 constant", fit=dict(learning_rate=0.03)),
-        # under the exp transform (the library default for global since this study): one more change each
+        # under the exp transform (the library default for global since this study): one
+        # more change each
         Variant(
             "exp_samples10",
             "exp transform and 10 training samples per step (O&A's BNN protocol; "
@@ -259,7 +261,8 @@ VARIANTS: "OrderedDict[str, Variant]" = OrderedDict(
             "conditional KL); the library default since",
             build=dict(positive_transform="exp", last_layer="marginal"),
         ),
-        # local inducing (O&A's LI) with its library defaults: exp transform, analytic KL, Z ~ N(0, 1)
+        # local inducing (O&A's LI) with its library defaults: exp transform, analytic
+        # KL, Z ~ N(0, 1)
         Variant(
             "local",
             "local inducing, library defaults (exp transform, analytic KL, Z ~ N(0, 1), "
@@ -303,7 +306,8 @@ VARIANTS: "OrderedDict[str, Variant]" = OrderedDict(
 
 @contextlib.contextmanager
 def _adam_with_schedule(schedule):
-    """``fit`` builds ``deepgp_gi.training.adam(float, variables)``; give it a schedule instead (experiment only)."""
+    """``fit`` builds ``deepgp_gi.training.adam(float, variables)``; give it a schedule instead
+    (experiment only)."""
     if schedule is None:
         yield
         return
@@ -416,8 +420,9 @@ def cmd_run(args) -> int:
                 append_line(args.out, rec)
                 print(
                     f"{dataset} {name} seed {seed}: ELBO/N {rec['elbo_per_datapoint']:.4f} "
-                    f"± {rec['elbo_se']:.4f}, noise {rec['noise_variance']:.2e}, test LL {rec['test_ll']:.3f}, "
-                    f"{rec['ms_per_step']:.1f} ms/step, {time.time() - t0:.0f} s",
+                    f"± {rec['elbo_se']:.4f}, noise {rec['noise_variance']:.2e}, test LL "
+                    f"{rec['test_ll']:.3f}, {rec['ms_per_step']:.1f} ms/step, "
+                    f"{time.time() - t0:.0f} s",
                     flush=True,
                 )
     return 0
@@ -458,17 +463,17 @@ def cmd_report(args) -> int:
     lines += [f"    {c}" for c in commands]
     lines += [
         "",
-        "Depth 2, M = 100, split 0, full batch; every variant changes one thing against the baseline, the "
-        "library's global-inducing defaults before this study (pinned with "
+        "Depth 2, M = 100, split 0, full batch; every variant changes one thing against the "
+        "baseline, the library's global-inducing defaults before this study (pinned with "
         '`positive_transform="softplus"`; '
         "`commit` in each line). ELBO/N: the final ELBO per datapoint on the "
-        "training set, each seed's estimate from independent draws with SE < 0.005; the table gives the mean "
-        "± SE over seeds, or, with one seed, that seed's Monte Carlo SE (MC) only. Δ: the mean over the "
-        "seeds the variant shares with the baseline of (variant − baseline) at the same budget. ms/step "
-        "is wall time on a shared, loaded 2-core machine: compare only roughly. Paper: O&A Table 10 "
-        "(mean ± SE over 20 splits), GI and LI. Variants of another family (local_*, mean_field) "
-        "start from that family's library defaults: their Δ vs the global baseline is not a "
-        "one-change comparison.",
+        "training set, each seed's estimate from independent draws with SE < 0.005; the table "
+        "gives the mean ± SE over seeds, or, with one seed, that seed's Monte Carlo SE (MC) only. "
+        "Δ: the mean over the seeds the variant shares with the baseline of (variant − baseline) "
+        "at the same budget. ms/step is wall time on a shared, loaded 2-core machine: compare "
+        "only roughly. Paper: O&A Table 10 (mean ± SE over 20 splits), GI and LI. Variants of "
+        "another family (local_*, mean_field) start from that family's library defaults: their Δ "
+        "vs the global baseline is not a one-change comparison.",
         "",
     ]
     for dataset in sorted({k[0] for k in groups}):
@@ -485,8 +490,8 @@ def cmd_report(args) -> int:
             lines += [
                 f"## {dataset}, {steps} steps" + (f" (paper: {', '.join(paper)})" if paper else ""),
                 "",
-                "| variant | change | ELBO/N | seeds | Δ vs baseline (same seeds) | test LL | noise var "
-                "| max ℓ (layer 1, 2) | KL/N | ms/step |",
+                "| variant | change | ELBO/N | seeds | Δ vs baseline (same seeds) | test LL | "
+                "noise var | max ℓ (layer 1, 2) | KL/N | ms/step |",
                 "|---|---|---|---|---|---|---|---|---|---|",
             ]
             variants = sorted(
@@ -511,8 +516,8 @@ def cmd_report(args) -> int:
                 lines.append(
                     f"| {v} | {what} | {mean:.3f} ± {se} | {seeds} | {delta} | "
                     f"{np.mean([r['test_ll'] for r in rs]):.3f} | "
-                    f"{np.mean([r['noise_variance'] for r in rs]):.1e} | {_max_lengthscales(rs)} | {_kl(rs)} | "
-                    f"{np.mean([r['ms_per_step'] for r in rs]):.1f} |"
+                    f"{np.mean([r['noise_variance'] for r in rs]):.1e} | {_max_lengthscales(rs)} "
+                    f"| {_kl(rs)} | {np.mean([r['ms_per_step'] for r in rs]):.1f} |"
                 )
             if len(base) > 1:
                 sd = float(np.std(list(base.values()), ddof=1))

@@ -396,19 +396,20 @@ def step_cost(step) -> StepCost:
     Walks ``step.get_concrete_function().graph`` (traced once if needed) op by op, using each
     tensor's static shape, and follows the functions called through ``PartitionedCall`` /
     ``StatefulPartitionedCall`` (nested ``tf.function`` calls and their gradients; each call
-    counted where it happens; a call whose function is not found counts as an unknown-shape op). The branches and bodies of ``If`` / ``StatelessIf`` / ``While`` /
-    ``Case`` are not walked: in this library they hold the jitter-escalation retries of
-    ``safe_cholesky``, which run only when a factorisation fails; they are counted in
-    ``not_followed``. (Traced with a GPU visible or under ``accelerator_branch()``, plain or XLA, ``safe_cholesky`` retries without
-    control flow, so its stand-in refactorisations are part of the graph and counted in full.)
+    counted where it happens; a call whose function is not found counts as an unknown-shape op). The
+    branches and bodies of ``If`` / ``StatelessIf`` / ``While`` / ``Case`` are not walked: in this
+    library they hold the jitter-escalation retries of ``safe_cholesky``, which run only when a
+    factorisation fails; they are counted in ``not_followed``. (Traced with a GPU visible or under
+    ``accelerator_branch()``, plain or XLA, ``safe_cholesky`` retries without control flow, so its
+    stand-in refactorisations are part of the graph and counted in full.)
 
     Rules per op (see :func:`_op_flops`): matmul ``2 b m n k``, Cholesky ``b n^3 / 3``, triangular
     solve ``b n^2 k``, elementwise ops one flop per output element, reductions one per input
-    element (both only on floating-point data), data movement none; traffic is the bytes of each op's inputs plus outputs (dtype
-    size times elements). Ops that only relabel a buffer (Identity, Reshape, ReadVariableOp,
-    Const, Shape, ...; :data:`FREE_OPS`) cost nothing. The counts describe the graph as traced,
-    before Grappler or XLA fuse or drop anything, so traffic is an upper bound of what a fusing
-    compiler moves.
+    element (both only on floating-point data), data movement none; traffic is the bytes of each
+    op's inputs plus outputs (dtype size times elements). Ops that only relabel a buffer (Identity,
+    Reshape, ReadVariableOp, Const, Shape, ...; :data:`FREE_OPS`) cost nothing. The counts describe
+    the graph as traced, before Grappler or XLA fuse or drop anything, so traffic is an upper bound
+    of what a fusing compiler moves.
 
     :param step: a ``tf.function`` with no arguments.
     :return: a :class:`StepCost`; ops whose shapes are unknown are counted in
@@ -472,7 +473,8 @@ class ExecutedOps(NamedTuple):
     gpu_by_type: Optional[Dict[str, float]] = None
 
     def launches(self) -> float:
-        """Kernels per step as the hardware sees them: GPU launches, else XLA CPU thunks, else ops."""
+        """Kernels per step as the hardware sees them: GPU launches, else XLA CPU thunks,
+        else ops."""
         for value in (self.gpu_kernels, self.xla_cpu_thunks):
             if value:
                 return value
@@ -662,7 +664,8 @@ def heavy_counts(by_type: Dict[str, float]) -> Dict[str, float]:
 
 # --------------------------------------------------------------------------- device, precision
 def device_name() -> str:
-    """The GPU's name (and compute capability) when one is visible, else the CPU model, "CPU only"."""
+    """The GPU's name (and compute capability) when one is visible, else the CPU model,
+    "CPU only"."""
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
@@ -713,7 +716,8 @@ def _parse_name(name: str) -> Tuple[Optional[str], str]:
 
 
 def makers_for(X, Y, depth: int, M: int, names: List[str]) -> Dict[str, Callable]:
-    """``{row name: () -> compiled step}`` for the rows ``names`` on data ``X [N, D]``, ``Y [N, 1]``."""
+    """``{row name: () -> compiled step}`` for the rows ``names`` on data ``X [N, D]``,
+    ``Y [N, 1]``."""
     makers = {}
     for name in names:
         family, mode = _parse_name(name)
@@ -796,7 +800,8 @@ def build_steps(makers: Dict[str, Callable]) -> Tuple[Dict[str, Callable], Dict[
 
 
 def measure(step, ms_per_step: float, profile_steps: Optional[int]) -> dict:
-    """The jsonl fields of one timed step: its static cost and, if ``profile_steps``, its kernels."""
+    """The jsonl fields of one timed step: its static cost and, if ``profile_steps``,
+    its kernels."""
     cost = step_cost(step)
     out = dict(
         ms_per_step=ms_per_step,
@@ -870,7 +875,8 @@ def _elbo_check(X, Y, config: dict, family: str) -> dict:
 
 
 def _csv(kind: Callable, choices: Optional[Tuple[str, ...]] = None):
-    """An argparse type: a comma-separated list of ``kind`` values (each in ``choices`` if given)."""
+    """An argparse type: a comma-separated list of ``kind`` values (each in ``choices``
+    if given)."""
 
     def parse(text: str):
         items = [x.strip() for x in text.split(",") if x.strip()]
@@ -1066,7 +1072,10 @@ def summary_row(line: dict) -> str:
     text = f"batch {c['batch']} M {c['M']} depth {c['depth']} {c['dtype']} | {line['model']}: "
     if line.get("error"):
         return text + f"failed: {line['error']}"
-    text += f"{line['ms_per_step']:.2f} ms, {line['flops'] / 1e9:.4g} GFLOP, {line['bytes'] / 1e6:.4g} MB"
+    text += (
+        f"{line['ms_per_step']:.2f} ms, {line['flops'] / 1e9:.4g} GFLOP, "
+        f"{line['bytes'] / 1e6:.4g} MB"
+    )
     if "executed_ops" in line and line["mode"] == "plain":
         heavy = ", ".join(f"{k} {v:g}" for k, v in line["heavy_ops"].items())
         text += f", {line['executed_ops']:g} ops ({heavy})"
@@ -1143,16 +1152,17 @@ def _table(lines: List[dict], float32: bool) -> List[str]:
 
 
 LEGEND = (
-    "Median ms per compiled Adam step (ELBO + gradient + update, 1 Monte Carlo sample; kin8nm inputs tiled to the "
-    "batch size, inner width 8), models alternated round by round in one process. `/ GPflux`: the time over GPflux "
-    "DSVI's in the same mode (plain or XLA). GFLOP and traffic: one step's floating-point operations and the bytes "
-    "read plus written by every op, from the traced graph's static shapes before fusion (`step_cost`; the "
-    "jitter retries behind a `tf.cond` are not counted, the branch-free ones of a GPU step are). ops/step and the "
-    "op columns: TensorFlow kernels executed per step, from a profiler trace (`--profile`; `_Mkl` variants "
-    "included; an XLA step runs as one function op, and on a GPU the host's trace holds the function call, not the "
-    "ops behind its kernels: –). kernels/step: kernel launches on the GPU when one ran the "
-    "step, XLA's executed thunks for an XLA step on a CPU, else the executed ops; MFLOP/kernel: the step's flops "
-    "over them (work per launch)."
+    "Median ms per compiled Adam step (ELBO + gradient + update, 1 Monte Carlo sample; kin8nm "
+    "inputs tiled to the batch size, inner width 8), models alternated round by round in one "
+    "process. `/ GPflux`: the time over GPflux DSVI's in the same mode (plain or XLA). GFLOP and "
+    "traffic: one step's floating-point operations and the bytes read plus written by every op, "
+    "from the traced graph's static shapes before fusion (`step_cost`; the jitter retries behind "
+    "a `tf.cond` are not counted, the branch-free ones of a GPU step are). ops/step and the op "
+    "columns: TensorFlow kernels executed per step, from a profiler trace (`--profile`; `_Mkl` "
+    "variants included; an XLA step runs as one function op, and on a GPU the host's trace holds "
+    "the function call, not the ops behind its kernels: –). kernels/step: kernel launches on the "
+    "GPU when one ran the step, XLA's executed thunks for an XLA step on a CPU, else the executed "
+    "ops; MFLOP/kernel: the step's flops over them (work per launch)."
 )
 
 
@@ -1169,8 +1179,8 @@ def _gpu_kernel_sources(lines: List[dict]) -> List[str]:
     out = [
         "## GPU kernels by the op that launched them",
         "",
-        f"Per step, the {TOP_GPU_OPS} TensorFlow op types whose kernels were launched most (the `tf_op` of each "
-        "kernel in the trace; `(no op)`: a kernel tied to none).",
+        f"Per step, the {TOP_GPU_OPS} TensorFlow op types whose kernels were launched most (the "
+        "`tf_op` of each kernel in the trace; `(no op)`: a kernel tied to none).",
         "",
         "| batch | dtype | model | kernels/step | most launched by |",
         "|---|---|---|---|---|",
@@ -1218,7 +1228,8 @@ def write_markdown(lines: List[dict], path: str) -> None:
                     {{True: "on", False: "off"}.get(l.get("tf32"), "not recorded") for l in chosen}
                 )
                 md += [
-                    f"TensorFloat-32 matmuls (float32 on Ampere and newer GPUs; `--tf32`): {', '.join(tf32)}.",
+                    "TensorFloat-32 matmuls (float32 on Ampere and newer GPUs; `--tf32`): "
+                    f"{', '.join(tf32)}.",
                     "",
                 ]
             md += _table(chosen, dtype == "float32") + [""]

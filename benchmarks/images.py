@@ -21,8 +21,9 @@ MNIST / CIFAR-10 with the paper's settings (O&A 2021 App. O: ResNet, M = 500, ba
 Inducing weights (Ritter et al. 2021; every conv and dense layer, ``--num-inducing`` is M) on
 the digits, written to their own file with the FFG-W (factorised) reference:
 
-    nice -n 19 python benchmarks/images.py sweep --posteriors ffg_u,ensemble_u,factorised,ensemble_w \
-        --priors neal --seeds 0 --num-inducing 16 --out benchmarks/results/images/digits_inducing_weights.jsonl
+    nice -n 19 python benchmarks/images.py sweep \
+        --posteriors ffg_u,ensemble_u,factorised,ensemble_w --priors neal --seeds 0 \
+        --num-inducing 16 --out benchmarks/results/images/digits_inducing_weights.jsonl
 
 Every row records the number of variational parameters (``dg.parameter_count``).
 
@@ -69,8 +70,8 @@ def load(dataset: str, path, split: int):
 
 def evaluate(model, X, Y, num_samples: int) -> dict:
     probs = metrics.predict_class_probabilities(model, X, num_samples, chunk_size=500)
-    # log p(y | x) = log mean_s softmax(f_s)[y], the label's entry of the same predictive probabilities
-    # (predict_log_density's estimator, without a second pass over the test images)
+    # log p(y | x) = log mean_s softmax(f_s)[y], the label's entry of the same predictive
+    # probabilities (predict_log_density's estimator, without a second pass over the test images)
     labels = np.asarray(Y[:, 0], dtype=np.int64)
     lpd = np.log(np.maximum(probs[np.arange(len(labels)), labels], np.finfo(np.float64).tiny))
     return {
@@ -232,11 +233,11 @@ def sweep(args):
 
 #: Published LeNet-5 numbers on MNIST (60,000 / 10,000), printed under a report of MNIST rows.
 PUBLISHED_MNIST = (
-    "LeCun, Bottou, Bengio & Haffner (1998), *Gradient-based learning applied to document recognition*, "
-    "Proc. IEEE 86(11), Section III: LeNet-5 (a point estimate, tanh units, trained 20 passes with a "
-    "stochastic diagonal Levenberg-Marquardt method) has a test error of 0.95% (accuracy 99.05%), 0.8% "
-    "(99.2%) when trained on the images plus distorted copies. The paper reports no test log-likelihood "
-    "or calibration.",
+    "LeCun, Bottou, Bengio & Haffner (1998), *Gradient-based learning applied to document "
+    "recognition*, Proc. IEEE 86(11), Section III: LeNet-5 (a point estimate, tanh units, trained "
+    "20 passes with a stochastic diagonal Levenberg-Marquardt method) has a test error of 0.95% "
+    "(accuracy 99.05%), 0.8% (99.2%) when trained on the images plus distorted copies. The paper "
+    "reports no test log-likelihood or calibration.",
 )
 
 
@@ -300,8 +301,8 @@ def render_report(rows, results: str, out: str | None = None, plot_path: str | N
         lines += ["Sweep command(s):", ""] + [f"    {c}" for c in commands] + [""]
     lines += ["Settings:", ""] + _settings_lines(rows) + [""]
     lines += [
-        "| dataset | net | steps | prior | posterior | n | accuracy | test LL | ECE | entropy | ELBO/N | ms/step "
-        "| params |",
+        "| dataset | net | steps | prior | posterior | n | accuracy | test LL | ECE | entropy | "
+        "ELBO/N | ms/step | params |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = {p: i for i, p in enumerate(POSTERIORS + INDUCING_WEIGHTS)}
@@ -326,7 +327,8 @@ def render_report(rows, results: str, out: str | None = None, plot_path: str | N
     if plot_path:
         lines += [
             "",
-            f"![accuracy, test log-likelihood and ECE against training time]({os.path.basename(plot_path)})",
+            "![accuracy, test log-likelihood and ECE against training "
+            f"time]({os.path.basename(plot_path)})",
         ]
     return "\n".join(lines) + "\n"
 
@@ -387,8 +389,8 @@ def plot(groups: dict, path: str) -> None:
         ax.grid(alpha=0.3)
     axes[2].legend(fontsize=8, loc="upper right")
     fig.suptitle(
-        "steps annotated in the first panel; one marker per prior, one colour per posterior; training "
-        "times from the machine that ran each row (its load differed between rows)",
+        "steps annotated in the first panel; one marker per prior, one colour per posterior; "
+        "training times from the machine that ran each row (its load differed between rows)",
         fontsize=9,
     )
     fig.tight_layout()
@@ -422,7 +424,8 @@ def main(argv=None):
     s.add_argument(
         "--posterior-options",
         default=None,
-        help='JSON object of build_conv_bnn posterior options, e.g. \'{"lambda_max": 0.03, "sd_max": 0.1}\' '
+        help='JSON object of build_conv_bnn posterior options, e.g. \'{"lambda_max": 0.03, '
+        '"sd_max": 0.1}\' '
         "(part of the cell's key)",
     )
     s.add_argument(

@@ -319,8 +319,8 @@ def main(argv=None):
         else:
             r = run_vi(method, args, X, Y, grid, X_test, Y_test)
         print(
-            f"{method}: std inside {r['std_inside']:.3f}, far {r['std_far']:.3f}, test LL {r['test_ll']:.3f}, "
-            f"{r['seconds']:.1f}s",
+            f"{method}: std inside {r['std_inside']:.3f}, far {r['std_far']:.3f}, test LL "
+            f"{r['test_ll']:.3f}, {r['seconds']:.1f}s",
             flush=True,
         )
         results.append(r)
@@ -336,19 +336,23 @@ def main(argv=None):
     lines = [
         "# Inducing weights: 1-D toy (Ritter et al. 2021, App. J.1)",
         "",
-        f"Command: `{command.strip()}` (commit {code_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"one CPU thread, total {total:.0f} s).",
+        f"Command: `{command.strip()}` (commit {code_commit()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, one CPU thread, "
+        f"total {total:.0f} s).",
         "",
-        f"Data: 40 points, x ~ U(-1, 1), y = cos(4x) + N(0, {NOISE_STD}^2); 1 x {HIDDEN} tanh BNN, prior "
-        f"N(0, {PRIOR_SD:g}^2/d_in), noise variance fixed at {NOISE_STD**2:g}. VI: Adam lr {args.lr}, {args.steps} "
-        f"full-batch steps, {args.train_samples} samples/step, M = {args.num_inducing}, K = {args.num_members}; "
-        f"predictions from {args.test_samples} samples. NUTS: {args.chains} chains x {args.nuts_results} draws after "
+        f"Data: 40 points, x ~ U(-1, 1), y = cos(4x) + N(0, {NOISE_STD}^2); 1 x {HIDDEN} tanh "
+        f"BNN, prior N(0, {PRIOR_SD:g}^2/d_in), noise variance fixed at {NOISE_STD**2:g}. VI: "
+        f"Adam lr {args.lr}, {args.steps} full-batch steps, {args.train_samples} samples/step, M "
+        f"= {args.num_inducing}, K = {args.num_members}; predictions from {args.test_samples} "
+        f"samples. NUTS: {args.chains} chains x {args.nuts_results} draws after "
         f"{args.nuts_burnin} burn-in steps, max tree depth {args.max_tree_depth}.",
         "",
-        "std(f) is the predictive standard deviation of f, averaged over the grid points inside the data range "
-        "(|x| <= 1) and far from it (2 <= |x| <= 3); test LL and RMSE on 200 fresh points from the data distribution.",
+        "std(f) is the predictive standard deviation of f, averaged over the grid points inside "
+        "the data range (|x| <= 1) and far from it (2 <= |x| <= 3); test LL and RMSE on 200 fresh "
+        "points from the data distribution.",
         "",
-        "| method | std(f) inside | std(f) far | far / inside | test LL | RMSE | ELBO / point | variational params | time (s) |",
+        "| method | std(f) inside | std(f) far | far / inside | test LL | RMSE | ELBO / point | "
+        "variational params | time (s) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -356,15 +360,15 @@ def main(argv=None):
         params = "" if r["params"] is None else f"{r['params']:,}"
         lines.append(
             f"| {LABELS[r['method']]} | {r['std_inside']:.3f} | {r['std_far']:.3f} | "
-            f"{r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | {r['rmse']:.3f} | {elbo} | {params} | "
-            f"{r['seconds']:.1f} |"
+            f"{r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | {r['rmse']:.3f} | "
+            f"{elbo} | {params} | {r['seconds']:.1f} |"
         )
     nuts = [r for r in results if r["method"] == "nuts"]
     if nuts:
         lines += [
             "",
-            f"NUTS: mean acceptance probability {nuts[0]['acceptance']:.2f}, max R-hat of f at 20 test inputs "
-            f"{nuts[0]['max_rhat_test_f']:.3f}.",
+            f"NUTS: mean acceptance probability {nuts[0]['acceptance']:.2f}, max R-hat of f at 20 "
+            f"test inputs {nuts[0]['max_rhat_test_f']:.3f}.",
         ]
     models = {LABELS[r["method"]]: r["model"] for r in results if "model" in r}
     if models:
@@ -407,7 +411,10 @@ def main(argv=None):
 #: schedules depend on the run's length has one checkpoint.
 TOY_SETTINGS = {
     "defaults": dict(
-        desc="the toy's defaults: M = 16, lambda_max = sigma_max = 1, Adam 1e-2, 8 samples/step, ELBO from step 0",
+        desc=(
+            "the toy's defaults: M = 16, lambda_max = sigma_max = 1, Adam 1e-2, 8 samples/step, "
+            "ELBO from step 0"
+        ),
         methods=("ffg_u", "ensemble_u", "factorised"),
         checkpoints=(4000, 8000, 16000, 24000),
     ),
@@ -417,20 +424,26 @@ TOY_SETTINGS = {
         checkpoints=(48000, 96000),
     ),
     "cifar_caps": dict(
-        desc="Ritter's CIFAR-10 caps: lambda_max = 0.03 and sigma_max = 0.1 (FFG-U), lambda_max = 0.1 (Ensemble-U)",
+        desc=(
+            "Ritter's CIFAR-10 caps: lambda_max = 0.03 and sigma_max = 0.1 (FFG-U), lambda_max = "
+            "0.1 (Ensemble-U)"
+        ),
         methods=("ffg_u", "ensemble_u"),
         checkpoints=(4000, 24000),
         options={"ffg_u": dict(lambda_max=0.03, sd_max=0.1), "ensemble_u": dict(lambda_max=0.1)},
     ),
     "full_rank_m50": dict(
-        desc="M = 50 = the hidden width (U is 50 x 2 and 1 x 50: q(W|U) has (almost) no residual variance)",
+        desc=(
+            "M = 50 = the hidden width (U is 50 x 2 and 1 x 50: q(W|U) has (almost) no residual "
+            "variance)"
+        ),
         methods=("ffg_u", "ensemble_u"),
         checkpoints=(4000, 24000),
         num_inducing=50,
     ),
     "paper_training": dict(
-        desc="App. J's training recipe: 1 sample/step, no KL for the first third of the steps, linear KL "
-        "annealing over the next sixth, learning rate / 10 for the last third",
+        desc="App. J's training recipe: 1 sample/step, no KL for the first third of the steps, "
+        "linear KL annealing over the next sixth, learning rate / 10 for the last third",
         methods=("ffg_u", "ensemble_u", "factorised"),
         checkpoints=(24000,),
         train_samples=1,
@@ -478,8 +491,8 @@ def toy_settings_main(argv):
         done.add((row["setting"], row["method"], row["seed"], row["steps"]))
         print(
             f"{row['setting']} {row['method']} seed {row['seed']} steps {row['steps']}: ratio "
-            f"{row['std_far'] / row['std_inside']:.2f} (inside {row['std_inside']:.3f}, far {row['std_far']:.3f}), "
-            f"ELBO/N {row['elbo_per_point']}, {row['seconds']:.0f}s",
+            f"{row['std_far'] / row['std_inside']:.2f} (inside {row['std_inside']:.3f}, far "
+            f"{row['std_far']:.3f}), ELBO/N {row['elbo_per_point']}, {row['seconds']:.0f}s",
             flush=True,
         )
 
@@ -614,18 +627,20 @@ def toy_settings_report(rows, command: str) -> str:
     lines = [
         "# Inducing weights: the toy's far / inside predictive std under the paper's settings",
         "",
-        "Commands (`nice -n 19` on a shared 2-core machine; resumable: cells already in the JSON lines are "
-        "skipped; every line records its command and commit):",
+        "Commands (`nice -n 19` on a shared 2-core machine; resumable: cells already in the JSON "
+        "lines are skipped; every line records its command and commit):",
         "",
         *_commands(rows, command),
         "",
-        "Same toy as `inducing_weights.md` (data `make_data(0)`, 1 x 50 tanh, prior N(0, 4^2/d_in), noise "
-        "variance 0.01 fixed); the ratio is std(f) averaged over 2 <= |x| <= 3 divided by std(f) averaged over "
-        f"|x| <= 1, from {vi[0]['test_samples'] if vi else ''} predictive samples. One training run per (setting, "
-        "method, seed) is evaluated at each listed number of steps. Several seeds: mean [min, max] over model "
-        "seeds (n). The NUTS reference (4 chains, dual-averaging step size, max tree depth 8"
+        "Same toy as `inducing_weights.md` (data `make_data(0)`, 1 x 50 tanh, prior N(0, "
+        "4^2/d_in), noise variance 0.01 fixed); the ratio is std(f) averaged over 2 <= |x| <= 3 "
+        f"divided by std(f) averaged over |x| <= 1, from {vi[0]['test_samples'] if vi else ''} "
+        "predictive samples. One training run per (setting, method, seed) is evaluated at each "
+        "listed number of steps. Several seeds: mean [min, max] over model seeds (n). The NUTS "
+        "reference (4 chains, dual-averaging step size, max tree depth 8"
         + (
-            f", {nuts[0]['nuts_results']} draws per chain after {nuts[0]['nuts_burnin']} burn-in steps"
+            f", {nuts[0]['nuts_results']} draws per chain after {nuts[0]['nuts_burnin']} burn-in "
+            "steps"
             if nuts
             else ""
         )
@@ -655,19 +670,19 @@ def toy_settings_report(rows, command: str) -> str:
         lines.append(f"| {setting} | {steps} | " + " | ".join(cells) + f" | {nuts_ratio} |")
     lines += [
         "",
-        "All cells (std inside / far, test LL and RMSE on 200 fresh points, ELBO per point; lambda and the "
-        "median whitened sd of q(U) per layer (FFG-U), lambda per layer (both U families); Ensemble-U's 'ELBO' "
-        "has no U-term):",
+        "All cells (std inside / far, test LL and RMSE on 200 fresh points, ELBO per point; "
+        "lambda and the median whitened sd of q(U) per layer (FFG-U), lambda per layer (both U "
+        "families); Ensemble-U's 'ELBO' has no U-term):",
         "",
-        "| setting | steps | method | seed | std inside | std far | far / inside | test LL | RMSE | ELBO / point "
-        "| lambda | median sd(U) | time (s) |",
+        "| setting | steps | method | seed | std inside | std far | far / inside | test LL | "
+        "RMSE | ELBO / point | lambda | median sd(U) | time (s) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in nuts:
         lines.append(
-            f"| reference | | HMC (NUTS) | {r['seed']} | {r['std_inside']:.3f} | {r['std_far']:.3f} | "
-            f"{r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | {r['rmse']:.3f} | | | | "
-            f"{r['seconds']:.0f} |"
+            f"| reference | | HMC (NUTS) | {r['seed']} | {r['std_inside']:.3f} | "
+            f"{r['std_far']:.3f} | {r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | "
+            f"{r['rmse']:.3f} | | | | {r['seconds']:.0f} |"
         )
     for setting, steps in keys:
         for m in methods:
@@ -676,8 +691,9 @@ def toy_settings_report(rows, command: str) -> str:
                 usd = ", ".join(f"{v:.3f}" for v in r.get("u_sd_median", []))
                 lines.append(
                     f"| {setting} | {steps} | {LABELS[m]} | {r['seed']} | {r['std_inside']:.3f} | "
-                    f"{r['std_far']:.3f} | {r['std_far'] / r['std_inside']:.1f} | {r['test_ll']:.3f} | "
-                    f"{r['rmse']:.3f} | {r['elbo_per_point']:.3f} | {lam} | {usd} | {r['seconds']:.0f} |"
+                    f"{r['std_far']:.3f} | {r['std_far'] / r['std_inside']:.1f} | "
+                    f"{r['test_ll']:.3f} | {r['rmse']:.3f} | {r['elbo_per_point']:.3f} | {lam} | "
+                    f"{usd} | {r['seconds']:.0f} |"
                 )
     if nuts:
         lines += [
@@ -822,29 +838,33 @@ def digits_report(rows, out: Path, command: str) -> str:
         "# Inducing weights: classification on the bundled 8x8 digits",
         "",
         "Commands (`nice -n 19` on a shared 2-core machine; resumable: a cell already in "
-        f"`{out.with_suffix('.jsonl').name}` is skipped; each line records its own command, commit and settings):",
+        f"`{out.with_suffix('.jsonl').name}` is skipped; each line records its own command, "
+        "commit and settings):",
         "",
         *_commands(rows, command),
         "",
-        f"Data: `deepgp_gi.datasets.load_digits(split={any_row['split']})`, 1,500 training / 297 test images, "
-        "flattened to 64 inputs and standardised with the training pixels' mean and standard deviation (one "
-        f"number each). Dense {any_row['activation']} BNN, Neal prior N(0, 1/d_in), "
-        "`gpflow.likelihoods.Softmax(10)`. Adam, minibatches of "
-        f"{any_row['batch_size']}, lr {any_row['lr']}, {any_row['train_samples']} Monte Carlo sample(s) per step; "
-        "KL schedule `ritter` = no KL for the first third of the steps, linear annealing over the next sixth "
-        "(Ritter et al. App. J's 100 + 50 of 300 epochs, scaled). Ensembles: K = "
-        f"{any_row.get('num_members') or 5} members, member i trained when drawn (1/K of the steps each).",
+        f"Data: `deepgp_gi.datasets.load_digits(split={any_row['split']})`, 1,500 training / 297 "
+        "test images, flattened to 64 inputs and standardised with the training pixels' mean and "
+        f"standard deviation (one number each). Dense {any_row['activation']} BNN, Neal prior "
+        "N(0, 1/d_in), `gpflow.likelihoods.Softmax(10)`. Adam, minibatches of "
+        f"{any_row['batch_size']}, lr {any_row['lr']}, {any_row['train_samples']} Monte Carlo "
+        "sample(s) per step; KL schedule `ritter` = no KL for the first third of the steps, "
+        "linear annealing over the next sixth (Ritter et al. App. J's 100 + 50 of 300 epochs, "
+        f"scaled). Ensembles: K = {any_row.get('num_members') or 5} members, member i trained "
+        "when drawn (1/K of the steps each).",
         "",
-        f"Metrics on the test images from {any_row['test_samples']} predictive samples: accuracy and ECE (15 "
-        "equal-width bins, `expected_calibration_error` on `predict_y(X, S)[0]`) in %, test log-likelihood "
-        "(`metrics.test_log_likelihood`) and predictive entropy in nats; ELBO per training image (untempered). "
-        "For Ensemble-U the 'ELBO' has no U-term (the KL of point masses is undefined; docs/algorithms.md, "
-        "'Paper versus reference code', item 11) and for Ensemble-W it is the expected log-likelihood "
-        "alone, so those two are training objectives, "
-        "not bounds. Mean ± standard error over seeds (n); params = `dg.parameter_count(model)`; time = "
-        "training seconds on one CPU thread of a shared machine.",
+        f"Metrics on the test images from {any_row['test_samples']} predictive samples: accuracy "
+        "and ECE (15 equal-width bins, `expected_calibration_error` on `predict_y(X, S)[0]`) in "
+        "%, test log-likelihood (`metrics.test_log_likelihood`) and predictive entropy in nats; "
+        "ELBO per training image (untempered). For Ensemble-U the 'ELBO' has no U-term (the KL of "
+        "point masses is undefined; docs/algorithms.md, 'Paper versus reference code', item 11) "
+        "and for Ensemble-W it is the expected log-likelihood alone, so those two are training "
+        "objectives, not bounds. Mean ± standard error over seeds (n); params = "
+        "`dg.parameter_count(model)`; time = training seconds on one CPU thread of a shared "
+        "machine.",
         "",
-        "| hidden | steps | M | method | n | accuracy | test LL | ECE | entropy | ELBO / image | params | time (s) |",
+        "| hidden | steps | M | method | n | accuracy | test LL | ECE | entropy | ELBO / image | "
+        "params | time (s) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in sorted(groups, key=lambda k: (k[0], k[1], k[2], order.get(k[4], 9), k[3])):
@@ -856,10 +876,10 @@ def digits_report(rows, out: Path, command: str) -> str:
 
         M = g[0]["num_inducing"]
         lines.append(
-            f"| {'-'.join(map(str, key[0]))} | {key[1]} | {M if M else ''} | {DIGITS_LABELS[key[4]]} | "
-            f"{len(g)} | {cell('accuracy', 100, 1)} | {cell('test_ll')} | {cell('ece', 100, 2)} | "
-            f"{cell('entropy')} | {cell('elbo_per_image')} | {g[0]['params']:,} | "
-            f"{cell('seconds', 1, 0)} |"
+            f"| {'-'.join(map(str, key[0]))} | {key[1]} | {M if M else ''} | "
+            f"{DIGITS_LABELS[key[4]]} | {len(g)} | {cell('accuracy', 100, 1)} | {cell('test_ll')} "
+            f"| {cell('ece', 100, 2)} | {cell('entropy')} | {cell('elbo_per_image')} | "
+            f"{g[0]['params']:,} | {cell('seconds', 1, 0)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -910,9 +930,9 @@ def digits_main(argv):
             append_line(args.out, row)
             rows.append(row)
             print(
-                f"{method} seed {seed}: accuracy {row['accuracy']:.3f}, test LL {row['test_ll']:.3f}, "
-                f"ECE {row['ece']:.4f}, ELBO/N {row['elbo_per_image']:.3f}, {row['params']:,} params, "
-                f"{row['seconds']:.0f}s",
+                f"{method} seed {seed}: accuracy {row['accuracy']:.3f}, test LL "
+                f"{row['test_ll']:.3f}, ECE {row['ece']:.4f}, ELBO/N {row['elbo_per_image']:.3f}, "
+                f"{row['params']:,} params, {row['seconds']:.0f}s",
                 flush=True,
             )
     if rows:

@@ -34,10 +34,14 @@ Defaults: M = 50, batch 1,000, learning rate 0.01, 6,000 steps (6 epochs) in 6 c
 minutes of training per configuration on a 2-core CPU machine shared with other jobs (plus about a
 minute per chunk for start-up and evaluation); writing the shards takes about 5 minutes once.
 
-    nice -n 5 python benchmarks/large.py                      # run (resumable), then report
-    python benchmarks/large.py --configs mean_field_adam --steps 12000 --chunks 12   # continue one longer
-    python benchmarks/large.py report                         # the table and plot from the lines so far
-    python benchmarks/large.py --fast --work-dir /tmp/x --results /tmp/x/large.jsonl   # a quick check
+    # run (resumable), then report
+    nice -n 5 python benchmarks/large.py
+    # continue one longer
+    python benchmarks/large.py --configs mean_field_adam --steps 12000 --chunks 12
+    # the table and plot from the lines so far
+    python benchmarks/large.py report
+    # a quick check
+    python benchmarks/large.py --fast --work-dir /tmp/x --results /tmp/x/large.jsonl
 """
 
 from __future__ import annotations
@@ -81,9 +85,9 @@ NUM_PROBE = 10_000
 class RandomFeatureGP:
     """One draw ``f`` from a GP with kernel ``variance * exp(-|x - x'|^2 / (2 lengthscale^2))``,
     approximated by ``K`` random Fourier features: ``f(x) = sqrt(2 variance / K) sum_k a_k
-    cos(w_k . x / lengthscale + b_k)`` with ``a_k ~ N(0, 1)``, ``w_k ~ N(0, I)``, ``b_k ~ U(0, 2 pi)``.
-    The draw is exactly a sample of the GP whose kernel is the features' inner product, whose
-    expectation over ``(w, b)`` is the squared-exponential kernel."""
+    cos(w_k . x / lengthscale + b_k)`` with ``a_k ~ N(0, 1)``, ``w_k ~ N(0, I)``, ``b_k ~
+    U(0, 2 pi)``. The draw is exactly a sample of the GP whose kernel is the features' inner
+    product, whose expectation over ``(w, b)`` is the squared-exponential kernel."""
 
     def __init__(
         self,
@@ -103,7 +107,8 @@ class RandomFeatureGP:
         return np.sqrt(2.0 * self.variance / K) * np.cos(X @ self.W / self.lengthscale + self.b)
 
     def __call__(self, X: np.ndarray, chunk: int = 50_000) -> np.ndarray:
-        """``[N, 1]`` function values at ``X [N, D]`` (in chunks of rows, so memory stays bounded)."""
+        """``[N, 1]`` function values at ``X [N, D]`` (in chunks of rows, so memory stays
+        bounded)."""
         return np.concatenate(
             [self.features(X[i : i + chunk]) @ self.a[:, None] for i in range(0, len(X), chunk)]
             or [np.zeros((0, 1))]
@@ -136,7 +141,8 @@ class GeneratingDeepGP:
         return H
 
     def sample(self, num_rows: int, seed: int) -> tuple:
-        """``(X [N, D], Y [N, 1])``: inputs ``N(0, I)``, targets with noise, from stream ``seed``."""
+        """``(X [N, D], Y [N, 1])``: inputs ``N(0, I)``, targets with noise, from stream
+        ``seed``."""
         rng = np.random.default_rng([seed, 2])
         X = rng.normal(size=(num_rows, self.input_dim))
         return X, self.f(X) + self.noise_sd * rng.normal(size=(num_rows, 1))
@@ -231,7 +237,8 @@ def worker(cfg: dict) -> None:
     X_test, Y_test = test["X"], test["Y"]
     probe = next(iter(dg.datasets.read_shards(shards, min(N, NUM_PROBE), shuffle=False)))
     X_probe, Y_probe = probe[0].numpy(), probe[1].numpy()
-    # the builder initialises from the first rows (k-means inducing inputs, PCA mean maps); the rest streams
+    # the builder initialises from the first rows (k-means inducing inputs, PCA mean maps); the
+    # rest streams
     posterior = "global" if cfg["config"] == "global" else "mean_field"
     model = dg.build_deep_gp(
         X_probe, Y_probe, depth=2, posterior=posterior, num_inducing=cfg["M"], seed=0
@@ -248,7 +255,8 @@ def worker(cfg: dict) -> None:
         if end in done:
             start = end
             continue
-        # a fresh seeded shuffle per chunk, streamed forever; the steps already done are placeholders
+        # a fresh seeded shuffle per chunk, streamed forever; the steps already done are
+        # placeholders
         stream = dg.datasets.read_shards(
             shards, cfg["batch"], shuffle=True, seed=1 + start, repeat=True
         )
@@ -274,7 +282,8 @@ def worker(cfg: dict) -> None:
             tf.errors.InvalidArgumentError,
             dg.linalg.CholeskyError,
         ) as err:
-            # recorded for the report; the same settings replay the same steps, so a rerun fails the same way
+            # recorded for the report; the same settings replay the same steps, so a rerun fails
+            # the same way
             append_line(
                 cfg["results"],
                 dict(
@@ -347,16 +356,17 @@ def run_config(cfg: dict) -> None:
     )
     if out.returncode != 0:
         raise RuntimeError(
-            f"configuration {cfg['key']} failed (exit {out.returncode}); rerun the command to resume"
+            f"configuration {cfg['key']} failed (exit {out.returncode}); rerun the command to "
+            "resume"
         )
 
 
-# -- report -----------------------------------------------------------------------------------------
+# -- report ----------------------------------------------------------------------------------------
 
 
 def report(results: str, out_md: str, out_png: str | None, data_info: dict | None = None) -> str:
-    """The report of the lines in ``results`` (:func:`render_report`) written to ``out_md``, with the
-    plot ``out_png`` (none if None); the text is returned."""
+    """The report of the lines in ``results`` (:func:`render_report`) written to ``out_md``, with
+    the plot ``out_png`` (none if None); the text is returned."""
     lines = read_lines(results)
     if not any("step" in r for r in lines):
         raise SystemExit(f"{results} holds no results yet")
@@ -380,8 +390,8 @@ def _by_key(lines: list) -> dict:
 
 
 def render_report(records: list, data_info: dict | None = None, png_name: str | None = None) -> str:
-    """The markdown report of the result lines ``records``; ``data_info`` (:func:`ceiling_info`'s keys)
-    gives the ceiling; ``png_name``, the plot's file name, is linked at the end when given."""
+    """The markdown report of the result lines ``records``; ``data_info`` (:func:`ceiling_info`'s
+    keys) gives the ceiling; ``png_name``, the plot's file name, is linked at the end when given."""
     failures = [r for r in records if "failed_in" in r]
     rows = [r for r in records if "step" in r]
     by_key = _by_key(rows)
@@ -391,36 +401,40 @@ def render_report(records: list, data_info: dict | None = None, png_name: str | 
     lines = [
         "# A million rows to convergence: deep GPs from shards, data from a known deep GP",
         "",
-        "Command (resumable; each configuration runs in its own process, peak RSS is that process's):",
+        "Command (resumable; each configuration runs in its own process, peak RSS is that "
+        "process's):",
         "",
         *[f"    {c}" for c in commands],
         "",
-        f"Data: {first['rows']:,} training rows of `y = f2(f1(x)) + e`, `x ~ N(0, I_3)`, `e ~ N(0, {NOISE_SD}^2)`, "
-        f"`f1`, `f2` one draw each from squared-exponential GPs (variance 1, lengthscales {LAYERS[0][1]} and "
-        f"{LAYERS[1][1]}; {data_info['num_features'] if data_info else '?'} random Fourier features), streamed from "
-        f"TFRecord shards with `read_shards(shuffle=True)`; {NUM_TEST:,} test rows drawn separately. "
+        f"Data: {first['rows']:,} training rows of `y = f2(f1(x)) + e`, `x ~ N(0, I_3)`, `e ~ "
+        f"N(0, {NOISE_SD}^2)`, `f1`, `f2` one draw each from squared-exponential GPs (variance 1, "
+        f"lengthscales {LAYERS[0][1]} and {LAYERS[1][1]}; "
+        f"{data_info['num_features'] if data_info else '?'} random Fourier features), streamed "
+        f"from TFRecord shards with `read_shards(shuffle=True)`; {NUM_TEST:,} test rows drawn "
+        "separately. "
         + (
-            f"The true test log density (the generating model's own, the ceiling) is **{ceiling:.4f}** "
-            f"(± {data_info['true_test_ll_se']:.4f} standard error over the test rows; its expectation is "
-            f"`-log(0.1 sqrt(2 pi)) - 1/2 = {-math.log(NOISE_SD * math.sqrt(2 * math.pi)) - 0.5:.4f}`). "
+            "The true test log density (the generating model's own, the ceiling) is "
+            f"**{ceiling:.4f}** (± {data_info['true_test_ll_se']:.4f} standard error over the "
+            "test rows; its expectation is `-log(0.1 sqrt(2 pi)) - 1/2 = "
+            f"{-math.log(NOISE_SD * math.sqrt(2 * math.pi)) - 0.5:.4f}`). "
             if ceiling
             else ""
         )
-        + f"Model: depth-2 deep GP, M = {first['M']}, batch {first['batch']}, learning rate {first['lr']}, "
-        "one sample per step. ELBO per row: estimated on 10,000 fixed training rows with 10 samples; test LL "
-        "and RMSE with 32 samples; the gap to the ceiling is on the same test rows. Wall time is training only "
-        "(evaluations and start-up excluded; the first step of each chunk traces the step), on a 2-core CPU "
-        "machine shared with other jobs: compare "
-        "times within this file only.",
+        + f"Model: depth-2 deep GP, M = {first['M']}, batch {first['batch']}, learning rate "
+        f"{first['lr']}, one sample per step. ELBO per row: estimated on 10,000 fixed training "
+        "rows with 10 samples; test LL and RMSE with 32 samples; the gap to the ceiling is on the "
+        "same test rows. Wall time is training only (evaluations and start-up excluded; the first "
+        "step of each chunk traces the step), on a 2-core CPU machine shared with other jobs: "
+        "compare times within this file only.",
         "",
     ]
     order = sorted(by_key, key=lambda k: (CONFIGS.index(by_key[k][0]["config"]), k))
     lines += [
-        "Summary (the last chunk of each configuration; the changes over that chunk say how close to "
-        "convergence it is):",
+        "Summary (the last chunk of each configuration; the changes over that chunk say how close "
+        "to convergence it is):",
         "",
-        "| configuration | steps | train wall (s) | ELBO / row | change over last chunk | test LL | "
-        "change over last chunk | gap to ceiling | peak RSS (MB) |",
+        "| configuration | steps | train wall (s) | ELBO / row | change over last chunk | "
+        "test LL | change over last chunk | gap to ceiling | peak RSS (MB) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for key in order:
@@ -440,8 +454,8 @@ def render_report(records: list, data_info: dict | None = None, png_name: str | 
         "",
         "Every chunk:",
         "",
-        "| configuration | steps | epochs | train wall (s) | ELBO / row | test LL | gap to ceiling | test RMSE | "
-        "fitted noise sd | peak RSS (MB) |",
+        "| configuration | steps | epochs | train wall (s) | ELBO / row | test LL | "
+        "gap to ceiling | test RMSE | fitted noise sd | peak RSS (MB) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in order:
@@ -449,8 +463,9 @@ def render_report(records: list, data_info: dict | None = None, png_name: str | 
             gap = f"{ceiling - r['test_ll']:.4f}" if ceiling is not None else ""
             lines.append(
                 f"| {_label(r)} | {r['step']:,} | {r['epochs']:.2f} | "
-                f"{r['train_wall_s']:.0f} | {r['elbo_per_row']:.4f} | {r['test_ll']:.4f} ± {r['test_ll_se']:.4f} | "
-                f"{gap} | {r['test_rmse']:.4f} | {r['noise_sd_fit']:.4f} | {r['peak_rss_mb']:.0f} |"
+                f"{r['train_wall_s']:.0f} | {r['elbo_per_row']:.4f} | {r['test_ll']:.4f} ± "
+                f"{r['test_ll_se']:.4f} | {gap} | {r['test_rmse']:.4f} | {r['noise_sd_fit']:.4f} "
+                f"| {r['peak_rss_mb']:.0f} |"
             )
     if failures:
         lines += [
@@ -459,8 +474,8 @@ def render_report(records: list, data_info: dict | None = None, png_name: str | 
             "",
         ]
         lines += [
-            f"* {_label(f)}, within steps {f['failed_in'][0]:,} to {f['failed_in'][1]:,}: {f['error']}"
-            f" (command: `{f['command']}`)"
+            f"* {_label(f)}, within steps {f['failed_in'][0]:,} to {f['failed_in'][1]:,}: "
+            f"{f['error']} (command: `{f['command']}`)"
             for f in failures
         ]
     text = "\n".join(lines) + "\n"
@@ -526,7 +541,7 @@ def _plot(by_key: dict, ceiling, path: str) -> None:
     plt.close(fig)
 
 
-# -- command line -------------------------------------------------------------------------------------
+# -- command line ----------------------------------------------------------------------------------
 
 
 def main(argv=None) -> int:
@@ -584,7 +599,8 @@ def main(argv=None) -> int:
         info = make_data(args.work_dir, args.rows, args.features)
         command = "python " + " ".join(shlex.quote(a) for a in ["benchmarks/large.py"] + argv)
         for name in configs:
-            # the key leaves out --steps: a larger --steps with the same chunk length continues a finished run
+            # the key leaves out --steps: a larger --steps with the same chunk length continues a
+            # finished run
             key = f"{name}-n{args.rows}-M{args.num_inducing}-b{args.batch}-lr{args.lr:g}" + (
                 f"-g{args.natgrad_gamma:g}"
                 + ("" if args.natgrad_layers == "all" else f"-{args.natgrad_layers}")

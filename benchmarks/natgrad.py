@@ -65,10 +65,11 @@ def main(argv=None) -> int:
     lines = [
         "# Natural gradients against Adam",
         "",
-        f"Command: `{command}`. {args.dataset} split 0, depth-2 mean-field deep GP (builder defaults, "
-        f"M = 100), full batch, 1 sample per step, {args.steps} steps; Adam's learning rate 0.01 for every "
-        "variable, or natural gradients of size gamma on every layer's q(U) with Adam (0.01) on the rest. "
-        "ELBO per datapoint after training from 16 x 8 samples (± one standard error).",
+        f"Command: `{command}`. {args.dataset} split 0, depth-2 mean-field deep GP (builder "
+        f"defaults, M = 100), full batch, 1 sample per step, {args.steps} steps; Adam's learning "
+        "rate 0.01 for every variable, or natural gradients of size gamma on every layer's q(U) "
+        "with Adam (0.01) on the rest. ELBO per datapoint after training from 16 x 8 samples (± "
+        "one standard error).",
         "",
         "| optimiser | ELBO / point | test LL | ELBO trace (every tenth of the run) | wall (s) |",
         "|---|---|---|---|---|",
@@ -76,7 +77,8 @@ def main(argv=None) -> int:
     for gamma, e, se, ll, trace, wall in rows:
         name = "Adam" if gamma is None else f"natgrad {gamma:g} + Adam"
         lines.append(
-            f"| {name} | {e:.3f} ± {se:.3f} | {ll:.3f} | {', '.join(f'{t:.2f}' for t in trace)} | {wall:.0f} |"
+            f"| {name} | {e:.3f} ± {se:.3f} | {ll:.3f} | {', '.join(f'{t:.2f}' for t in trace)} | "
+            f"{wall:.0f} |"
         )
     with open(args.out, "w") as fh:
         fh.write("\n".join(lines) + "\n")

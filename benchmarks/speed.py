@@ -73,7 +73,8 @@ def sampling_and_latent_families():
     return out
 
 
-#: The section of the medium sweep's steps (benchmarks/medium.py reads it for the decision table's budgets).
+#: The section of the medium sweep's steps (benchmarks/medium.py reads it for the decision
+#: table's budgets).
 MEDIUM_STEP = "medium_step"
 #: The families the medium sweep also runs at depth 5 (the others: depths 2 and 3 only).
 MEDIUM_DEPTH_5 = ("mean_field", "global")
@@ -84,10 +85,10 @@ MEDIUM_BATCHES = (1000, 10000)
 
 
 def medium_sweep_steps(X, Y, depth):
-    """{family: maker} of ``fit``'s step for each family of the medium sweep at ``depth``, as the sweep
-    trains it (benchmarks/sweeps/medium.toml: M = 100, one Monte Carlo sample; a latent-variable model
-    with one latent dimension on the bound with K = 5 draws). Keys are benchmarks/medium.py's family
-    names (``mean_field+w1K5``: latent width 1, K = 5)."""
+    """{family: maker} of ``fit``'s step for each family of the medium sweep at ``depth``, as the
+    sweep trains it (benchmarks/sweeps/medium.toml: M = 100, one Monte Carlo sample; a
+    latent-variable model with one latent dimension on the bound with K = 5 draws). Keys are
+    benchmarks/medium.py's family names (``mean_field+w1K5``: latent width 1, K = 5)."""
 
     def build(name, **o):
         return dg.build_deep_gp(X, Y, depth=depth, posterior=name, num_inducing=100, seed=0, **o)
@@ -303,7 +304,8 @@ def sections(quick: bool):
                 makers[f"{label} K=5"] = lambda X=X, Y=Y, n=name, o=options: fit_step(
                     build(n, **o), X, Y, importance_samples=5
                 )
-                # its peer: the plain ELBO propagating as many draws per point (five Monte Carlo samples)
+                # its peer: the plain ELBO propagating as many draws per point (five Monte
+                # Carlo samples)
                 makers[f"{name} S=5"] = lambda X=X, Y=Y, n=name: fit_step(
                     build(n), X, Y, num_samples=5
                 )
@@ -502,14 +504,14 @@ def _cores(lines) -> str:
 
 def _provenance(lines):
     text = (
-        f"Command: `{lines[0]['command']}` (commit {lines[0]['commit']}, {lines[0]['rounds']} rounds x "
-        f"{lines[0]['steps_per_round']} steps)."
+        f"Command: `{lines[0]['command']}` (commit {lines[0]['commit']}, {lines[0]['rounds']} "
+        f"rounds x {lines[0]['steps_per_round']} steps)."
     )
     loads = [l["load_average"] for l in lines if "load_average" in l]
     if loads:  # the 1-minute load average as each configuration finished (os.getloadavg)
         text += (
-            f" Load average as the configurations finished: {min(loads):.1f} to {max(loads):.1f} on "
-            f"{_cores(lines)} cores."
+            f" Load average as the configurations finished: {min(loads):.1f} to {max(loads):.1f} "
+            f"on {_cores(lines)} cores."
         )
     return text
 
@@ -535,13 +537,13 @@ def write_markdown(lines: List[dict], path: str) -> str:
         f"Machine: {lines[0]['machine'] if lines else ''}, TensorFlow {versions}. "
         "Each section names the command and commit that produced it.",
         "",
-        "Median ms per compiled Adam step (ELBO + gradient + update, 1 Monte Carlo sample, float64), "
-        "models alternated round by round in one process.",
+        "Median ms per compiled Adam step (ELBO + gradient + update, 1 Monte Carlo sample, "
+        "float64), models alternated round by round in one process.",
         "",
-        "A section that gives a load average was timed under that load (the 1-minute average as each "
-        "configuration finished, `os.getloadavg`): on a loaded machine each step takes longer and only "
-        "the ratios between the models of one configuration mean anything, and those scatter between "
-        "runs.",
+        "A section that gives a load average was timed under that load (the 1-minute average as "
+        "each configuration finished, `os.getloadavg`): on a loaded machine each step takes "
+        "longer and only the ratios between the models of one configuration mean anything, and "
+        "those scatter between runs.",
         "",
     ]
     dsvi = [l for l in lines if l["section"] == "dsvi"]
@@ -563,7 +565,10 @@ def write_markdown(lines: List[dict], path: str) -> str:
             md.append(
                 f"| {l['config']['batch']} | {l['config']['depth']} | "
                 + " | ".join(f"{t.get(n, float('nan')):.1f}" for n in names)
-                + f" | {t['deepgp_gi mean_field (whiten=False)'] / ref:.2f} | {t['deepgp_gi mean_field (whiten=True)'] / ref:.2f} |"
+                + (
+                    f" | {t['deepgp_gi mean_field (whiten=False)'] / ref:.2f} | "
+                    f"{t['deepgp_gi mean_field (whiten=True)'] / ref:.2f} |"
+                )
             )
         md.append("")
     pairs = [l for l in lines if l["section"] == "star_pairs"]
@@ -573,10 +578,11 @@ def write_markdown(lines: List[dict], path: str) -> str:
             "",
             _provenance(pairs),
             "",
-            "Each round times a few steps of one model right after the other (the order alternating), so "
-            "the per-round ratio follows the load of the moment less than the medians do. The first row is "
-            "the configuration of the target (M = 100, batch 1,000, inner width 8); the others are "
-            "Lindinger et al.'s runtime study (batch 512, 5 GPs per hidden layer).",
+            "Each round times a few steps of one model right after the other (the order "
+            "alternating), so the per-round ratio follows the load of the moment less than the "
+            "medians do. The first row is the configuration of the target (M = 100, batch 1,000, "
+            "inner width 8); the others are Lindinger et al.'s runtime study (batch 512, 5 GPs "
+            "per hidden layer).",
             "",
             "| batch | M | inner width | mean_field ms | stripes_arrow ms | ratio of medians | "
             "median paired ratio | quartiles |",
@@ -586,15 +592,17 @@ def write_markdown(lines: List[dict], path: str) -> str:
             r = l["result"]
             md.append(
                 f"| {r['batch']} | {r['M']} | {r['inner_width']} | {r['median_ms_a']:.1f} | "
-                f"{r['median_ms_b']:.1f} | {r['ratio_of_medians']:.2f} | {r['median_paired_ratio']:.2f} | "
-                f"{r['paired_ratio_quartiles'][0]:.2f} to {r['paired_ratio_quartiles'][1]:.2f} |"
+                f"{r['median_ms_b']:.1f} | {r['ratio_of_medians']:.2f} | "
+                f"{r['median_paired_ratio']:.2f} | {r['paired_ratio_quartiles'][0]:.2f} to "
+                f"{r['paired_ratio_quartiles'][1]:.2f} |"
             )
         md.append("")
     star = [l for l in lines if l["section"] == "star"]
     if star:
         t = star[0]["ms_per_step"]
         md += [
-            "## STAR against mean-field and GPflux (kin8nm inputs, depth 3, M = 100, inner width 8, batch 1000)",
+            "## STAR against mean-field and GPflux (kin8nm inputs, depth 3, M = 100, inner width "
+            "8, batch 1000)",
             "",
             _provenance(star),
             "",
@@ -629,7 +637,8 @@ def write_markdown(lines: List[dict], path: str) -> str:
             "",
             "Fitted slope of log time against log M: "
             + ", ".join(
-                f"{n}: {np.polyfit(Ms, np.log([l['ms_per_step'][n] for l in structured]), 1)[0]:.2f}"
+                f"{n}: "
+                f"{np.polyfit(Ms, np.log([l['ms_per_step'][n] for l in structured]), 1)[0]:.2f}"
                 for n in names
             ),
             "",
@@ -638,17 +647,19 @@ def write_markdown(lines: List[dict], path: str) -> str:
     if sampling:
         names = list(dict.fromkeys(n for l in sampling for n in l["ms_per_step"]))
         md += [
-            "## Sampling and latent-variable families against mean-field (fit's own steps; depth 3, M = 100)",
+            "## Sampling and latent-variable families against mean-field (fit's own steps; depth "
+            "3, M = 100)",
             "",
             _provenance(sampling),
             "",
-            "Each model is timed with the step `fit` trains it with (`TrainStep`, or `SamplerStep` for a "
-            "sampling family: an SGHMC move of the chain and an Adam step on the hyperparameters); the "
-            "ratio is to mean-field's `TrainStep` in the same run; a latent-variable model (`latent X`, "
-            "one latent dimension, the ELBO with one draw of w per point unless `K=5` says five) is also "
-            "given against its plain family `X` timed beside it, and the K = 5 bound against mean-field's "
-            "ELBO with five Monte Carlo samples (`mean_field S=5`): both propagate five draws per data "
-            "point through the layers.",
+            "Each model is timed with the step `fit` trains it with (`TrainStep`, or "
+            "`SamplerStep` for a sampling family: an SGHMC move of the chain and an Adam step on "
+            "the hyperparameters); the ratio is to mean-field's `TrainStep` in the same run; a "
+            "latent-variable model (`latent X`, one latent dimension, the ELBO with one draw of w "
+            "per point unless `K=5` says five) is also given against its plain family `X` timed "
+            "beside it, and the K = 5 bound against mean-field's ELBO with five Monte Carlo "
+            "samples (`mean_field S=5`): both propagate five draws per data point through the "
+            "layers.",
             "",
             "| batch | "
             + " | ".join(names)
@@ -666,8 +677,8 @@ def write_markdown(lines: List[dict], path: str) -> str:
                 + " | ".join(f"{t.get(n, float('nan')) / t['mean_field']:.2f}" for n in names[1:])
                 + " |"
             )
-        # a latent model against its plain family; the K = 5 bound against the plain ELBO with as many
-        # draws per point (S = 5) when that was timed
+        # a latent model against its plain family; the K = 5 bound against the plain ELBO with as
+        # many draws per point (S = 5) when that was timed
         pairs = [(n, n[len("latent ") :].split(" ")[0]) for n in names if n.startswith("latent ")]
         pairs = [
             (n, f"{p} S=5" if n.endswith(" K=5") and f"{p} S=5" in names else p) for n, p in pairs
@@ -698,10 +709,11 @@ def write_markdown(lines: List[dict], path: str) -> str:
             "",
             _provenance(medium),
             "",
-            "Each family of `benchmarks/sweeps/medium.toml` timed with the step `fit` trains it with, at the "
-            "sweep's settings; `X+w1K5` is the latent-variable model (one latent dimension) on the bound with "
-            "K = 5 draws per point. `benchmarks/medium.py report` turns these into the decision table's "
-            "training times (ms per step times the steps a row ran, plus a sampling family's collection steps).",
+            "Each family of `benchmarks/sweeps/medium.toml` timed with the step `fit` trains it "
+            "with, at the sweep's settings; `X+w1K5` is the latent-variable model (one latent "
+            "dimension) on the bound with K = 5 draws per point. `benchmarks/medium.py report` "
+            "turns these into the decision table's training times (ms per step times the steps a "
+            "row ran, plus a sampling family's collection steps).",
             "",
             "| depth | " + " | ".join(names) + " |",
             "|---|" + "---|" * len(names),
@@ -719,27 +731,29 @@ def write_markdown(lines: List[dict], path: str) -> str:
         threads = {l.get("threads") for l in minibatch}
         small, large = (f"batch {b}" for b in MEDIUM_BATCHES)
         md += [
-            f"## The medium sweep's step at minibatch {MEDIUM_BATCHES[0]:,} and {MEDIUM_BATCHES[1]:,} (kin8nm "
-            f"inputs, depth 2, M = 100, "
+            f"## The medium sweep's step at minibatch {MEDIUM_BATCHES[0]:,} and "
+            f"{MEDIUM_BATCHES[1]:,} (kin8nm inputs, depth 2, M = 100, "
             f"{_threads_label(threads)})",
             "",
             _provenance(minibatch),
             "",
-            "The step `fit` trains each family with, at the sweep's minibatch and at the papers' (the "
-            "`medium-*-batch10000` groups of `benchmarks/sweeps/medium.toml`), the two alternated round by "
-            "round. The last column is the price of a pass over the data at the larger minibatch against the "
-            "smaller one: ten steps at 1,000 rows read as many rows as one at 10,000.",
+            "The step `fit` trains each family with, at the sweep's minibatch and at the papers' "
+            "(the `medium-*-batch10000` groups of `benchmarks/sweeps/medium.toml`), the two "
+            "alternated round by round. The last column is the price of a pass over the data at "
+            "the larger minibatch against the smaller one: ten steps at 1,000 rows read as many "
+            "rows as one at 10,000.",
             "",
-            f"| family | {small} | {large} | {large} / {small} | one pass at {MEDIUM_BATCHES[1]:,} / at "
-            f"{MEDIUM_BATCHES[0]:,} |",
+            f"| family | {small} | {large} | {large} / {small} | "
+            f"one pass at {MEDIUM_BATCHES[1]:,} / at {MEDIUM_BATCHES[0]:,} |",
             "|---|---|---|---|---|",
         ]
         ratio = MEDIUM_BATCHES[1] // MEDIUM_BATCHES[0]
         for l in minibatch:
             t = l["ms_per_step"]
             md.append(
-                f"| {l['config']['family']}-{l['config']['depth']} | {t[small]:.1f} | {t[large]:.1f} | "
-                f"{t[large] / t[small]:.1f} | {t[large] / (ratio * t[small]):.2f} |"
+                f"| {l['config']['family']}-{l['config']['depth']} | {t[small]:.1f} | "
+                f"{t[large]:.1f} | {t[large] / t[small]:.1f} | "
+                f"{t[large] / (ratio * t[small]):.2f} |"
             )
         md.append("")
     bnn = [l for l in lines if l["section"] == "bnn"]
@@ -762,7 +776,8 @@ def write_markdown(lines: List[dict], path: str) -> str:
             "",
             _provenance(xla),
             "",
-            "Each family's `fit` step (`TrainStep`, or `SamplerStep` for a sampling family), compiled plainly "
+            "Each family's `fit` step (`TrainStep`, or `SamplerStep` for a sampling family), "
+            "compiled plainly "
             'and with XLA; `fit(jit_compile="auto")` compiles with XLA only the families in '
             "`deepgp_gi.training.compilation.XLA_FASTER`, entered from repeated measurements "
             "(docs/performance.md).",

@@ -1,8 +1,9 @@
-"""Why did STAR's ELBO fall below mean-field's on the extrapolation splits? (issue 10, item 5)
+"""Why did STAR's ELBO fall below mean-field's on the extrapolation splits?
 
     python benchmarks/star_offdiagonal.py [--dataset concrete] [--split 0] [--steps 1500]
-        [--every 300] [--variants mean_field,plain,preconditioned] [--seed 0] [--threads 1] [--elbo-se 0.01]
-        [--out benchmarks/results/star_offdiagonal.jsonl] [--md benchmarks/results/star_offdiagonal.md]
+        [--every 300] [--variants mean_field,plain,preconditioned] [--seed 0] [--threads 1]
+        [--elbo-se 0.01] [--out benchmarks/results/star_offdiagonal.jsonl]
+        [--md benchmarks/results/star_offdiagonal.md]
 
 Fits ``build_deep_gp(X, Y, depth=3, posterior=..., num_inducing=100, seed=seed)`` on the
 extrapolation split (Lindinger et al.'s protocol, minibatch 512, Adam 0.01, one training sample) for
@@ -15,11 +16,12 @@ extrapolation split (Lindinger et al.'s protocol, minibatch 512, Adam 0.01, one 
 * ``plain_stripes`` / ``plain_arrow``: plain STAR with only the stripes / only the arrow.
 
 Every ``--every`` steps it records the ELBO per datapoint on the full training set (estimated until
-its standard error is below ``--elbo-se``), the KL per datapoint, the expected log-likelihood per datapoint
-(ELBO + KL/N) and the Frobenius norms of the stored stripe and arrow parameters. All variants share
-the seed, so they start from the same model (STAR's off-diagonal blocks start at zero, where it
-equals mean-field exactly) and see the same minibatches. One JSON line per (variant, step) is
-appended to ``--out`` (lines already there are skipped); ``--md`` gets the table, with this command.
+its standard error is below ``--elbo-se``), the KL per datapoint, the expected log-likelihood per
+datapoint (ELBO + KL/N) and the Frobenius norms of the stored stripe and arrow parameters. All
+variants share the seed, so they start from the same model (STAR's off-diagonal blocks start at
+zero, where it equals mean-field exactly) and see the same minibatches. One JSON line per
+(variant, step) is appended to ``--out`` (lines already there are skipped); ``--md`` gets the table,
+with this command.
 """
 
 from __future__ import annotations
@@ -132,10 +134,12 @@ def write_md(records, md_path, command):
         "",
         f"Regenerate: `{command}`",
         "",
-        "ELBO, KL and expected log-likelihood (ELL = ELBO + KL) per datapoint on the full training set; "
-        "norms of the stored stripe and arrow parameters. Same seed, model and minibatches for every variant.",
+        "ELBO, KL and expected log-likelihood (ELL = ELBO + KL) per datapoint on the full "
+        "training set; norms of the stored stripe and arrow parameters. Same seed, model and "
+        "minibatches for every variant.",
         "",
-        "| dataset | split | variant | step | ELBO/N | KL/N | ELL/N | stored stripes norm | stored arrow norm |",
+        "| dataset | split | variant | step | ELBO/N | KL/N | ELL/N | stored stripes norm | "
+        "stored arrow norm |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     order = list(VARIANTS)
@@ -147,8 +151,8 @@ def write_md(records, md_path, command):
 
         lines.append(
             f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {r['elbo_per_datapoint']:.3f} | "
-            f"{r['kl_per_datapoint']:.3f} | {r['ell_per_datapoint']:.3f} | {f(r['stripes_norm'])} | "
-            f"{f(r['arrow_norm'])} |"
+            f"{r['kl_per_datapoint']:.3f} | {r['ell_per_datapoint']:.3f} | {f(r['stripes_norm'])} "
+            f"| {f(r['arrow_norm'])} |"
         )
     with open(md_path, "w") as fh:
         fh.write("\n".join(lines) + "\n")

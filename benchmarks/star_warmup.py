@@ -1,38 +1,41 @@
-"""The first thousands of Adam steps of STAR against mean-field (docs/structured.md, "The first steps").
+"""The first thousands of Adam steps of STAR against mean-field (docs/structured.md, "The
+first steps").
 
     python benchmarks/star_warmup.py [--setting toy|concrete] [--steps 6000] [--every 250]
         [--variants mean_field,plain,preconditioned] [--seeds 0] [--threads 1]
         [--out benchmarks/results/star_warmup.jsonl] [--md benchmarks/results/star_warmup.md]
         [--plot benchmarks/results/star_warmup.png]
 
-Settings (``dg.build_deep_gp(..., depth=3, seed=seed)``, Adam 0.01 as ``dg.fit``, the same minibatches
-and Monte Carlo noise for every variant of a seed):
+Settings (``dg.build_deep_gp(..., depth=3, seed=seed)``, Adam 0.01 as ``dg.fit``, the same
+minibatches and Monte Carlo noise for every variant of a seed):
 
-* ``toy``: 100 points, ``X ~ N(0, I_2)``, ``y = sin(x_1) + x_2^2 / 2 + 0.05 eps`` standardised (the data of
-  ``tests/test_builders.py``, from ``numpy.random.default_rng(20261122)``), M = 16, full batch, two
-  training samples;
+* ``toy``: 100 points, ``X ~ N(0, I_2)``, ``y = sin(x_1) + x_2^2 / 2 + 0.05 eps`` standardised (the
+  data of ``tests/test_builders.py``, from ``numpy.random.default_rng(20261122)``), M = 16, full
+  batch, two training samples;
 * ``concrete``: UCI concrete, extrapolation split 0, M = 100, batch 512, one training sample (as
   ``benchmarks/star_offdiagonal.py``).
 
-Variants (:data:`VARIANTS`): ``mean_field``; ``plain`` (STAR, the off-diagonal blocks stored as the blocks
-of ``R``, ``precondition_offdiagonal=False``); ``preconditioned`` (the library's default storage);
-``preconditioned_step1`` (the preconditioned storage with Adam's full steps on its blocks,
+Variants (:data:`VARIANTS`): ``mean_field``; ``plain`` (STAR, the off-diagonal blocks stored as the
+blocks of ``R``, ``precondition_offdiagonal=False``); ``preconditioned`` (the library's default
+storage); ``preconditioned_step1`` (the preconditioned storage with Adam's full steps on its blocks,
 ``offdiagonal_step=1``: the default before the fix of the first steps, which takes ``1 / sqrt(M)``).
 
-Every ``--every`` steps one JSON line per (setting, variant, seed, step) is appended to ``--out`` (lines
-already there are skipped, so an interrupted run resumes; a line holds the command that wrote it) with,
-on the full training set and a fixed evaluation noise shared by every variant:
+Every ``--every`` steps one JSON line per (setting, variant, seed, step) is appended to ``--out``
+(lines already there are skipped, so an interrupted run resumes; a line holds the command that wrote
+it) with, on the full training set and a fixed evaluation noise shared by every variant:
 
-* ``elbo``, ``ell``, ``kl``: the ELBO, expected log-likelihood and KL, per datapoint (64 joint samples
-  for the toy, 16 for concrete);
-* ``offdiag_gain``: the ELBO per datapoint minus that of the same posterior with its stripe and arrow
-  blocks set to zero (a mean-field posterior), same noise: what the off-diagonal blocks are worth;
-* ``kl_offdiag``: ``|L_K^{-1} R_{i,j}|_F^2 / 2`` summed over the stripe and arrow blocks, per datapoint;
+* ``elbo``, ``ell``, ``kl``: the ELBO, expected log-likelihood and KL, per datapoint (64 joint
+  samples for the toy, 16 for concrete);
+* ``offdiag_gain``: the ELBO per datapoint minus that of the same posterior with its stripe and
+  arrow blocks set to zero (a mean-field posterior), same noise: what the off-diagonal blocks are
+  worth;
+* ``kl_offdiag``: ``|L_K^{-1} R_{i,j}|_F^2 / 2`` summed over the stripe and arrow blocks,
+  per datapoint;
 * ``arrow_R_rms``, ``stripes_R_rms``: the root-mean-square entry of those blocks of ``R``;
   ``arrow_white_rms``: of ``L_K^{-1} R_{i,j}``; ``diag_hidden_rms``, ``diag_out_rms``: of the lower
   triangles of the diagonal blocks;
-* ``arrow_step_R``, ``arrow_step_white``: the root-mean-square change of an arrow entry of ``R`` (and of
-  ``L_K^{-1} R``) in the last Adam step of the interval;
+* ``arrow_step_R``, ``arrow_step_white``: the root-mean-square change of an arrow entry of ``R``
+  (and of ``L_K^{-1} R``) in the last Adam step of the interval;
 * ``whiten``, ``likelihood_variance``, ``wall_s``.
 
 ``--md`` gets a table (ELBO per datapoint at every 1,000 steps, averaged over the seeds) with the
@@ -225,7 +228,8 @@ def run(args, setting, variant, seed, done, command):
         if _key(rec) not in done:
             append_line(args.out, rec)
         print(
-            f"{setting} {variant} seed {seed} step {t}: ELBO/N {rec['elbo']:.3f} KL/N {rec['kl']:.3f}"
+            f"{setting} {variant} seed {seed} step {t}: ELBO/N {rec['elbo']:.3f} KL/N "
+            f"{rec['kl']:.3f}"
             + (f" off-diagonal gain {rec['offdiag_gain']:+.3f}" if "offdiag_gain" in rec else ""),
             flush=True,
         )
@@ -251,14 +255,16 @@ def write_md(records, path):
     lines = [
         "# STAR's first steps against mean-field (depth 3, Adam 0.01)",
         "",
-        "Regenerate (the commands that wrote the lines; `--report-only` rewrites this file and the plot):",
+        "Regenerate (the commands that wrote the lines; `--report-only` rewrites this file and "
+        "the plot):",
         "",
     ]
     lines += [f"    {c}" for c in commands] + [""]
     lines += [
-        "ELBO per datapoint on the full training set (fixed evaluation noise), averaged over the seeds "
-        "(their number in brackets); every variant of a seed starts from the same model and sees the same "
-        "minibatches and training noise. `benchmarks/star_warmup.py` describes the settings.",
+        "ELBO per datapoint on the full training set (fixed evaluation noise), averaged over the "
+        "seeds (their number in brackets); every variant of a seed starts from the same model and "
+        "sees the same minibatches and training noise. `benchmarks/star_warmup.py` describes the "
+        "settings.",
         "",
     ]
     for setting in SETTINGS:
@@ -283,11 +289,11 @@ def write_md(records, path):
             )
         lines += [
             "",
-            "Diagnostics (means over the seeds; per datapoint; rms = root-mean-square entry; the arrow's "
-            "step is its change in the interval's last Adam step):",
+            "Diagnostics (means over the seeds; per datapoint; rms = root-mean-square entry; the "
+            "arrow's step is its change in the interval's last Adam step):",
             "",
-            "| variant | step | ELL/N | KL/N | off-diagonal gain | off-diagonal KL/N | arrow rms, R | "
-            "arrow rms, L_K^-1 R | arrow step, R | arrow step, L_K^-1 R |",
+            "| variant | step | ELL/N | KL/N | off-diagonal gain | off-diagonal KL/N | "
+            "arrow rms, R | arrow rms, L_K^-1 R | arrow step, R | arrow step, L_K^-1 R |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         keys = (

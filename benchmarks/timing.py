@@ -80,7 +80,8 @@ def model_step(model, X, Y, jit_compile=False):
         return value
 
     step = compiled_step(loss, model.trainable_variables, jit_compile=jit_compile)
-    # read between timed rounds, never inside them (CholeskyError, a tf.errors.OpError, if a step failed)
+    # read between timed rounds, never inside them (CholeskyError, a tf.errors.OpError, if a
+    # step failed)
     step.raise_if_failed = lambda: dg.linalg.raise_if_failed(
         failure.numpy(), context="benchmark step"
     )
