@@ -2,8 +2,8 @@
 every table -- deep GP, dense BNN, convolutional BNN, and a Softmax likelihood -- trained for a few
 Adam steps under a MirroredStrategy over 2 logical CPU devices and on one device, from the same
 initial values and seed. ``fit(..., strategy=s)`` is called outside ``with s.scope():`` (only the
-model is built inside), as the README shows. Prints one JSON line per family; tests/test_distributed.py
-asserts on them."""
+model is built inside), as the README shows. Prints one JSON line per family;
+tests/test_distributed.py asserts on them."""
 
 import json
 import os

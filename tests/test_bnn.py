@@ -30,7 +30,8 @@ def _adam(model, data, steps, num_samples=1):
         step(tf.constant(i, tf.int64))
 
 
-@pytest.mark.slow  # 100 Adam steps per family: `make test-all` (each family's oracles run in make test)
+# 100 Adam steps per family: `make test-all` (each family's oracles run in make test)
+@pytest.mark.slow
 @pytest.mark.parametrize("posterior", BNN_POSTERIORS)
 def test_O14_true_evidence_bounds_elbo(posterior):
     data = deep_linear(num_train=100, num_test=1, input_dim=5, noise_variance=0.1, seed=1)

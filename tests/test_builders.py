@@ -84,7 +84,8 @@ def test_global_inducing_takes_inducing_inputs_from_data(rng):
 
 
 def _positive_parameters(model):
-    """``{name: Parameter}`` of the kernels' variances and lengthscales and the likelihood's variance."""
+    """``{name: Parameter}`` of the kernels' variances and lengthscales and the likelihood's
+    variance."""
     out = {"likelihood.variance": model.likelihood.variance}
     for l, layer in enumerate(model.layers):
         kernels = layer.kernel.kernels if hasattr(layer.kernel, "kernels") else [layer.kernel]

@@ -17,7 +17,8 @@ TF_LOG = re.compile(r"^[IWEF]\d{4} |cuInit|oneDNN|cudart_stub|absl::InitializeLo
 
 
 def _command():
-    """The installed ``deepgp-gi`` script beside this interpreter, else ``python -m deepgp_gi.cli``."""
+    """The installed ``deepgp-gi`` script beside this interpreter, else
+    ``python -m deepgp_gi.cli``."""
     script = os.path.join(os.path.dirname(sys.executable), "deepgp-gi")
     return [script] if os.path.exists(script) else [sys.executable, "-m", "deepgp_gi.cli"]
 
@@ -44,8 +45,8 @@ def test_help_prints_nothing_on_stderr_and_does_not_import_tensorflow():
     assert out.returncode == 0 and "usage: deepgp-gi" in out.stdout and "--verbose" in out.stdout
     assert out.stderr == ""
     probe = (
-        "import sys\nfrom deepgp_gi import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "import deepgp_gi\nprint('tensorflow' in sys.modules)"
+        "import sys\nfrom deepgp_gi import cli\ntry:\n    cli.main(['--help'])\nexcept "
+        "SystemExit:\n    pass\nimport deepgp_gi\nprint('tensorflow' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe],
@@ -88,8 +89,8 @@ def test_a_uci_job_prints_no_tensorflow_logs(tmp_path):
 @pytest.mark.slow  # fresh processes that import TensorFlow: `make test-all`
 def test_verbose_and_a_users_level_leave_tensorflow_logging_alone():
     probe = (
-        "import os, sys\nfrom deepgp_gi import cli\ncli._import_tensorflow(verbose=sys.argv[1] == 'v')\n"
-        "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"
+        "import os, sys\nfrom deepgp_gi import cli\ncli._import_tensorflow(verbose=sys.argv[1] == "
+        "'v')\nprint(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"
     )
     for flag, env, level in (
         ("v", _clean_env(), "None"),

@@ -213,8 +213,9 @@ def _row_set(A):
 
 @pytest.mark.parametrize("name, split", [("boston", 0), ("yacht", 3), ("wine", 19)])
 def test_a_validation_split_holds_out_ten_percent_of_the_training_rows(name, split):
-    """``validation=0.1``: the training rows fall into the fitted rows and round(0.1 N) held-out rows,
-    disjoint; the test rows are those of the plain split; the statistics are the fitted rows'."""
+    """``validation=0.1``: the training rows fall into the fitted rows and round(0.1 N) held-out
+    rows, disjoint; the test rows are those of the plain split; the statistics are the
+    fitted rows'."""
     from deepgp_gi.datasets.uci import UCIValidationSplit
 
     plain = load_uci(name, split)

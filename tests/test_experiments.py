@@ -1,5 +1,5 @@
-"""deepgp_gi.metrics.estimate_elbo: evaluating the rows in chunks estimates the same ELBO; the record of
-deepgp_gi.uci_protocol.run_split; the library stands without the benchmarks."""
+"""deepgp_gi.metrics.estimate_elbo: evaluating the rows in chunks estimates the same ELBO; the
+record of deepgp_gi.uci_protocol.run_split; the library stands without the benchmarks."""
 
 import numpy as np
 import pytest

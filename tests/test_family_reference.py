@@ -1,4 +1,5 @@
-"""Every family's ELBO on fixed noise equals the recorded value to 1e-10 (tests/family_reference.py)."""
+"""Every family's ELBO on fixed noise equals the recorded value to 1e-10
+(tests/family_reference.py)."""
 
 import json
 

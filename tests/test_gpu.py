@@ -38,7 +38,8 @@ def _build(kind: str, posterior: str, X, Y):
 
 
 def _elbo_on(device: str, model, X, Y, num_samples: int = 2) -> tf.Tensor:
-    """The ELBO with ``num_samples`` draws of ``SeededNoise(NOISE_SEED)``, every op on ``device``."""
+    """The ELBO with ``num_samples`` draws of ``SeededNoise(NOISE_SEED)``, every op on
+    ``device``."""
     with tf.device(device):
         data = (tf.constant(X), tf.constant(Y))
         return model.elbo(data, num_samples, seed=dg.noise.SeededNoise(NOISE_SEED))

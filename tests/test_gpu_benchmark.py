@@ -52,7 +52,8 @@ def test_tiny_grid_end_to_end(tmp_path):
             assert l["heavy_ops"]["Cholesky"] == (1 if l["family"] == "mean_field" else 2)
             assert l["heavy_ops"]["TriSolve"] >= 2
             assert l["heavy_ops"]["MatMul"] >= 2
-    # an XLA step does the same arithmetic as its plain twin, up to safe_cholesky's branch-free retries
+    # an XLA step does the same arithmetic as its plain twin, up to safe_cholesky's
+    # branch-free retries
     by_name = {l["model"]: l for l in lines}
     if HAS_GPFLUX:
         assert by_name["gpflux DSVI (XLA)"]["flops"] == by_name["gpflux DSVI"]["flops"]

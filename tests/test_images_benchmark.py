@@ -69,7 +69,8 @@ def test_mnist_mode_reads_local_files(tmp_path, monkeypatch):
         images.main(
             ["sweep", "--dataset", "cifar10", "--out", str(tmp_path / "x.jsonl")]
         )  # --path required
-    # MNIST without --path reads what tools/fetch_mnist.py wrote, and names that command when nothing is there
+    # MNIST without --path reads what tools/fetch_mnist.py wrote, and names that command when
+    # nothing is there
     monkeypatch.setenv("DEEPGP_GI_DATA", str(tmp_path / "empty"))
     with pytest.raises(FileNotFoundError, match="python tools/fetch_mnist.py"):
         images.load("mnist", None, 0)

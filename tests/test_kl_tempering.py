@@ -73,7 +73,8 @@ def test_schedule_constructors_check_their_arguments():
 
 # ----------------------------------------------------------------------------- the objective
 def _oracle_terms(model, X_b, Y_b, num_samples, noise):
-    """ell [S] (rescaled by N / batch) and kl [S] built from propagate and the likelihood directly."""
+    """ell [S] (rescaled by N / batch) and kl [S] built from propagate and the likelihood
+    directly."""
     prop = model.posterior.propagate(tf.constant(X_b), num_samples, noise)
     ell = tf.reduce_sum(
         expected_log_likelihood(
@@ -251,16 +252,16 @@ def test_paper_schedule_on_a_dataset_uses_its_length(rng):
         dg.fit(model, finite.repeat(), steps=2, seed=0, progress=False, kl_schedule="paper")
 
 
-# A tempered fit under XLA equals the plain one: tests/test_training.py, test_xla_step_matches_plain_step
-# case "bnn-global-tempered".
+# A tempered fit under XLA equals the plain one: tests/test_training.py,
+# test_xla_step_matches_plain_step case "bnn-global-tempered".
 
 
 @pytest.mark.parametrize("beta", [0.5, 0.25])
 def test_natural_gradient_step_of_size_one_over_beta_reaches_the_tempered_optimum(rng, beta):
     """One layer, Gaussian likelihood, hyperparameters fixed: ell - beta * KL = beta * (ELBO with
-    noise beta * sigma^2 + N c), c = log(2 pi beta sigma^2) / 2 - log(2 pi sigma^2) / (2 beta), whose
-    maximum is SGPR's bound with noise beta * sigma^2. The tempered natural gradient's fixed point
-    is that maximiser, and a step of gamma = 1 / beta reaches it from anywhere."""
+    noise beta * sigma^2 + N c), c = log(2 pi beta sigma^2) / 2 - log(2 pi sigma^2) / (2 beta),
+    whose maximum is SGPR's bound with noise beta * sigma^2. The tempered natural gradient's fixed
+    point is that maximiser, and a step of gamma = 1 / beta reaches it from anywhere."""
     X = rng.normal(size=(30, 2))
     Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(30, 1))
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=7, seed=0)

@@ -14,7 +14,8 @@ from benchmarks import large
 
 
 def test_random_feature_layer_has_the_squared_exponential_covariance():
-    # E[f(x) f(x')] over draws of (w, b, a) is exactly variance * exp(-|x - x'|^2 / (2 lengthscale^2))
+    # E[f(x) f(x')] over draws of (w, b, a) is exactly variance * exp(-|x - x'|^2 /
+    # (2 lengthscale^2))
     X = np.array([[0.0, 0.0], [0.5, -0.3], [1.5, 1.0]])
     variance, lengthscale, draws = 1.7, 0.8, 4000
     rng = np.random.default_rng(3)
@@ -24,7 +25,8 @@ def test_random_feature_layer_has_the_squared_exponential_covariance():
     empirical = F.T @ F / draws
     sq = np.sum((X[:, None] - X[None]) ** 2, -1)
     exact = variance * np.exp(-sq / (2 * lengthscale**2))
-    # Monte Carlo standard error of a product of two unit-variance-scale Gaussians: <= variance * sqrt(2 / draws)
+    # Monte Carlo standard error of a product of two unit-variance-scale Gaussians: <= variance *
+    # sqrt(2 / draws)
     np.testing.assert_allclose(empirical, exact, atol=5 * variance * math.sqrt(2 / draws))
 
 
@@ -82,7 +84,8 @@ def test_fast_run_resumes_and_reports(tmp_path):
         "| global inducing, Adam | 20 | 1.33 |" in text
         and (tmp_path / "large.png").stat().st_size > 0
     )
-    # a larger --steps with the same chunk length continues from the last checkpoint: one more chunk each
+    # a larger --steps with the same chunk length continues from the last checkpoint: one
+    # more chunk each
     assert (
         large.main(args + ["--steps", "30", "--chunks", "3", "--configs", "mean_field_adam"]) == 0
     )

@@ -269,10 +269,10 @@ def _with_min_eigenvalue(rng, n, lowest):
 
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 def test_accelerator_ladder_keeps_each_members_first_working_jitter(rng, jit_compile):
-    """The branch-free ladder a GPU step runs, plain or XLA (``compiled_ladder(6) = [0, 3, 5]``: relative
-    jitters 1e-8, 1e-5, 1e-3), batched into one factorisation: every member gets the smallest
-    jitter of the ladder that makes it positive definite, a member that needs none gets none, and
-    a member no jitter repairs is reported."""
+    """The branch-free ladder a GPU step runs, plain or XLA (``compiled_ladder(6) = [0, 3, 5]``:
+    relative jitters 1e-8, 1e-5, 1e-3), batched into one factorisation: every member gets the
+    smallest jitter of the ladder that makes it positive definite, a member that needs none gets
+    none, and a member no jitter repairs is reported."""
     n = 6
     members = [
         _with_min_eigenvalue(rng, n, 0.5),  # fine as it is

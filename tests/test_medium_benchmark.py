@@ -1,4 +1,5 @@
-"""benchmarks/medium.py: the decision table and the per-data-set tables from synthetic result rows."""
+"""benchmarks/medium.py: the decision table and the per-data-set tables from synthetic
+result rows."""
 
 import pytest
 
@@ -77,8 +78,8 @@ def test_the_dataset_table_states_the_gap_to_the_best_published_number():
     ]
     text = "\n".join(medium.render_dataset("kin8nm", rows, published))
     assert (
-        "Best published: Rossi BSGP 1.43 (80/20); our best so far (picked on test data): global-2 1.36 "
-        "(0.07 below)."
+        "Best published: Rossi BSGP 1.43 (80/20); our best so far (picked on test data): global-2 "
+        "1.36 (0.07 below)."
     ) in text
     assert "| global | 2 | 3 | 20,000 | 1000 | 1.36 ± 0.01 | — | — |" in text
 
@@ -119,8 +120,8 @@ def test_a_latent_variable_model_is_its_own_family_in_the_decision_table():
         _row("power", "mean_field", 2, -2.70, 0.01, 10, 90),
     ]
     line = [line for line in medium.decision_table(rows) if "| any |" in line][0]
-    # the latent model wins kin8nm's test LL, the plain one power's (the tie goes to the cheaper plain
-    # model) and both ELBOs; their costs stay apart
+    # the latent model wins kin8nm's test LL, the plain one power's (the tie goes to the cheaper
+    # plain model) and both ELBOs; their costs stay apart
     assert "| mean_field (1 / 2) | mean_field (2 / 2) |" in line
     assert "mean_field 90" in line and "| mean_field, mean_field+w1K5 |" in line
     assert medium._label(latent) == "mean_field-2+w1K5"
@@ -171,12 +172,12 @@ def test_the_best_row_table_takes_our_best_mean_and_the_best_published_number():
     )
     lines = medium.best_against_published(rows, published)
     assert (
-        "| kin8nm | picked on test data | global-3 | 1.50 (1 split) | 1 | Rossi BSGP 1.43 | 80/20 | at or above | "
-        "sghmc-2 1.45 ± 0.01 (3) | at or above |"
+        "| kin8nm | picked on test data | global-3 | 1.50 (1 split) | 1 | Rossi BSGP 1.43 | "
+        "80/20 | at or above | sghmc-2 1.45 ± 0.01 (3) | at or above |"
     ) in lines
     assert (
-        "| power | picked on test data | mean_field-2 | -2.80 ± 0.01 | 3 | Lindinger SGHMC-3 -2.65 | random 90/10 | "
-        "-0.15 | mean_field-2 -2.80 ± 0.01 (3) | -0.15 |"
+        "| power | picked on test data | mean_field-2 | -2.80 ± 0.01 | 3 | "
+        "Lindinger SGHMC-3 -2.65 | random 90/10 | -0.15 | mean_field-2 -2.80 ± 0.01 (3) | -0.15 |"
     ) in lines
     rows = [dict(r, splits=[0, 1]) for r in rows if r["dataset"] == "power"]
     assert medium.best_against_published(rows, published)[-1].endswith("| -0.15 | — | — |")
@@ -269,7 +270,8 @@ def test_a_medium_row_with_other_inducing_points_is_its_own_family_with_an_untim
     assert "| sghmc (M = 128) | 3 | 3 |" in text and "| sghmc | 3 | 3 |" in text
     lines = medium.decision_table(rows)
     assert "sghmc+M128 (1 / 1)" in [line for line in lines if "| any |" in line][0]
-    # its recorded 20 min would fit 30 min, but a recorded time is not the timed machine's: no budget
+    # its recorded 20 min would fit 30 min, but a recorded time is not the timed
+    # machine's: no budget
     assert "| sghmc (1 / 1) |" in [line for line in lines if "≤ 30 min" in line][0]
     assert "sghmc+M128" not in [line for line in lines if "≤ 30 min" in line][0]
 
@@ -358,9 +360,11 @@ def test_the_groups_still_to_run_name_the_runs_they_lack(tmp_path):
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(
         '[defaults]\nmodel = "gp"\nsteps = 20000\n\n'
-        '[[group]]\nname = "first"\ndatasets = ["kin8nm", "power"]\nposteriors = ["mean_field"]\ndepths = [2]\nsplits = [0]\n\n'
-        '[[group]]\nname = "second"\ndatasets = ["kin8nm"]\nposteriors = ["mean_field", "global"]\ndepths = [2]\nsplits = [0, 1]\n\n'
-        '[[group]]\nname = "later"\ndatasets = ["naval"]\nposteriors = ["sghmc"]\ndepths = [2]\nsplits = [0]\npending = "not yet"\n'
+        '[[group]]\nname = "first"\ndatasets = ["kin8nm", "power"]\nposteriors = '
+        '["mean_field"]\ndepths = [2]\nsplits = [0]\n\n[[group]]\nname = "second"\ndatasets = '
+        '["kin8nm"]\nposteriors = ["mean_field", "global"]\ndepths = [2]\nsplits = [0, '
+        '1]\n\n[[group]]\nname = "later"\ndatasets = ["naval"]\nposteriors = ["sghmc"]\ndepths = '
+        '[2]\nsplits = [0]\npending = "not yet"\n'
     )
     tasks = uci.load_sweep(str(sweep))
     # the first group's kin8nm run and the second group's global split 1 are done
@@ -386,13 +390,15 @@ def test_the_groups_still_to_run_say_how_long_they_take_at_the_timed_steps(tmp_p
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(
         '[defaults]\nmodel = "gp"\nsteps = 20000\n\n'
-        '[[group]]\nname = "plain"\ndatasets = ["kin8nm", "power"]\nposteriors = ["global"]\ndepths = [2]\nsplits = [0]\n\n'
-        '[[group]]\nname = "sampled"\ndatasets = ["kin8nm"]\nposteriors = ["sghmc"]\ndepths = [2]\nsplits = [0]\n\n'
-        '[[group]]\nname = "untimed"\ndatasets = ["kin8nm"]\nposteriors = ["global"]\ndepths = [5]\nsplits = [0]\n'
+        '[[group]]\nname = "plain"\ndatasets = ["kin8nm", "power"]\nposteriors = '
+        '["global"]\ndepths = [2]\nsplits = [0]\n\n[[group]]\nname = "sampled"\ndatasets = '
+        '["kin8nm"]\nposteriors = ["sghmc"]\ndepths = [2]\nsplits = [0]\n\n[[group]]\nname = '
+        '"untimed"\ndatasets = ["kin8nm"]\nposteriors = ["global"]\ndepths = [5]\nsplits = [0]\n'
     )
     costs = {("global", 2): 90.0, ("sghmc", 2): 144.0}
     lines = medium.groups_to_run(str(sweep), [], costs)
-    # 2 runs x 20,000 steps x 90 ms = 1 h; SGHMC adds its 100 x 50 collection steps: 25,000 x 144 ms = 1 h
+    # 2 runs x 20,000 steps x 90 ms = 1 h; SGHMC adds its 100 x 50 collection steps: 25,000 x
+    # 144 ms = 1 h
     assert lines[0].startswith(
         "- `plain`: 0 of 2 runs done (about 1.0 h of one core at the timed steps); to run:"
     )
@@ -473,12 +479,14 @@ def test_the_budget_is_the_timed_step_times_the_steps_not_the_recorded_wall_time
     assert not big["cost_timed"] and big["cost_time_s"] == 120.0 and big["cost_ms_per_step"] == 100
     assert not small["cost_timed"] and small["cost_time_s"] == 180.0
     lines = medium.decision_table(rows)
-    # 240 s of timed steps: mean-field is within 5 (and 10) minutes though its run took an hour beside
-    # other work; the 5-minute budget admits the same rows as the 10-minute one and is left out
+    # 240 s of timed steps: mean-field is within 5 (and 10) minutes though its run took an hour
+    # beside other work; the 5-minute budget admits the same rows as the 10-minute one
+    # and is left out
     assert not [line for line in lines if line.startswith("| medium") and "≤ 5 min" in line]
     under_10 = [line for line in lines if line.startswith("| medium") and "≤ 10 min" in line][0]
     assert "| mean_field (1 / 1) |" in under_10 and "mean_field 12" in under_10
-    # its recorded 2 minutes are of whatever machine and load it ran on: it counts only without a budget
+    # its recorded 2 minutes are of whatever machine and load it ran on: it counts only
+    # without a budget
     assert (
         "global+b10000" not in under_10
         and "global+b10000" in [line for line in lines if "| any |" in line][0]
@@ -591,11 +599,13 @@ def test_the_same_passes_table_pairs_a_larger_minibatch_with_more_steps():
     assert costs == {("global", 2, 1000): 10.0, ("global", 2, 10000): 45.0}
     lines = medium.same_passes([many, big, other], costs)
     rows = [line for line in lines if line.startswith("| protein")]
-    # 5,000 passes each; within 0.01 of -1.076 (-1.086) at step 100,000 (2,500 passes, 100,000 x 10 ms
-    # = 17 min) and at step 15,000 (3,750 passes, 15,000 x 45 ms = 11 min)
+    # 5,000 passes each; within 0.01 of -1.076 (-1.086) at step 100,000 (2,500 passes, 100,000 x 10
+    # ms = 17 min) and at step 15,000 (3,750 passes, 15,000 x 45 ms = 11 min)
     assert rows == [
-        "| protein | global-2 | 0 | 1,000 | 200,000 | 5,000 | -2.84 | -1.076 | 10.0 | 33 min | 2,500 | 17 min |",
-        "| protein | global-2 | 0 | 10,000 | 20,000 | 5,000 | -2.84 | -1.075 | 45.0 | 15 min | 3,750 | 11 min |",
+        "| protein | global-2 | 0 | 1,000 | 200,000 | 5,000 | -2.84 | -1.076 | 10.0 | 33 min | "
+        "2,500 | 17 min |",
+        "| protein | global-2 | 0 | 10,000 | 20,000 | 5,000 | -2.84 | -1.075 | 45.0 | 15 min | "
+        "3,750 | 11 min |",
     ]
     untimed = medium.same_passes([many, big], {})
     assert (
@@ -611,7 +621,8 @@ def test_the_minibatch_costs_come_from_the_section_speed_writes():
 
 
 def _vline(dataset, posterior, split, valid_ll, test_ll, depth=2):
-    """A result line trained with a validation split, as the sweep writes it (the keys the rule reads)."""
+    """A result line trained with a validation split, as the sweep writes it (the keys the
+    rule reads)."""
     return dict(
         model="gp",
         dataset=dataset,
@@ -640,8 +651,9 @@ def _vline(dataset, posterior, split, valid_ll, test_ll, depth=2):
 def test_the_best_row_table_adds_the_choice_on_validation_data():
     """A data set with validation lines gets a second row: the configuration with the best mean
     validation LL on splits 0-2 (not the best test LL), its test LL over all its splits, and its gap
-    to the best published number of the same protocol (random 90/10: not Rossi's 80/20 BSGP). A small
-    set appears only once it has validation lines; a validation row is never the test-picked one."""
+    to the best published number of the same protocol (random 90/10: not Rossi's 80/20 BSGP). A
+    small set appears only once it has validation lines; a validation row is never the
+    test-picked one."""
     published = [
         dict(
             dataset="kin8nm",
@@ -683,12 +695,12 @@ def test_the_best_row_table_adds_the_choice_on_validation_data():
     lines = medium.best_against_published(rows, published, records)
     assert lines[2].startswith("| kin8nm | picked on test data | global-2 | 1.36 ± 0.01 |")
     assert (
-        "| kin8nm | chosen on validation data (splits 0-2) | global-2+valid0.1 | 1.33 ± 0.00 | 3 | DSVI DGP-4 1.38 | "
-        "random 90/10 | -0.05 | — | — |"
+        "| kin8nm | chosen on validation data (splits 0-2) | global-2+valid0.1 | 1.33 ± 0.00 | "
+        "3 | DSVI DGP-4 1.38 | random 90/10 | -0.05 | — | — |"
     ) in lines
     assert (
-        "| yacht | chosen on validation data (splits 0-2) | mean_field-3+valid0.1 | 0.20 ± 0.00 | 4 | O&A LI-3 0.17 | "
-        "random 90/10 | at or above | — | — |" in lines
+        "| yacht | chosen on validation data (splits 0-2) | mean_field-3+valid0.1 | 0.20 ± 0.00 | "
+        "4 | O&A LI-3 0.17 | random 90/10 | at or above | — | — |" in lines
     )
     assert not [
         line for line in lines if line.startswith("| yacht | picked")

@@ -45,7 +45,8 @@ def test_ece_of_a_constant_overconfident_predictor_is_the_gap():
 
 
 def test_ece_two_bin_construction():
-    # half the points at confidence 0.6, all correct (gap 0.4); half at 0.95, half correct (gap 0.45)
+    # half the points at confidence 0.6, all correct (gap 0.4); half at 0.95, half
+    # correct (gap 0.45)
     probs = np.r_[np.tile([0.6, 0.3, 0.1], (40, 1)), np.tile([0.025, 0.95, 0.025], (40, 1))]
     labels = np.r_[np.zeros(40), np.ones(20), np.zeros(20)]
     assert expected_calibration_error(probs, labels, 15) == pytest.approx(
@@ -171,7 +172,8 @@ def test_class_probabilities_are_the_predictive_mixture_mean(rng):
     assert probs.shape == (31, 3)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-12)
     np.testing.assert_array_equal(probs, model.predict_y(X, 20, seed=3)[0].numpy())  # one chunk
-    # the global-inducing BNN samples its last weights: p = mean_s softmax(f_s), no GPflow Monte Carlo
+    # the global-inducing BNN samples its last weights: p = mean_s softmax(f_s), no
+    # GPflow Monte Carlo
     f = model.predict_f_samples(X, 20, seed=3).numpy()
     softmax = np.exp(f - f.max(-1, keepdims=True))
     np.testing.assert_allclose(
@@ -235,8 +237,9 @@ def test_bernoulli_model_has_two_class_probabilities(rng):
     model = dg.build_bnn(
         X, Y, hidden=(8,), likelihood=gpflow.likelihoods.Bernoulli(), num_inducing=10, seed=0
     )
-    # A short fit so that the probabilities straddle 0.5 (at initialisation the marginal last layer's
-    # mean has the sign of the pseudo-outputs everywhere) and accuracy is not trivially one class.
+    # A short fit so that the probabilities straddle 0.5 (at initialisation the marginal last
+    # layer's mean has the sign of the pseudo-outputs everywhere) and accuracy is not
+    # trivially one class.
     dg.fit(model, (X, Y), steps=100, learning_rate=0.05, progress=False, seed=0)
     probs = predict_class_probabilities(model, X, 10, seed=1)
     p1 = model.predict_y(X, 10, seed=1)[0].numpy()[:, 0]
@@ -286,7 +289,8 @@ def test_classification_metrics_refuse_bad_input(rng):
         dg.metrics.predictive_entropy(model, np.where(np.arange(31)[:, None] == 2, np.nan, X))
 
 
-# ------------------------------------------------------------------------------ regression calibration
+# ------------------------------------------------------------------------------
+# regression calibration
 def _one_layer_gp(rng, n=40):
     X = rng.normal(size=(n, 2))
     Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(n, 1))
@@ -335,8 +339,8 @@ def test_calibration_curve_oracles():
     n = 200_000
     levels, observed = calibration_curve(rng.uniform(size=n))  # calibrated: coverage = nominal
     np.testing.assert_allclose(observed, levels, atol=4 * np.sqrt(0.25 / n))
-    # predictive N(0, 1) for targets ~ N(0, 2^2): the central p-interval +-q, q = Phi^-1((1 + p) / 2),
-    # holds a fraction 2 Phi(q / 2) - 1 of the targets
+    # predictive N(0, 1) for targets ~ N(0, 2^2): the central p-interval +-q, q =
+    # Phi^-1((1 + p) / 2), holds a fraction 2 Phi(q / 2) - 1 of the targets
     y = 2.0 * rng.normal(size=n)
     levels, observed = calibration_curve(norm.cdf(y), [0.2, 0.5, 0.9])
     expected = 2 * norm.cdf(norm.ppf((1 + levels) / 2) / 2) - 1
@@ -380,7 +384,8 @@ def _two_layer_gp(rng, n=30):
 
 def test_layer_variances_of_a_one_layer_model_are_predict_f_moments(rng):
     # depth 1: every sample is drawn from the same Gaussian per row, so the within-sample variance
-    # estimates predict_f's variance and the sample means' spread over rows predict_f's mean's spread
+    # estimates predict_f's variance and the sample means' spread over rows predict_f's
+    # mean's spread
     model, X, _ = _one_layer_gp(rng, n=30)
     model.posterior.q_mu[0].assign(rng.standard_normal((8, 1)))
     model.posterior.q_sqrt[0].assign(

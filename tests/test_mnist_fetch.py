@@ -108,7 +108,8 @@ def test_verify_checks_counts_sums_and_first_labels(fetch):
     arrays = _tiny()
     expected = _expected(arrays)
     measured = fetch.verify(arrays, **expected)
-    # the oracle: the pixel sum two ways (integer sum, and the mean of the scaled pixels times their number)
+    # the oracle: the pixel sum two ways (integer sum, and the mean of the scaled pixels times
+    # their number)
     for part in ("train", "test"):
         n = arrays[f"x_{part}"].size
         assert measured[part]["pixel_sum"] == expected["pixel_sums"][part]

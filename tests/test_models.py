@@ -70,9 +70,9 @@ def test_shape_contracts_reject_wrong_rank(rng):
 
 
 def test_weight_families_document_zero_variance(rng):
-    """Propagation.var is exactly 0 for BNN families that sample the last layer's weights (local, and
-    the global families with last_layer="sampled"), and positive where the last layer's weights are
-    marginalised (the global families' default, last_layer="marginal")."""
+    """Propagation.var is exactly 0 for BNN families that sample the last layer's weights (local,
+    and the global families with last_layer="sampled"), and positive where the last layer's weights
+    are marginalised (the global families' default, last_layer="marginal")."""
     X, Y = rng.normal(size=(15, 2)), rng.normal(size=(15, 1))
     model = dg.build_bnn(X, Y, hidden=(3,), posterior="local", num_inducing=5, seed=0)
     assert np.all(model.predict_f_components(X, 2, seed=0)[1].numpy() == 0.0)
@@ -103,8 +103,8 @@ def test_print_summary_shows_readable_precisions(rng):
 
 
 def test_a_frozen_float32_model_keeps_its_dtype():
-    """``dtype`` reads frozen parameters too: a float32 model with every parameter frozen predicts in
-    float32 (its dtype was GPflow's default float64 when only trainable variables counted)."""
+    """``dtype`` reads frozen parameters too: a float32 model with every parameter frozen predicts
+    in float32 (its dtype was GPflow's default float64 when only trainable variables counted)."""
     rng = np.random.default_rng(0)
     X, Y = rng.normal(size=(20, 2)).astype(np.float32), rng.normal(size=(20, 1)).astype(np.float32)
     with gpflow.config.as_context(gpflow.config.Config(float=np.float32, jitter=1e-4)):

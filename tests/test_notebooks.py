@@ -39,7 +39,8 @@ def test_notebooks_exist():
     assert NOTEBOOKS, "no notebooks/NN_*.py found"
 
 
-@pytest.mark.slow  # tens of seconds each (a fresh kernel imports TensorFlow and trains): `make test-all`
+# tens of seconds each (a fresh kernel imports TensorFlow and trains): `make test-all`
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_in_quick_mode(path, monkeypatch):
     runner = _runner()

@@ -16,7 +16,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def _assert_regenerates(committed: Path, text: str) -> None:
     assert text == committed.read_text(encoding="utf-8"), (
-        f"{committed.relative_to(ROOT)} differs from what its report writes from the committed lines"
+        f"{committed.relative_to(ROOT)} differs from what its report writes from the committed "
+        "lines"
     )
 
 
@@ -121,7 +122,10 @@ def test_gi_convergence_star_and_gap_regression_tables(tmp_path, capsys):
     )
 
     # the lines do not record the command; the table names the one that wrote it
-    command = "python benchmarks/star_offdiagonal.py --variants mean_field,plain,preconditioned,plain_stripes,plain_arrow"
+    command = (
+        "python benchmarks/star_offdiagonal.py "
+        "--variants mean_field,plain,preconditioned,plain_stripes,plain_arrow"
+    )
     star_offdiagonal.write_md(
         read_lines(str(RESULTS / "star_offdiagonal.jsonl")), str(tmp_path / "star.md"), command
     )
@@ -158,7 +162,8 @@ def test_inducing_weights_tables():
     ):
         md = RESULTS / f"{name}.md"
         rows = read_lines(str(RESULTS / f"{name}.jsonl"))
-        # the table lists the commands of its lines and the one that rewrote it: here the last line's
+        # the table lists the commands of its lines and the one that rewrote it: here
+        # the last line's
         text = iw.with_notes(report(rows, md, rows[-1]["command"]), md.read_text(encoding="utf-8"))
         _assert_regenerates(md, text)
 
@@ -191,7 +196,8 @@ def test_portable_paths():
         "python /a/b/benchmarks/uci.py sweep --checkpoint-dir /scratch/run1 --out "
         "/a/b/benchmarks/results/uci/uci.jsonl"
     ) == (
-        "python benchmarks/uci.py sweep --checkpoint-dir CKPT_DIR --out benchmarks/results/uci/uci.jsonl"
+        "python benchmarks/uci.py sweep --checkpoint-dir CKPT_DIR --out "
+        "benchmarks/results/uci/uci.jsonl"
     )
     assert (
         portable("(defined @ /x/deepgp_gi/training/step.py:74)")

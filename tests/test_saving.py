@@ -153,7 +153,8 @@ def test_a_loaded_model_predicts_as_the_model(kind, family, data, tmp_path):
     if family == "sghmc":  # the saved model keeps the collected samples
         stored = [s.numpy() for s in model.posterior.samples]
         assert stored[0].shape[0] == 4
-        model.posterior.clear_samples()  # the model now predicts from its window, the saved one from its samples
+        # the model now predicts from its window, the saved one from its samples
+        model.posterior.clear_samples()
         assert not np.allclose(
             model.predict_y(X, 5, seed=1)[0].numpy(), loaded.predict_y(X, 5, seed=1)[0].numpy()
         )

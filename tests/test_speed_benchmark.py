@@ -1,4 +1,5 @@
-"""benchmarks/speed.py: the step it times for a family is the step ``fit`` trains that family with."""
+"""benchmarks/speed.py: the step it times for a family is the step ``fit`` trains that
+family with."""
 
 import numpy as np
 import pytest
@@ -45,8 +46,9 @@ def test_fit_step_repeats_fit(posterior):
 
 
 def test_paired_ratio_of_steps_with_known_times(monkeypatch):
-    """Two 'steps' that advance a fake clock by 2 ms and 6 ms per call, except that round 3 (B first)
-    runs under a load that triples both: the medians are 2 and 6 ms, every paired ratio is 3."""
+    """Two 'steps' that advance a fake clock by 2 ms and 6 ms per call, except that round 3
+    (B first) runs under a load that triples both: the medians are 2 and 6 ms, every paired
+    ratio is 3."""
     clock = {"now": 0.0, "load": 1.0, "calls": 0}
     monkeypatch.setattr(speed.time, "perf_counter", lambda: clock["now"])
 
@@ -58,7 +60,8 @@ def test_paired_ratio_of_steps_with_known_times(monkeypatch):
 
         return lambda: step
 
-    def loaded_round():  # rounds start after 3 warm-up calls of each step; 2 steps per side per round
+    # rounds start after 3 warm-up calls of each step; 2 steps per side per round
+    def loaded_round():
         calls = clock["calls"] - 6
         clock["load"] = 3.0 if 3 * 4 <= calls < 4 * 4 else 1.0
 

@@ -55,7 +55,8 @@ def test_batches_cover_each_epoch_once():
     assert [len(i) for i in idx[:5]] == [5, 5, 5, 5, 3]
 
 
-@pytest.mark.slow  # two 60-step fits; make test has bit-for-bit reruns in the resume tests: `make test-all`
+# two 60-step fits; make test has bit-for-bit reruns in the resume tests: `make test-all`
+@pytest.mark.slow
 def test_same_seed_same_result_and_elbo_improves(rng):
     X, Y = toy_regression(rng, 60)
     runs = []
@@ -69,7 +70,8 @@ def test_same_seed_same_result_and_elbo_improves(rng):
     assert runs[0][1].elbo[-1] > runs[0][1].elbo[0]
 
 
-@pytest.mark.slow  # three fits; `make test` resumes a fit in test_kl_tempering.py (the same path, tempered)
+# three fits; `make test` resumes a fit in test_kl_tempering.py (the same path, tempered)
+@pytest.mark.slow
 def test_resumed_fit_equals_uninterrupted(rng, tmp_path):
     X, Y = toy_regression(rng, 60)
     straight = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
@@ -89,7 +91,8 @@ def test_resumed_fit_equals_uninterrupted(rng, tmp_path):
         checkpoint_dir=tmp_path,
         checkpoint_every=5,
     )
-    # a fresh process would rebuild the model; rebuilding here checks the restore, not leftover state
+    # a fresh process would rebuild the model; rebuilding here checks the restore, not
+    # leftover state
     fresh = dg.build_deep_gp(X, Y, depth=2, posterior="mean_field", num_inducing=10, seed=0)
     h_resumed = dg.fit(
         fresh,

@@ -226,7 +226,8 @@ def test_float32_gives_the_float64_log_prior_and_conditional(rng):
 
 
 def _oracle_problem(M=6, N=40, **options):
-    """Depth 1, Gaussian likelihood (variance 0.1), the likelihood fixed (SGHMC's oracle problem)."""
+    """Depth 1, Gaussian likelihood (variance 0.1), the likelihood fixed (SGHMC's oracle
+    problem)."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, size=(N, 1))
     Y = np.sin(2 * X) + np.sqrt(0.1) * rng.normal(size=(N, 1))

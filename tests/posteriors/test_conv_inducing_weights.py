@@ -278,7 +278,8 @@ def test_parameter_count_per_weighted_layer():
 
 
 def _small_net(X, Y, posterior):
-    """conv(3x3, 2) - relu - avgpool2 - flatten - dense: two weighted layers (a small graph for XLA)."""
+    """conv(3x3, 2) - relu - avgpool2 - flatten - dense: two weighted layers (a small graph
+    for XLA)."""
     conv = Conv2DLayer(X.shape[1:], 2, kernel_size=3, name="conv")
     pool = AveragePool2D(conv.output_shape, 2)
     layers = [

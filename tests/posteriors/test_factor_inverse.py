@@ -157,7 +157,8 @@ def test_unrolled_factor_keeps_the_ladder_and_reports_failures(rng, branch, jit_
 
 @pytest.mark.parametrize("branch", BRANCHES)
 def test_no_ladder_for_a_matrix_positive_definite_by_construction(rng, branch):
-    """``max_tries=0`` factorises once (one Cholesky, no ``tf.cond``) and still reports a failure."""
+    """``max_tries=0`` factorises once (one Cholesky, no ``tf.cond``) and still reports
+    a failure."""
     A = tf.constant(_spd(rng, [2], 4))
 
     def run(A):

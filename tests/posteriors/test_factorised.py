@@ -69,7 +69,8 @@ def test_O16_local_reparameterisation_matches_weight_samples(rng):
     emp_var = F.var(0)
     se_var = prop.var[0].numpy() * np.sqrt(2.0 / S)
     assert np.all(np.abs(emp_var - prop.var[0].numpy()) < 4.5 * se_var)
-    # Explicit weights are shared by the rows of a sample; the local trick samples rows independently.
+    # Explicit weights are shared by the rows of a sample; the local trick samples rows
+    # independently.
     assert np.all(explicit.propagate(X, 3, seed=2).var.numpy() == 0)
 
 

@@ -145,7 +145,8 @@ def test_o1_predict_f_equals_gpr(precision):
 @pytest.mark.parametrize("precision", ["full", "diagonal"])
 @pytest.mark.parametrize("last_layer", ["sampled", "marginal"])
 def test_o2_two_layers_top_layer_is_exact(precision, last_layer):
-    """O2: U_0 = X, V_2 = Y, Lambda_2 = 1/sigma^2 -> per-sample ELBO = log N(Y; 0, K_2(U_1) + sigma^2 I)
+    """O2: U_0 = X, V_2 = Y, Lambda_2 = 1/sigma^2 -> per-sample ELBO =
+    log N(Y; 0, K_2(U_1) + sigma^2 I)
     + logpq_1 for the same sampled U_1 (any V_1, Lambda_1). At jitter 0 with the data-row noise
     xi = 0 the data rows of layer 1 equal U_1 (see the O1 note on jitter). It holds with U_2
     sampled (the sampled estimator has zero variance at the optimal Q(U_2 | U_1)) and with U_2
@@ -323,7 +324,8 @@ def _two_layer_gi(
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_o15_vanishing_precision_gives_prior(precision):
-    """O15: Lambda -> 0 gives log P - log Q = 0 per sample and Q = P (U_l = m(U_{l-1}) + L_K eps)."""
+    """O15: Lambda -> 0 gives log P - log Q = 0 per sample and Q = P (U_l = m(U_{l-1}) +
+    L_K eps)."""
     model, post, X, _ = _two_layer_gi(precision)
     for l in range(2):
         post.pseudo_data[l].set_log_precision(-300.0)
@@ -925,7 +927,8 @@ def test_gi_trains_to_a_higher_elbo_than_mean_field():
     elbo_gi, elbo_mf = train(gi), train(mf)
     assert np.isfinite(elbo_gi) and elbo_gi > elbo_mf + 10.0, (elbo_gi, elbo_mf)
     print(
-        f"GI {elbo_gi:.2f} vs mean-field {elbo_mf:.2f} after {steps} steps ({time.time() - start:.1f}s)"
+        f"GI {elbo_gi:.2f} vs mean-field {elbo_mf:.2f} after {steps} steps "
+        f"({time.time() - start:.1f}s)"
     )
 
 

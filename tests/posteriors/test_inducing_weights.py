@@ -38,7 +38,8 @@ def _problem(rng, d_out, d_in, M_out, M_in):
 
 
 def _np_conditional_cov(Z_r, Z_c, D_r, D_c):
-    """``I - Z_c^T Psi_c^-1 Z_c kron Z_r^T Psi_r^-1 Z_r`` for column-stacked vec W (NumPy solves)."""
+    """``I - Z_c^T Psi_c^-1 Z_c kron Z_r^T Psi_r^-1 Z_r`` for column-stacked vec W
+    (NumPy solves)."""
     Psi_r = Z_r @ Z_r.T + np.diag(D_r**2)
     Psi_c = Z_c @ Z_c.T + np.diag(D_c**2)
     Kr = Z_r.T @ np.linalg.solve(Psi_r, Z_r)
@@ -70,8 +71,8 @@ def _linear_map(factors, lam, sigma, shapes, with_u):
 
 @pytest.mark.parametrize("dims", [(3, 4, 2, 3), (4, 3, 4, 3), (2, 5, 3, 2), (3, 2, 5, 4)])
 def test_O11_matheron_covariance_is_scaled_conditional(rng, dims):
-    """Exact covariance of the sampled W (a linear map of E1..E4) = lam^2 sigma^2 Cov p(W|U)/sigma^2;
-    covers M < d, M = d and M > d (the long-root branch of matheron_factors)."""
+    """Exact covariance of the sampled W (a linear map of E1..E4) = lam^2 sigma^2 Cov
+    p(W|U)/sigma^2; covers M < d, M = d and M > d (the long-root branch of matheron_factors)."""
     d_out, d_in, M_out, M_in = dims
     Z_r, Z_c, D_r, D_c = _problem(rng, *dims)
     factors = matheron_factors(*map(tf.constant, (Z_r, Z_c, D_r, D_c)))

@@ -1,5 +1,5 @@
 """q(s) of random-scale priors (O13 for the Gamma log-ratio) and q(L) of the spatial
-inverse-Wishart prior (O10, issue 12); oracles as numbered in docs/algorithms.md, "Test oracles"."""
+inverse-Wishart prior (O10); oracles as numbered in docs/algorithms.md, "Test oracles"."""
 
 import gpflow
 import numpy as np
@@ -32,7 +32,7 @@ def test_O13_scale_prior_log_ratio_is_minus_gamma_kl():
     assert abs(mean - expected) < 4 * se, (mean, expected, se)
 
 
-# ============================================================== spatial inverse-Wishart prior (issue 12)
+# ============================================================ spatial inverse-Wishart prior
 
 
 def _wishart_kl(V1, n1, V2, n2):
@@ -49,7 +49,8 @@ def _wishart_kl(V1, n1, V2, n2):
 
 
 def _iw_kl(Psi1, n1, Psi2, n2):
-    """KL(IW(Psi1, n1) || IW(Psi2, n2)) = KL(W(Psi1^{-1}, n1) || W(Psi2^{-1}, n2)) (inversion is a bijection)."""
+    """KL(IW(Psi1, n1) || IW(Psi2, n2)) = KL(W(Psi1^{-1}, n1) || W(Psi2^{-1}, n2)) (inversion is a
+    bijection)."""
     return _wishart_kl(np.linalg.inv(Psi1), n1, np.linalg.inv(Psi2), n2)
 
 
@@ -90,7 +91,8 @@ def test_spatial_iw_prior_weight_variance_is_the_mean_of_the_inverse():
     p, S = 3, 100_000
     q = _spatial_q(p, -1e3)
     L, _ = q.sample(SpatialIWPrior(), S, SeededNoise(5), "L/0", tf.float64)
-    # TensorFlow's batched inverse: NumPy's calls LAPACK once per 3 x 3 matrix (minutes when the cores are busy)
+    # TensorFlow's batched inverse: NumPy's calls LAPACK once per 3 x 3 matrix (minutes when the
+    # cores are busy)
     Linv = tf.linalg.inv(L).numpy()
     mean, se = Linv.mean(0), Linv.std(0) / np.sqrt(S)
     assert np.all(np.abs(mean - np.eye(p)) < 5 * se), (mean, se)
@@ -266,7 +268,8 @@ def test_spatial_iw_gradients_match_finite_differences():
 
 
 def _elbo_pieces(model, S, g):
-    """Hand-computed per-sample KL of a factorised BNN under SpatialIWPrior with Gamma draws g[l]."""
+    """Hand-computed per-sample KL of a factorised BNN under SpatialIWPrior with Gamma
+    draws g[l]."""
     kl_spatial = np.zeros(S)
     kl_neal = np.zeros(S)
     post = model.posterior
@@ -287,8 +290,8 @@ def _elbo_pieces(model, S, g):
 
 
 def test_factorised_bnn_with_spatial_iw_prior_elbo_by_hand():
-    """p = 1 on DenseLayers: precision D L with L ~ q(L) = InvGamma(nu_q/2, psi_q/2); the ELBO is the
-    NealPrior model's expected log-likelihood minus the hand-computed KL, sample by sample."""
+    """p = 1 on DenseLayers: precision D L with L ~ q(L) = InvGamma(nu_q/2, psi_q/2); the ELBO is
+    the NealPrior model's expected log-likelihood minus the hand-computed KL, sample by sample."""
     rng = np.random.default_rng(3)
     X, Y = rng.normal(size=(15, 2)), rng.normal(size=(15, 1))
     S = 5

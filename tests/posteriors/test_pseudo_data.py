@@ -58,8 +58,9 @@ def test_gi_weight_posterior_moments_and_log_ratio(rng, per_unit):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_stacked_posterior_equals_the_layers_own(rng, dtype):
-    """``stacked_posterior`` and ``stacked_analytic_kl`` (local inducing's layers as one stack) against
-    each layer's :meth:`PseudoData.posterior` and :func:`analytic_kl`, with their gradients."""
+    """``stacked_posterior`` and ``stacked_analytic_kl`` (local inducing's layers as one stack)
+    against each layer's :meth:`PseudoData.posterior` and :func:`analytic_kl`, with their
+    gradients."""
     import gpflow
     import tensorflow as tf
 

@@ -123,10 +123,11 @@ def test_a_minibatch_chain_samples_the_full_batch_posterior():
 
 def _springenberg_numpy(theta0, grad_U, zs, *, eps, alpha, N, adapt_steps):
     """Springenberg et al. (2016), eqs. 10-13, in terms of the full-data potential U: with
-    ``eps V^-1/2 C = alpha``, ``v <- v - eps^2 V^-1/2 grad U - alpha v + N(0, 2 eps^2 alpha V^-1/2)``,
-    ``theta <- theta + v``, ``V`` (and the window ``tau``) estimated from ``grad U`` by the
-    exponential average with ``1 / (tau + 1)``, from the statistics before each step. Statistics
-    of ``grad U`` start at ``N`` and ``N^2`` (the code starts the per-point ones at 1)."""
+    ``eps V^-1/2 C = alpha``,
+    ``v <- v - eps^2 V^-1/2 grad U - alpha v + N(0, 2 eps^2 alpha V^-1/2)``, ``theta <- theta + v``,
+    ``V`` (and the window ``tau``) estimated from ``grad U`` by the exponential average with
+    ``1 / (tau + 1)``, from the statistics before each step. Statistics of ``grad U`` start at ``N``
+    and ``N^2`` (the code starts the per-point ones at 1)."""
     theta = theta0.copy()
     v = np.zeros_like(theta)
     tau, g, g2 = np.ones_like(theta), N * np.ones_like(theta), N**2 * np.ones_like(theta)
@@ -415,7 +416,8 @@ def test_a_checkpoint_with_per_variable_momenta_and_statistics_fails_to_resume(r
         )
 
 
-@pytest.mark.slow  # three fits with checkpoints: `make test-all` (fit drives the chain in make test too)
+# three fits with checkpoints: `make test-all` (fit drives the chain in make test too)
+@pytest.mark.slow
 def test_fit_moves_the_chain_and_a_resumed_chain_ends_where_an_uninterrupted_one_ends(
     rng, tmp_path
 ):

@@ -229,8 +229,8 @@ def load_star_from_dense(star, R, mu, L, tau, M):
 @pytest.mark.parametrize(
     "stripes,arrow", [(True, True), (True, False), (False, True), (False, False)]
 )
-# make test: each storage (preconditioned, plain) and each of whitened / not whitened once, for all four
-# (stripes, arrow) switches; make test-all: the other two combinations too
+# make test: each storage (preconditioned, plain) and each of whitened / not whitened once, for all
+# four (stripes, arrow) switches; make test-all: the other two combinations too
 @pytest.mark.parametrize(
     "L,tau,whiten,precondition_offdiagonal",
     [
