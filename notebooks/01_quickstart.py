@@ -73,7 +73,8 @@ WINDOW = max(STEPS_TOY // 20, 10)  # steps (fit logs every 10)
 
 
 def window_means(history, count=4):
-    """The training ELBO per point averaged over each of the last ``count`` windows of WINDOW steps."""
+    """The training ELBO per point averaged over each of the last ``count`` windows of
+    WINDOW steps."""
     step, elbo = np.array(history.step), np.array(history.elbo_per_datapoint)
     return [
         elbo[(step > step[-1] - (k + 1) * WINDOW) & (step <= step[-1] - k * WINDOW)].mean()
@@ -189,7 +190,8 @@ test_ll = dg.metrics.test_log_likelihood(
 )
 test_rmse = dg.metrics.rmse(uci_model, data.X_test, data.Y_test, data.y_std, num_samples=100)
 print(
-    f"boston split 0: test log-likelihood {float(test_ll):.3f}, RMSE {float(test_rmse):.3f} (original units)"
+    f"boston split 0: test log-likelihood {float(test_ll):.3f}, RMSE {float(test_rmse):.3f} "
+    "(original units)"
 )
 
 # %% [markdown]
@@ -222,11 +224,13 @@ for posterior, model in models.items():
     _, var = model.predict_y(X_grid, num_samples=100)
     sd = np.sqrt(var.numpy()[:, 0])
     print(
-        f"{posterior:>10}: training ELBO/N over the last {WINDOW} steps {window_means(histories[posterior])[-1]:.3f}, "
-        f"mean predictive sd inside the data {sd[inside].mean():.3f}, outside {sd[~inside].mean():.3f}"
+        f"{posterior:>10}: training ELBO/N over the last {WINDOW} steps "
+        f"{window_means(histories[posterior])[-1]:.3f}, mean predictive sd inside the data "
+        f"{sd[inside].mean():.3f}, outside {sd[~inside].mean():.3f}"
     )
 print(
-    f"boston: test LL {float(test_ll):.3f}, RMSE {float(test_rmse):.3f}; restored-model max |Δ mean| {max_diff:.3g}"
+    f"boston: test LL {float(test_ll):.3f}, RMSE {float(test_rmse):.3f}; "
+    f"restored-model max |Δ mean| {max_diff:.3g}"
 )
 
 # %% [markdown]

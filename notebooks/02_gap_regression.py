@@ -162,7 +162,8 @@ start = time.time()
 hmc_samples, accepted = run_chains()
 fit_seconds["HMC"] = time.time() - start
 print(
-    f"HMC: {fit_seconds['HMC']:.0f} s, acceptance rate per chain {np.round(accepted.numpy().mean(0), 3)}"
+    f"HMC: {fit_seconds['HMC']:.0f} s, acceptance rate per chain "
+    f"{np.round(accepted.numpy().mean(0), 3)}"
 )
 
 # %% [markdown]
@@ -249,9 +250,9 @@ print(
 for r in rows:
     p = PAPER[r["method"]]
     print(
-        f"{r['method']:>10} | {r['elbo']:9.2f} ± {r['se']:5.2f} | {r['elbo'] / len(X):7.3f} | {p[0]:12.3f} | "
-        f"{', '.join(f'{v:.3f}' for v in r['v_f']):>22} | {', '.join(f'{v:.3f}' for v in p[1:]):>22} | "
-        f"{r['gap_sd']:8.3f} | {r['data_sd']:9.3f}"
+        f"{r['method']:>10} | {r['elbo']:9.2f} ± {r['se']:5.2f} | {r['elbo'] / len(X):7.3f} | "
+        f"{p[0]:12.3f} | {', '.join(f'{v:.3f}' for v in r['v_f']):>22} | "
+        f"{', '.join(f'{v:.3f}' for v in p[1:]):>22} | {r['gap_sd']:8.3f} | {r['data_sd']:9.3f}"
     )
 print(
     f"{'HMC':>10} | {'—':>17} | {'—':>7} | {'—':>12} | {'—':>22} | {'—':>22} | "

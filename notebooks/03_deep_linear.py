@@ -51,7 +51,8 @@ BASE_WIDTH = 10
 METHODS = ["factorised", "local", "global", "factorised_global", "random_global"]
 NOISE_VAR = 0.1
 print(
-    f"QUICK={QUICK}: {STEPS} steps; depths {DEPTHS} at width {BASE_WIDTH}; widths {WIDTHS} at depth 2"
+    f"QUICK={QUICK}: {STEPS} steps; depths {DEPTHS} at width {BASE_WIDTH}; widths {WIDTHS} at "
+    "depth 2"
 )
 
 # %% [markdown]

@@ -147,14 +147,14 @@ for method, model in models.items():
         f1_range=np.ptp(F1_grid.mean(0)),
     )
 print(
-    f"{'posterior':>9} | {'ELBO':>15} | {'ELBO/N':>7} | sd f1 (data) | sd f2 (data) | sd f1 (grid) | "
-    f"sd f2 (grid) | range of mean f1 | sd f1 / range"
+    f"{'posterior':>9} | {'ELBO':>15} | {'ELBO/N':>7} | sd f1 (data) | sd f2 (data) | sd f1 "
+    "(grid) | sd f2 (grid) | range of mean f1 | sd f1 / range"
 )
 for method, s in summary.items():
     print(
-        f"{method:>9} | {s['elbo']:8.2f} ± {s['se']:4.2f} | {s['elbo'] / N:7.3f} | {s['f1_sd_data']:12.3f} | "
-        f"{s['f2_sd_data']:12.3f} | {s['f1_sd_grid']:12.3f} | {s['f2_sd_grid']:12.3f} | "
-        f"{s['f1_range']:16.3f} | {s['f1_sd_data'] / s['f1_range']:13.3f}"
+        f"{method:>9} | {s['elbo']:8.2f} ± {s['se']:4.2f} | {s['elbo'] / N:7.3f} | "
+        f"{s['f1_sd_data']:12.3f} | {s['f2_sd_data']:12.3f} | {s['f1_sd_grid']:12.3f} | "
+        f"{s['f2_sd_grid']:12.3f} | {s['f1_range']:16.3f} | {s['f1_sd_data'] / s['f1_range']:13.3f}"
     )
 ratio = summary["global"]["f1_sd_data"] / summary["local"]["f1_sd_data"]
 print(

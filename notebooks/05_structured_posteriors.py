@@ -85,8 +85,8 @@ fc_ll = float(
     dg.metrics.test_log_likelihood(fc, data.X_test, data.Y_test, data.y_std, num_samples=100)
 )
 print(
-    f"FC: {time.time() - start:.0f} s, final training ELBO/N {fc_history.elbo_per_datapoint[-1]:.3f}, "
-    f"test log-likelihood {fc_ll:.3f}"
+    f"FC: {time.time() - start:.0f} s, final training ELBO/N "
+    f"{fc_history.elbo_per_datapoint[-1]:.3f}, test log-likelihood {fc_ll:.3f}"
 )
 
 # %% [markdown]
@@ -187,8 +187,8 @@ print(
 
 ex_models, log_density = {}, {}
 for posterior in ["mean_field", "stripes_arrow"]:
-    # STAR with Lindinger et al.'s storage of the stripe and arrow blocks (the outputs below were made
-    # with it); the library's default preconditions them, which trains faster with Adam
+    # STAR with Lindinger et al.'s storage of the stripe and arrow blocks (the outputs below were
+    # made with it); the library's default preconditions them, which trains faster with Adam
     # (docs/structured.md, "Training STAR with Adam")
     options = {"precondition_offdiagonal": False} if posterior == "stripes_arrow" else {}
     model = dg.build_deep_gp(
@@ -220,7 +220,8 @@ for posterior in ["mean_field", "stripes_arrow"]:
     ex_models[posterior] = model
     print(
         f"{posterior:>13}: {time.time() - start:.0f} s, final training ELBO/N "
-        f"{history.elbo_per_datapoint[-1]:.3f}, test log-likelihood {log_density[posterior].mean():.3f}"
+        f"{history.elbo_per_datapoint[-1]:.3f}, test log-likelihood "
+        f"{log_density[posterior].mean():.3f}"
     )
 
 # %%
@@ -260,7 +261,8 @@ print(
 )
 print(
     f"Part 2 (extrapolation): test LL mean-field {mf.mean():.3f}, STAR {star.mean():.3f}; "
-    f"STAR better on {win:.3f} ± {win_se:.3f} of the {len(star)} test points (paper, concrete: 0.57 ± 0.04)"
+    f"STAR better on {win:.3f} ± {win_se:.3f} of the {len(star)} test points (paper, concrete: "
+    "0.57 ± 0.04)"
 )
 
 # %% [markdown]

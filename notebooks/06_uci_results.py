@@ -23,10 +23,10 @@
 # * the training ELBO against step for mean-field and global inducing on boston and energy,
 # * Lindinger et al.'s extrapolation protocol: mean-field, stripes-and-arrow and fully-coupled
 #   compared point by point, and their calibration curves,
-# * the medium UCI sets (kin8nm, power, naval, protein, from `benchmarks/results/medium/*.jsonl`): the
-#   tables of `benchmarks/medium.py report` beside the published deep-GP numbers, which runs of the sweep
-#   exist and which are pending, test log-likelihood against training wall time, and the "which
-#   posterior to pick" decision table over the small and the medium sets,
+# * the medium UCI sets (kin8nm, power, naval, protein, from `benchmarks/results/medium/*.jsonl`):
+#   the tables of `benchmarks/medium.py report` beside the published deep-GP numbers, which runs of
+#   the sweep exist and which are pending, test log-likelihood against training wall time, and the
+#   "which posterior to pick" decision table over the small and the medium sets,
 # * the extrapolation comparison rerun with Lindinger et al.'s own training protocol
 #   (`benchmarks/results/uci/extrapolation_lindinger.jsonl`), or the command that produces it while
 #   that file has no lines.
@@ -64,7 +64,8 @@ extrapolation = [r for r in all_records if r["protocol"] == "extrapolation"]
 reference = uci.load_reference(str(RESULTS / "paper_reference.csv"))
 rows = uci.summarise(records, reference)
 print(
-    f"{len(records)} result lines, {len(rows)} table rows; code commits: {sorted({r.get('commit') for r in records})}"
+    f"{len(records)} result lines, {len(rows)} table rows; code commits: "
+    f"{sorted({r.get('commit') for r in records})}"
 )
 
 
@@ -96,8 +97,8 @@ order = sorted(rows, key=lambda s: (s["model"], s["dataset"], s["depth"], method
 # %% [markdown]
 # ## What has been run
 #
-# One row per configuration: how many splits are done, the step count (the papers use 20,000 for deep
-# GPs and 10,000 for BNNs), the median time per Adam step on the shared machine and the largest
+# One row per configuration: how many splits are done, the step count (the papers use 20,000 for
+# deep GPs and 10,000 for BNNs), the median time per Adam step on the shared machine and the largest
 # standard error of a line's ELBO estimate.
 
 # %%
@@ -122,8 +123,8 @@ md_table(
 # %% [markdown]
 # ## Test log-likelihood, RMSE and ELBO beside the papers
 #
-# `ours` and `paper` are mean ± SE over splits; `≤2SE` is |ours − paper| ≤ 2·sqrt(SE_ours² + SE_paper²)
-# (with a single split only the paper's SE).
+# `ours` and `paper` are mean ± SE over splits; `≤2SE` is |ours − paper| ≤ 2·sqrt(SE_ours² +
+# SE_paper²) (with a single split only the paper's SE).
 
 # %%
 for metric, label in uci.METRICS:
@@ -163,7 +164,8 @@ for metric, label in uci.METRICS:
     )
     display(
         Markdown(
-            "`*`: one split of ours; its SE is taken as the paper's split-to-split SD, SE_paper·√20."
+            "`*`: one split of ours; its SE is taken as the paper's split-to-split SD, "
+            "SE_paper·√20."
         )
     )
 
@@ -210,8 +212,8 @@ md_table(
 # %% [markdown]
 # ## Plots
 #
-# One figure per data set: ours (filled circles, mean ± SE over splits) and the papers' (open squares),
-# a row per configuration, coloured by family.
+# One figure per data set: ours (filled circles, mean ± SE over splits) and the papers'
+# (open squares), a row per configuration, coloured by family.
 
 # %%
 for metric, prefix, label in uci.PLOTTED_METRICS:
@@ -226,10 +228,10 @@ for metric, prefix, label in uci.PLOTTED_METRICS:
 # %% [markdown]
 # ## Convergence: training ELBO against Adam step (split 0, depth 2)
 #
-# Solid: runs with the papers' 20,000 steps; dotted: the 5,000-step runs of the split sweep. The dashed
-# lines are the papers' final ELBOs (means over 20 splits). The table after the plot gives the first step
-# at which the (block-averaged) training ELBO has made 99% of its improvement from the start to its
-# final value.
+# Solid: runs with the papers' 20,000 steps; dotted: the 5,000-step runs of the split sweep. The
+# dashed lines are the papers' final ELBOs (means over 20 splits). The table after the plot gives
+# the first step at which the (block-averaged) training ELBO has made 99% of its improvement from
+# the start to its final value.
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -291,10 +293,10 @@ md_table(["model", "dataset", "method", "depth", "steps run", "splits", "steps t
 # %% [markdown]
 # ## Extrapolation (Lindinger et al. 2020)
 #
-# `dg.datasets.load_uci(name, split=k, protocol="extrapolation")`: train on the lower half of a random
-# 1-D projection of the inputs, test on the upper half. The tables are the report's; the plot shows the
-# observed coverage of the central predictive intervals against their nominal probability (points on the
-# diagonal are calibrated, below it overconfident), pooled over the splits run.
+# `dg.datasets.load_uci(name, split=k, protocol="extrapolation")`: train on the lower half of a
+# random 1-D projection of the inputs, test on the upper half. The tables are the report's; the plot
+# shows the observed coverage of the central predictive intervals against their nominal probability
+# (points on the diagonal are calibrated, below it overconfident), pooled over the splits run.
 
 
 # %%
@@ -333,23 +335,26 @@ else:
 # ## Medium UCI sets: kin8nm, power, naval, protein
 #
 # The medium sweep (`python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml --out
-# benchmarks/results/medium/medium.jsonl --threads 1`) trains on the bundled random 90/10 splits with
-# M = 100 inducing points, Adam 0.01, minibatch 1,000 and the papers' 20,000 steps (a few probes change one
-# of these: minibatch 10,000, 200,000 steps, ten training samples), one TensorFlow thread per run. Its families are mean-field, global inducing, stripes-and-arrow, SGHMC and BSGP, and
-# latent-variable variants of mean-field and global (a `latent_dim` in the line, labelled `+w1K5`:
-# latent width 1, K = 5 importance samples). The learning rate is constant but in the `medium-lr-decay*`
-# groups, where Adam's 0.01 is multiplied by 0.9 or 0.8 every 1,000 steps (labelled `+decay0.9`,
-# `+decay0.8`): on naval, a near-noiseless simulator, that decay takes global inducing from 6.71 to
-# 8.33 and 8.88 (O&A's 8.24), on the other sets it changes little (`docs/training.md`).
+# benchmarks/results/medium/medium.jsonl --threads 1`) trains on the bundled random 90/10 splits
+# with M = 100 inducing points, Adam 0.01, minibatch 1,000 and the papers' 20,000 steps (a few
+# probes change one of these: minibatch 10,000, 200,000 steps, ten training samples), one TensorFlow
+# thread per run. Its families are mean-field, global inducing, stripes-and-arrow, SGHMC and BSGP,
+# and latent-variable variants of mean-field and global (a `latent_dim` in the line, labelled
+# `+w1K5`: latent width 1, K = 5 importance samples). The learning rate is constant but in the
+# `medium-lr-decay*` groups, where Adam's 0.01 is multiplied by 0.9 or 0.8 every 1,000 steps
+# (labelled `+decay0.9`, `+decay0.8`): on naval, a near-noiseless simulator, that decay takes global
+# inducing from 6.71 to 8.33 and 8.88 (O&A's 8.24), on the other sets it changes little
+# (`docs/training.md`).
 #
 # The next cell runs the report of `benchmarks/medium.py` into a temporary directory (the committed
 # `benchmarks/results/medium/medium.md`, `docs/choosing_a_posterior.md` and the README are not
-# rewritten) and shows its tables: per data set our rows beside O&A Table 10 (test LL, RMSE, ELBO per
-# datapoint, and whether our test LL is within two standard errors of theirs), every published deep-GP
-# test LL in `benchmarks/results/medium/published.csv` with the gap from our best row to the best of
-# them, the latent-variable models against their plain family, the runs that make the same passes over
-# protein by a larger minibatch or by more steps (the same fit; on a CPU the smaller minibatch gets near
-# it a little sooner, the larger one finishes its passes sooner), and the sweep's groups still to run.
+# rewritten) and shows its tables: per data set our rows beside O&A Table 10 (test LL, RMSE, ELBO
+# per datapoint, and whether our test LL is within two standard errors of theirs), every published
+# deep-GP test LL in `benchmarks/results/medium/published.csv` with the gap from our best row to the
+# best of them, the latent-variable models against their plain family, the runs that make the same
+# passes over protein by a larger minibatch or by more steps (the same fit; on a CPU the smaller
+# minibatch gets near it a little sooner, the larger one finishes its passes sooner), and the
+# sweep's groups still to run.
 
 # %%
 MEDIUM_RESULTS = ROOT / "benchmarks" / "results" / "medium"
@@ -388,10 +393,10 @@ display(Markdown(tables))
 # %% [markdown]
 # ### Which runs exist
 #
-# The sweep file lists every (configuration, split) it will run; a run is done when a line for it is in
-# one of the `*.jsonl` files of `benchmarks/results/medium`. The first table counts the done runs per
-# group of the sweep (in the order the sweep runs them); the second lays the runs out per family, depth
-# and data set as `splits done / splits planned`.
+# The sweep file lists every (configuration, split) it will run; a run is done when a line for it is
+# in one of the `*.jsonl` files of `benchmarks/results/medium`. The first table counts the done runs
+# per group of the sweep (in the order the sweep runs them); the second lays the runs out per
+# family, depth and data set as `splits done / splits planned`.
 
 # %%
 medium_records = medium._records(str(MEDIUM_RESULTS))
@@ -407,7 +412,8 @@ for name, cfg, split in tasks:
 n_done = sum(d for _, d, _ in progress)
 print(
     f"{len(medium_records)} result lines; {n_done} of the sweep's {len(tasks)} runs done; "
-    f"pending groups (not run until chosen): {[g for g, _ in medium.uci.pending_groups(medium.SWEEP)] or 'none'}"
+    "pending groups (not run until chosen): "
+    f"{[g for g, _ in medium.uci.pending_groups(medium.SWEEP)] or 'none'}"
 )
 display(
     md_table(
@@ -445,23 +451,23 @@ verdicts = [
     (s["label"], s["dataset"], s["ok_test_ll"]) for s in medium_rows if s["ok_test_ll"] is not None
 ]
 print(
-    f"test LL within two SE of O&A Table 10: {sum(ok for *_, ok in verdicts)} of {len(verdicts)} rows with a "
-    f"paper number; outside: {[f'{l} on {d}' for l, d, ok in verdicts if not ok] or 'none'}"
+    f"test LL within two SE of O&A Table 10: {sum(ok for *_, ok in verdicts)} of {len(verdicts)} "
+    "rows with a paper number; outside: "
+    f"{[f'{l} on {d}' for l, d, ok in verdicts if not ok] or 'none'}"
 )
 
 # %% [markdown]
-# A family missing from a data set's table was not planned there: the first table above counts, per group
-# of the sweep, the runs planned and the runs with a line, and a group with fewer done than planned is
-# still to come (the list of pending groups is printed with it). Most rows have three splits, the best row
-# of each data set five, and the protocol probes (a decaying learning rate, minibatch 10,000, ten
-# training samples) one. A one-split row's cells read `(1 split)` and its two-SE verdict takes our
-# standard error to be the paper's split-to-split standard deviation; a `yes` then says only that one
-# split landed where the
-# paper's spread allows, and a `no` (printed above when there is one) is a gap larger than that spread.
-# SGHMC and BSGP sample their posteriors and have no ELBO (`—`). The "best published" line compares our
-# best mean with the best number in `published.csv`, whose protocol is given in brackets (BSGP's
-# 80/20 splits are not ours). Training times are medians on a 2-core machine shared with other work, so
-# they are upper bounds.
+# A family missing from a data set's table was not planned there: the first table above counts, per
+# group of the sweep, the runs planned and the runs with a line, and a group with fewer done than
+# planned is still to come (the list of pending groups is printed with it). Most rows have three
+# splits, the best row of each data set five, and the protocol probes (a decaying learning rate,
+# minibatch 10,000, ten training samples) one. A one-split row's cells read `(1 split)` and its
+# two-SE verdict takes our standard error to be the paper's split-to-split standard deviation; a
+# `yes` then says only that one split landed where the paper's spread allows, and a `no` (printed
+# above when there is one) is a gap larger than that spread. SGHMC and BSGP sample their posteriors
+# and have no ELBO (`—`). The "best published" line compares our best mean with the best number in
+# `published.csv`, whose protocol is given in brackets (BSGP's 80/20 splits are not ours). Training
+# times are medians on a 2-core machine shared with other work, so they are upper bounds.
 
 # %% [markdown]
 # ### Test log-likelihood against training time
@@ -469,10 +475,10 @@ print(
 # One panel per data set: a marker per row of the tables above at its training time, colour for the
 # family and shape for the depth, with one standard error over splits as the error bar (none while a
 # row has one split). The training time is the family's step at that depth, timed alone on one
-# TensorFlow thread (`benchmarks/speed.py --only medium_step --threads 1`), times the steps the row ran:
-# the rows' own wall times depend on how many other sweeps shared the two cores. A hollow marker is a
-# row whose step was not timed there (another minibatch), at its recorded wall time. The grey dashed
-# line is the best published deep-GP test LL for that data set.
+# TensorFlow thread (`benchmarks/speed.py --only medium_step --threads 1`), times the steps the row
+# ran: the rows' own wall times depend on how many other sweeps shared the two cores. A hollow
+# marker is a row whose step was not timed there (another minibatch), at its recorded wall time. The
+# grey dashed line is the best published deep-GP test LL for that data set.
 
 # %%
 if time_png:
@@ -488,31 +494,33 @@ for d in medium.MEDIUM:
     best = max(ours, key=lambda s: s["test_ll"][0])
     fast = min(ours, key=lambda s: s["train_time_s"])
     print(
-        f"{d}: {len(ours)} row{'s' * (len(ours) > 1)}; best test LL {best['label']} {best['test_ll'][0]:.2f} in "
-        f"{best['train_time_s'] / 60:.1f} min; fastest {fast['label']} {fast['test_ll'][0]:.2f} in "
-        f"{fast['train_time_s'] / 60:.1f} min; spread of test LL over the rows "
-        f"{max(s['test_ll'][0] for s in ours) - min(s['test_ll'][0] for s in ours):.2f}; best published minus "
-        f"our best {max(p['test_ll'] for p in published if p['dataset'] == d) - best['test_ll'][0]:+.2f}"
+        f"{d}: {len(ours)} row{'s' * (len(ours) > 1)}; best test LL {best['label']} "
+        f"{best['test_ll'][0]:.2f} in {best['train_time_s'] / 60:.1f} min; fastest "
+        f"{fast['label']} {fast['test_ll'][0]:.2f} in {fast['train_time_s'] / 60:.1f} min; spread "
+        "of test LL over the rows "
+        f"{max(s['test_ll'][0] for s in ours) - min(s['test_ll'][0] for s in ours):.2f}; best "
+        "published minus our best "
+        f"{max(p['test_ll'] for p in published if p['dataset'] == d) - best['test_ll'][0]:+.2f}"
     )
 
 # %% [markdown]
-# The printed lines give, per data set, the row with the best test LL and the cheapest row. Where the two
-# are the same row, no extra training time has bought test LL so far; where they differ, the difference
-# in test LL against the factor in time is the trade the figure shows. Where the printed gap to the best
-# published number is larger than the spread over our rows, choosing among the families run so far does
-# not close it: the differences are of protocol and training length (minibatch 1,000 instead of
-# 10,000; BSGP's 80/20 splits; three to five splits against the papers' twenty), not of the families run.
-# The times are those of a shared 2-core machine; the relative order of families is more telling than the
-# minutes.
+# The printed lines give, per data set, the row with the best test LL and the cheapest row. Where
+# the two are the same row, no extra training time has bought test LL so far; where they differ, the
+# difference in test LL against the factor in time is the trade the figure shows. Where the printed
+# gap to the best published number is larger than the spread over our rows, choosing among the
+# families run so far does not close it: the differences are of protocol and training length
+# (minibatch 1,000 instead of 10,000; BSGP's 80/20 splits; three to five splits against the papers'
+# twenty), not of the families run. The times are those of a shared 2-core machine; the relative
+# order of families is more telling than the minutes.
 
 # %% [markdown]
 # ### Which posterior to pick
 #
 # The decision table of the report, over the small sets (`benchmarks/results/uci`, 5,000 full-batch
-# steps) and the medium sets (this sweep): for each data size, depth and training-time budget, the family
-# whose row has the best mean test LL (and the best ELBO) on most data sets, among the rows whose median
-# training time fits the budget, with the number of data sets it wins, its cost per step and the
-# families that were compared.
+# steps) and the medium sets (this sweep): for each data size, depth and training-time budget, the
+# family whose row has the best mean test LL (and the best ELBO) on most data sets, among the rows
+# whose median training time fits the budget, with the number of data sets it wins, its cost per
+# step and the families that were compared.
 
 # %%
 display(Markdown(decision_md))
@@ -527,35 +535,36 @@ for depth in sorted({s["depth"] for s in medium_rows}):
     fams = sorted({medium._family(s) for s in medium_rows if s["depth"] == depth})
     sets = sorted({s["dataset"] for s in medium_rows if s["depth"] == depth})
     print(
-        f"medium, depth {depth}: {len(fams)} famil{'y' if len(fams) == 1 else 'ies'} ({', '.join(fams)}) "
-        f"on {len(sets)} data set{'s' * (len(sets) > 1)} ({', '.join(sets)})"
+        f"medium, depth {depth}: {len(fams)} famil{'y' if len(fams) == 1 else 'ies'} "
+        f"({', '.join(fams)}) on {len(sets)} data set{'s' * (len(sets) > 1)} ({', '.join(sets)})"
     )
 
 # %% [markdown]
-# A medium row of the decision table is a choice only among the families in its last column, those with
-# a row whose training time fits the budget, and "wins / data sets" counts only the data sets where some
-# family fits it. A row whose last column names a single family says that only it fits, not that it won
-# a comparison; an ELBO pick of `—` means only sampling families fit (SGHMC and BSGP have no ELBO). A
-# medium row counts with the splits it has: three for most, five for each data set's best, one for the
-# protocol probes (a decaying learning rate, minibatch 10,000, 200,000 steps; naval's decayed global-2 and
-# global-3 have five), so a probe that wins a data set on one split is a lead, not a verdict. The small-set
-# rows come from the small sweep (5,000 full-batch steps). The report regenerates the table whenever
-# result lines are added.
+# A medium row of the decision table is a choice only among the families in its last column, those
+# with a row whose training time fits the budget, and "wins / data sets" counts only the data sets
+# where some family fits it. A row whose last column names a single family says that only it fits,
+# not that it won a comparison; an ELBO pick of `—` means only sampling families fit (SGHMC and BSGP
+# have no ELBO). A medium row counts with the splits it has: three for most, five for each data
+# set's best, one for the protocol probes (a decaying learning rate, minibatch 10,000, 200,000
+# steps; naval's decayed global-2 and global-3 have five), so a probe that wins a data set on one
+# split is a lead, not a verdict. The small-set rows come from the small sweep (5,000 full-batch
+# steps). The report regenerates the table whenever result lines are added.
 
 # %% [markdown]
 # ## Extrapolation with Lindinger et al.'s training protocol
 #
-# The extrapolation rows above were trained with this repository's usual protocol (one training sample,
-# a constant learning rate, fewer steps). Lindinger et al. (2020, Table 2) find stripes-and-arrow's log
-# predictive density above mean-field's on 57 ± 4 % of concrete's test points (3 layers, 10 repetitions).
-# The groups `extrapolation-lindinger-concrete` and `extrapolation-lindinger-kin8nm` of
-# `benchmarks/sweeps/uci.toml` rerun mean-field and STAR on concrete and kin8nm with their protocol:
-# 5 training samples, Adam 0.005 decayed by 0.98 every 1,000 steps, 20,000 steps, minibatch 512, depth 3,
-# splits 0–2, into `benchmarks/results/uci/extrapolation_lindinger.jsonl` (their lines also enter the
-# section above, marked `5 samples, lr 0.005 x0.98/1000`). The next cell shows the extrapolation tables of
-# `benchmarks/uci.py report` (its `render_extrapolation`) for that file's lines alone, so that every row
-# compares like with like, the calibration curves, and ours beside Lindinger et al.'s frequency; while the
-# file is missing or empty it says so and prints the command that produces it.
+# The extrapolation rows above were trained with this repository's usual protocol (one training
+# sample, a constant learning rate, fewer steps). Lindinger et al. (2020, Table 2) find
+# stripes-and-arrow's log predictive density above mean-field's on 57 ± 4 % of concrete's test
+# points (3 layers, 10 repetitions). The groups `extrapolation-lindinger-concrete` and
+# `extrapolation-lindinger-kin8nm` of `benchmarks/sweeps/uci.toml` rerun mean-field and STAR on
+# concrete and kin8nm with their protocol: 5 training samples, Adam 0.005 decayed by 0.98 every
+# 1,000 steps, 20,000 steps, minibatch 512, depth 3, splits 0–2, into
+# `benchmarks/results/uci/extrapolation_lindinger.jsonl` (their lines also enter the section above,
+# marked `5 samples, lr 0.005 x0.98/1000`). The next cell shows the extrapolation tables of
+# `benchmarks/uci.py report` (its `render_extrapolation`) for that file's lines alone, so that every
+# row compares like with like, the calibration curves, and ours beside Lindinger et al.'s frequency;
+# while the file is missing or empty it says so and prints the command that produces it.
 
 # %%
 LINDINGER = RESULTS / "extrapolation_lindinger.jsonl"
@@ -618,10 +627,10 @@ if lindinger:
 else:
     state = "does not exist" if not LINDINGER.exists() else "has no result lines"
     print(
-        f"{LINDINGER.relative_to(ROOT)} {state} yet: the same-protocol comparison is pending. It is produced by\n\n"
-        f"    {LINDINGER_COMMAND}\n\n"
-        f"(mean-field and STAR, depth 3, splits 0-2 on concrete and kin8nm, 20,000 steps each), after which "
-        f"this notebook shows it."
+        f"{LINDINGER.relative_to(ROOT)} {state} yet: the same-protocol comparison is pending. It "
+        f"is produced by\n\n    {LINDINGER_COMMAND}\n\n"
+        "(mean-field and STAR, depth 3, splits 0-2 on concrete and kin8nm, 20,000 steps each), "
+        "after which this notebook shows it."
     )
     print(
         "Lindinger et al.'s frequency of STAR beating mean-field (Table 2, 3 layers):",
@@ -633,18 +642,18 @@ else:
     )
 
 # %% [markdown]
-# How to read the comparison: "STAR beats mean-field" is the fraction of test points at which STAR's log
-# predictive density is the higher of the two, averaged over the splits both finished (0.5 is a draw);
-# Lindinger et al.'s number is above 0.5 on concrete and below it on kin8nm, so the claim to test is the
-# direction on each data set as much as the size. `within 2 SE` takes their standard error over 10
-# repetitions and ours over the splits run. The extrapolation test set lies beyond the training inputs,
-# so the calibration curves matter as much as the frequency: a curve below the diagonal is an
-# overconfident posterior outside the data.
+# How to read the comparison: "STAR beats mean-field" is the fraction of test points at which STAR's
+# log predictive density is the higher of the two, averaged over the splits both finished
+# (0.5 is a draw); Lindinger et al.'s number is above 0.5 on concrete and below it on kin8nm, so the
+# claim to test is the direction on each data set as much as the size. `within 2 SE` takes their
+# standard error over 10 repetitions and ours over the splits run. The extrapolation test set lies
+# beyond the training inputs, so the calibration curves matter as much as the frequency: a curve
+# below the diagonal is an overconfident posterior outside the data.
 #
 # What the three splits on each set show: on concrete STAR is ahead on about as many test points as
 # Lindinger et al. report, where this repository's short protocol (one training sample, a constant
-# learning rate, 10,000 steps) put it well behind; the protocol, not the family, made that difference
-# (with five training samples and a decaying rate STAR's ELBO comes within a few hundredths of a nat of
-# mean-field's). On kin8nm the two families tie, about half the points each, where Lindinger et al.
-# find mean-field ahead: their direction on kin8nm does not reproduce here. The README's extrapolation
-# section gives the per-split numbers.
+# learning rate, 10,000 steps) put it well behind; the protocol, not the family, made that
+# difference (with five training samples and a decaying rate STAR's ELBO comes within a few
+# hundredths of a nat of mean-field's). On kin8nm the two families tie, about half the points each,
+# where Lindinger et al. find mean-field ahead: their direction on kin8nm does not reproduce here.
+# The README's extrapolation section gives the per-split numbers.

@@ -97,8 +97,8 @@ for name, ((X, Y), _) in DATA.items():
         h = histories[name, kind]
         last = np.mean(h.elbo_per_datapoint[-10:])
         print(
-            f"{name:16s} {kind:7s} {times[name, kind]:6.1f} s  training bound per point (last 100 steps) "
-            f"{last:.3f}"
+            f"{name:16s} {kind:7s} {times[name, kind]:6.1f} s  training bound per point (last 100 "
+            f"steps) {last:.3f}"
         )
 
 # %% [markdown]

@@ -86,7 +86,8 @@ def main(argv=None) -> None:
         nb = execute(path)
         jupytext.write(nb, path.with_suffix(".ipynb"))
         print(
-            f"{path.name}: executed in {time.time() - start:.0f} s -> {path.with_suffix('.ipynb').name}",
+            f"{path.name}: executed in {time.time() - start:.0f} s -> "
+            f"{path.with_suffix('.ipynb').name}",
             flush=True,
         )
 
