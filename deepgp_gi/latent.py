@@ -56,6 +56,7 @@ from .validation import check_positive_int
 
 __all__ = [
     "LatentDeepGP",
+    "GroupedPropagation",
     "LATENT_FAMILIES",
     "latent_families",
     "InducingDraw",

@@ -176,7 +176,7 @@ def counter_uniform(shape, key: tf.Tensor, dtype: tf.DType, stream: int = 0) -> 
 def counter_normal(shape, key: tf.Tensor, dtype: tf.DType, stream: int = 0) -> tf.Tensor:
     """Standard normal draws by inversion, ``z = Phi^{-1}(u)`` of one :func:`counter_uniform`
     per draw (the generator, a cast, a multiply-add and the quantile: five ops in float64). The
-    grid's extreme points cap |z| at 6.34 in float64 (``u = 2^-33``) and 5.33 in float32
+    grid's extreme points cap ``|z|`` at 6.34 in float64 (``u = 2^-33``) and 5.33 in float32
     (``u = 2^-24``)."""
     return _ndtri(counter_uniform(shape, key, dtype, stream))
 

@@ -32,32 +32,31 @@ class UCIDataset:
     (:func:`load_digits`, :func:`load_mnist`, :func:`load_cifar10`) ``x_mean = 0`` and
     ``x_std`` is the largest pixel value (16 or 255), both 0-d arrays, so the pixels lie in
     [0, 1]; ``y_mean = 0`` and ``y_std = 1``: the targets are the integer class labels.
-
-    Attributes:
-        name: short name, one of :data:`UCI_NAMES`, ``"digits"``, ``"mnist"`` or ``"cifar10"``.
-        split: split number.
-        X_train: [N_train, D] normalised training inputs ([N_train, H, W, C] for images).
-        Y_train: [N_train, 1] normalised training targets (class labels 0..9 for images).
-        X_test: [N_test, D] test inputs, normalised with the training statistics
-            ([N_test, H, W, C] for images).
-        Y_test: [N_test, 1] test targets, normalised with the training statistics.
-        x_mean: [D] training input means ([] for images).
-        x_std: [D] training input standard deviations, 1 for constant columns ([] for images).
-        y_mean: training target mean.
-        y_std: training target standard deviation.
-        n_splits: number of splits of this data set.
     """
 
+    #: Short name, one of :data:`~deepgp_gi.datasets.UCI_NAMES`, ``"digits"``, ``"mnist"`` or
+    #: ``"cifar10"``.
     name: str
+    #: Split number.
     split: int
+    #: ``[N_train, D]`` normalised training inputs (``[N_train, H, W, C]`` for images).
     X_train: np.ndarray
+    #: ``[N_train, 1]`` normalised training targets (class labels 0..9 for images).
     Y_train: np.ndarray
+    #: ``[N_test, D]`` test inputs, normalised with the training statistics
+    #: (``[N_test, H, W, C]`` for images).
     X_test: np.ndarray
+    #: ``[N_test, 1]`` test targets, normalised with the training statistics.
     Y_test: np.ndarray
+    #: ``[D]`` training input means (``[]`` for images).
     x_mean: np.ndarray
+    #: ``[D]`` training input standard deviations, 1 for constant columns (``[]`` for images).
     x_std: np.ndarray
+    #: Training target mean.
     y_mean: float
+    #: Training target standard deviation.
     y_std: float
+    #: Number of splits of this data set.
     n_splits: int = field(default=1)
 
     @property

@@ -65,8 +65,7 @@ def load_digits_raw() -> tuple[np.ndarray, np.ndarray]:
     (Alpaydin & Kaynak, 1998) as shipped by scikit-learn; see
     ``deepgp_gi/data/digits/LICENSE.md`` for the source and licence (CC BY 4.0).
 
-    Returns:
-        ``(X, Y)``: X [1797, 8, 8, 1] float64 pixel counts 0..16 (row-major images),
+    :returns: ``(X, Y)``: X [1797, 8, 8, 1] float64 pixel counts 0..16 (row-major images),
         Y [1797, 1] float64 labels 0..9.
     """
     with gzip.open(_DIGITS_FILE, "rt", encoding="ascii") as f:
@@ -83,15 +82,10 @@ def digits_split(split: int) -> tuple[np.ndarray, np.ndarray]:
     rounded by largest remainder (ties to the smaller label) so that they sum to 297. Every split
     therefore has each label in the same proportion (29 or 30 test images per label).
 
-    Args:
-        split: split number, ``0 <= split < DIGITS_SPLITS`` (20).
-
-    Returns:
-        ``(train, test)`` row indices into :func:`load_digits_raw`, each sorted.
-
-    Raises:
-        TypeError: split is not an integer.
-        ValueError: split is out of range.
+    :param split: split number, ``0 <= split < DIGITS_SPLITS`` (20).
+    :returns: ``(train, test)`` row indices into :func:`load_digits_raw`, each sorted.
+    :raises TypeError: split is not an integer.
+    :raises ValueError: split is out of range.
     """
     split = check_split_range(split, "digits", DIGITS_SPLITS)
     labels = load_digits_raw()[1][:, 0].astype(np.int64)
@@ -135,16 +129,11 @@ def load_digits(split: int = 0) -> UCIDataset:
     :class:`~deepgp_gi.DeepGP` or :func:`~deepgp_gi.build_bnn` with
     ``gpflow.likelihoods.Softmax(10)`` takes (it casts them to integers). Rows keep file order.
 
-    Args:
-        split: split number, ``0 <= split < DIGITS_SPLITS`` (20).
-
-    Returns:
-        A :class:`UCIDataset` named ``"digits"`` with X_train [1500, 8, 8, 1],
+    :param split: split number, ``0 <= split < DIGITS_SPLITS`` (20).
+    :returns: A :class:`UCIDataset` named ``"digits"`` with X_train [1500, 8, 8, 1],
         Y_train [1500, 1], X_test [297, 8, 8, 1], Y_test [297, 1], all float64.
-
-    Raises:
-        TypeError: split is not an integer.
-        ValueError: split is out of range.
+    :raises TypeError: split is not an integer.
+    :raises ValueError: split is out of range.
     """
     split = check_split_range(split, "digits", DIGITS_SPLITS)
     X, Y = load_digits_raw()
@@ -224,17 +213,14 @@ def read_mnist_idx(path: PathLike) -> UCIDataset:
     labels as float64 in one column (``y_mean = 0``, ``y_std = 1``), for
     ``gpflow.likelihoods.Softmax(10)``. The full set takes about 440 MB as float64.
 
-    Args:
-        path: folder holding the four files.
-
-    Returns:
-        A :class:`UCIDataset` named ``"mnist"``, split 0 of 1, with X_train [N_train, 28, 28, 1],
-        Y_train [N_train, 1], X_test [N_test, 28, 28, 1], Y_test [N_test, 1], all float64.
-
-    Raises:
-        FileNotFoundError: ``path`` is not a folder or a file is missing (the message names it).
-        ValueError: a bad magic number, a header that disagrees with the file size, images
-            that are not 28 x 28, different numbers of images and labels, labels outside 0..9.
+    :param path: folder holding the four files.
+    :returns: A :class:`UCIDataset` named ``"mnist"``, split 0 of 1, with
+        X_train [N_train, 28, 28, 1], Y_train [N_train, 1], X_test [N_test, 28, 28, 1],
+        Y_test [N_test, 1], all float64.
+    :raises FileNotFoundError: ``path`` is not a folder or a file is missing (the message
+        names it).
+    :raises ValueError: a bad magic number, a header that disagrees with the file size, images
+        that are not 28 x 28, different numbers of images and labels, labels outside 0..9.
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -335,19 +321,15 @@ def load_cifar10(path: PathLike) -> UCIDataset:
     (``y_mean = 0``, ``y_std = 1``), for ``gpflow.likelihoods.Softmax(10)``. The full set takes
     about 1.5 GB as float64.
 
-    Args:
-        path: the ``cifar-10-batches-py`` folder or its parent.
-
-    Returns:
-        A :class:`UCIDataset` named ``"cifar10"``, split 0 of 1, with X_train [N_train, 32, 32, 3],
-        Y_train [N_train, 1], X_test [N_test, 32, 32, 3], Y_test [N_test, 1], all float64.
-
-    Raises:
-        FileNotFoundError: ``path`` is not a folder or a batch file is missing (the message
-            names it).
-        ValueError: a file that is not a CIFAR-10 batch: not a dict, no ``b"data"`` or
-            ``b"labels"``, data not uint8 [n, 3072], a label count that differs from the image
-            count, labels outside 0..9.
+    :param path: the ``cifar-10-batches-py`` folder or its parent.
+    :returns: A :class:`UCIDataset` named ``"cifar10"``, split 0 of 1, with
+        X_train [N_train, 32, 32, 3], Y_train [N_train, 1], X_test [N_test, 32, 32, 3],
+        Y_test [N_test, 1], all float64.
+    :raises FileNotFoundError: ``path`` is not a folder or a batch file is missing (the message
+        names it).
+    :raises ValueError: a file that is not a CIFAR-10 batch: not a dict, no ``b"data"`` or
+        ``b"labels"``, data not uint8 [n, 3072], a label count that differs from the image
+        count, labels outside 0..9.
     """
     given = Path(path)
     if not given.is_dir():

@@ -23,8 +23,7 @@ def gap_regression(num_data: int = 40, seed: int = 0) -> tuple[np.ndarray, np.nd
     Half the inputs are uniform on [-4, -2], the other half on [2, 4]; the outputs are
     ``y = x**3 + e`` with ``e ~ N(0, 3**2)``. Not standardised.
 
-    Returns:
-        ``(X, Y)``, both [num_data, 1] float64.
+    :returns: ``(X, Y)``, both [num_data, 1] float64.
     """
     rng = np.random.default_rng(seed)
     n_left = num_data // 2
@@ -58,8 +57,7 @@ def deep_linear(
     ``e ~ N(0, noise_variance)``. Under this prior the exact log evidence is
     :func:`deep_linear_log_evidence`.
 
-    Returns:
-        A :class:`DeepLinearData` with X_train [num_train, input_dim], Y_train [num_train, 1],
+    :returns: A :class:`DeepLinearData` with X_train [num_train, input_dim], Y_train [num_train, 1],
         X_test [num_test, input_dim], Y_test [num_test, 1], w [input_dim, 1].
     """
     rng = np.random.default_rng(seed)
@@ -80,14 +78,11 @@ def deep_linear_log_evidence(
     ``log N(Y; 0, X X^T / input_dim + noise_variance I)``, i.e. the evidence under
     ``w ~ N(0, I / input_dim)``; columns of Y are independent and their log densities summed.
 
-    Args:
-        X: [N, input_dim] inputs.
-        Y: [N, P] outputs (P = 1 usually).
-        input_dim: prior precision scale of w (normally ``X.shape[1]``).
-        noise_variance: observation noise variance.
-
-    Returns:
-        The log evidence, a float.
+    :param X: [N, input_dim] inputs.
+    :param Y: [N, P] outputs (P = 1 usually).
+    :param input_dim: prior precision scale of w (normally ``X.shape[1]``).
+    :param noise_variance: observation noise variance.
+    :returns: The log evidence, a float.
     """
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64).reshape(X.shape[0], -1)

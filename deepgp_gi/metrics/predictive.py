@@ -314,7 +314,7 @@ def expected_calibration_error(probs, labels, num_bins: int = 15) -> float:
     ``ECE = sum_b |B_b| / N * |accuracy(B_b) - mean confidence(B_b)|``   (empty bins add 0).
 
     :param probs: ``[N, C]`` class probabilities: finite, in ``[0, 1]``, rows summing to 1 within
-        :data:`ROW_SUM_TOLERANCE`.
+        1e-6 (``ROW_SUM_TOLERANCE``), or ``C`` machine epsilons of their dtype if larger.
     :param labels: ``[N]`` or ``[N, 1]`` integer class labels in ``[0, C)`` (integer-valued floats
         are accepted, as the model's ``Y``).
     :param num_bins: ``B``, a positive integer.

@@ -68,7 +68,7 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
 
     Subclasses implement the abstract :meth:`propagate`, decorated with
     ``check_shapes.inherit_check_shapes`` so that its shape contract is checked, starting with
-    :meth:`_start` (noise source and the inputs broadcast over the sample axis) and ending with
+    ``_start`` (noise source and the inputs broadcast over the sample axis) and ending with
     :meth:`sample_last_layer`.
     """
 
@@ -139,6 +139,7 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
         :param num_inducing: M, for the families that place inducing points here.
         :param seed: an int seeding every random initial value (or None).
         :param options: the family's keyword options (:attr:`options`).
+
         The default builds ``cls(layers, **options)`` (families whose initial values come from
         the layers alone)."""
         return cls(layers, **options)

@@ -97,8 +97,9 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         ``"shared_diagonal"``; convolutions always have one precision per inducing image).
     :param kl: ``"sampled"`` (the per-sample log-ratio) or ``"analytic"`` (the conditional KL
         given the inducing inputs) for the inducing layers.
-    :param means, variances: initial factorised moments per weighted layer (see
+    :param means: initial factorised means per weighted layer (see
         :class:`~.factorised.FactorisedWeightPosterior`).
+    :param variances: their initial variances.
     :param rho: the optimiser sees ``log Lambda / rho`` (3).
     :param seed: seed of the default random initial values.
     """

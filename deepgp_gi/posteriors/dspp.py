@@ -66,7 +66,8 @@ class DSPPPosterior(MeanFieldPosterior):
 
     :param layers: GP layers, each with ``inducing_inputs``.
     :param num_sigma_points: Q (default 10). With ``Q = 1`` the one sigma point starts at zero.
-    :param whiten, q_sqrt_scales: as for mean-field.
+    :param whiten: as for mean-field.
+    :param q_sqrt_scales: as for mean-field.
     :param seed: seeds the initial sigma points (``N(0, 1)`` draws for ``Q > 1``).
     """
 

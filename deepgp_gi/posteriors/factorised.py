@@ -137,8 +137,9 @@ class FactorisedGlobalPosterior(WeightSpacePosterior):
     :param log_precision_init: the last layer's initial log-precision, a number or an array of
         the precision's shape (0).
     :param lower: ``"factorised"`` or ``"prior"``.
-    :param means, variances: initial factorised moments of the lower layers (see
+    :param means: initial factorised means of the lower layers (see
         :class:`FactorisedWeightPosterior`).
+    :param variances: their initial variances.
     :param precision: the last layer's ``Lambda`` kind (default ``"diagonal"``, per unit).
     :param kl: ``"sampled"`` (default) or ``"analytic"`` for the last layer's weights.
     :param last_layer: ``"marginal"`` (default): the last layer's weights are integrated out of

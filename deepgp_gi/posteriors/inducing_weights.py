@@ -246,7 +246,10 @@ def extended_matheron_sample(U, factors: MatheronFactors, lam, sigma, e1, e2, e3
     :param factors: :func:`matheron_factors` of the layer.
     :param lam: ``lambda``, the scale of the conditional's standard deviation.
     :param sigma: the prior standard deviation of a weight, per sample.
-    :param e1, e2, e3, e4: standard-normal noise of the shapes in :func:`matheron_noise_shapes`.
+    :param e1: standard-normal noise of its shape in :func:`matheron_noise_shapes`.
+    :param e2: likewise.
+    :param e3: likewise.
+    :param e4: likewise.
     """
     f = factors
     dtype = U.dtype
@@ -324,7 +327,8 @@ class InducingWeights(gpflow.Module):
     ``M_out = min(M, d_out)`` and ``M_in = min(M, d_in)`` (more inducing rows than weight rows
     cannot help; this gives the ``10 x 128`` last layer of Ritter's CIFAR nets).
 
-    :param d_out, d_in: the weight matrix's shape (``d_in`` with the bias column).
+    :param d_out: the weight matrix's number of rows.
+    :param d_in: the weight matrix's number of columns (with the bias column).
     :param num_inducing: ``M``.
     :param rng: draws ``Z ~ N(0, 1/M)`` (App. J).
     :param lambda_init: initial ``lambda`` (1e-3), in ``(0, lambda_max]``.
@@ -465,8 +469,10 @@ class FFGInducingPosterior(_InducingWeightPosterior):
 
     :param layers: DenseLayers, or a convolutional network (module docs).
     :param num_inducing: ``M`` (the inducing weights are ``min(M, d_out) x min(M, d_in)``).
-    :param lambda_init, lambda_max: ``lambda`` (1e-3, capped at 1).
-    :param sd_init, sd_max: the whitened sd (1e-3, capped at 1, the prior's).
+    :param lambda_init: initial ``lambda`` (1e-3).
+    :param lambda_max: the cap of ``lambda`` (1).
+    :param sd_init: initial whitened sd (1e-3).
+    :param sd_max: the cap of the whitened sd (1, the prior's).
     :param d_init: initial ``D`` (1e-3).
     :param jitter: relative jitter of ``Psi`` (1e-4), folded into ``D``.
     :param means: per-layer initial whitened means ``[M_out, M_in]``; default ``N(0, 1)``.
@@ -518,6 +524,7 @@ class EnsembleInducingPosterior(_InducingWeightPosterior):
     :param member_spread: initial members are one shared ``N(0, 1)`` draw plus
         ``N(0, member_spread^2)`` each (0.1).
     :param prior_regulariser: add ``-log p(U_k)`` (False).
+
     Other parameters as :class:`FFGInducingPosterior`.
     """
 

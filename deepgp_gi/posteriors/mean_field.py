@@ -165,7 +165,7 @@ class MeanFieldPosterior(DeepPosterior):
         :meth:`whitened_parameters`, which :meth:`propagate` shares with the marginals, so a step
         does two M x M solves per layer, not four. ``prior_choleskies`` reuses the layers'
         ``chol(K_uu)`` and ``white`` the per-layer ``(m', R')`` when the caller has them;
-        ``roots``, the same ``R'`` with the units of layers concatenated (:meth:`_whitened_layers`).
+        ``roots``, the same ``R'`` with the units of layers concatenated (``_whitened_layers``).
         """
         if white is None:
             if self.whiten:

@@ -48,7 +48,7 @@ def step_noise(seed: int, step: tf.Tensor) -> SeededNoise:
 
 
 def array_batches(X, Y, start: int, steps: int, batch_size: int, seed: int) -> tf.data.Dataset:
-    """``(step, X_b, Y_b)`` for steps ``start .. steps-1`` of the seeded minibatch stream."""
+    """``(step, X_b, Y_b)`` for steps ``start`` to ``steps - 1`` of the seeded minibatch stream."""
     N = int(X.shape[0])
 
     def take(step):
@@ -59,7 +59,7 @@ def array_batches(X, Y, start: int, steps: int, batch_size: int, seed: int) -> t
 
 
 def dataset_batches(data: tf.data.Dataset, start: int, steps: int, dtype: tf.DType) -> tf.data.Dataset:
-    """``(step, X_b, Y_b)`` for steps ``start .. steps-1`` of a user's dataset of batches.
+    """``(step, X_b, Y_b)`` for steps ``start`` to ``steps - 1`` of a user's dataset of batches.
 
     The dataset is repeated *before* the ``start`` batches already used are skipped, so a resume
     point past the end of one pass lands where an uninterrupted run would be (skipping first and

@@ -8,10 +8,10 @@ in two variables on the device (branch-free, no host round-trip per step), and
 :meth:`TrainStep.raise_if_failed` turns them into a :class:`~deepgp_gi.linalg.CholeskyError`
 when the loop next reads results anyway (before logging or checkpointing).
 
-The parts the other steps change are separate methods: :meth:`objective` (the loss and the ELBO
-it reports) and :meth:`update` (how the gradients are applied); :class:`NaturalGradientStep`,
-:class:`SamplerStep` and :class:`DistributedStep` (a ``tf.distribute`` strategy, with or without
-natural gradients and XLA) replace the step itself.
+The parts the other steps change are separate methods: :meth:`TrainStep.objective` (the loss and
+the ELBO it reports) and :meth:`TrainStep.update` (how the gradients are applied);
+:class:`NaturalGradientStep`, :class:`SamplerStep` and :class:`DistributedStep` (a
+``tf.distribute`` strategy, with or without natural gradients and XLA) replace the step itself.
 
 Every step takes the KL weight ``beta`` (:mod:`.tempering`) as a scalar tensor argument of the
 model's dtype, so a schedule that changes it every step never retraces the compiled function
