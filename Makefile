@@ -9,7 +9,7 @@ export TF_USE_LEGACY_KERAS := 1
 # environment sets one; 2 would still let `E0000 ... cuInit` through without a GPU), and the test
 # suite, benchmarks and notebook runner each default to 2.
 
-.PHONY: demo test test-all test-slow test-gpu bench notebooks install clean
+.PHONY: demo test test-all test-slow test-gpu bench notebooks docs install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -53,5 +53,17 @@ notebooks: install
 	$(BIN)/python -m pip install -e ".[notebooks]"
 	$(BIN)/python notebooks/run_notebooks.py
 
+# The documentation site, docs/_build/html: the pages of docs/, the executed notebooks as they are
+# committed (not run again) and one API page per module from the docstrings. Strict (-W -n): a
+# broken link or reference, or a docstring that is not valid reStructuredText, fails it. The API
+# pages are generated afresh each time (docs/api/, git-ignored); about two minutes on 2 CPU cores.
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(BIN)/python -m pip install -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	rm -rf docs/api
+	$(BIN)/python -m sphinx -b html -E -W --keep-going -n -q docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info docs/_build docs/api docs/notebooks
