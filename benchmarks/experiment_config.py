@@ -21,7 +21,8 @@ __all__ = ["LEGACY_VALUES", "with_legacy_values", "config_key"]
 #: library's only one then), every earlier STAR posterior the plain off-diagonal blocks (and the
 #: fully-coupled lines written before the preconditioned default were trained with Lindinger's
 #: plain storage), every earlier global-inducing last layer (deep GP or BNN) was sampled, and every
-#: earlier line trained on its whole training split (``validation`` None: no rows held out).
+#: earlier line trained on its whole training split (``validation`` None: no rows held out) and
+#: on the ELBO (``objective`` None).
 #: :func:`config_key` reads a missing key as this value.
 LEGACY_VALUES = {
     "protocol": "random",
@@ -29,6 +30,7 @@ LEGACY_VALUES = {
     "offdiagonal": "plain",
     "last_layer": "sampled",
     "validation": None,
+    "objective": None,
 }
 
 

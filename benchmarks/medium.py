@@ -122,7 +122,8 @@ def _other_samples(s: Dict) -> Optional[int]:
 def _family(s: Dict, with_schedule: bool = True) -> str:
     """The row's family as the decision table and the plot tell them apart: the posterior, a
     latent-variable model's latent width and K after it (``mean_field+w1K5``), the share of the
-    training rows held out for validation (``global+valid0.1``), a medium-set
+    training rows held out for validation (``global+valid0.1``), an objective other than the ELBO
+    (``dspp+predictive``), a medium-set
     row's minibatch and inducing points where they are not the sweep's (``global+b10000``,
     ``sghmc+M128``), the training samples per step where they are not one (``global+s10``), and
     (``with_schedule``) the training schedule where it
@@ -135,7 +136,8 @@ def _family(s: Dict, with_schedule: bool = True) -> str:
     decay = f"+decay{s['learning_rate_decay'][0]:g}" if with_schedule and s.get("learning_rate_decay") else ""
     steps = f"+steps{n}" if with_schedule and (n := _other_steps(s)) else ""
     valid = f"+valid{s['validation']:g}" if s.get("validation") else ""
-    return f"{s['posterior']}{latent}{batch}{inducing}{samples}{decay}{steps}{valid}"
+    objective = f"+{s['objective']}" if s.get("objective") else ""
+    return f"{s['posterior']}{latent}{batch}{inducing}{samples}{decay}{steps}{valid}{objective}"
 
 
 def _step_family(s: Dict) -> Optional[str]:

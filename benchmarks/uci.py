@@ -263,7 +263,7 @@ def cmd_sweep(args) -> int:
 METRICS = (("test_ll", "test LL"), ("rmse", "RMSE"), ("elbo_per_datapoint", "ELBO/N"))
 _ROW_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
              "train_samples", "test_samples", "positive_transform", "protocol", "offdiagonal",
-             "last_layer", "latent_dim", "importance_samples", "learning_rate_decay", "validation")
+             "last_layer", "latent_dim", "importance_samples", "learning_rate_decay", "validation", "objective")
 
 
 def select_runs(records: List[Dict]) -> "OrderedDict[Tuple, List[Dict]]":
@@ -383,10 +383,13 @@ def _protocol_marks(s: Dict) -> List[str]:
     """A deep GP's training protocol where it is not the sweep's usual one sample at a constant
     learning rate, e.g. ``5 samples, lr 0.005 x0.98/1000`` (Lindinger et al.'s), a latent-variable
     model's latent dimension and importance samples, e.g. ``latent 1, K=5``, and the share of the
-    training rows held out for validation, e.g. ``validation 10%`` (the model fitted the rest)."""
+    training rows held out for validation, e.g. ``validation 10%`` (the model fitted the rest), and
+    an objective other than the ELBO, ``predictive objective``."""
     marks = []
     if s.get("validation"):  # trained on the rest of the training rows
         marks.append(f"validation {s['validation']:.0%}")
+    if s.get("objective"):  # trained on another objective than the ELBO
+        marks.append(f"{s['objective']} objective")
     if s.get("latent_dim"):
         marks.append(f"latent {s['latent_dim']}, K={s.get('importance_samples') or 1}")
     if s.get("train_samples", 1) != 1:
@@ -715,7 +718,7 @@ def render_validation(records: List[Dict], published: List[Dict], command: str =
         eligible = sum(c["eligible"] for c in cands[dataset])
         ours = [s for s in full if s["dataset"] == dataset]
         top = max(ours, key=lambda s: s["test_ll"][0]) if ours else None
-        top_cells = (f"{_method(top)}-{top['depth']}, {top['steps']} steps, {len(top['splits'])} splits | "
+        top_cells = (f"{_method(top)}, depth {top['depth']}, {top['steps']} steps, {len(top['splits'])} splits | "
                      f"{_fmt(*top['test_ll'])}") if top else "— | —"
         c = chosen.get(dataset)
         if c is None:

@@ -180,7 +180,7 @@ def _cmd_uci(args) -> int:
         positive_transform=args.positive_transform if model == "gp" else None, protocol=args.protocol,
         offdiagonal=args.offdiagonal if model == "gp" and posterior == "stripes_arrow" else None,
         last_layer=args.last_layer if (model, posterior) in GLOBAL_LAST_LAYER else None,
-        learning_rate_decay=args.lr_decay, validation=args.validation,
+        learning_rate_decay=args.lr_decay, validation=args.validation, objective=args.objective,
     )
     cfg = normalise_config(cfg)
     done: Dict[int, Dict] = {}
@@ -326,6 +326,9 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
                      help="hold out this share of each split's training rows (default with the flag: 0.1; rows "
                           "from a permutation seeded by 1000 + split), train on the rest and record the "
                           "validation LL and RMSE beside the test ones (default: no validation split)")
+    uci.add_argument("--objective", choices=("elbo", "predictive"), default=None,
+                     help="what a deep GP trains on: the ELBO (default) or the predictive objective (variational "
+                          "families without a latent input; meant for posterior dspp)")
     uci.add_argument("--out", default=None, help="append one JSON line per split here; splits already there are skipped")
     uci.add_argument("--checkpoint-dir", default=None, help="checkpoint each split's training here (resumable)")
     uci.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -26,8 +26,9 @@ result records of one configuration are matched.
 * for the extrapolation protocol, ``test_ll_points`` (each test point's log predictive density,
   original units) and ``test_pit`` (each test target's predictive CDF value), for point-by-point
   comparisons of methods and calibration curves;
-* ``trace``: the training ELBO per datapoint against step, averaged over blocks of steps (the raw
-  one-sample minibatch estimates are noisy), for convergence plots;
+* ``trace``: the training ELBO per datapoint (with ``objective="predictive"``: that objective)
+  against step, averaged over blocks of steps (the raw one-sample minibatch estimates are noisy),
+  for convergence plots;
 * for a deep GP, ``layer_variances``: :func:`~deepgp_gi.metrics.layer_variances` of the trained
   model on the first :data:`LAYER_VARIANCE_ROWS` training rows (``between_rows`` and
   ``within_samples`` per layer, 16 joint samples): a last layer whose output barely varies between
@@ -48,7 +49,7 @@ import numpy as np
 
 from .metrics import estimate_elbo, smooth_trace
 
-__all__ = ["CONFIG_KEYS", "DEFAULTS", "OFFDIAGONAL_CHOICES", "OFFDIAGONAL_DEFAULTS", "LAST_LAYER_CHOICES",
+__all__ = ["CONFIG_KEYS", "DEFAULTS", "OBJECTIVE_CHOICES", "OFFDIAGONAL_CHOICES", "OFFDIAGONAL_DEFAULTS", "LAST_LAYER_CHOICES",
            "GLOBAL_LAST_LAYER", "SAMPLER_COLLECT", "LAYER_VARIANCE_ROWS", "normalise_config",
            "check_learning_rate_decay", "learning_rate_of", "config_key", "build_model",
            "layer_variances_on_training_rows", "training_device", "run_split"]
@@ -57,7 +58,11 @@ __all__ = ["CONFIG_KEYS", "DEFAULTS", "OFFDIAGONAL_CHOICES", "OFFDIAGONAL_DEFAUL
 CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
                "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol",
                "offdiagonal", "last_layer", "learning_rate_decay", "latent_dim", "importance_samples",
-               "validation")
+               "validation", "objective")
+
+#: ``objective``: what a deep GP trains on, :func:`deepgp_gi.fit`'s ``objective``; ``None`` (the
+#: default, as in every line written before the key) is the ELBO.
+OBJECTIVE_CHOICES = ("elbo", "predictive")
 
 #: ``offdiagonal``: how a STAR or fully-coupled posterior stores its off-diagonal blocks (their
 #: ``precondition_offdiagonal``).
@@ -79,7 +84,8 @@ GLOBAL_LAST_LAYER = {("gp", "global"), ("bnn", "global"), ("bnn", "factorised_gl
 DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
                 steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
                 positive_transform=None, protocol="random", offdiagonal=None, last_layer=None,
-                learning_rate_decay=None, latent_dim=None, importance_samples=None, validation=None)
+                learning_rate_decay=None, latent_dim=None, importance_samples=None, validation=None,
+                objective=None)
 
 
 def normalise_config(cfg: Dict) -> Dict:
@@ -104,7 +110,10 @@ def normalise_config(cfg: Dict) -> Dict:
     ``validation`` is ``None`` (train on the whole training split) or the share of the training rows
     held out for validation, a float in (0, 1) (``True`` means
     :data:`~deepgp_gi.datasets.uci.VALIDATION_FRACTION`, 0.1; ``False`` means ``None``); lines written
-    before the key read as ``None``.
+    before the key read as ``None``. ``objective`` is ``None`` (train on the ELBO; ``"elbo"`` is stored
+    as ``None``) or ``"predictive"`` (``fit(..., objective="predictive")``, the predictive objective of
+    Jankowiak et al. 2020, for the variational deep-GP families: not a BNN, a sampling family or a
+    latent-variable model); lines written before the key read as ``None``.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -162,7 +171,27 @@ def normalise_config(cfg: Dict) -> Dict:
         from .datasets.uci import check_validation_fraction
 
         out["validation"] = check_validation_fraction(out["validation"])
+    _normalise_objective(out)
     return out
+
+
+def _normalise_objective(out: Dict) -> None:
+    """``objective`` in place (see :func:`normalise_config`)."""
+    from .families import DEEP_GP_FAMILIES
+    from .validation import check_choice
+
+    if out["objective"] is None:
+        return
+    objective = check_choice(out["objective"], "objective", OBJECTIVE_CHOICES)
+    if objective == "elbo":
+        out["objective"] = None
+        return
+    family = DEEP_GP_FAMILIES.get(out["posterior"]) if out["model"] == "gp" else None
+    if family is None or getattr(family, "is_sampler", False) or out["latent_dim"] is not None:
+        raise ValueError(f"objective={objective!r} applies to the variational deep-GP families without a latent "
+                         f"input only, got model {out['model']!r}, posterior {out['posterior']!r}, "
+                         f"latent_dim {out['latent_dim']!r}")
+    out["objective"] = objective
 
 
 def _normalise_latent(out: Dict) -> None:
@@ -292,7 +321,8 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     t0 = time.perf_counter()
     history = fit(model, (data.X_train, data.Y_train), steps=cfg["steps"], batch_size=batch_size,
                   learning_rate=learning_rate_of(cfg), num_samples=cfg["train_samples"], seed=seed,
-                  progress=progress, checkpoint_dir=checkpoint_dir, importance_samples=cfg["importance_samples"])
+                  progress=progress, checkpoint_dir=checkpoint_dir, importance_samples=cfg["importance_samples"],
+                  **({"objective": cfg["objective"]} if cfg["objective"] else {}))
     sampler = bool(getattr(model.posterior, "is_sampler", False))
     collect_time = 0.0
     if sampler:  # the sample set the predictions mix over (Havasi et al.'s 100 samples, 50 steps apart)

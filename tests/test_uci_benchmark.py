@@ -554,7 +554,7 @@ def test_the_report_has_the_validation_section_with_the_choice_and_the_test_pick
     assert "## Chosen on validation data" in md and "numpy.random.default_rng(1000 + split)" in md
     # the choice, against the best 90/10 number (O&A's GI-2, not Rossi's 80/20 BSGP), beside the test-picked row
     assert ("| boston | 1 of 2 | global | 2 | 100 | -2.30 | -2.50 ± 0.00 | 3 | O&A GI-2 -2.42 | -0.08 | "
-            "mean_field-2, 100 steps, 3 splits | -2.35 ± 0.00 |") in md
+            "mean_field, depth 2, 100 steps, 3 splits | -2.35 ± 0.00 |") in md
     assert "| boston | global | 2 | 100 | 0, 1, 2 | -2.30 | 2.5 | -2.50 ± 0.00 | 3 | **yes** |" in md
     assert "| boston | mean_field | 3 | 100 | 0, 1 | not eligible: lacks split 2 | — | -2.20 ± 0.00 | 2 |  |" in md
     # the full tables keep the validation rows apart, marked
@@ -583,3 +583,34 @@ def test_the_validation_sweep_holds_out_rows_in_every_run_and_runs_the_leaders_f
     for d in ("boston", "concrete", "energy", "wine", "yacht"):
         configs = {uci.config_key(c) for _, c, _ in leaders if c["dataset"] == d}
         assert len(configs) == 2 and sum(c["dataset"] == d for _, c, _ in leaders) == 6
+
+
+def test_the_objective_key_is_normalised_refused_where_it_cannot_train_and_marked(tmp_path):
+    assert uci.normalise_config({"dataset": "boston"})["objective"] is None
+    assert uci.normalise_config({"dataset": "boston", "objective": "elbo"})["objective"] is None
+    cfg = uci.normalise_config({"dataset": "boston", "posterior": "dspp", "objective": "predictive"})
+    assert cfg["objective"] == "predictive"
+    assert uci.config_key(cfg) != uci.config_key(dict(cfg, objective=None))
+    for bad in ({"posterior": "sghmc"}, {"model": "bnn", "posterior": "global"},
+                {"posterior": "global", "latent_dim": 1}):
+        with pytest.raises(ValueError, match="objective"):
+            uci.normalise_config({"dataset": "boston", "objective": "predictive", **bad})
+    with pytest.raises(ValueError, match="objective"):
+        uci.normalise_config({"dataset": "boston", "objective": "likelihood"})
+    old = _line(0, 0.01, -2.4, -0.3, 3.0)  # written before the key: the ELBO
+    assert uci.config_key(old) == uci.config_key(dict(old, objective=None))
+    lines = [_line(0, 0.01, -2.4, -0.3, 3.0, posterior="dspp"),
+             _line(0, 0.01, -2.2, -0.4, 3.0, posterior="dspp", objective="predictive")]
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "l.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
+    md = (tmp_path / "rep" / "uci.md").read_text()
+    assert "| boston | dspp | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
+    assert "| boston | dspp (predictive objective) | 2 | 100 | 100 | 1 | -2.20 (1 split) |" in md
+
+
+def test_the_validation_sweeps_dspp_group_trains_on_the_predictive_objective():
+    tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "uci_validation.toml"))
+    assert {c["objective"] for _, c, _ in tasks if c["posterior"] == "dspp"} == {"predictive"}
+    assert {c["objective"] for _, c, _ in tasks if c["posterior"] != "dspp"} == {None}
