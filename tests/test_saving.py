@@ -122,15 +122,16 @@ def round_trip(kind, family, data, tmp_path, train_sampler=True):
     return model, loaded, X, Y
 
 
-# one model of each kind in the default suite; every family in the slow sweep below
+# a deep GP and a BNN in the default suite, the other kinds beside them in the slow suite (their
+# first traces take most of a minute each), and every family in the slow sweep below
 @pytest.mark.parametrize(
     "kind, family",
     [
         ("deep_gp", "mean_field"),
-        ("deep_gp", "sghmc"),
-        ("latent", "global"),
+        pytest.param("deep_gp", "sghmc", marks=pytest.mark.slow),
+        pytest.param("latent", "global", marks=pytest.mark.slow),
         ("bnn", "factorised"),
-        ("conv", "factorised"),
+        pytest.param("conv", "factorised", marks=pytest.mark.slow),
     ],
 )
 def test_a_loaded_model_predicts_as_the_model(kind, family, data, tmp_path):
@@ -414,6 +415,7 @@ def test_bad_arguments_name_the_argument(saved, tmp_path):
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.slow  # trains and saves a model: the docs page's examples
 def test_the_saving_page_runs():
     from doc_examples import run_page
 
