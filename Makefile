@@ -1,5 +1,5 @@
 # deepgp_gi: `make demo` runs the main job, `make test` the fast test suite, `make test-all` every test
-# but the GPU ones.
+# but the GPU ones, `make docs` the documentation site (docs/_build/html).
 # Both create .venv (Python 3.11) if it is missing and install the package into it.
 PYTHON ?= python3.11
 VENV := .venv
