@@ -217,7 +217,8 @@ def _executed_graph_types(fn, *specs):
 
 
 @pytest.mark.parametrize("family", ["fully_coupled", "stripes_arrow"])
-@pytest.mark.parametrize("branch", BRANCHES)
+# the host branch in the default suite; the accelerator branch (the same algebra) in the slow suite
+@pytest.mark.parametrize("branch", ["host", pytest.param("accelerator", marks=pytest.mark.slow)])
 def test_structured_step_has_no_per_point_factorisation_and_its_ops_do_not_grow_with_the_batch(
     rng, family, branch
 ):
