@@ -11,6 +11,7 @@ imported on its own.
 The ``deepgp-gi`` command relies on this to set TensorFlow's logging environment before
 TensorFlow loads (:mod:`deepgp_gi.cli`).
 """
+
 import importlib as _importlib
 import importlib.util as _importlib_util
 import os as _os
@@ -22,18 +23,54 @@ from .version import __version__  # noqa: F401  (no TensorFlow: a plain module)
 
 # The modules and names the package exports, in the order they were imported eagerly:
 # name -> the module (relative to the package) that defines it.
-_MODULES = ("autocorrelation", "datasets", "families", "kernels", "layers", "linalg", "metrics",
-            "noise", "posteriors", "priors")
-_NAMES = {"build_bnn": "bnn", "build_deep_gp": "builders", "build_conv_bnn": "conv_bnn", "WeightKernel": "kernels",
-          "DenseLayer": "layers", "GPLayer": "layers", "safe_cholesky": "linalg", "DeepGP": "models",
-          "LatentDeepGP": "latent", "parameter_count": "posteriors.counting", "parameter_table": "posteriors.counting",
-          "History": "training", "KLSchedule": "training", "LinearSchedule": "training",
-          "PaperSchedule": "training", "fit": "training", "collect_samples": "training",
-          "save": "saving", "load": "saving"}
+_MODULES = (
+    "autocorrelation",
+    "datasets",
+    "families",
+    "kernels",
+    "layers",
+    "linalg",
+    "metrics",
+    "noise",
+    "posteriors",
+    "priors",
+)
+_NAMES = {
+    "build_bnn": "bnn",
+    "build_deep_gp": "builders",
+    "build_conv_bnn": "conv_bnn",
+    "WeightKernel": "kernels",
+    "DenseLayer": "layers",
+    "GPLayer": "layers",
+    "safe_cholesky": "linalg",
+    "DeepGP": "models",
+    "LatentDeepGP": "latent",
+    "parameter_count": "posteriors.counting",
+    "parameter_table": "posteriors.counting",
+    "History": "training",
+    "KLSchedule": "training",
+    "LinearSchedule": "training",
+    "PaperSchedule": "training",
+    "fit": "training",
+    "collect_samples": "training",
+    "save": "saving",
+    "load": "saving",
+}
 _loading = False
 
 if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from . import autocorrelation, datasets, families, kernels, layers, linalg, metrics, noise, posteriors, priors  # noqa: E501,F401
+    from . import (
+        autocorrelation,
+        datasets,
+        families,
+        kernels,
+        layers,
+        linalg,
+        metrics,
+        noise,
+        posteriors,
+        priors,
+    )  # noqa: E501,F401
     from .bnn import build_bnn  # noqa: F401
     from .builders import build_deep_gp  # noqa: F401
     from .conv_bnn import build_conv_bnn  # noqa: F401
@@ -45,7 +82,12 @@ if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .posteriors.counting import parameter_count, parameter_table  # noqa: F401
     from .saving import load, save  # noqa: F401
     from .training import (  # noqa: F401
-        History, KLSchedule, LinearSchedule, PaperSchedule, collect_samples, fit,
+        History,
+        KLSchedule,
+        LinearSchedule,
+        PaperSchedule,
+        collect_samples,
+        fit,
     )
 
 

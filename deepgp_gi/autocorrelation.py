@@ -29,6 +29,7 @@ is that of the images and of ``G``, never that of the ``k^2``-fold patch matrix:
 :func:`patch_matrix` forms ``X'`` explicitly; it is the reference the tests compare with, and is
 not used by the layers.
 """
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -83,8 +84,14 @@ def _precision_weights(lam: tf.Tensor, ndim: int) -> tf.Tensor:
     "precision: [M]",
     "return: [S, D, P]",
 )
-def patch_cross(X: tf.Tensor, V: tf.Tensor, precision: tf.Tensor, kernel_size: int, padding: str = "same",
-                bias: bool = True) -> tf.Tensor:
+def patch_cross(
+    X: tf.Tensor,
+    V: tf.Tensor,
+    precision: tf.Tensor,
+    kernel_size: int,
+    padding: str = "same",
+    bias: bool = True,
+) -> tf.Tensor:
     """``R = X'^T Lambda V`` ``[S, k*k*C (+1), P]`` for images ``X`` and outputs ``V``.
 
     :param X: the layer's input features on the inducing images ``[S, M, H, W, C]`` (one set per
@@ -124,8 +131,9 @@ def _lag_index(k: int) -> np.ndarray:
     "precision: [M]",
     "return: [S, D, D]",
 )
-def patch_gram(X: tf.Tensor, precision: tf.Tensor, kernel_size: int, padding: str = "same",
-               bias: bool = True) -> tf.Tensor:
+def patch_gram(
+    X: tf.Tensor, precision: tf.Tensor, kernel_size: int, padding: str = "same", bias: bool = True
+) -> tf.Tensor:
     """``G = X'^T Lambda X'`` ``[S, k*k*C (+1), k*k*C (+1)]`` by autocorrelation of the images.
 
     "same": one convolution per sample of the circularly padded images with themselves gives
@@ -151,7 +159,9 @@ def patch_gram(X: tf.Tensor, precision: tf.Tensor, kernel_size: int, padding: st
             cols = []
             for a in range(k):
                 for b in range(k):
-                    filt = tf.transpose(Xs_s[:, a:a + Ho, b:b + Wo, :], [1, 2, 0, 3])  # [Ho, Wo, M, C]
+                    filt = tf.transpose(
+                        Xs_s[:, a : a + Ho, b : b + Wo, :], [1, 2, 0, 3]
+                    )  # [Ho, Wo, M, C]
                     out = tf.nn.conv2d(inp, filt, strides=1, padding="VALID")  # [C, k, k, C]
                     cols.append(tf.reshape(tf.transpose(out, [1, 2, 0, 3]), [k * k, C, C]))
             blocks = tf.stack(cols, axis=1)  # [k*k (delta), k*k (delta'), C, C]
@@ -163,12 +173,19 @@ def patch_gram(X: tf.Tensor, precision: tf.Tensor, kernel_size: int, padding: st
         G = tf.stack([gram(Xs[s]) for s in range(S)])
     G = 0.5 * (G + tf.linalg.matrix_transpose(G))
     if bias:
-        ones = tf.ones(tf.stack([tf.shape(X)[1], output_size(H, k, padding), output_size(W, k, padding), 1]), X.dtype)
+        ones = tf.ones(
+            tf.stack([tf.shape(X)[1], output_size(H, k, padding), output_size(W, k, padding), 1]),
+            X.dtype,
+        )
         gb = patch_cross(X, ones, precision, k, padding, bias=False)  # [S, D, 1]
-        lam_sum = tf.reduce_sum(precision) * float(output_size(H, k, padding) * output_size(W, k, padding))
+        lam_sum = tf.reduce_sum(precision) * float(
+            output_size(H, k, padding) * output_size(W, k, padding)
+        )
         top = tf.concat([G, gb], axis=2)
-        bottom = tf.concat([tf.linalg.matrix_transpose(gb), tf.fill(tf.stack([tf.shape(X)[0], 1, 1]), lam_sum)],
-                           axis=2)
+        bottom = tf.concat(
+            [tf.linalg.matrix_transpose(gb), tf.fill(tf.stack([tf.shape(X)[0], 1, 1]), lam_sum)],
+            axis=2,
+        )
         G = tf.concat([top, bottom], axis=1)
     return G
 
@@ -177,8 +194,13 @@ def patch_gram(X: tf.Tensor, precision: tf.Tensor, kernel_size: int, padding: st
     "X: [M, H, W, C]",
     "return: [M, H2, W2, D]",
 )
-def patch_matrix(X: tf.Tensor, kernel_size: int, padding: str = "same", boundary: str = "zeros",
-                 bias: bool = True) -> tf.Tensor:
+def patch_matrix(
+    X: tf.Tensor,
+    kernel_size: int,
+    padding: str = "same",
+    boundary: str = "zeros",
+    bias: bool = True,
+) -> tf.Tensor:
     """The explicit patches ``X'`` ``[M, H', W', k*k*C (+1)]`` in offset-major order (the
     reference for tests; costs ``k^2`` times the images' memory).
 
@@ -198,7 +220,7 @@ def patch_matrix(X: tf.Tensor, kernel_size: int, padding: str = "same", boundary
     else:
         Xp = X
     Ho, Wo = output_size(H, k, padding), output_size(W, k, padding)
-    taps = [Xp[:, a:a + Ho, b:b + Wo, :] for a in range(k) for b in range(k)]
+    taps = [Xp[:, a : a + Ho, b : b + Wo, :] for a in range(k) for b in range(k)]
     out = tf.concat(taps, axis=-1)  # [M, Ho, Wo, k*k*C], offset-major
     if bias:
         out = tf.concat([out, tf.ones([M, Ho, Wo, 1], X.dtype)], axis=-1)
@@ -212,5 +234,7 @@ def check_padding(padding: str, kernel_size: int, image_size: Tuple[int, int]) -
     if padding == "same":
         _half(kernel_size)
     elif kernel_size > min(image_size):
-        raise ValueError(f"padding='valid' needs kernel_size <= the image size {image_size}, got {kernel_size}")
+        raise ValueError(
+            f"padding='valid' needs kernel_size <= the image size {image_size}, got {kernel_size}"
+        )
     return padding

@@ -2,6 +2,7 @@
 
 Usage in README.md ("Ten lines"); the initial values in docs/algorithms.md, "Posterior families".
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence, Union
@@ -26,11 +27,14 @@ BNN_POSTERIORS = tuple(BNN_FAMILIES)
 #: Initial Gaussian noise variance when ``likelihood`` is None: exp(-3) (O&A UCI BNN setting).
 DEFAULT_BNN_NOISE_VARIANCE = float(np.exp(-3.0))
 
+
 def _check_hidden(hidden) -> tuple:
     if isinstance(hidden, (int, np.integer)) and not isinstance(hidden, bool):
         hidden = (hidden,)
     if not isinstance(hidden, (tuple, list)):
-        raise TypeError(f"hidden must be a tuple of layer widths, got {type(hidden).__name__} {hidden!r}")
+        raise TypeError(
+            f"hidden must be a tuple of layer widths, got {type(hidden).__name__} {hidden!r}"
+        )
     out = []
     for i, h in enumerate(hidden):
         if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1:
@@ -100,7 +104,9 @@ def build_bnn(
     if likelihood is None:
         likelihood = gpflow.likelihoods.Gaussian(variance=DEFAULT_BNN_NOISE_VARIANCE)
     if not isinstance(likelihood, gpflow.likelihoods.Likelihood):
-        raise TypeError(f"likelihood must be a gpflow.likelihoods.Likelihood, got {type(likelihood).__name__}")
+        raise TypeError(
+            f"likelihood must be a gpflow.likelihoods.Likelihood, got {type(likelihood).__name__}"
+        )
 
     dtype = gpflow.default_float()
     Xt = as_data_array(X, "X", dtype)
@@ -112,7 +118,9 @@ def build_bnn(
     output_dim = int(latent) if latent is not None else Yn.shape[1]
     targets = pseudo_targets(Yn, likelihood, output_dim)
     if targets.shape[1] != output_dim:
-        raise ValueError(f"Y has {Yn.shape[1]} columns but the likelihood expects {output_dim} latent functions")
+        raise ValueError(
+            f"Y has {Yn.shape[1]} columns but the likelihood expects {output_dim} latent functions"
+        )
 
     rng = np.random.default_rng(seed)
     widths = (D0,) + hidden + (output_dim,)
@@ -132,5 +140,7 @@ def build_bnn(
             )
         )
     post_seed = int(rng.integers(2**31 - 1))
-    post = family.from_data(layers, Xn, targets, num_inducing=num_inducing, seed=post_seed, **posterior_options)
+    post = family.from_data(
+        layers, Xn, targets, num_inducing=num_inducing, seed=post_seed, **posterior_options
+    )
     return DeepGP(layers, likelihood, posterior=post, num_data=N)

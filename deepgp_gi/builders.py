@@ -10,6 +10,7 @@ they are initialised, and the transform of those positive hyperparameters: GPflo
 the DSVI and Lindinger families, exp (log-parameterised, as bayesfunc's kernels) for O&A's global
 and local inducing (the family class's ``positive_transform``; ``positive_transform=`` overrides it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,7 +29,13 @@ from .models import DeepGP
 from .posteriors.registry import family_class
 from .validation import as_data_array, check_choice, check_data_pair, check_positive_int, check_seed
 
-__all__ = ["build_deep_gp", "build_layers", "linear_mean_maps", "kmeans_inducing_inputs", "POSITIVE_TRANSFORMS"]
+__all__ = [
+    "build_deep_gp",
+    "build_layers",
+    "linear_mean_maps",
+    "kmeans_inducing_inputs",
+    "POSITIVE_TRANSFORMS",
+]
 
 #: Transforms of the positive hyperparameters the builders create (GPflow's ``positive_bijector``).
 POSITIVE_TRANSFORMS = ("exp", "softplus")
@@ -43,7 +50,9 @@ def positive_transform_context(positive_transform: Optional[str]):
     if positive_transform is None:
         return contextlib.nullcontext()
     check_choice(positive_transform, "positive_transform", POSITIVE_TRANSFORMS)
-    return gpflow.config.as_context(dataclasses.replace(gpflow.config.config(), positive_bijector=positive_transform))
+    return gpflow.config.as_context(
+        dataclasses.replace(gpflow.config.config(), positive_bijector=positive_transform)
+    )
 
 
 def linear_mean_maps(X: np.ndarray, widths: List[int]) -> List[np.ndarray]:
@@ -74,7 +83,9 @@ def _fixed_linear(A: np.ndarray) -> gpflow.mean_functions.Linear:
     creation marks only the wrapper of a ``tf.distribute`` variable (whose ``trainable`` still reads
     True), so under a strategy the mean would be listed in ``trainable_variables`` and trained."""
     mean = gpflow.mean_functions.Linear(A=gpflow.Parameter(np.atleast_2d(A), trainable=False))
-    mean.b = gpflow.Parameter(np.zeros(A.shape[1]), trainable=False)  # Linear would wrap a Parameter b again
+    mean.b = gpflow.Parameter(
+        np.zeros(A.shape[1]), trainable=False
+    )  # Linear would wrap a Parameter b again
     return mean
 
 
@@ -201,14 +212,25 @@ def build_deep_gp(
     output_dim = getattr(likelihood, "latent_dim", None) or Y.shape[1]
     Z = family.initial_inducing_inputs(X, num_inducing, seed)  # pushed through the inner mean maps
     X_layers, X_init = X, X
-    if latent_dim is not None:  # [x, w]: N(0, 1) latent columns for the inducing rows, zeros for the mean maps
+    if (
+        latent_dim is not None
+    ):  # [x, w]: N(0, 1) latent columns for the inducing rows, zeros for the mean maps
         rng = np.random.default_rng(None if seed is None else seed + 1)
         Z = None if Z is None else with_latent_columns(Z, latent_dim, rng)
-        X_layers, X_init = with_latent_columns(X, latent_dim, None), with_latent_columns(X, latent_dim, rng)
-    layers = build_layers(X_layers, output_dim, depth, inner_width, Z, positive_transform=positive_transform)
+        X_layers, X_init = (
+            with_latent_columns(X, latent_dim, None),
+            with_latent_columns(X, latent_dim, rng),
+        )
+    layers = build_layers(
+        X_layers, output_dim, depth, inner_width, Z, positive_transform=positive_transform
+    )
     targets = pseudo_targets(Y, likelihood, output_dim)
-    post = family.from_data(layers, X_init, targets, num_inducing=num_inducing, seed=seed, **posterior_options)
+    post = family.from_data(
+        layers, X_init, targets, num_inducing=num_inducing, seed=seed, **posterior_options
+    )
     if latent_dim is not None:
-        latent = LatentVariableLayer(D, Y.shape[1], latent_dim, encoder=encoder, seed=seed, name="latent")
+        latent = LatentVariableLayer(
+            D, Y.shape[1], latent_dim, encoder=encoder, seed=seed, name="latent"
+        )
         return LatentDeepGP(layers, likelihood, post, latent, num_data=N)
     return DeepGP(layers, likelihood, post, num_data=N)

@@ -8,6 +8,7 @@ imports TensorFlow only after parsing its arguments and, unless ``--verbose``, s
 TensorFlow prints before it reads that variable. ``TF_ENABLE_ONEDNN_OPTS`` is left alone (it
 changes the numerics); only its notice goes. ``deepgp-gi --help`` does not import TensorFlow.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ QUIET_LOG_LEVEL = "3"
 #: A TensorFlow (absl/glog-style) C++ log line: severity letter, MMDD, time (``12:34:56.789`` or,
 #: before absl is initialised, ``00:00:1795619064.229781``), thread id, ``file:line]``.
 _TF_LOG_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ [^\s\]]+:\d+\] ")
-_ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+_ABSL_PREAMBLE = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+)
 _SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
 _TABLE_NAMES = ("GP_POSTERIORS", "BNN_POSTERIORS", "BNN_PRIORS")
 
@@ -85,7 +88,9 @@ def _filtered_stderr(level: int):
             os.close(saved)
             tmp.seek(0)
             text = tmp.read().decode("utf-8", errors="replace")
-            kept = "".join(line for line in text.splitlines(keepends=True) if not _is_tf_log_line(line, level))
+            kept = "".join(
+                line for line in text.splitlines(keepends=True) if not _is_tf_log_line(line, level)
+            )
             if kept:
                 os.write(2, kept.encode("utf-8", errors="replace"))
 
@@ -114,23 +119,35 @@ def parse_splits(text: str, n_splits: int) -> List[int]:
         else:
             splits = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise ValueError(f"--splits {text!r} is not a range like 0:20 or a list like 0,3,5") from None
+        raise ValueError(
+            f"--splits {text!r} is not a range like 0:20 or a list like 0,3,5"
+        ) from None
     bad = [s for s in splits if not 0 <= s < n_splits]
     if bad or not splits:
-        raise ValueError(f"--splits {text!r} selects no valid split (the data set has {n_splits}: 0 to {n_splits - 1})")
+        raise ValueError(
+            f"--splits {text!r} selects no valid split (the data set has {n_splits}: 0 to {n_splits - 1})"
+        )
     return splits
 
 
 def _commit() -> str:
     try:
         here = os.path.dirname(os.path.abspath(__file__))
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return out.stdout.strip() or "unknown"
     except Exception:  # pragma: no cover - git missing
         return "unknown"
 
 
-def run_uci_split(cfg: Dict, split: int, progress: bool = True, checkpoint_dir: Optional[str] = None) -> Dict:
+def run_uci_split(
+    cfg: Dict, split: int, progress: bool = True, checkpoint_dir: Optional[str] = None
+) -> Dict:
     """Fit one split with the configuration ``cfg`` and return the result record
     (:func:`deepgp_gi.uci_protocol.run_split`)."""
     from .uci_protocol import run_split
@@ -139,10 +156,16 @@ def run_uci_split(cfg: Dict, split: int, progress: bool = True, checkpoint_dir: 
 
 
 def _summary(records: List[Dict]) -> str:
-    lines = [f"{'data':<10} {'model':<24} {'splits':>6} {'test LL':>16} {'RMSE':>16} {'ELBO/N':>16}"]
+    lines = [
+        f"{'data':<10} {'model':<24} {'splits':>6} {'test LL':>16} {'RMSE':>16} {'ELBO/N':>16}"
+    ]
     groups: Dict[str, List[Dict]] = {}
     for r in records:
-        label = f"{r['posterior']}-{r['depth']}" if r["model"] == "gp" else f"bnn-{r['posterior']}-{r['prior']}"
+        label = (
+            f"{r['posterior']}-{r['depth']}"
+            if r["model"] == "gp"
+            else f"bnn-{r['posterior']}-{r['prior']}"
+        )
         groups.setdefault((r["dataset"], label), []).append(r)
 
     def fmt(values):  # mean ± one standard error; one split has no error bar, just its value
@@ -168,19 +191,32 @@ def _cmd_uci(args) -> int:
     choices = bnn_posteriors if model == "bnn" else gp_posteriors
     posterior = args.posterior or ("global" if model == "bnn" else "mean_field")
     if posterior not in choices:
-        raise SystemExit(f"deepgp-gi uci: unknown --posterior {posterior!r} for --model {model}; choose one of {', '.join(choices)}")
+        raise SystemExit(
+            f"deepgp-gi uci: unknown --posterior {posterior!r} for --model {model}; choose one of {', '.join(choices)}"
+        )
     _, _, n_splits = datasets.load_uci_raw(args.dataset)
     splits = parse_splits(args.splits, n_splits)
     cfg = dict(
-        model=model, dataset=datasets.load_uci(args.dataset, splits[0]).name, posterior=posterior,
+        model=model,
+        dataset=datasets.load_uci(args.dataset, splits[0]).name,
+        posterior=posterior,
         depth=args.depth if model == "gp" else len(args.hidden) + 1,
-        prior=args.prior if model == "bnn" else None, hidden=list(args.hidden) if model == "bnn" else None,
-        num_inducing=args.num_inducing, steps=args.steps, batch_size=args.batch_size,
-        learning_rate=args.lr, train_samples=args.train_samples, test_samples=args.test_samples, seed=args.seed,
-        positive_transform=args.positive_transform if model == "gp" else None, protocol=args.protocol,
+        prior=args.prior if model == "bnn" else None,
+        hidden=list(args.hidden) if model == "bnn" else None,
+        num_inducing=args.num_inducing,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        train_samples=args.train_samples,
+        test_samples=args.test_samples,
+        seed=args.seed,
+        positive_transform=args.positive_transform if model == "gp" else None,
+        protocol=args.protocol,
         offdiagonal=args.offdiagonal if model == "gp" and posterior == "stripes_arrow" else None,
         last_layer=args.last_layer if (model, posterior) in GLOBAL_LAST_LAYER else None,
-        learning_rate_decay=args.lr_decay, validation=args.validation, objective=args.objective,
+        learning_rate_decay=args.lr_decay,
+        validation=args.validation,
+        objective=args.objective,
     )
     cfg = normalise_config(cfg)
     done: Dict[int, Dict] = {}
@@ -200,13 +236,21 @@ def _cmd_uci(args) -> int:
             print(f"split {split}: already in {args.out}, skipped")
             records.append(done[split])
             continue
-        valid = f"-valid{cfg['validation']:g}" if cfg["validation"] else ""  # not the full-split run's checkpoint
-        ckpt = os.path.join(args.checkpoint_dir, f"{cfg['dataset']}-{posterior}-{split}{valid}") if args.checkpoint_dir else None
+        valid = (
+            f"-valid{cfg['validation']:g}" if cfg["validation"] else ""
+        )  # not the full-split run's checkpoint
+        ckpt = (
+            os.path.join(args.checkpoint_dir, f"{cfg['dataset']}-{posterior}-{split}{valid}")
+            if args.checkpoint_dir
+            else None
+        )
         r = run_uci_split(cfg, split, progress=not args.no_progress, checkpoint_dir=ckpt)
         r.update(commit=_commit(), command=command)
         valid = f"validation LL {r['valid_ll']:.4f}  " if "valid_ll" in r else ""
-        print(f"split {split}: {valid}test LL {r['test_ll']:.4f}  RMSE {r['rmse']:.4f}  "
-              f"ELBO/N {r['elbo_per_datapoint']:.4f}  ({r['train_time_s']:.0f} s)")
+        print(
+            f"split {split}: {valid}test LL {r['test_ll']:.4f}  RMSE {r['rmse']:.4f}  "
+            f"ELBO/N {r['elbo_per_datapoint']:.4f}  ({r['train_time_s']:.0f} s)"
+        )
         if args.out:
             with open(args.out, "a") as fh:
                 fh.write(json.dumps(r) + "\n")
@@ -223,11 +267,19 @@ def _cmd_demo(args) -> int:
     print(f"deepgp_gi demo: a depth-2 DSVI deep GP on UCI boston, split 0, {args.steps} Adam steps")
     data = datasets.load_uci("boston", 0)
     model = build_deep_gp(data.X_train, data.Y_train, depth=2, posterior="mean_field", seed=0)
-    history = fit(model, (data.X_train, data.Y_train), steps=args.steps, learning_rate=0.01, seed=0,
-                  progress=not args.no_progress)
+    history = fit(
+        model,
+        (data.X_train, data.Y_train),
+        steps=args.steps,
+        learning_rate=0.01,
+        seed=0,
+        progress=not args.no_progress,
+    )
     ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, num_samples=100)
     err = metrics.rmse(model, data.X_test, data.Y_test, data.y_std, num_samples=100)
-    print(f"training ELBO per data point: {history.elbo_per_datapoint[-1]:.4f} ({history.wall_time[-1]:.0f} s)")
+    print(
+        f"training ELBO per data point: {history.elbo_per_datapoint[-1]:.4f} ({history.wall_time[-1]:.0f} s)"
+    )
     print(f"test log-likelihood: {ll:.4f} nats per point (original units)")
     print(f"test RMSE: {err:.4f} (original units)")
     return 0
@@ -237,7 +289,9 @@ def _hidden(text: str):
     try:
         widths = tuple(int(w) for w in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--hidden {text!r} must be comma-separated widths like 50,50") from None
+        raise argparse.ArgumentTypeError(
+            f"--hidden {text!r} must be comma-separated widths like 50,50"
+        ) from None
     if not widths or min(widths) < 1:
         raise argparse.ArgumentTypeError(f"--hidden {text!r} must hold positive widths")
     return widths
@@ -252,8 +306,10 @@ def _lr_decay(text: str):
         rate, every = text.split(",")
         return check_learning_rate_decay([float(rate), int(every)])
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"--lr-decay {text!r} must be RATE,EVERY with RATE in (0, 1] and EVERY a "
-                                         f"positive number of steps, like 0.9,1000 ({err})") from None
+        raise argparse.ArgumentTypeError(
+            f"--lr-decay {text!r} must be RATE,EVERY with RATE in (0, 1] and EVERY a "
+            f"positive number of steps, like 0.9,1000 ({err})"
+        ) from None
 
 
 def _validation(text: str) -> float:
@@ -264,24 +320,33 @@ def _validation(text: str) -> float:
     try:
         return check_validation_fraction(float(text))
     except (TypeError, ValueError) as err:
-        raise argparse.ArgumentTypeError(f"--validation {text!r} must be a fraction strictly between 0 and 1, "
-                                         f"like 0.1 ({err})") from None
+        raise argparse.ArgumentTypeError(
+            f"--validation {text!r} must be a fraction strictly between 0 and 1, like 0.1 ({err})"
+        ) from None
 
 
-_VERBOSE_HELP = "show TensorFlow's C++ log lines (hidden by default: TF_CPP_MIN_LOG_LEVEL=3 unless set)"
+_VERBOSE_HELP = (
+    "show TensorFlow's C++ log lines (hidden by default: TF_CPP_MIN_LOG_LEVEL=3 unless set)"
+)
 
 
 def build_parser(tables: bool = True) -> argparse.ArgumentParser:
     """The argument parser; ``tables=False`` leaves out the ``uci`` command's arguments (they list the
     family tables, which import TensorFlow) for parsing anything but a ``uci`` command."""
-    parser = argparse.ArgumentParser(prog="deepgp-gi", description="Deep GPs and BNNs with structured posteriors.")
+    parser = argparse.ArgumentParser(
+        prog="deepgp-gi", description="Deep GPs and BNNs with structured posteriors."
+    )
     parser.add_argument("--verbose", action="store_true", help=_VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="fit a depth-2 DSVI deep GP on boston split 0 and print test LL and RMSE")
+    demo = sub.add_parser(
+        "demo", help="fit a depth-2 DSVI deep GP on boston split 0 and print test LL and RMSE"
+    )
     demo.add_argument("--steps", type=int, default=5000, help="Adam steps (default 5000)")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    demo.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
+    demo.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP
+    )
     demo.set_defaults(func=_cmd_demo)
 
     from .table_commands import add_table_commands  # fit, predict, evaluate on a user's table
@@ -293,46 +358,124 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
     if not tables:
         return parser
     GP_POSTERIORS, BNN_POSTERIORS, BNN_PRIORS = _tables()
-    uci.add_argument("--dataset", required=True, help="boston, concrete, energy, kin8nm, naval, power, protein, wine, yacht")
-    uci.add_argument("--model", choices=("gp", "bnn"), default="gp", help="deep GP (default) or BNN")
-    uci.add_argument("--posterior", default=None,
-                     help=f"gp: {', '.join(GP_POSTERIORS)} (default mean_field); bnn: {', '.join(BNN_POSTERIORS)} (default global)")
-    uci.add_argument("--depth", type=int, default=2, help="number of GP layers (gp only; default 2)")
-    uci.add_argument("--hidden", type=_hidden, default=(50, 50), help="BNN hidden widths, e.g. 50,50 (bnn only)")
-    uci.add_argument("--prior", choices=BNN_PRIORS, default="neal", help="BNN weight prior (bnn only; default neal)")
-    uci.add_argument("--splits", default="0:20", help="splits as a range 0:20 or a list 0,3,5 (default 0:20)")
-    uci.add_argument("--steps", type=int, default=20000, help="Adam steps per split (default 20000)")
-    uci.add_argument("--batch-size", type=int, default=None, help="minibatch size (default min(10000, N))")
+    uci.add_argument(
+        "--dataset",
+        required=True,
+        help="boston, concrete, energy, kin8nm, naval, power, protein, wine, yacht",
+    )
+    uci.add_argument(
+        "--model", choices=("gp", "bnn"), default="gp", help="deep GP (default) or BNN"
+    )
+    uci.add_argument(
+        "--posterior",
+        default=None,
+        help=f"gp: {', '.join(GP_POSTERIORS)} (default mean_field); bnn: {', '.join(BNN_POSTERIORS)} (default global)",
+    )
+    uci.add_argument(
+        "--depth", type=int, default=2, help="number of GP layers (gp only; default 2)"
+    )
+    uci.add_argument(
+        "--hidden", type=_hidden, default=(50, 50), help="BNN hidden widths, e.g. 50,50 (bnn only)"
+    )
+    uci.add_argument(
+        "--prior",
+        choices=BNN_PRIORS,
+        default="neal",
+        help="BNN weight prior (bnn only; default neal)",
+    )
+    uci.add_argument(
+        "--splits", default="0:20", help="splits as a range 0:20 or a list 0,3,5 (default 0:20)"
+    )
+    uci.add_argument(
+        "--steps", type=int, default=20000, help="Adam steps per split (default 20000)"
+    )
+    uci.add_argument(
+        "--batch-size", type=int, default=None, help="minibatch size (default min(10000, N))"
+    )
     uci.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
-    uci.add_argument("--lr-decay", type=_lr_decay, default=None, metavar="RATE,EVERY",
-                     help="multiply the learning rate by RATE every EVERY steps, e.g. 0.9,1000 (default: constant)")
-    uci.add_argument("--num-inducing", type=int, default=100, help="inducing points M (default 100)")
-    uci.add_argument("--train-samples", type=int, default=1, help="Monte Carlo samples per training step (default 1)")
-    uci.add_argument("--test-samples", type=int, default=100, help="samples of the predictive mixture (default 100)")
-    uci.add_argument("--seed", type=int, default=0, help="base seed; split k uses seed+k (default 0)")
-    uci.add_argument("--protocol", choices=("random", "extrapolation"), default="random",
-                     help="random: the standard 90/10 splits (default); extrapolation: Lindinger et al.'s 50/50 split "
-                          "along a random 1-D projection of the inputs")
-    uci.add_argument("--positive-transform", choices=("exp", "softplus"), default=None,
-                     help="transform of the kernels' positive hyperparameters (gp only; default: the family's)")
-    uci.add_argument("--offdiagonal", choices=("preconditioned", "plain"), default=None,
-                     help="stripes_arrow only: store the stripe and arrow blocks preconditioned (whitened and "
-                          "scaled; the default) or plain (Lindinger et al.'s parameterisation)")
-    uci.add_argument("--last-layer", choices=("marginal", "sampled"), default=None,
-                     help="a global-inducing last layer (gp global; bnn global, factorised_global, random_global): "
-                          "integrate its inducing outputs or weights out of the ELBO (marginal; the default) or "
-                          "sample them (sampled; O&A's algorithm)")
-    uci.add_argument("--validation", type=_validation, nargs="?", const=0.1, default=None, metavar="FRACTION",
-                     help="hold out this share of each split's training rows (default with the flag: 0.1; rows "
-                          "from a permutation seeded by 1000 + split), train on the rest and record the "
-                          "validation LL and RMSE beside the test ones (default: no validation split)")
-    uci.add_argument("--objective", choices=("elbo", "predictive"), default=None,
-                     help="what a deep GP trains on: the ELBO (default) or the predictive objective (variational "
-                          "families without a latent input; meant for posterior dspp)")
-    uci.add_argument("--out", default=None, help="append one JSON line per split here; splits already there are skipped")
-    uci.add_argument("--checkpoint-dir", default=None, help="checkpoint each split's training here (resumable)")
+    uci.add_argument(
+        "--lr-decay",
+        type=_lr_decay,
+        default=None,
+        metavar="RATE,EVERY",
+        help="multiply the learning rate by RATE every EVERY steps, e.g. 0.9,1000 (default: constant)",
+    )
+    uci.add_argument(
+        "--num-inducing", type=int, default=100, help="inducing points M (default 100)"
+    )
+    uci.add_argument(
+        "--train-samples",
+        type=int,
+        default=1,
+        help="Monte Carlo samples per training step (default 1)",
+    )
+    uci.add_argument(
+        "--test-samples",
+        type=int,
+        default=100,
+        help="samples of the predictive mixture (default 100)",
+    )
+    uci.add_argument(
+        "--seed", type=int, default=0, help="base seed; split k uses seed+k (default 0)"
+    )
+    uci.add_argument(
+        "--protocol",
+        choices=("random", "extrapolation"),
+        default="random",
+        help="random: the standard 90/10 splits (default); extrapolation: Lindinger et al.'s 50/50 split "
+        "along a random 1-D projection of the inputs",
+    )
+    uci.add_argument(
+        "--positive-transform",
+        choices=("exp", "softplus"),
+        default=None,
+        help="transform of the kernels' positive hyperparameters (gp only; default: the family's)",
+    )
+    uci.add_argument(
+        "--offdiagonal",
+        choices=("preconditioned", "plain"),
+        default=None,
+        help="stripes_arrow only: store the stripe and arrow blocks preconditioned (whitened and "
+        "scaled; the default) or plain (Lindinger et al.'s parameterisation)",
+    )
+    uci.add_argument(
+        "--last-layer",
+        choices=("marginal", "sampled"),
+        default=None,
+        help="a global-inducing last layer (gp global; bnn global, factorised_global, random_global): "
+        "integrate its inducing outputs or weights out of the ELBO (marginal; the default) or "
+        "sample them (sampled; O&A's algorithm)",
+    )
+    uci.add_argument(
+        "--validation",
+        type=_validation,
+        nargs="?",
+        const=0.1,
+        default=None,
+        metavar="FRACTION",
+        help="hold out this share of each split's training rows (default with the flag: 0.1; rows "
+        "from a permutation seeded by 1000 + split), train on the rest and record the "
+        "validation LL and RMSE beside the test ones (default: no validation split)",
+    )
+    uci.add_argument(
+        "--objective",
+        choices=("elbo", "predictive"),
+        default=None,
+        help="what a deep GP trains on: the ELBO (default) or the predictive objective (variational "
+        "families without a latent input; meant for posterior dspp)",
+    )
+    uci.add_argument(
+        "--out",
+        default=None,
+        help="append one JSON line per split here; splits already there are skipped",
+    )
+    uci.add_argument(
+        "--checkpoint-dir", default=None, help="checkpoint each split's training here (resumable)"
+    )
     uci.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    uci.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
+    uci.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP
+    )
     return parser
 
 

@@ -13,6 +13,7 @@ Two architectures:
 Every convolution is stride 1 with "same" padding. See :mod:`deepgp_gi.posteriors.convolutional`
 for the posteriors and :mod:`deepgp_gi.layers.convolutional` for the layers.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence, Union
@@ -35,7 +36,14 @@ from .layers import (
 )
 from .models import DeepGP
 from .priors import WeightPrior
-from .validation import as_data_array, check_bool, check_choice, check_data_pair, check_positive_int, check_seed
+from .validation import (
+    as_data_array,
+    check_bool,
+    check_choice,
+    check_data_pair,
+    check_positive_int,
+    check_seed,
+)
 
 __all__ = ["build_conv_bnn", "ARCHITECTURES", "CONV_POSTERIORS", "WEIGHT_FAMILIES"]
 
@@ -51,7 +59,9 @@ def _widths(value, name: str, length: Optional[int] = None) -> tuple:
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         value = (value,)
     if not isinstance(value, (tuple, list)) or (length is not None and len(value) != length):
-        raise ValueError(f"{name} must be a tuple of {length or 'some'} positive integers, got {value!r}")
+        raise ValueError(
+            f"{name} must be a tuple of {length or 'some'} positive integers, got {value!r}"
+        )
     return tuple(check_positive_int(v, f"{name} entry") for v in value)
 
 
@@ -61,7 +71,9 @@ def _pool(shape, name):
     return AveragePool2D(shape, 2, name=name)
 
 
-def lenet_layers(input_shape, num_classes: int, prior, channels=(6, 16), hidden=(120, 84), kernel_size: int = 5):
+def lenet_layers(
+    input_shape, num_classes: int, prior, channels=(6, 16), hidden=(120, 84), kernel_size: int = 5
+):
     """The LeNet-style stack (see the module docs); ``prior()`` makes each layer's prior."""
     layers, shape = [], tuple(input_shape)
     for i, c in enumerate(channels):
@@ -72,14 +84,27 @@ def lenet_layers(input_shape, num_classes: int, prior, channels=(6, 16), hidden=
     layers.append(Flatten(shape, name="flatten"))
     width = layers[-1].output_shape[0]
     for i, h in enumerate(tuple(hidden) + (num_classes,)):
-        layers.append(DenseLayer(width, h, activation="identity" if i == 0 else "relu", prior=prior(),
-                                 name=f"dense_{i}"))
+        layers.append(
+            DenseLayer(
+                width,
+                h,
+                activation="identity" if i == 0 else "relu",
+                prior=prior(),
+                name=f"dense_{i}",
+            )
+        )
         width = h
     return layers
 
 
-def resnet_layers(input_shape, num_classes: int, prior, channels: int = 32, kernel_size: int = 3,
-                  batch_norm: bool = False):
+def resnet_layers(
+    input_shape,
+    num_classes: int,
+    prior,
+    channels: int = 32,
+    kernel_size: int = 3,
+    batch_norm: bool = False,
+):
     """The paper's small ResNet (App. O; see the module docs)."""
     count = [0]
 
@@ -103,7 +128,9 @@ def resnet_layers(input_shape, num_classes: int, prior, channels: int = 32, kern
             layers.append(_pool(shape, f"pool_{i}"))
             shape = layers[-1].output_shape
     layers.append(GlobalAveragePool2D(shape, name="global_pool"))
-    layers.append(DenseLayer(channels, num_classes, activation="identity", prior=prior(), name="dense"))
+    layers.append(
+        DenseLayer(channels, num_classes, activation="identity", prior=prior(), name="dense")
+    )
     return layers
 
 
@@ -170,27 +197,54 @@ def build_conv_bnn(
     if likelihood is None:
         likelihood = gpflow.likelihoods.Softmax(int(labels.max()) + 1)
     if not isinstance(likelihood, gpflow.likelihoods.Likelihood):
-        raise TypeError(f"likelihood must be a gpflow.likelihoods.Likelihood, got {type(likelihood).__name__}")
-    num_classes = int(getattr(likelihood, "num_classes", getattr(likelihood, "latent_dim", None) or 1))
+        raise TypeError(
+            f"likelihood must be a gpflow.likelihoods.Likelihood, got {type(likelihood).__name__}"
+        )
+    num_classes = int(
+        getattr(likelihood, "num_classes", getattr(likelihood, "latent_dim", None) or 1)
+    )
     if batch_norm and architecture != "resnet":
         raise ValueError("batch_norm is an option of architecture='resnet'")
     if batch_norm and not family.propagates_inducing_rows:
-        propagating = [name for name, cls in CONV_BNN_FAMILIES.items() if cls.propagates_inducing_rows]
-        raise ValueError("batch_norm=True needs propagated inducing rows: posterior "
-                         + " or ".join(map(repr, propagating)))
+        propagating = [
+            name for name, cls in CONV_BNN_FAMILIES.items() if cls.propagates_inducing_rows
+        ]
+        raise ValueError(
+            "batch_norm=True needs propagated inducing rows: posterior "
+            + " or ".join(map(repr, propagating))
+        )
 
     rng = np.random.default_rng(seed)
     if architecture == "lenet":
-        layers = lenet_layers(Xn.shape[1:], num_classes, prior_factory,
-                              channels=_widths((6, 16) if channels is None else channels, "channels", 2),
-                              hidden=_widths(hidden, "hidden") if hidden else (),
-                              kernel_size=check_positive_int(5 if kernel_size is None else kernel_size, "kernel_size"))
+        layers = lenet_layers(
+            Xn.shape[1:],
+            num_classes,
+            prior_factory,
+            channels=_widths((6, 16) if channels is None else channels, "channels", 2),
+            hidden=_widths(hidden, "hidden") if hidden else (),
+            kernel_size=check_positive_int(
+                5 if kernel_size is None else kernel_size, "kernel_size"
+            ),
+        )
     else:
         width = 32 if channels is None else check_positive_int(channels, "channels")
-        layers = resnet_layers(Xn.shape[1:], num_classes, prior_factory, channels=width,
-                               kernel_size=check_positive_int(3 if kernel_size is None else kernel_size, "kernel_size"),
-                               batch_norm=batch_norm)
+        layers = resnet_layers(
+            Xn.shape[1:],
+            num_classes,
+            prior_factory,
+            channels=width,
+            kernel_size=check_positive_int(
+                3 if kernel_size is None else kernel_size, "kernel_size"
+            ),
+            batch_norm=batch_norm,
+        )
 
-    post = family.from_data(layers, Xn, pseudo_targets(labels[:, None], likelihood, num_classes),
-                            num_inducing=num_inducing, seed=int(rng.integers(2**31 - 1)), **posterior_options)
+    post = family.from_data(
+        layers,
+        Xn,
+        pseudo_targets(labels[:, None], likelihood, num_classes),
+        num_inducing=num_inducing,
+        seed=int(rng.integers(2**31 - 1)),
+        **posterior_options,
+    )
     return DeepGP(layers, likelihood, posterior=post, num_data=N)

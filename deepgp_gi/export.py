@@ -20,6 +20,7 @@ Seeded draws are stateless (:class:`~deepgp_gi.noise.SeededNoise`), so a traced 
 the seed ``[s, 0]`` draws what the model draws eagerly given the seed ``s``. All outputs are in the
 data's units when a :class:`~deepgp_gi.transforms.Standardisation` is given.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional
@@ -100,8 +101,13 @@ class ExportedModel(tf.Module):
         for image inputs.
     """
 
-    def __init__(self, model: DeepGP, transform: Optional[Standardisation] = None, serving_samples: int = 100,
-                 serving_seed=0):
+    def __init__(
+        self,
+        model: DeepGP,
+        transform: Optional[Standardisation] = None,
+        serving_samples: int = 100,
+        serving_seed=0,
+    ):
         super().__init__(name="deepgp_gi_model")
         if not isinstance(model, DeepGP):
             raise TypeError(f"model must be a deepgp_gi.DeepGP, got {type(model).__name__}")
@@ -114,27 +120,39 @@ class ExportedModel(tf.Module):
         self._kind = classification_kind(model.likelihood)
         self._serving_samples = int(serving_samples)
         self._serving_seed = seed_pair(serving_seed)
-        object.__setattr__(self, "_signatures", None)  # traced by signatures(); not dependencies either
+        object.__setattr__(
+            self, "_signatures", None
+        )  # traced by signatures(); not dependencies either
 
     @staticmethod
     def _check_transform(model: DeepGP, transform: Optional[Standardisation]) -> None:
         if transform is None:
             return
         if not isinstance(transform, Standardisation):
-            raise TypeError(f"transform must be a deepgp_gi.transforms.Standardisation, got {type(transform).__name__}")
+            raise TypeError(
+                f"transform must be a deepgp_gi.transforms.Standardisation, got {type(transform).__name__}"
+            )
         if len(model.input_shape) != 1:
-            raise ValueError(f"transform applies to flat inputs [N, D]; this model takes images of shape "
-                             f"{tuple(model.input_shape)}")
+            raise ValueError(
+                f"transform applies to flat inputs [N, D]; this model takes images of shape "
+                f"{tuple(model.input_shape)}"
+            )
         if transform.input_mean.size != model.input_dim:
-            raise ValueError(f"transform has {transform.input_mean.size} input columns but the model takes "
-                             f"{model.input_dim}")
+            raise ValueError(
+                f"transform has {transform.input_mean.size} input columns but the model takes "
+                f"{model.input_dim}"
+            )
         if transform.has_targets:
             if classification_kind(model.likelihood) is not None:
-                raise ValueError("transform of a classifier must not transform its targets (class labels)")
+                raise ValueError(
+                    "transform of a classifier must not transform its targets (class labels)"
+                )
             cols = model.observation_columns()
             if transform.target_mean.size != cols:
-                raise ValueError(f"transform has {transform.target_mean.size} target columns but the model "
-                                 f"predicts {cols}")
+                raise ValueError(
+                    f"transform has {transform.target_mean.size} target columns but the model "
+                    f"predicts {cols}"
+                )
 
     def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
         """The concrete functions to save as signatures (:data:`SIGNATURES`), traced on the first
@@ -143,7 +161,9 @@ class ExportedModel(tf.Module):
         if self._signatures is None:
             model = self._model
             inputs = tf.TensorSpec((None,) + tuple(model.input_shape), model.dtype, name="inputs")
-            targets = tf.TensorSpec((None, model.observation_columns()), model.dtype, name="targets")
+            targets = tf.TensorSpec(
+                (None, model.observation_columns()), model.dtype, name="targets"
+            )
             samples = tf.TensorSpec([], tf.int32, name="num_samples")
             seed = tf.TensorSpec([2], tf.int64, name="seed")
             serving_seed = tf.constant(self._serving_seed)
@@ -152,8 +172,9 @@ class ExportedModel(tf.Module):
                 return tf.function(fn, input_signature=list(spec)).get_concrete_function()
 
             signatures = {
-                "serving_default": trace(lambda inputs: self._serve(inputs, self._serving_samples, serving_seed),
-                                         inputs),
+                "serving_default": trace(
+                    lambda inputs: self._serve(inputs, self._serving_samples, serving_seed), inputs
+                ),
                 "predict": trace(self._predict, inputs, samples, seed),
                 "log_density": trace(self._log_density, inputs, targets, samples, seed),
             }
@@ -170,27 +191,43 @@ class ExportedModel(tf.Module):
         each unless the family weights its samples). Their mixture's moments are ``predict_y``'s."""
         model = self._model
         prop = model.propagate(Xm, num_samples, seed)
-        mean, var = predict_mean_and_var(model.likelihood, likelihood_rows(Xm), *model.likelihood_moments(prop))
+        mean, var = predict_mean_and_var(
+            model.likelihood, likelihood_rows(Xm), *model.likelihood_moments(prop)
+        )
         log_weights = model.posterior.mixture_log_weights()
         S = tf.shape(mean)[0]
         if log_weights is None:
             log_weights = tf.fill([S], -tf.math.log(tf.cast(S, mean.dtype)))
-        return {"y_component_mean": mean, "y_component_variance": var,
-                "y_component_log_weight": tf.cast(log_weights, mean.dtype)}
+        return {
+            "y_component_mean": mean,
+            "y_component_variance": var,
+            "y_component_log_weight": tf.cast(log_weights, mean.dtype),
+        }
 
     def _to_data_units(self, out: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
         t = self._transform
         if t is None:
             return out
-        return {key: t.variance(value) if key.endswith("variance") else value if key.endswith("weight") else
-                t.mean(value) for key, value in out.items()}
+        return {
+            key: t.variance(value)
+            if key.endswith("variance")
+            else value
+            if key.endswith("weight")
+            else t.mean(value)
+            for key, value in out.items()
+        }
 
     def _predict(self, inputs, num_samples, seed):
         model, Xm = self._model, self._inputs(inputs)
         f_mean, f_var = model.predict_f(Xm, num_samples, seed)
         y_mean, y_var = model.predict_y(Xm, num_samples, seed)
-        out = {"f_mean": f_mean, "f_variance": f_var, "y_mean": y_mean, "y_variance": y_var,
-               **self._components(Xm, num_samples, seed)}
+        out = {
+            "f_mean": f_mean,
+            "f_variance": f_var,
+            "y_mean": y_mean,
+            "y_variance": y_var,
+            **self._components(Xm, num_samples, seed),
+        }
         out = self._to_data_units(out)
         if self._kind is not None:
             out["probabilities"] = _probabilities(model.likelihood, out["y_mean"])

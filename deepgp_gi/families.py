@@ -5,6 +5,7 @@ The tables themselves (``name -> posterior class``) and :func:`register` live in
 :func:`posterior_class` picks the table from the layers (DenseLayers: a BNN) and
 :func:`check_options` refuses options a family does not take.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Tuple
@@ -12,8 +13,14 @@ from typing import Dict, Tuple
 from .posteriors.registry import BNN_FAMILIES, CONV_BNN_FAMILIES, DEEP_GP_FAMILIES, register
 from .posteriors.weight_space import has_feature_map
 
-__all__ = ["DEEP_GP_FAMILIES", "BNN_FAMILIES", "CONV_BNN_FAMILIES", "register", "posterior_class",
-           "check_options"]
+__all__ = [
+    "DEEP_GP_FAMILIES",
+    "BNN_FAMILIES",
+    "CONV_BNN_FAMILIES",
+    "register",
+    "posterior_class",
+    "check_options",
+]
 
 
 def _table_for(layers) -> Tuple[str, Dict[str, type]]:
@@ -26,7 +33,9 @@ def posterior_class(name: str, layers) -> type:
     """The posterior class that ``DeepGP(layers, ..., posterior=name)`` builds for these layers."""
     kind, table = _table_for(layers)
     if not isinstance(name, str) or name not in table:
-        raise ValueError(f"unknown posterior {name!r} for {kind} layers; choose one of {', '.join(map(repr, table))}")
+        raise ValueError(
+            f"unknown posterior {name!r} for {kind} layers; choose one of {', '.join(map(repr, table))}"
+        )
     return table[name]
 
 

@@ -17,6 +17,7 @@ One policy decides the global inducing rows of every model kind (:func:`global_i
 Hidden layers' pseudo-outputs are ``N(0, 1)`` (same generator); the hidden layers start with a
 small precision (log -4: the prior dominates) and the last layer with log-precision 0.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional, Tuple, Union
@@ -73,8 +74,9 @@ def kmeans_inducing_inputs(X: np.ndarray, num_inducing: int, seed: Optional[int]
     return Z
 
 
-def global_inducing_rows(X: np.ndarray, targets: np.ndarray, num_inducing: int,
-                         rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
+def global_inducing_rows(
+    X: np.ndarray, targets: np.ndarray, num_inducing: int, rng: np.random.Generator
+) -> Tuple[np.ndarray, np.ndarray]:
     """``(U_0 [M, ...], V_L [M, P])``: the policy in the module docs (a seeded subset of the data
     rows when ``M <= N``, ``N(0, 1)`` draws when ``M > N``)."""
     M = check_positive_int(num_inducing, "num_inducing")
@@ -104,8 +106,11 @@ def local_inducing_images(layers, rng: np.random.Generator) -> None:
         if isinstance(layer, Conv2DLayer):
             H, W = layer.output_shape[:2]
             M = -(-layer.fan_in // (H * W))
-            layer.inducing_images = gpflow.Parameter(rng.standard_normal((M,) + layer.input_shape).astype(dtype),
-                                                     name="inducing_images")
+            layer.inducing_images = gpflow.Parameter(
+                rng.standard_normal((M,) + layer.input_shape).astype(dtype), name="inducing_images"
+            )
         else:
-            layer.inducing_features = gpflow.Parameter(rng.standard_normal((layer.fan_in, layer.fan_in)).astype(dtype),
-                                                       name="inducing_features")
+            layer.inducing_features = gpflow.Parameter(
+                rng.standard_normal((layer.fan_in, layer.fan_in)).astype(dtype),
+                name="inducing_features",
+            )

@@ -8,6 +8,7 @@ quantiles have no closed form; :func:`mixture_quantile` solves ``F(y) = q`` for 
 most ``q`` below it and at least ``q`` above it, so the mixture's is too). A component of
 variance 0 is a point mass (a step in ``F``).
 """
+
 from __future__ import annotations
 
 from typing import Tuple
@@ -25,7 +26,9 @@ def _check(mean, var, log_weights) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     mean = np.asarray(mean, dtype=np.float64)
     var = np.asarray(var, dtype=np.float64)
     if mean.ndim < 1 or mean.shape[0] == 0:
-        raise ValueError(f"mean must be [S, ...] with S >= 1 components, got shape {list(mean.shape)}")
+        raise ValueError(
+            f"mean must be [S, ...] with S >= 1 components, got shape {list(mean.shape)}"
+        )
     if var.shape != mean.shape:
         raise ValueError(f"var has shape {list(var.shape)} but mean has {list(mean.shape)}")
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(var))):
@@ -45,7 +48,9 @@ def _check(mean, var, log_weights) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _cdf(y, mean, sd, weights):
-    z = np.where(sd > 0, (y - mean) / np.where(sd > 0, sd, 1.0), np.where(y >= mean, np.inf, -np.inf))
+    z = np.where(
+        sd > 0, (y - mean) / np.where(sd > 0, sd, 1.0), np.where(y >= mean, np.inf, -np.inf)
+    )
     return np.sum(weights * ndtr(z), axis=0)
 
 
@@ -66,7 +71,11 @@ def mixture_quantile(q: float, mean, var, log_weights=None) -> np.ndarray:
 
     :raises ValueError: ``q`` outside ``(0, 1)``, or bad components (:func:`mixture_cdf`).
     """
-    if isinstance(q, bool) or not isinstance(q, (int, float, np.floating)) or not 0.0 < float(q) < 1.0:
+    if (
+        isinstance(q, bool)
+        or not isinstance(q, (int, float, np.floating))
+        or not 0.0 < float(q) < 1.0
+    ):
         raise ValueError(f"q must be a probability in (0, 1), got {q!r}")
     mean, var, weights = _check(mean, var, log_weights)
     sd = np.sqrt(var)
@@ -91,9 +100,14 @@ def central_interval(level: float, mean, var, log_weights=None) -> Tuple[np.ndar
 
     :raises ValueError: ``level`` outside ``(0, 1)``, or bad components.
     """
-    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0.0 < float(level) < 1.0:
+    if (
+        isinstance(level, bool)
+        or not isinstance(level, (int, float, np.floating))
+        or not 0.0 < float(level) < 1.0
+    ):
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     level = float(level)
-    return (mixture_quantile(0.5 * (1.0 - level), mean, var, log_weights),
-            mixture_quantile(0.5 * (1.0 + level), mean, var, log_weights))
-
+    return (
+        mixture_quantile(0.5 * (1.0 - level), mean, var, log_weights),
+        mixture_quantile(0.5 * (1.0 + level), mean, var, log_weights),
+    )

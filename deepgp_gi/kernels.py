@@ -12,6 +12,7 @@ their parameters, priors and transforms) are ordinary GPflow kernels.
 Inputs without a sample axis (``[M, D]``, e.g. fixed inducing inputs) broadcast against every
 sample.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -105,7 +106,9 @@ def constant_diagonal(kernel) -> Optional[tf.Tensor]:
         return out
     if hasattr(kernel, "batched_cross"):
         return None
-    if isinstance(kernel, (gpflow.kernels.Stationary, gpflow.kernels.White, gpflow.kernels.Constant)):
+    if isinstance(
+        kernel, (gpflow.kernels.Stationary, gpflow.kernels.White, gpflow.kernels.Constant)
+    ):
         variance = _read(kernel.variance)
         return variance if variance.shape.rank == 0 else tf.squeeze(variance)
     return None
@@ -150,7 +153,10 @@ def _cross(kernel, X, Z):
         return tf.matmul(X * _read(kernel.variance), Z, transpose_b=True)
     if isinstance(kernel, gpflow.kernels.IsotropicStationary):
         lengthscales = _lengthscales(kernel)
-        return _K_r2(kernel, batched_square_distance(X / lengthscales, Z / lengthscales, _needs_clamp(kernel)))
+        return _K_r2(
+            kernel,
+            batched_square_distance(X / lengthscales, Z / lengthscales, _needs_clamp(kernel)),
+        )
     raise TypeError(
         f"kernel {type(kernel).__name__} has no sample-batched evaluation; supported: "
         + ", ".join(SUPPORTED_KERNELS)
@@ -236,7 +242,12 @@ def _check_supported(kernel):
         return
     if not isinstance(
         kernel,
-        (gpflow.kernels.White, gpflow.kernels.Constant, gpflow.kernels.Linear, gpflow.kernels.IsotropicStationary),
+        (
+            gpflow.kernels.White,
+            gpflow.kernels.Constant,
+            gpflow.kernels.Linear,
+            gpflow.kernels.IsotropicStationary,
+        ),
     ):
         raise TypeError(
             f"kernel {type(kernel).__name__} has no sample-batched evaluation; supported: "
@@ -276,7 +287,9 @@ def get_activation(activation: Union[None, str, Callable]) -> Callable:
         return activation
     if isinstance(activation, str) and activation in ACTIVATIONS:
         return ACTIVATIONS[activation]
-    raise ValueError(f"unknown activation {activation!r}; choose one of {', '.join(map(repr, ACTIVATIONS))}")
+    raise ValueError(
+        f"unknown activation {activation!r}; choose one of {', '.join(map(repr, ACTIVATIONS))}"
+    )
 
 
 class WeightKernel(gpflow.kernels.Kernel):
@@ -303,7 +316,9 @@ class WeightKernel(gpflow.kernels.Kernel):
     ):
         super().__init__(name=name)
         self.input_dim = int(input_dim)
-        self.activation_name = activation if isinstance(activation, str) else getattr(activation, "__name__", "custom")
+        self.activation_name = (
+            activation if isinstance(activation, str) else getattr(activation, "__name__", "custom")
+        )
         self.activation = get_activation(activation)
         self.bias = bool(bias)
         self.num_features = self.input_dim + int(self.bias)

@@ -33,6 +33,7 @@ and with a latent input that likelihood is an integral over ``w`` with no closed
 is no target for the chain to sample; the importance-weighted bound is an objective for a
 variational ``q(U)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,7 +51,12 @@ from .linalg import add_jitter, safe_cholesky
 from .models import DEFAULT_PREDICT_SAMPLES, DeepGP, mixture_moments, seed_or_deprecated_noise
 from .noise import NoiseLike, NoiseSource, as_noise_source
 from .posteriors import DeepPosterior, InducingDraw, Propagation
-from .posteriors.conditionals import conditional_mean, layer_mean, residual_variance, whitened_projection
+from .posteriors.conditionals import (
+    conditional_mean,
+    layer_mean,
+    residual_variance,
+    whitened_projection,
+)
 from .posteriors.registry import DEEP_GP_FAMILIES
 from .validation import check_positive_int
 
@@ -65,12 +71,16 @@ __all__ = [
     "with_latent_columns",
 ]
 
+
 def latent_families() -> tuple:
     """The deep-GP families a latent-variable model takes (``build_deep_gp(..., latent_dim=...)``):
     those whose class draws its inducing outputs as a whole
     (:meth:`~deepgp_gi.posteriors.DeepPosterior.takes_latent_input`)."""
-    return tuple(name for name, cls in DEEP_GP_FAMILIES.items()
-                 if cls.takes_latent_input() and not getattr(cls, "is_sampler", False))
+    return tuple(
+        name
+        for name, cls in DEEP_GP_FAMILIES.items()
+        if cls.takes_latent_input() and not getattr(cls, "is_sampler", False)
+    )
 
 
 #: The built-in deep-GP families a latent-variable model takes (:func:`latent_families` also lists
@@ -90,14 +100,20 @@ def check_latent_family(name: str, family_class: Optional[type] = None) -> None:
     if family_class is None:
         family_class = DEEP_GP_FAMILIES.get(name)
     if family_class is not None and getattr(family_class, "is_sampler", False):
-        raise ValueError(f"latent_dim does not apply to posterior {name!r}: {_SAMPLER_REASON}; use one of "
-                         f"{', '.join(map(repr, latent_families()))}")
+        raise ValueError(
+            f"latent_dim does not apply to posterior {name!r}: {_SAMPLER_REASON}; use one of "
+            f"{', '.join(map(repr, latent_families()))}"
+        )
     if family_class is None or not family_class.takes_latent_input():
-        raise ValueError(f"latent_dim does not apply to posterior {name!r}; the latent-variable deep GP takes "
-                         f"{', '.join(map(repr, latent_families()))}")
+        raise ValueError(
+            f"latent_dim does not apply to posterior {name!r}; the latent-variable deep GP takes "
+            f"{', '.join(map(repr, latent_families()))}"
+        )
 
 
-def with_latent_columns(A: np.ndarray, latent_dim: int, rng: Optional[np.random.Generator]) -> np.ndarray:
+def with_latent_columns(
+    A: np.ndarray, latent_dim: int, rng: Optional[np.random.Generator]
+) -> np.ndarray:
     """``[A, W]``: ``latent_dim`` columns appended to the rows of ``A``, ``N(0, 1)`` draws from
     ``rng`` (the prior of ``w``), or zeros when ``rng`` is None."""
     shape = (A.shape[0], latent_dim)
@@ -105,15 +121,21 @@ def with_latent_columns(A: np.ndarray, latent_dim: int, rng: Optional[np.random.
     return np.concatenate([A, W.astype(A.dtype)], axis=1)
 
 
-def inducing_draw(posterior: DeepPosterior, num_samples: int, source: NoiseSource, dtype) -> InducingDraw:
+def inducing_draw(
+    posterior: DeepPosterior, num_samples: int, source: NoiseSource, dtype
+) -> InducingDraw:
     """Every layer's inducing outputs drawn from ``posterior``'s ``q(U)``, S times (the family's
     :meth:`~deepgp_gi.posteriors.DeepPosterior.inducing_draw`); a family without one is refused,
     saying why."""
     if getattr(posterior, "is_sampler", False):
-        raise ValueError(f"a latent-variable model cannot use {type(posterior).__name__}: {_SAMPLER_REASON}")
+        raise ValueError(
+            f"a latent-variable model cannot use {type(posterior).__name__}: {_SAMPLER_REASON}"
+        )
     if not type(posterior).takes_latent_input():
-        raise ValueError(f"a latent-variable model cannot use {type(posterior).__name__}; it takes the families "
-                         f"{', '.join(map(repr, latent_families()))}")
+        raise ValueError(
+            f"a latent-variable model cannot use {type(posterior).__name__}; it takes the families "
+            f"{', '.join(map(repr, latent_families()))}"
+        )
     return posterior.inducing_draw(num_samples, source, dtype)
 
 
@@ -153,8 +175,9 @@ def grouped_covariance(layer: GPLayer, A: tf.Tensor, F: tf.Tensor) -> tf.Tensor:
     return C + tf.linalg.diag(diag - tf.linalg.diag_part(C))
 
 
-def grouped_propagate(posterior: DeepPosterior, H: tf.Tensor, num_samples: int, source: NoiseSource
-                      ) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
+def grouped_propagate(
+    posterior: DeepPosterior, H: tf.Tensor, num_samples: int, source: NoiseSource
+) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
     """Push the first layer's inputs ``H`` ``[S, B, K, D_0]`` (``S = num_samples``) through every
     layer with one draw of ``q(U)`` per sample: ``(samples, mean, var, kl)`` (see
     :class:`GroupedPropagation`)."""
@@ -168,11 +191,15 @@ def grouped_propagate(posterior: DeepPosterior, H: tf.Tensor, num_samples: int, 
         P = layer.output_dim
         rows = tf.reshape(F, tf.stack([S, B * K, tf.shape(F)[-1]]))
         A = whitened_projection(draw.choleskies[l], layer.K(draw.inputs[l], rows))  # [S, M, BK]
-        mean = conditional_mean(A, draw.weights[l], layer_mean(layer, rows, draw.residual_mean))  # [S, BK, P]
+        mean = conditional_mean(
+            A, draw.weights[l], layer_mean(layer, rows, draw.residual_mean)
+        )  # [S, BK, P]
         mean = tf.reshape(mean, tf.stack([S, B, K, P]))
         if l < posterior.depth - 1:
-            L_C = safe_cholesky(add_jitter(grouped_covariance(layer, A, F), jitter),
-                                name=f"joint covariance of the K rows (layer {layer.name})")
+            L_C = safe_cholesky(
+                add_jitter(grouped_covariance(layer, A, F), jitter),
+                name=f"joint covariance of the K rows (layer {layer.name})",
+            )
             eps = source.normal(f"f/{l}", tf.stack([S, B, K, P]), dtype)
             F = mean + tf.linalg.matmul(L_C, eps)
             samples.append(F)
@@ -199,10 +226,19 @@ class LatentDeepGP(DeepGP):
     :param num_samples: default S for ``training_loss``.
     """
 
-    def __init__(self, layers: Sequence[GPLayer], likelihood: gpflow.likelihoods.Likelihood,
-                 posterior: DeepPosterior, latent: LatentVariableLayer, num_data: Optional[int] = None,
-                 num_samples: int = 1, name: Optional[str] = None):
-        super().__init__(layers, likelihood, posterior, num_data=num_data, num_samples=num_samples, name=name)
+    def __init__(
+        self,
+        layers: Sequence[GPLayer],
+        likelihood: gpflow.likelihoods.Likelihood,
+        posterior: DeepPosterior,
+        latent: LatentVariableLayer,
+        num_data: Optional[int] = None,
+        num_samples: int = 1,
+        name: Optional[str] = None,
+    ):
+        super().__init__(
+            layers, likelihood, posterior, num_data=num_data, num_samples=num_samples, name=name
+        )
         if not isinstance(latent, LatentVariableLayer):
             raise TypeError(f"latent must be a LatentVariableLayer, got {type(latent).__name__}")
         if any(not isinstance(layer, GPLayer) for layer in self.layers):
@@ -213,7 +249,9 @@ class LatentDeepGP(DeepGP):
                 f"{latent.data_dim} + latent_dim {latent.latent_dim} = {latent.output_dim}"
             )
         if getattr(posterior, "is_sampler", False):
-            raise ValueError(f"a latent-variable model cannot use {type(posterior).__name__}: {_SAMPLER_REASON}")
+            raise ValueError(
+                f"a latent-variable model cannot use {type(posterior).__name__}: {_SAMPLER_REASON}"
+            )
         self.latent = latent
 
     @property
@@ -230,12 +268,22 @@ class LatentDeepGP(DeepGP):
         return (self.input_dim,)
 
     # ------------------------------------------------------------------ propagation
-    def grouped_propagate(self, X: tf.Tensor, num_samples: int, importance_samples: int, seed: NoiseLike,
-                          Y: Optional[tf.Tensor] = None) -> GroupedPropagation:
+    def grouped_propagate(
+        self,
+        X: tf.Tensor,
+        num_samples: int,
+        importance_samples: int,
+        seed: NoiseLike,
+        Y: Optional[tf.Tensor] = None,
+    ) -> GroupedPropagation:
         """Push ``X`` ``[B, D]`` through the model with K = ``importance_samples`` latent draws per
         point: from ``q(w | x, y)`` when ``Y`` is given, else from the prior ``N(0, I)``.
         ``num_samples`` may be a scalar tensor (a traced function's input, as in a saved model)."""
-        S = num_samples if tf.is_tensor(num_samples) else check_positive_int(num_samples, "num_samples")
+        S = (
+            num_samples
+            if tf.is_tensor(num_samples)
+            else check_positive_int(num_samples, "num_samples")
+        )
         K = check_positive_int(importance_samples, "importance_samples")
         source = as_noise_source(seed)
         X = tf.convert_to_tensor(X)
@@ -248,42 +296,83 @@ class LatentDeepGP(DeepGP):
             w = mu[None, :, None] + sigma[None, :, None] * eps
             log_ratio = self.latent.log_ratio(w, mu[None, :, None], sigma[None, :, None])
         Xb = tf.broadcast_to(X[None, :, None], tf.stack([S, B, K, tf.shape(X)[-1]]))
-        samples, mean, var, kl = grouped_propagate(self.posterior, tf.concat([Xb, w], axis=-1), S, source)
+        samples, mean, var, kl = grouped_propagate(
+            self.posterior, tf.concat([Xb, w], axis=-1), S, source
+        )
         return GroupedPropagation(w, log_ratio, samples, mean, var, kl)
 
     @check_shapes("X: [N, D]")
-    def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None) -> Propagation:
+    def propagate(
+        self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
+    ) -> Propagation:
         """The predictive propagation: ``w`` from the prior, one per sample and point; ``samples``
         is ``[w, F_1, ..., F_L]`` (the latent coordinate first, ``[S, N, D_w]``)."""
-        return self._predictive_propagation(X, num_samples, seed_or_deprecated_noise(seed, noise, "propagate"))
+        return self._predictive_propagation(
+            X, num_samples, seed_or_deprecated_noise(seed, noise, "propagate")
+        )
 
     def _predictive_propagation(self, X, num_samples: int, seed: NoiseLike) -> Propagation:
         X = self.check_inputs(X, "Xnew")
         g = self.grouped_propagate(X, num_samples, 1, seed)
         squeeze = lambda T: T[:, :, 0]  # noqa: E731
-        return Propagation(samples=[squeeze(g.latent)] + [squeeze(F) for F in g.samples], mean=squeeze(g.mean),
-                           var=squeeze(g.var), kl=g.kl)
+        return Propagation(
+            samples=[squeeze(g.latent)] + [squeeze(F) for F in g.samples],
+            mean=squeeze(g.mean),
+            var=squeeze(g.var),
+            kl=g.kl,
+        )
 
     # ------------------------------------------------------------------ objective
     @check_shapes("return: []")
-    def elbo(self, data, num_samples: int = 1, seed: NoiseLike = None, *, importance_samples: int = 1,
-             noise: NoiseLike = None) -> tf.Tensor:
+    def elbo(
+        self,
+        data,
+        num_samples: int = 1,
+        seed: NoiseLike = None,
+        *,
+        importance_samples: int = 1,
+        noise: NoiseLike = None,
+    ) -> tf.Tensor:
         """The importance-weighted bound with K = ``importance_samples`` (default 1: the ELBO),
         averaged over ``num_samples`` draws of ``q(U)`` (full-data units; minibatches rescaled by
         ``num_data / batch`` as :meth:`DeepGP.elbo`)."""
-        return tf.reduce_mean(self.elbo_per_sample(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo"),
-                                                   importance_samples=importance_samples))
+        return tf.reduce_mean(
+            self.elbo_per_sample(
+                data,
+                num_samples,
+                seed_or_deprecated_noise(seed, noise, "elbo"),
+                importance_samples=importance_samples,
+            )
+        )
 
     @check_shapes("return: [S]")
-    def elbo_per_sample(self, data, num_samples: int = 1, seed: NoiseLike = None, *, importance_samples: int = 1,
-                        noise: NoiseLike = None) -> tf.Tensor:
-        ell, kl = self.elbo_terms(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo_per_sample"),
-                                  importance_samples=importance_samples)
+    def elbo_per_sample(
+        self,
+        data,
+        num_samples: int = 1,
+        seed: NoiseLike = None,
+        *,
+        importance_samples: int = 1,
+        noise: NoiseLike = None,
+    ) -> tf.Tensor:
+        ell, kl = self.elbo_terms(
+            data,
+            num_samples,
+            seed_or_deprecated_noise(seed, noise, "elbo_per_sample"),
+            importance_samples=importance_samples,
+        )
         return ell - kl
 
     @check_shapes("return[0]: [S]", "return[1]: [S]")
-    def elbo_terms(self, data, num_samples: int = 1, seed: NoiseLike = None, *, batch_size=None,
-                   importance_samples: int = 1) -> Tuple[tf.Tensor, tf.Tensor]:
+    def elbo_terms(
+        self,
+        data,
+        num_samples: int = 1,
+        seed: NoiseLike = None,
+        *,
+        batch_size=None,
+        importance_samples: int = 1,
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
         """``(ell [S], kl [S])`` of the importance-weighted bound: ``ell`` is
         ``sum_n (logsumexp_k l_nk - log K)`` (rescaled by ``num_data / batch`` when ``num_data`` is
         set; ``batch_size`` as in :meth:`DeepGP.elbo_terms`), with ``l_nk`` the expected
@@ -295,42 +384,78 @@ class LatentDeepGP(DeepGP):
         P = g.mean.shape[-1]
         flat = lambda T: tf.reshape(T, tf.stack([S, B * K, P]))  # noqa: E731
         rows = lambda T: tf.repeat(T, K, axis=0)  # noqa: E731  # row n*K + k is point n
-        ell = expected_log_likelihood(self.likelihood, rows(X), flat(g.mean), flat(g.var), rows(Y))  # [S, B K]
+        ell = expected_log_likelihood(
+            self.likelihood, rows(X), flat(g.mean), flat(g.var), rows(Y)
+        )  # [S, B K]
         log_w = tf.reshape(ell, tf.stack([S, B, K])) + g.log_ratio
-        bound = tf.reduce_sum(tf.reduce_logsumexp(log_w, axis=-1), axis=-1) - tf.cast(B, log_w.dtype) * math.log(K)
+        bound = tf.reduce_sum(tf.reduce_logsumexp(log_w, axis=-1), axis=-1) - tf.cast(
+            B, log_w.dtype
+        ) * math.log(K)
         if self.num_data is not None:
             batch = B if batch_size is None else batch_size
             bound = bound * (tf.cast(self.num_data, bound.dtype) / tf.cast(batch, bound.dtype))
         return bound, tf.broadcast_to(g.kl, tf.shape(bound))
 
     # ------------------------------------------------------------------ prediction
-    def sample_layers(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                      noise: NoiseLike = None) -> List[tf.Tensor]:
+    def sample_layers(
+        self,
+        Xnew,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ) -> List[tf.Tensor]:
         """``[w, F_1, ..., F_L]``: the latent coordinate ``[S, N, D_w]`` drawn from the prior, then
         one ``[S, N, N_l]`` tensor of joint samples per layer."""
-        return self._predictive_propagation(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "sample_layers")).samples
+        return self._predictive_propagation(
+            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "sample_layers")
+        ).samples
 
     @check_shapes("return[0]: [S, N, P]", "return[1]: [S, N, P]")
-    def predict_f_components(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                             noise: NoiseLike = None):
+    def predict_f_components(
+        self,
+        Xnew,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ):
         """Per-sample mean and variance ``[S, N, P]`` of the last layer, ``w`` from the prior."""
-        prop = self._predictive_propagation(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_components"))
+        prop = self._predictive_propagation(
+            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_components")
+        )
         return prop.mean, prop.var
 
     @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
-    def predict_y(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                  noise: NoiseLike = None):
+    def predict_y(
+        self,
+        Xnew,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ):
         """Moments of the predictive mixture over ``w`` (prior) and ``f`` draws, noise included."""
         Xnew = self.check_inputs(Xnew)
-        prop = self._predictive_propagation(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_y"))
+        prop = self._predictive_propagation(
+            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_y")
+        )
         ymean, yvar = predict_mean_and_var(self.likelihood, Xnew, *self.likelihood_moments(prop))
         return mixture_moments(ymean, yvar)
 
     @check_shapes("return: [N]")
-    def predict_log_density(self, data, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                            noise: NoiseLike = None) -> tf.Tensor:
+    def predict_log_density(
+        self,
+        data,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ) -> tf.Tensor:
         """``[N]``: ``logsumexp_s log p(y_n | w_s, f_s) - log S`` with ``w_s`` from the prior (the
         mixture over the latent variable and the functions)."""
         X, Y = self.check_data(data, names=("Xnew", "Ynew"))
-        prop = self._predictive_propagation(X, num_samples, seed_or_deprecated_noise(seed, noise, "predict_log_density"))
+        prop = self._predictive_propagation(
+            X, num_samples, seed_or_deprecated_noise(seed, noise, "predict_log_density")
+        )
         return mixture_log_density(self.likelihood, X, *self.likelihood_moments(prop), Y)

@@ -1,12 +1,18 @@
 """GPflow likelihoods over the leading sample axis, and checks that targets suit them."""
+
 from __future__ import annotations
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["expected_log_likelihood", "predict_mean_and_var", "check_targets", "mixture_log_density",
-           "predictive_log_density"]
+__all__ = [
+    "expected_log_likelihood",
+    "predict_mean_and_var",
+    "check_targets",
+    "mixture_log_density",
+    "predictive_log_density",
+]
 
 
 def _over_samples(method, X, mean, var, Y=None):
@@ -23,8 +29,10 @@ def _over_samples(method, X, mean, var, Y=None):
         return tf.ensure_shape(out, [None] + T.shape[2:].as_list())
 
     def tile(T):
-        out = tf.reshape(tf.tile(T[None], tf.concat([[S], tf.ones([tf.rank(T)], tf.int32)], 0)),
-                         tf.concat([[S * N], tf.shape(T)[1:]], 0))
+        out = tf.reshape(
+            tf.tile(T[None], tf.concat([[S], tf.ones([tf.rank(T)], tf.int32)], 0)),
+            tf.concat([[S * N], tf.shape(T)[1:]], 0),
+        )
         return tf.ensure_shape(out, [None] + T.shape[1:].as_list())
 
     if Y is not None and isinstance(getattr(method, "__self__", None), gpflow.likelihoods.Softmax):
@@ -72,7 +80,10 @@ def log_mean_exp(logp: tf.Tensor, log_weights=None) -> tf.Tensor:
     if log_weights is None:
         S = tf.cast(tf.shape(logp)[0], logp.dtype)
         return tf.reduce_logsumexp(logp, axis=0) - tf.math.log(S)
-    w = tf.reshape(tf.cast(log_weights, logp.dtype), tf.concat([[-1], tf.ones([tf.rank(logp) - 1], tf.int32)], 0))
+    w = tf.reshape(
+        tf.cast(log_weights, logp.dtype),
+        tf.concat([[-1], tf.ones([tf.rank(logp) - 1], tf.int32)], 0),
+    )
     return tf.reduce_logsumexp(logp + w, axis=0)
 
 
@@ -90,13 +101,19 @@ def check_targets(likelihood, Y: np.ndarray, name: str = "Y") -> None:
         bad = (Y < 0) | (Y >= C) | (np.round(Y) != Y)
         if bad.any():
             row = int(np.nonzero(bad.any(axis=-1))[0][0])
-            raise ValueError(f"{name} must hold class labels 0..{C - 1} for a {C}-class likelihood; row {row} has {Y[row].tolist()}")
+            raise ValueError(
+                f"{name} must hold class labels 0..{C - 1} for a {C}-class likelihood; row {row} has {Y[row].tolist()}"
+            )
     elif isinstance(likelihood, gpflow.likelihoods.Poisson):
         if (Y < 0).any() or (np.round(Y) != Y).any():
-            raise ValueError(f"{name} must hold non-negative integer counts for a Poisson likelihood")
+            raise ValueError(
+                f"{name} must hold non-negative integer counts for a Poisson likelihood"
+            )
     elif isinstance(likelihood, gpflow.likelihoods.Beta):
         if ((Y <= 0) | (Y >= 1)).any():
             raise ValueError(f"{name} must lie strictly inside (0, 1) for a Beta likelihood")
     elif isinstance(likelihood, (gpflow.likelihoods.Exponential, gpflow.likelihoods.Gamma)):
         if (Y < 0).any():
-            raise ValueError(f"{name} must be non-negative for a {type(likelihood).__name__} likelihood")
+            raise ValueError(
+                f"{name} must be non-negative for a {type(likelihood).__name__} likelihood"
+            )

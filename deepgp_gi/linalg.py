@@ -24,6 +24,7 @@ A ``tf.function`` traced with no collector active falls back to ``tf.debugging.A
 a plain ``tf.errors.InvalidArgumentError`` with the same message); XLA drops that assertion, so
 under ``jit_compile=True`` use a collector.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -87,7 +88,11 @@ def add_jitter(A: tf.Tensor, jitter) -> tf.Tensor:
     n = A.shape[-1]
     if n is not None:
         eye = tf.eye(n, dtype=A.dtype)
-        scaled = jitter * eye if jitter.shape.rank == 0 else tf.expand_dims(tf.expand_dims(jitter, -1), -1) * eye
+        scaled = (
+            jitter * eye
+            if jitter.shape.rank == 0
+            else tf.expand_dims(tf.expand_dims(jitter, -1), -1) * eye
+        )
         return A + scaled
     diag = tf.zeros_like(tf.linalg.diag_part(A)) + tf.expand_dims(jitter, -1)
     return A + tf.linalg.diag(diag)
@@ -255,7 +260,9 @@ def _cholesky_backward(L: tf.Tensor, dL: tf.Tensor) -> tf.Tensor:
     else:
         middle = 0.5 * tf.linalg.set_diag(middle, 0.5 * tf.linalg.diag_part(middle))
     left = tf.linalg.triangular_solve(L, middle, lower=True, adjoint=True)  # L^-H middle
-    grad_h = tf.linalg.triangular_solve(L, tf.linalg.adjoint(left), lower=True, adjoint=True)  # grad^H
+    grad_h = tf.linalg.triangular_solve(
+        L, tf.linalg.adjoint(left), lower=True, adjoint=True
+    )  # grad^H
     return grad_h + tf.linalg.adjoint(grad_h)
 
 
@@ -331,8 +338,9 @@ def _jitter_scale(A: tf.Tensor) -> tf.Tensor:
     return tf.where(scale > 0, scale, tf.ones_like(scale))
 
 
-def _escalated(A: tf.Tensor, max_tries: int, factorise=tf.linalg.cholesky
-               ) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
+def _escalated(
+    A: tf.Tensor, max_tries: int, factorise=tf.linalg.cholesky
+) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
     """(L, jitter used per member, failed) with per-member escalation; no gradient (see
     safe_cholesky). ``failed`` is the scalar "some member is still not finite" where the regime
     knows it without another check, else None. ``factorise``: as :func:`_ladder`'s.
@@ -355,13 +363,20 @@ def _escalated(A: tf.Tensor, max_tries: int, factorise=tf.linalg.cholesky
         def retry():
             ok = _finite_per_matrix(L)
             scale = _jitter_scale(A)
-            new_L, jitter = _ladder(A, L, ok, tf.zeros_like(scale), scale, range(max_tries), None, factorise)
+            new_L, jitter = _ladder(
+                A, L, ok, tf.zeros_like(scale), scale, range(max_tries), None, factorise
+            )
             return new_L, jitter, tf.logical_not(tf.reduce_all(_finite_per_matrix(new_L)))
 
         batch = A.shape[:-2]
-        no_jitter = (lambda: tf.zeros(batch, A.dtype)) if batch.is_fully_defined() else (
-            lambda: tf.zeros(tf.shape(A)[:-2], A.dtype))
-        return tf.cond(tf.reduce_all(tf.math.is_finite(L)), lambda: (L, no_jitter(), tf.constant(False)), retry)
+        no_jitter = (
+            (lambda: tf.zeros(batch, A.dtype))
+            if batch.is_fully_defined()
+            else (lambda: tf.zeros(tf.shape(A)[:-2], A.dtype))
+        )
+        return tf.cond(
+            tf.reduce_all(tf.math.is_finite(L)), lambda: (L, no_jitter(), tf.constant(False)), retry
+        )
     ok = _finite_per_matrix(L)
     if tf.executing_eagerly():
         scale = _jitter_scale(A)
@@ -379,7 +394,9 @@ def _escalated(A: tf.Tensor, max_tries: int, factorise=tf.linalg.cholesky
     scale = _jitter_scale(A)
     n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
     skip = (1.0 if in_xla_context() else -1.0) * tf.eye(n, dtype=A.dtype)  # broadcast by tf.where
-    L, jitter = _ladder(A, L, ok, tf.zeros_like(scale), scale, compiled_ladder(max_tries), skip, factorise)
+    L, jitter = _ladder(
+        A, L, ok, tf.zeros_like(scale), scale, compiled_ladder(max_tries), skip, factorise
+    )
     return L, jitter, None
 
 
@@ -433,8 +450,14 @@ def safe_cholesky(A: tf.Tensor, *, max_tries: int = 6, name: str = "matrix") -> 
     return _reported(factor(A), A, failed_out[0], jitter_out[0], max_tries, name)
 
 
-def _reported(L: tf.Tensor, A: tf.Tensor, failed: Optional[tf.Tensor], jitter: tf.Tensor, max_tries: int,
-              name: str) -> tf.Tensor:
+def _reported(
+    L: tf.Tensor,
+    A: tf.Tensor,
+    failed: Optional[tf.Tensor],
+    jitter: tf.Tensor,
+    max_tries: int,
+    name: str,
+) -> tf.Tensor:
     """``L`` once its failures are reported (:func:`safe_cholesky`'s contract): eagerly a
     :class:`CholeskyError` if some member is not finite; compiled, the failure flag recorded into
     the active :func:`cholesky_checks` collectors, else a ``tf.debugging.Assert`` (none under
@@ -513,11 +536,15 @@ def _unrolled_factor(A: tf.Tensor) -> tf.Tensor:
         row = row * scale
         rows.append(row)
         if j + 1 < n:
-            W = W - (W[..., :, j : j + 1] * scale) * row  # column j of W times 1 / sqrt(pivot): L[i, j] for i > j
+            W = (
+                W - (W[..., :, j : j + 1] * scale) * row
+            )  # column j of W times 1 / sqrt(pivot): L[i, j] for i > j
     return tf.concat(rows, axis=-2)
 
 
-def _escalated_in_one_pass(A: tf.Tensor, max_tries: int, factorise) -> Tuple[tf.Tensor, tf.Tensor, None]:
+def _escalated_in_one_pass(
+    A: tf.Tensor, max_tries: int, factorise
+) -> Tuple[tf.Tensor, tf.Tensor, None]:
     """The branch-free jitter ladder of a compiled step with a GPU visible (:func:`_escalated`'s
     third regime) with the plain factorisation as its first rung: ``A`` and its jittered copies
     (:func:`compiled_ladder`) are factorised by one call of ``factorise`` over ``[K + 1, batch...]``
@@ -530,10 +557,15 @@ def _escalated_in_one_pass(A: tf.Tensor, max_tries: int, factorise) -> Tuple[tf.
     scale = _jitter_scale(A)
     start = base_jitter(A.dtype)
     steps = tf.constant([0.0] + [start * 10.0**k for k in ladder], A.dtype)
-    trials = tf.reshape(steps, [len(ladder) + 1] + [1] * scale.shape.rank) * scale  # [K + 1, batch...]
+    trials = (
+        tf.reshape(steps, [len(ladder) + 1] + [1] * scale.shape.rank) * scale
+    )  # [K + 1, batch...]
     factors = factorise(add_jitter(tf.expand_dims(A, 0), trials))
     worked = tf.unstack(_finite_per_matrix(factors), num=len(ladder) + 1)
-    factors, trials = tf.unstack(factors, num=len(ladder) + 1), tf.unstack(trials, num=len(ladder) + 1)
+    factors, trials = (
+        tf.unstack(factors, num=len(ladder) + 1),
+        tf.unstack(trials, num=len(ladder) + 1),
+    )
     F, jitter = factors[-1], trials[-1]
     for i in reversed(range(len(ladder))):
         F = tf.where(_matrix_axes(worked[i]), factors[i], F)
@@ -553,8 +585,13 @@ def _factor_with_ladder(A: tf.Tensor, max_tries: int, factorise=tf.linalg.choles
     return _escalated_in_one_pass(A, max_tries, factorise)
 
 
-def _inverse_backward(L: tf.Tensor, T: tf.Tensor, dL: Optional[tf.Tensor], solved: Optional[tf.Tensor],
-                      d_solved: Optional[tf.Tensor]) -> tf.Tensor:
+def _inverse_backward(
+    L: tf.Tensor,
+    T: tf.Tensor,
+    dL: Optional[tf.Tensor],
+    solved: Optional[tf.Tensor],
+    d_solved: Optional[tf.Tensor],
+) -> tf.Tensor:
     """Reverse-mode derivative ``dA`` of ``L = chol(A)`` and ``Y = L^{-1} Z`` (``Z`` constant) from
     the upstream ``dL`` and ``dY`` (either may be None), written with ``T = L^{-1}``: products only.
 
@@ -563,14 +600,18 @@ def _inverse_backward(L: tf.Tensor, T: tf.Tensor, dL: Optional[tf.Tensor], solve
     with its two triangular solves replaced by products with ``T``. Only the lower triangle of
     ``dL`` enters (``L^T`` is upper triangular), as in TensorFlow's own Cholesky gradient."""
     if d_solved is not None:
-        correction = tf.linalg.matmul(T, tf.linalg.matmul(d_solved, solved, transpose_b=True), transpose_a=True)
+        correction = tf.linalg.matmul(
+            T, tf.linalg.matmul(d_solved, solved, transpose_b=True), transpose_a=True
+        )
         dL = -correction if dL is None else dL - correction
     if dL is None:
         return tf.zeros_like(L)
     middle = tf.linalg.band_part(tf.linalg.matmul(L, dL, transpose_a=True), -1, 0)
     n = L.shape[-1]
     if n is not None:
-        middle = middle * tf.constant(np.tril(np.full((n, n), 0.5)) - 0.25 * np.eye(n), dtype=L.dtype)
+        middle = middle * tf.constant(
+            np.tril(np.full((n, n), 0.5)) - 0.25 * np.eye(n), dtype=L.dtype
+        )
     else:
         middle = 0.5 * tf.linalg.set_diag(middle, 0.5 * tf.linalg.diag_part(middle))
     symmetric = middle + tf.linalg.matrix_transpose(middle)
@@ -592,8 +633,9 @@ def _eye_like(A: tf.Tensor) -> tf.Tensor:
 
 
 @check_shapes("A: [batch..., N, N]", "return[0]: [batch..., N, N]", "return[1]: [batch..., N, N]")
-def cholesky_with_inverse(A: tf.Tensor, *, max_tries: int = 6, unrolled: bool = False,
-                          name: str = "matrix") -> CholeskyWithInverse:
+def cholesky_with_inverse(
+    A: tf.Tensor, *, max_tries: int = 6, unrolled: bool = False, name: str = "matrix"
+) -> CholeskyWithInverse:
     """:func:`safe_cholesky`'s factor ``L`` of ``A`` and its inverse ``L^{-1}``, with a gradient
     that needs no solve.
 
@@ -647,8 +689,9 @@ def cholesky_with_inverse(A: tf.Tensor, *, max_tries: int = 6, unrolled: bool = 
     "return[0]: [batch..., N, N]",
     "return[1]: [batch..., N, K]",
 )
-def cholesky_and_solve(A: tf.Tensor, rhs: tf.Tensor, *, max_tries: int = 6,
-                       name: str = "matrix") -> Tuple[tf.Tensor, tf.Tensor]:
+def cholesky_and_solve(
+    A: tf.Tensor, rhs: tf.Tensor, *, max_tries: int = 6, name: str = "matrix"
+) -> Tuple[tf.Tensor, tf.Tensor]:
     """``(L, L^{-1} rhs)`` with ``L`` the factor of ``A`` (with the ladder and report of
     :func:`cholesky_with_inverse`), from one triangular solve of ``[I | rhs]``: the inverse ``L^{-1}`` it also gives is kept for the gradient, which is
     then products only (``_inverse_backward``), where :func:`safe_cholesky` followed by a
@@ -668,8 +711,11 @@ def cholesky_and_solve(A: tf.Tensor, rhs: tf.Tensor, *, max_tries: int = 6,
         L, jitter, failed = _factor_with_ladder(A, max_tries)
         L = _reported(L, A, failed, jitter, max_tries, name)
         n = A.shape[-1] if A.shape[-1] is not None else tf.shape(A)[-1]
-        T, X = tf.split(tf.linalg.triangular_solve(L, tf.concat([_eye_like(A), rhs], axis=-1), lower=True),
-                        [n, -1], axis=-1)
+        T, X = tf.split(
+            tf.linalg.triangular_solve(L, tf.concat([_eye_like(A), rhs], axis=-1), lower=True),
+            [n, -1],
+            axis=-1,
+        )
 
         def grad(dL, dX):
             return _inverse_backward(L, T, dL, X, dX), tf.linalg.matmul(T, dX, transpose_a=True)

@@ -1,4 +1,5 @@
 """The deep GP model: layers (the prior), a likelihood, and an approximate posterior."""
+
 from __future__ import annotations
 
 import warnings
@@ -53,7 +54,9 @@ def seed_or_deprecated_noise(seed, noise, where: str):
         return seed
     if seed is not None:
         raise TypeError(f"{where}: give seed= only (noise= is its deprecated alias)")
-    warnings.warn(f"{where}: the keyword noise= is deprecated; use seed=", DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"{where}: the keyword noise= is deprecated; use seed=", DeprecationWarning, stacklevel=3
+    )
     return noise
 
 
@@ -83,17 +86,25 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
     ):
         super().__init__(name=name)
         if not isinstance(likelihood, gpflow.likelihoods.Likelihood):
-            raise TypeError(f"likelihood must be a gpflow.likelihoods.Likelihood, got {type(likelihood).__name__}")
+            raise TypeError(
+                f"likelihood must be a gpflow.likelihoods.Likelihood, got {type(likelihood).__name__}"
+            )
         if isinstance(posterior, str):
             from .families import posterior_class
 
             layers = check_layer_chain(layers)
             posterior = posterior_class(posterior, layers)(layers)
         if not isinstance(posterior, DeepPosterior):
-            raise TypeError(f"posterior must be a DeepPosterior or a name, got {type(posterior).__name__}")
+            raise TypeError(
+                f"posterior must be a DeepPosterior or a name, got {type(posterior).__name__}"
+            )
         layers = list(layers)
-        if len(posterior.layers) != len(layers) or any(a is not b for a, b in zip(posterior.layers, layers)):
-            raise ValueError("posterior was built on different layers than the ones given to DeepGP")
+        if len(posterior.layers) != len(layers) or any(
+            a is not b for a, b in zip(posterior.layers, layers)
+        ):
+            raise ValueError(
+                "posterior was built on different layers than the ones given to DeepGP"
+            )
         latent = getattr(likelihood, "latent_dim", None)
         if latent is not None and latent != layers[-1].output_dim:
             raise ValueError(
@@ -157,7 +168,9 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         cols = self.observation_columns()
         Y = as_data_array(data[1], names[1], self.dtype)
         if Y.shape[-1] is not None and Y.shape[-1] != cols:
-            raise ValueError(f"{names[1]} has {Y.shape[-1]} columns but the likelihood expects {cols}")
+            raise ValueError(
+                f"{names[1]} has {Y.shape[-1]} columns but the likelihood expects {cols}"
+            )
         check_data_pair(X, Y, *names)
         if tf.executing_eagerly():
             check_targets(self.likelihood, Y.numpy(), names[1])
@@ -174,31 +187,47 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
             return self.posterior.propagate(X, num_samples, seed)
 
     @check_shapes("X: [N, D, image_shape...]")
-    def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None):
+    def propagate(
+        self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
+    ):
         """``posterior.propagate`` (see :class:`~deepgp_gi.posteriors.Propagation`)."""
         return self._propagate(X, num_samples, seed_or_deprecated_noise(seed, noise, "propagate"))
 
     @check_shapes("return: []")
-    def elbo(self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None) -> tf.Tensor:
+    def elbo(
+        self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
+    ) -> tf.Tensor:
         """Unbiased estimate of the full-data ELBO (a sum over the data set).
 
         With ``num_data`` set, a minibatch's expected log-likelihood is rescaled by
         ``num_data / batch``. Averages the per-sample estimate over ``num_samples`` samples
         (default 1, the training setting). ``seed``: see :meth:`predict_f`.
         """
-        return tf.reduce_mean(self.elbo_per_sample(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo")))
+        return tf.reduce_mean(
+            self.elbo_per_sample(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo"))
+        )
 
     @check_shapes("return: [S]")
-    def elbo_per_sample(self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
-                        ) -> tf.Tensor:
+    def elbo_per_sample(
+        self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
+    ) -> tf.Tensor:
         """The ELBO estimate of each of the S joint samples, ``[S]``: ``ell - kl`` of
         :meth:`elbo_terms`."""
-        ell, kl = self.elbo_terms(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo_per_sample"))
+        ell, kl = self.elbo_terms(
+            data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo_per_sample")
+        )
         return ell - kl
 
     @check_shapes("return[0]: [S]", "return[1]: [S]")
-    def elbo_terms(self, data, num_samples: int = 1, seed: NoiseLike = None, *, batch_size=None,
-                   objective: str = "elbo") -> Tuple[tf.Tensor, tf.Tensor]:
+    def elbo_terms(
+        self,
+        data,
+        num_samples: int = 1,
+        seed: NoiseLike = None,
+        *,
+        batch_size=None,
+        objective: str = "elbo",
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
         """The two terms of the ELBO per joint sample: ``(ell [S], kl [S])`` with ELBO = ell - kl.
 
         ``ell`` is the expected log-likelihood summed over the batch, rescaled by
@@ -230,10 +259,16 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
             per_row = log_mean_exp(self.sample_log_density(X, Y, prop), log_weights)  # [N]
             ell = tf.broadcast_to(tf.reduce_sum(per_row), tf.shape(prop.kl))
         else:
-            ell = expected_log_likelihood(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y)
+            ell = expected_log_likelihood(
+                self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y
+            )
             ell = tf.reduce_sum(ell, axis=-1)  # [S]
             if log_weights is not None:
-                ell = ell * tf.cast(tf.shape(ell)[0], ell.dtype) * tf.exp(tf.cast(log_weights, ell.dtype))
+                ell = (
+                    ell
+                    * tf.cast(tf.shape(ell)[0], ell.dtype)
+                    * tf.exp(tf.cast(log_weights, ell.dtype))
+                )
         if self.num_data is not None:
             batch = tf.shape(X)[0] if batch_size is None else batch_size
             ell = ell * (tf.cast(self.num_data, ell.dtype) / tf.cast(batch, ell.dtype))
@@ -257,65 +292,120 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         """``[S, N]``: ``log p(y_n | sample s)`` with the last layer's ``f`` integrated out of the
         propagation ``prop`` of the rows ``X`` (the terms a sampler's log-likelihood sums; the
         log of their mean over ``s`` is :meth:`predict_log_density`)."""
-        return predictive_log_density(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y)
+        return predictive_log_density(
+            self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y
+        )
 
     # ------------------------------------------------------------------ prediction
-    def sample_layers(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                      noise: NoiseLike = None) -> List[tf.Tensor]:
+    def sample_layers(
+        self,
+        Xnew,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ) -> List[tf.Tensor]:
         """One ``[S, N, D_l]`` tensor of joint samples per layer."""
         Xnew = self.check_inputs(Xnew)
-        return self._propagate(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "sample_layers")).samples
+        return self._propagate(
+            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "sample_layers")
+        ).samples
 
     @check_shapes("return: [S, N, P]")
-    def predict_f_samples(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                          noise: NoiseLike = None) -> tf.Tensor:
+    def predict_f_samples(
+        self,
+        Xnew,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ) -> tf.Tensor:
         """``[S, N, P]`` samples of the last layer's function values."""
-        return self.sample_layers(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_samples"))[-1]
+        return self.sample_layers(
+            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_samples")
+        )[-1]
 
     @check_shapes("return[0]: [S, N, P]", "return[1]: [S, N, P]")
-    def predict_f_components(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                             noise: NoiseLike = None):
+    def predict_f_components(
+        self,
+        Xnew,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ):
         """The mixture components: per-sample mean and variance ``[S, N, P]`` of the last layer.
 
         The variance is exactly 0 for the BNN families that sample the last layer's weights
         (see :class:`~deepgp_gi.posteriors.Propagation`)."""
         Xnew = self.check_inputs(Xnew)
-        prop = self._propagate(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_components"))
+        prop = self._propagate(
+            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_components")
+        )
         return prop.mean, prop.var
 
     @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
-    def predict_f(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                  noise: NoiseLike = None):
+    def predict_f(
+        self,
+        Xnew,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ):
         """Mean and variance ``[N, P]`` of the mixture over ``num_samples`` samples.
 
         ``num_samples`` defaults to :data:`DEFAULT_PREDICT_SAMPLES` (100). ``seed``: ``None``
         (fresh random draws), an int or ``[2]`` seed (reproducible draws), or a
         :class:`~deepgp_gi.noise.NoiseSource`; ``noise=`` is its deprecated alias.
         """
-        mean, var = self.predict_f_components(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f"))
+        mean, var = self.predict_f_components(
+            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f")
+        )
         return mixture_moments(mean, var, self.posterior.mixture_log_weights())
 
     @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
-    def predict_y(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                  noise: NoiseLike = None):
+    def predict_y(
+        self,
+        Xnew,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ):
         """Mean and variance ``[N, P]`` of the predictive mixture, likelihood noise included
         (``num_samples`` default 100, ``seed`` as in :meth:`predict_f`)."""
         Xnew = self.check_inputs(Xnew)
-        prop = self._propagate(Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_y"))
+        prop = self._propagate(
+            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_y")
+        )
         mean, var = self.likelihood_moments(prop)
         ymean, yvar = predict_mean_and_var(self.likelihood, likelihood_rows(Xnew), mean, var)
         return mixture_moments(ymean, yvar, self.posterior.mixture_log_weights())
 
     @check_shapes("return: [N]")
-    def predict_log_density(self, data, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed: NoiseLike = None, *,
-                            noise: NoiseLike = None) -> tf.Tensor:
+    def predict_log_density(
+        self,
+        data,
+        num_samples: int = DEFAULT_PREDICT_SAMPLES,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+    ) -> tf.Tensor:
         """``[N]``: ``logsumexp_s log p(y_n | f_n^(s)) - log S`` (each term exact where possible;
         ``num_samples`` default 100, ``seed`` as in :meth:`predict_f`; a family with weighted
         samples uses its weights)."""
         X, Y = self.check_data(data, names=("Xnew", "Ynew"))
-        prop = self._propagate(X, num_samples, seed_or_deprecated_noise(seed, noise, "predict_log_density"))
-        return mixture_log_density(self.likelihood, likelihood_rows(X), *self.likelihood_moments(prop), Y,
-                                   self.posterior.mixture_log_weights())
+        prop = self._propagate(
+            X, num_samples, seed_or_deprecated_noise(seed, noise, "predict_log_density")
+        )
+        return mixture_log_density(
+            self.likelihood,
+            likelihood_rows(X),
+            *self.likelihood_moments(prop),
+            Y,
+            self.posterior.mixture_log_weights(),
+        )
 
 
 def likelihood_rows(X: tf.Tensor) -> tf.Tensor:
@@ -332,8 +422,10 @@ def mixture_moments(mean: tf.Tensor, var: tf.Tensor, log_weights=None):
         mixture_mean = tf.reduce_mean(mean, axis=0)
         second = tf.reduce_mean(var + tf.square(mean), axis=0)
     else:
-        w = tf.reshape(tf.exp(tf.cast(log_weights, mean.dtype)),
-                       tf.concat([[-1], tf.ones([tf.rank(mean) - 1], tf.int32)], 0))
+        w = tf.reshape(
+            tf.exp(tf.cast(log_weights, mean.dtype)),
+            tf.concat([[-1], tf.ones([tf.rank(mean) - 1], tf.int32)], 0),
+        )
         mixture_mean = tf.reduce_sum(w * mean, axis=0)
         second = tf.reduce_sum(w * (var + tf.square(mean)), axis=0)
     return mixture_mean, tf.maximum(second - tf.square(mixture_mean), 0.0)

@@ -11,6 +11,7 @@ sources exist:
 * :class:`FixedNoise` — pre-drawn tensors looked up by name, so two code paths (say fully-coupled
   and mean-field) can be compared under identical noise in tests.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -110,7 +111,9 @@ def _key64(key: tf.Tensor) -> tf.Tensor:
     key = tf.convert_to_tensor(key)
     if key.dtype == tf.uint64 and key.shape == [1]:
         return key
-    return tf.reshape(tf.bitcast(tf.reshape(key, [-1, 2]), tf.uint64) if key.dtype == tf.uint32 else key, [1])
+    return tf.reshape(
+        tf.bitcast(tf.reshape(key, [-1, 2]), tf.uint64) if key.dtype == tf.uint32 else key, [1]
+    )
 
 
 def _static_shape(shape):
@@ -187,12 +190,16 @@ def _implicit_gamma(alpha: tf.Tensor, sample: tf.Tensor):
     ``d sample / d alpha = -(dF/d alpha) / p(sample)`` (Figurnov et al. 2018)."""
 
     def grad(upstream):
-        return upstream * tf.raw_ops.RandomGammaGrad(alpha=alpha, sample=sample), tf.zeros_like(sample)
+        return upstream * tf.raw_ops.RandomGammaGrad(alpha=alpha, sample=sample), tf.zeros_like(
+            sample
+        )
 
     return tf.identity(sample), grad
 
 
-def stateless_gamma(shape, key: tf.Tensor, alpha: tf.Tensor, dtype: tf.DType, stream: int = 0) -> tf.Tensor:
+def stateless_gamma(
+    shape, key: tf.Tensor, alpha: tf.Tensor, dtype: tf.DType, stream: int = 0
+) -> tf.Tensor:
     """Gamma(alpha, 1) draws that compile with XLA and agree between plain and compiled code.
 
     Marsaglia & Tsang's method on :func:`counter_normal` / :func:`counter_uniform` with a fixed number of
@@ -266,11 +273,15 @@ class FixedNoise(NoiseSource):
     def normal(self, name, shape, dtype):
         if name not in self.draws:
             if self.fallback is None:
-                raise KeyError(f"FixedNoise has no draw named {name!r}; it has {sorted(self.draws)}")
+                raise KeyError(
+                    f"FixedNoise has no draw named {name!r}; it has {sorted(self.draws)}"
+                )
             return self.fallback.normal(name, shape, dtype)
         value = tf.cast(self.draws[name], dtype)
         tf.debugging.assert_equal(
-            tf.shape(value), tf.cast(shape, tf.int32), message=f"FixedNoise draw {name!r} has the wrong shape"
+            tf.shape(value),
+            tf.cast(shape, tf.int32),
+            message=f"FixedNoise draw {name!r} has the wrong shape",
         )
         return value
 
@@ -296,7 +307,7 @@ class RowSlice(NoiseSource):
             return self.source.normal(name, shape, dtype)
         shape = tf.convert_to_tensor(shape, tf.int32)
         full = tf.concat([shape[:1], [self.batch_rows], shape[2:]], 0)
-        return self.source.normal(name, full, dtype)[:, self.start:self.stop]
+        return self.source.normal(name, full, dtype)[:, self.start : self.stop]
 
     def gamma(self, name, shape, alpha, dtype):
         return self.source.gamma(name, shape, alpha, dtype)

@@ -21,6 +21,7 @@ A prior states ``p`` only. Every weight-space posterior asks
 :class:`~deepgp_gi.posteriors.prior_scales.PriorPrecisions` for the layer's precision once per
 forward pass (fixed, or sampled from ``q(s)``), then builds ``q(W | P_l)`` with it.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -34,7 +35,15 @@ import tensorflow_probability as tfp
 from .validation import check_positive_int
 from .wishart import inverse_wishart_log_prob, kron_identity
 
-__all__ = ["WeightPrior", "StandardPrior", "NealPrior", "ScalePrior", "SpatialIWPrior", "PRIORS", "make_prior"]
+__all__ = [
+    "WeightPrior",
+    "StandardPrior",
+    "NealPrior",
+    "ScalePrior",
+    "SpatialIWPrior",
+    "PRIORS",
+    "make_prior",
+]
 
 
 class WeightPrior(gpflow.Module):
@@ -78,8 +87,10 @@ class NealPrior(_FixedPrior):
 
     def __init__(self, sd: float = 1.0, name: Optional[str] = None):
         super().__init__(name=name)
-        if isinstance(sd, bool) or not isinstance(sd, (int, float, np.integer, np.floating)) or not (
-            np.isfinite(sd) and sd > 0
+        if (
+            isinstance(sd, bool)
+            or not isinstance(sd, (int, float, np.integer, np.floating))
+            or not (np.isfinite(sd) and sd > 0)
         ):
             raise ValueError(f"sd must be a positive finite number, got {sd!r}")
         self.sd = float(sd)
@@ -138,7 +149,9 @@ class ScalePrior(WeightPrior):
 
     def precision_from_scale(self, fan_in: int, scale: tf.Tensor) -> tf.Tensor:
         """``P_l = D_l s^power`` for scales ``s`` ``[S]``."""
-        return tf.constant(float(fan_in), scale.dtype) * tf.pow(scale, tf.constant(self.power, scale.dtype))
+        return tf.constant(float(fan_in), scale.dtype) * tf.pow(
+            scale, tf.constant(self.power, scale.dtype)
+        )
 
 
 class SpatialIWPrior(WeightPrior):
@@ -213,13 +226,20 @@ class SpatialIWPrior(WeightPrior):
         S = tf.shape(L)[0]
         pc = p * channels
         top = tf.concat([patch, tf.zeros([S, pc, 1], L.dtype)], axis=2)
-        bottom = tf.concat([tf.zeros([S, 1, pc], L.dtype), tf.fill([S, 1, 1], tf.constant(float(D), L.dtype))],
-                           axis=2)
+        bottom = tf.concat(
+            [tf.zeros([S, 1, pc], L.dtype), tf.fill([S, 1, 1], tf.constant(float(D), L.dtype))],
+            axis=2,
+        )
         return tf.concat([top, bottom], axis=1)
 
 
 #: Names accepted by ``build_bnn(prior=...)``.
-PRIORS = {"standard": StandardPrior, "neal": NealPrior, "scale": ScalePrior, "spatial_iw": SpatialIWPrior}
+PRIORS = {
+    "standard": StandardPrior,
+    "neal": NealPrior,
+    "scale": ScalePrior,
+    "spatial_iw": SpatialIWPrior,
+}
 
 
 def make_prior(prior) -> WeightPrior:

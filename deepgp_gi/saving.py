@@ -20,6 +20,7 @@ they are saved with it.
 A save is atomic: the directory is written as a temporary sibling and renamed into place at the
 end, so an interrupted save leaves the old model (or nothing) at ``path``, never half of one.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,18 @@ from .models import DEFAULT_PREDICT_SAMPLES, DeepGP
 from .transforms import Standardisation
 from .validation import as_data_array, check_positive_int
 
-__all__ = ["save", "load", "read_record", "LoadedModel", "model_description", "family_name",
-           "RECORD_FILE", "FORMAT_NAME", "FORMAT_VERSION", "OLDEST_READABLE_RELEASE"]
+__all__ = [
+    "save",
+    "load",
+    "read_record",
+    "LoadedModel",
+    "model_description",
+    "family_name",
+    "RECORD_FILE",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "OLDEST_READABLE_RELEASE",
+]
 
 #: The record's file name inside a saved model's directory.
 RECORD_FILE = "deepgp_gi.json"
@@ -121,7 +132,9 @@ def _names(value, name: str, count: int) -> Optional[List[str]]:
     return list(value)
 
 
-def _record(model: DeepGP, transform, input_names, output_names, class_names, serving_samples, serving_seed) -> dict:
+def _record(
+    model: DeepGP, transform, input_names, output_names, class_names, serving_samples, serving_seed
+) -> dict:
     from .version import __version__
 
     description = model_description(model)
@@ -135,7 +148,9 @@ def _record(model: DeepGP, transform, input_names, output_names, class_names, se
     if output_names is None:
         output_names = [f"y{j}" for j in range(description["target_dim"])]
     if class_names is not None and not description["classifier"]:
-        raise ValueError(f"class_names apply to a classifier; this model has a {description['likelihood']} likelihood")
+        raise ValueError(
+            f"class_names apply to a classifier; this model has a {description['likelihood']} likelihood"
+        )
     class_names = _names(class_names, "class_names", description["num_classes"] or 0)
     if class_names is None and description["classifier"]:
         class_names = [str(c) for c in range(description["num_classes"])]
@@ -184,8 +199,10 @@ def _check_replaceable(given: str, target: str, overwrite: bool) -> None:
     if not os.path.isdir(target) or os.path.islink(target):
         raise FileExistsError(f"{given!r} exists and is not a directory; refusing to replace it")
     if os.listdir(target) and not os.path.isfile(os.path.join(target, RECORD_FILE)):
-        raise FileExistsError(f"{given!r} is a directory that holds no saved model (no {RECORD_FILE}); "
-                              "refusing to replace it")
+        raise FileExistsError(
+            f"{given!r} is a directory that holds no saved model (no {RECORD_FILE}); "
+            "refusing to replace it"
+        )
 
 
 def _export(exported: ExportedModel, directory: str) -> None:
@@ -205,7 +222,9 @@ def _move_into_place(staging: str, target: str) -> None:
     first and deleted only once the new one is in place (restored if the rename fails)."""
     old = None
     if os.path.lexists(target):
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".old", dir=os.path.dirname(target))
+        old = tempfile.mkdtemp(
+            prefix=f".{os.path.basename(target)}.", suffix=".old", dir=os.path.dirname(target)
+        )
         os.rmdir(old)
         os.rename(target, old)
     try:
@@ -218,10 +237,18 @@ def _move_into_place(staging: str, target: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def save(model: DeepGP, path, overwrite: bool = False, *, transform: Optional[Standardisation] = None,
-         input_names: Optional[Sequence[str]] = None, output_names: Optional[Sequence[str]] = None,
-         class_names: Optional[Sequence[str]] = None, serving_samples: int = DEFAULT_PREDICT_SAMPLES,
-         serving_seed=0) -> str:
+def save(
+    model: DeepGP,
+    path,
+    overwrite: bool = False,
+    *,
+    transform: Optional[Standardisation] = None,
+    input_names: Optional[Sequence[str]] = None,
+    output_names: Optional[Sequence[str]] = None,
+    class_names: Optional[Sequence[str]] = None,
+    serving_samples: int = DEFAULT_PREDICT_SAMPLES,
+    serving_seed=0,
+) -> str:
     """Save ``model`` to the directory ``path`` (module docs).
 
     :param model: a :class:`~deepgp_gi.DeepGP` or :class:`~deepgp_gi.LatentDeepGP` of any family;
@@ -250,10 +277,14 @@ def save(model: DeepGP, path, overwrite: bool = False, *, transform: Optional[St
     serving_samples = check_positive_int(serving_samples, "serving_samples")
     given, target = _check_target(path)
     _check_replaceable(given, target, bool(overwrite))
-    record = _record(model, transform, input_names, output_names, class_names, serving_samples, serving_seed)
+    record = _record(
+        model, transform, input_names, output_names, class_names, serving_samples, serving_seed
+    )
     exported = ExportedModel(model, transform, serving_samples, serving_seed)
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".partial", dir=os.path.dirname(target))
+    staging = tempfile.mkdtemp(
+        prefix=f".{os.path.basename(target)}.", suffix=".partial", dir=os.path.dirname(target)
+    )
     try:
         _export(exported, staging)
         _write_record(record, staging)
@@ -296,19 +327,25 @@ def read_record(path) -> dict:
     except (OSError, ValueError) as err:
         raise ValueError(f"{given!r}: its {RECORD_FILE} cannot be read ({err})") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT_NAME:
-        raise ValueError(f"{given!r} is not a deepgp_gi saved model: its {RECORD_FILE} is not a {FORMAT_NAME!r} record")
+        raise ValueError(
+            f"{given!r} is not a deepgp_gi saved model: its {RECORD_FILE} is not a {FORMAT_NAME!r} record"
+        )
     saved_by = record.get("deepgp_gi_version", "unknown")
     version = record.get("format_version")
     if version != FORMAT_VERSION:
-        raise ValueError(f"{given!r} was saved in format version {version!r} by deepgp_gi {saved_by}; this release "
-                         f"(deepgp_gi {__version__}) reads format version {FORMAT_VERSION} only")
+        raise ValueError(
+            f"{given!r} was saved in format version {version!r} by deepgp_gi {saved_by}; this release "
+            f"(deepgp_gi {__version__}) reads format version {FORMAT_VERSION} only"
+        )
     try:
         too_old = _release(saved_by) < _release(OLDEST_READABLE_RELEASE)
     except ValueError:
         too_old = True
     if too_old:
-        raise ValueError(f"{given!r} was saved by deepgp_gi {saved_by}, older than {OLDEST_READABLE_RELEASE}, the "
-                         f"oldest release whose models deepgp_gi {__version__} reads")
+        raise ValueError(
+            f"{given!r} was saved by deepgp_gi {saved_by}, older than {OLDEST_READABLE_RELEASE}, the "
+            f"oldest release whose models deepgp_gi {__version__} reads"
+        )
     return record
 
 
@@ -338,13 +375,19 @@ class LoadedModel:
     def __init__(self, path: str, record: dict, saved):
         self.path, self.record, self._saved = path, record, saved
         self._signatures = saved.signatures
-        self.transform = None if record.get("transform") is None else Standardisation.from_json(record["transform"])
+        self.transform = (
+            None
+            if record.get("transform") is None
+            else Standardisation.from_json(record["transform"])
+        )
         self._dtype = tf.as_dtype(record["dtype"])
 
     def __repr__(self) -> str:
         r = self.record
-        return (f"LoadedModel({self.path!r}: {r['kind']} {r['family']!r}, depth {r['depth']}, "
-                f"inputs {r['input_shape']}, saved by deepgp_gi {r['deepgp_gi_version']})")
+        return (
+            f"LoadedModel({self.path!r}: {r['kind']} {r['family']!r}, depth {r['depth']}, "
+            f"inputs {r['input_shape']}, saved by deepgp_gi {r['deepgp_gi_version']})"
+        )
 
     # ------------------------------------------------------------------ what the record says
     @property
@@ -395,27 +438,34 @@ class LoadedModel:
         return self._signatures["predict"](inputs=X, num_samples=S, seed=s)
 
     # ------------------------------------------------------------------ predictions
-    def predict_f(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None) -> Tuple[tf.Tensor, tf.Tensor]:
+    def predict_f(
+        self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
         """Mean and variance ``[N, P]`` of the last layer's mixture over ``num_samples`` samples
         (the model's ``predict_f``)."""
         out = self._predict(Xnew, num_samples, seed)
         return out["f_mean"], out["f_variance"]
 
-    def predict_y(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None) -> Tuple[tf.Tensor, tf.Tensor]:
+    def predict_y(
+        self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
         """Mean and variance ``[N, P]`` of the predictive mixture, likelihood noise included (the
         model's ``predict_y``)."""
         out = self._predict(Xnew, num_samples, seed)
         return out["y_mean"], out["y_variance"]
 
-    def predict_y_components(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None
-                             ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def predict_y_components(
+        self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None
+    ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """The predictive mixture's components: per-sample mean and variance ``[S, N, P]``,
         likelihood noise included, and their log-weights ``[S]`` (``-log S`` each unless the family
         weights its samples); ``predict_y`` is their mixture's moments."""
         out = self._predict(Xnew, num_samples, seed)
         return out["y_component_mean"], out["y_component_variance"], out["y_component_log_weight"]
 
-    def predict_log_density(self, data, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None) -> tf.Tensor:
+    def predict_log_density(
+        self, data, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None
+    ) -> tf.Tensor:
         """``[N]``: the log predictive density of each row of ``data = (Xnew, Ynew)`` (the
         model's ``predict_log_density``)."""
         if not isinstance(data, (tuple, list)) or len(data) != 2:
@@ -425,17 +475,23 @@ class LoadedModel:
         if X.shape[0] != Y.shape[0]:
             raise ValueError(f"Xnew has {X.shape[0]} rows but Ynew has {Y.shape[0]}")
         S, s = self._draw_arguments(num_samples, seed)
-        return self._signatures["log_density"](inputs=X, targets=Y, num_samples=S, seed=s)["log_density"]
+        return self._signatures["log_density"](inputs=X, targets=Y, num_samples=S, seed=s)[
+            "log_density"
+        ]
 
-    def predict_proba(self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None) -> tf.Tensor:
+    def predict_proba(
+        self, Xnew, num_samples: int = DEFAULT_PREDICT_SAMPLES, seed=None
+    ) -> tf.Tensor:
         """Class probabilities ``[N, C]`` of a classifier (as
         :func:`~deepgp_gi.metrics.predict_class_probabilities`).
 
         :raises TypeError: the model is not a classifier.
         """
         if not self.is_classifier:
-            raise TypeError(f"predict_proba needs a classifier; this model has a {self.record['likelihood']} "
-                            "likelihood (use predict_y)")
+            raise TypeError(
+                f"predict_proba needs a classifier; this model has a {self.record['likelihood']} "
+                "likelihood (use predict_y)"
+            )
         return self._predict(Xnew, num_samples, seed)["probabilities"]
 
     def serve(self, Xnew) -> Dict[str, tf.Tensor]:

@@ -17,6 +17,7 @@ the others seeds derived from it (:func:`deepgp_gi.metrics.chunk_seed`).
 A bad table or argument ends the command with one line on stderr and exit status 2, before
 anything is written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,9 @@ def _features(table, target: str, features: Optional[str]) -> List[str]:
     if features is None:
         names = [n for n in table.names if n != target]
         if not names:
-            raise _CommandError(f"{table.path}: no columns besides the target {target!r} to use as inputs")
+            raise _CommandError(
+                f"{table.path}: no columns besides the target {target!r} to use as inputs"
+            )
         return names
     names = [n.strip() for n in features.split(",")]
     if any(not n for n in names):
@@ -90,12 +93,21 @@ def _cmd_fit(args) -> int:
         transform = Standardisation.fit(X, Y)
         Ym = transform.targets(Y)
     model = _fit_model(args, transform.inputs(X), Ym, None if labels is None else len(labels.names))
-    save(model, out, overwrite=args.overwrite, transform=transform, input_names=features,
-         output_names=[args.target], class_names=None if labels is None else labels.names,
-         serving_samples=args.serving_samples)
+    save(
+        model,
+        out,
+        overwrite=args.overwrite,
+        transform=transform,
+        input_names=features,
+        output_names=[args.target],
+        class_names=None if labels is None else labels.names,
+        serving_samples=args.serving_samples,
+    )
     kind = f"{len(labels.names)}-class classifier" if labels else "regression"
-    print(f"saved a depth-{model.depth} {args.posterior} deep GP ({kind}, {len(features)} inputs, "
-          f"{table.num_rows} rows) to {out}")
+    print(
+        f"saved a depth-{model.depth} {args.posterior} deep GP ({kind}, {len(features)} inputs, "
+        f"{table.num_rows} rows) to {out}"
+    )
     return 0
 
 
@@ -108,13 +120,34 @@ def _fit_model(args, X: np.ndarray, Y: np.ndarray, num_classes: Optional[int]):
     N = X.shape[0]
     num_inducing = min(100, N) if args.num_inducing is None else args.num_inducing
     likelihood = None if num_classes is None else gpflow.likelihoods.MultiClass(num_classes)
-    model = build_deep_gp(X, Y, depth=args.depth, posterior=args.posterior, num_inducing=num_inducing,
-                          likelihood=likelihood, seed=args.seed)
-    fit(model, (X, Y), steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr, seed=args.seed,
-        progress=not args.no_progress)
+    model = build_deep_gp(
+        X,
+        Y,
+        depth=args.depth,
+        posterior=args.posterior,
+        num_inducing=num_inducing,
+        likelihood=likelihood,
+        seed=args.seed,
+    )
+    fit(
+        model,
+        (X, Y),
+        steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
     if getattr(model.posterior, "is_sampler", False):
-        collect_samples(model, (X, Y), num_samples=SAMPLER_SAMPLES, thin=SAMPLER_THIN, seed=args.seed,
-                        batch_size=args.batch_size, progress=not args.no_progress)
+        collect_samples(
+            model,
+            (X, Y),
+            num_samples=SAMPLER_SAMPLES,
+            thin=SAMPLER_THIN,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            progress=not args.no_progress,
+        )
     return model
 
 
@@ -143,8 +176,10 @@ def _chunks(model, num_rows: int, args, fn) -> List:
     from .metrics import chunk_seed
 
     S = model.serving_samples if args.num_samples is None else args.num_samples
-    return [fn(slice(start, start + CHUNK_ROWS), S, chunk_seed(args.seed, start, CHUNK_ROWS))
-            for start in range(0, num_rows, CHUNK_ROWS)]
+    return [
+        fn(slice(start, start + CHUNK_ROWS), S, chunk_seed(args.seed, start, CHUNK_ROWS))
+        for start in range(0, num_rows, CHUNK_ROWS)
+    ]
 
 
 def _regression(model, X: np.ndarray, args) -> Dict[str, np.ndarray]:
@@ -169,8 +204,14 @@ def _regression(model, X: np.ndarray, args) -> Dict[str, np.ndarray]:
 
 
 def _probabilities(model, X: np.ndarray, args) -> np.ndarray:
-    return np.concatenate(_chunks(model, X.shape[0], args,
-                                  lambda rows, S, seed: model.predict_proba(X[rows], S, seed).numpy()))
+    return np.concatenate(
+        _chunks(
+            model,
+            X.shape[0],
+            args,
+            lambda rows, S, seed: model.predict_proba(X[rows], S, seed).numpy(),
+        )
+    )
 
 
 def _cmd_predict(args) -> int:
@@ -195,7 +236,9 @@ def _targets(model, table, column: str) -> np.ndarray:
     if model.is_classifier:
         return ClassLabels(model.class_names).indices(table.cells(column), column, table.path)
     if model.record["target_dim"] != 1:
-        raise _CommandError(f"the model predicts {model.record['target_dim']} columns; evaluate takes one --target")
+        raise _CommandError(
+            f"the model predicts {model.record['target_dim']} columns; evaluate takes one --target"
+        )
     return table.numeric([column])
 
 
@@ -207,19 +250,37 @@ def _cmd_evaluate(args) -> int:
     table.require([args.target], "--target")
     Y = _targets(model, table, args.target)
     S = model.serving_samples if args.num_samples is None else args.num_samples
-    logp = np.concatenate(_chunks(model, X.shape[0], args, lambda rows, S_, seed: model.predict_log_density(
-        (X[rows], Y[rows]), S_, seed).numpy()))
-    record = {"table": table.path, "model": args.model, "rows": table.num_rows, "target": args.target,
-              "num_samples": S, "seed": args.seed, "test_log_likelihood": float(np.mean(logp))}
+    logp = np.concatenate(
+        _chunks(
+            model,
+            X.shape[0],
+            args,
+            lambda rows, S_, seed: model.predict_log_density((X[rows], Y[rows]), S_, seed).numpy(),
+        )
+    )
+    record = {
+        "table": table.path,
+        "model": args.model,
+        "rows": table.num_rows,
+        "target": args.target,
+        "num_samples": S,
+        "seed": args.seed,
+        "test_log_likelihood": float(np.mean(logp)),
+    }
     if model.is_classifier:
         probs = _probabilities(model, X, args)
-        record.update(accuracy=top1_accuracy(probs, Y[:, 0]), ece=expected_calibration_error(probs, Y[:, 0]))
+        record.update(
+            accuracy=top1_accuracy(probs, Y[:, 0]), ece=expected_calibration_error(probs, Y[:, 0])
+        )
     else:
         columns = _regression(model, X, args)
         mean, lower, upper = columns["mean"], columns["lower"], columns["upper"]
         y = Y[:, 0]
-        record.update(rmse=float(np.sqrt(np.mean((mean - y) ** 2))), interval=args.interval,
-                      coverage=float(np.mean((lower <= y) & (y <= upper))))
+        record.update(
+            rmse=float(np.sqrt(np.mean((mean - y) ** 2))),
+            interval=args.interval,
+            coverage=float(np.mean((lower <= y) & (y <= upper))),
+        )
     print(json.dumps(record))
     return 0
 
@@ -248,47 +309,99 @@ def _probability(text: str) -> float:
 def add_table_commands(sub, verbose_help: str) -> None:
     """Add ``fit``, ``predict`` and ``evaluate`` to the ``deepgp-gi`` subparsers ``sub`` (their
     arguments import nothing, so ``--help`` stays fast)."""
-    fit = sub.add_parser("fit", help="fit a deep GP to a CSV/Parquet table and save it",
-                         description="Fit a deep GP to the rows of TABLE (inputs and target standardised on it) "
-                                     "and save it to --out (a directory: a TensorFlow SavedModel and its record).")
-    fit.add_argument("table", metavar="TABLE", help="CSV file with a header row, or Parquet (.parquet, needs pyarrow)")
+    fit = sub.add_parser(
+        "fit",
+        help="fit a deep GP to a CSV/Parquet table and save it",
+        description="Fit a deep GP to the rows of TABLE (inputs and target standardised on it) "
+        "and save it to --out (a directory: a TensorFlow SavedModel and its record).",
+    )
+    fit.add_argument(
+        "table",
+        metavar="TABLE",
+        help="CSV file with a header row, or Parquet (.parquet, needs pyarrow)",
+    )
     fit.add_argument("--target", required=True, metavar="COL", help="the column to predict")
-    fit.add_argument("--features", default=None, metavar="A,B,...",
-                     help="input columns (default: every column but the target)")
-    fit.add_argument("--classes", action="store_true",
-                     help="fit a classifier (robust-max likelihood): the target holds labels 0..C-1 or class names")
-    fit.add_argument("--posterior", default="mean_field", help="a deep-GP family (default mean_field)")
-    fit.add_argument("--depth", type=_positive_int, default=2, help="number of GP layers (default 2)")
+    fit.add_argument(
+        "--features",
+        default=None,
+        metavar="A,B,...",
+        help="input columns (default: every column but the target)",
+    )
+    fit.add_argument(
+        "--classes",
+        action="store_true",
+        help="fit a classifier (robust-max likelihood): the target holds labels 0..C-1 or class names",
+    )
+    fit.add_argument(
+        "--posterior", default="mean_field", help="a deep-GP family (default mean_field)"
+    )
+    fit.add_argument(
+        "--depth", type=_positive_int, default=2, help="number of GP layers (default 2)"
+    )
     fit.add_argument("--steps", type=_positive_int, default=5000, help="Adam steps (default 5000)")
-    fit.add_argument("--num-inducing", type=_positive_int, default=None,
-                     help="inducing points M (default min(100, rows))")
-    fit.add_argument("--batch-size", type=_positive_int, default=None, help="minibatch size (default: every row)")
+    fit.add_argument(
+        "--num-inducing",
+        type=_positive_int,
+        default=None,
+        help="inducing points M (default min(100, rows))",
+    )
+    fit.add_argument(
+        "--batch-size", type=_positive_int, default=None, help="minibatch size (default: every row)"
+    )
     fit.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the initialisation and training (default 0)")
-    fit.add_argument("--serving-samples", type=_positive_int, default=100,
-                     help="samples of the saved model's serving signature (default 100)")
+    fit.add_argument(
+        "--seed", type=int, default=0, help="seed of the initialisation and training (default 0)"
+    )
+    fit.add_argument(
+        "--serving-samples",
+        type=_positive_int,
+        default=100,
+        help="samples of the saved model's serving signature (default 100)",
+    )
     fit.add_argument("--out", required=True, metavar="DIR", help="the saved model's directory")
     fit.add_argument("--overwrite", action="store_true", help="replace a saved model at --out")
     fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     fit.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help)
     fit.set_defaults(func=lambda args: _run("fit", _cmd_fit, args))
 
-    for name, help_text in (("predict", "write predictions for the rows of a table"),
-                            ("evaluate", "print test log-likelihood, RMSE or accuracy, and coverage as JSON")):
+    for name, help_text in (
+        ("predict", "write predictions for the rows of a table"),
+        ("evaluate", "print test log-likelihood, RMSE or accuracy, and coverage as JSON"),
+    ):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("model", metavar="DIR", help="a saved model (deepgp-gi fit, or deepgp_gi.save)")
-        p.add_argument("table", metavar="TABLE", help="CSV or Parquet table with the model's input columns")
+        p.add_argument(
+            "model", metavar="DIR", help="a saved model (deepgp-gi fit, or deepgp_gi.save)"
+        )
+        p.add_argument(
+            "table", metavar="TABLE", help="CSV or Parquet table with the model's input columns"
+        )
         if name == "predict":
-            p.add_argument("--out", required=True, metavar="FILE", help="the predictions (CSV, or Parquet by suffix)")
+            p.add_argument(
+                "--out",
+                required=True,
+                metavar="FILE",
+                help="the predictions (CSV, or Parquet by suffix)",
+            )
             p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
         else:
-            p.add_argument("--target", required=True, metavar="COL", help="the column of true values")
-        p.add_argument("--interval", type=_probability, default=0.9,
-                       help="probability of the central predictive interval (default 0.9)")
-        p.add_argument("--num-samples", type=int, default=None,
-                       help="Monte Carlo samples (default: the model's serving samples)")
+            p.add_argument(
+                "--target", required=True, metavar="COL", help="the column of true values"
+            )
+        p.add_argument(
+            "--interval",
+            type=_probability,
+            default=0.9,
+            help="probability of the central predictive interval (default 0.9)",
+        )
+        p.add_argument(
+            "--num-samples",
+            type=int,
+            default=None,
+            help="Monte Carlo samples (default: the model's serving samples)",
+        )
         p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
-        p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help)
+        p.add_argument(
+            "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help
+        )
         body = _cmd_predict if name == "predict" else _cmd_evaluate
         p.set_defaults(func=lambda args, name=name, body=body: _run(name, body, args))
-

@@ -5,6 +5,7 @@ writing it needs ``pyarrow``). Rows are counted from 1, the header excluded, in 
 Every problem raises a :class:`TableError` (a ``ValueError``) whose one-line message names the
 file, and the column and row where there is one.
 """
+
 from __future__ import annotations
 
 import csv
@@ -15,7 +16,15 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["Table", "TableError", "read_table", "write_table", "check_writable", "is_parquet", "ClassLabels"]
+__all__ = [
+    "Table",
+    "TableError",
+    "read_table",
+    "write_table",
+    "check_writable",
+    "is_parquet",
+    "ClassLabels",
+]
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -34,7 +43,9 @@ def _pyarrow(path: str, what: str):
         import pyarrow
         import pyarrow.parquet  # noqa: F401
     except ImportError:
-        raise TableError(f"{path}: {what} a Parquet file needs pyarrow (pip install pyarrow), or use CSV") from None
+        raise TableError(
+            f"{path}: {what} a Parquet file needs pyarrow (pip install pyarrow), or use CSV"
+        ) from None
     return pyarrow
 
 
@@ -56,8 +67,10 @@ class Table:
         """Refuse names that are not columns of the table (``what`` says whose they are)."""
         missing = [n for n in names if n not in self.columns]
         if missing:
-            raise TableError(f"{self.path}: no column {missing[0]!r} ({what}); its columns are "
-                             f"{', '.join(map(repr, self.names))}")
+            raise TableError(
+                f"{self.path}: no column {missing[0]!r} ({what}); its columns are "
+                f"{', '.join(map(repr, self.names))}"
+            )
 
     def numeric(self, names: Sequence[str]) -> np.ndarray:
         """The columns ``names`` as a float64 ``[N, len(names)]`` array.
@@ -96,13 +109,17 @@ class Table:
         for i, cell in enumerate(self.columns[name]):
             text = "" if cell is None else str(cell).strip()
             if not text:
-                raise TableError(f"{self.path}: column {name!r}, row {i + 1} is empty; every cell must hold a label")
+                raise TableError(
+                    f"{self.path}: column {name!r}, row {i + 1} is empty; every cell must hold a label"
+                )
             out.append(text)
         return out
 
 
 def _read_csv(path: str) -> Dict[str, np.ndarray]:
-    with open(path, newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark is dropped
+    with open(
+        path, newline="", encoding="utf-8-sig"
+    ) as fh:  # a spreadsheet's byte-order mark is dropped
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or not any(h.strip() for h in header):
@@ -113,8 +130,10 @@ def _read_csv(path: str) -> Dict[str, np.ndarray]:
             if not row:  # a blank line
                 continue
             if len(row) != len(names):
-                raise TableError(f"{path}: row {len(rows) + 1} (line {line}) has {len(row)} cells but the header "
-                                 f"has {len(names)} columns")
+                raise TableError(
+                    f"{path}: row {len(rows) + 1} (line {line}) has {len(row)} cells but the header "
+                    f"has {len(names)} columns"
+                )
             rows.append(row)
     _check_names(path, names)
     return {name: np.array([row[j] for row in rows], dtype=object) for j, name in enumerate(names)}
@@ -135,7 +154,9 @@ def _read_parquet(path: str) -> Dict[str, np.ndarray]:
     table = pa.parquet.read_table(path)
     names = [str(n) for n in table.column_names]
     _check_names(path, names)
-    return {name: np.array(table.column(j).to_pylist(), dtype=object) for j, name in enumerate(names)}
+    return {
+        name: np.array(table.column(j).to_pylist(), dtype=object) for j, name in enumerate(names)
+    }
 
 
 def read_table(path) -> Table:
@@ -185,8 +206,11 @@ def write_table(path, columns: Dict[str, np.ndarray], overwrite: bool = False) -
     names = list(columns)
     arrays = [np.asarray(columns[n], dtype=np.float64) for n in names]
     pa = _pyarrow(path, "writing") if is_parquet(path) else None
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
-                               dir=os.path.dirname(os.path.abspath(path)))
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.",
+        suffix=".partial",
+        dir=os.path.dirname(os.path.abspath(path)),
+    )
     try:
         if pa is not None:
             os.close(fd)
@@ -230,8 +254,10 @@ class ClassLabels:
         else:
             names = unique
         if len(names) < 2:
-            raise TableError(f"{path}: column {column!r} holds one class only ({names[0]!r}); a classifier needs two "
-                             "or more")
+            raise TableError(
+                f"{path}: column {column!r} holds one class only ({names[0]!r}); a classifier needs two "
+                "or more"
+            )
         return cls(names)
 
     def indices(self, cells: Sequence[str], column: str, path: str) -> np.ndarray:
@@ -246,8 +272,10 @@ class ClassLabels:
                 number = _integer(cell)
                 c = None if number is None else self._index.get(str(number))
             if c is None:
-                raise TableError(f"{path}: column {column!r}, row {i + 1} holds {cell!r}, which is not one of the "
-                                 f"model's classes {', '.join(map(repr, self.names))}")
+                raise TableError(
+                    f"{path}: column {column!r}, row {i + 1} holds {cell!r}, which is not one of the "
+                    f"model's classes {', '.join(map(repr, self.names))}"
+                )
             out[i, 0] = c
         return out
 
@@ -259,4 +287,3 @@ def _integer(text: str) -> Optional[int]:
     except ValueError:
         return None
     return int(value) if math.isfinite(value) and value == int(value) else None
-

@@ -8,6 +8,7 @@ records the training set's column means and scales so that a saved model
 ``l -> l - sum_p log target_scale_p`` after it. A classifier keeps no target part (its targets
 are class labels).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,16 +53,20 @@ class Standardisation:
         set_(self, "input_mean", _vector(self.input_mean, "input_mean"))
         set_(self, "input_scale", _vector(self.input_scale, "input_scale"))
         if self.input_mean.shape != self.input_scale.shape:
-            raise ValueError(f"input_mean has {self.input_mean.size} entries but input_scale has "
-                             f"{self.input_scale.size}")
+            raise ValueError(
+                f"input_mean has {self.input_mean.size} entries but input_scale has "
+                f"{self.input_scale.size}"
+            )
         if (self.target_mean is None) != (self.target_scale is None):
             raise ValueError("give both target_mean and target_scale, or neither (a classifier)")
         if self.target_mean is not None:
             set_(self, "target_mean", _vector(self.target_mean, "target_mean"))
             set_(self, "target_scale", _vector(self.target_scale, "target_scale"))
             if self.target_mean.shape != self.target_scale.shape:
-                raise ValueError(f"target_mean has {self.target_mean.size} entries but target_scale has "
-                                 f"{self.target_scale.size}")
+                raise ValueError(
+                    f"target_mean has {self.target_mean.size} entries but target_scale has "
+                    f"{self.target_scale.size}"
+                )
         for name in ("input_scale", "target_scale"):
             scale = getattr(self, name)
             if scale is not None and np.any(scale <= 0):
@@ -85,7 +90,9 @@ class Standardisation:
         def moments(A, name):
             A = np.asarray(A, dtype=np.float64)
             if A.ndim != 2 or A.shape[0] == 0:
-                raise ValueError(f"{name} must be a non-empty [N, columns] array, got shape {list(A.shape)}")
+                raise ValueError(
+                    f"{name} must be a non-empty [N, columns] array, got shape {list(A.shape)}"
+                )
             if not np.all(np.isfinite(A)):
                 raise ValueError(f"{name} must be finite to be standardised")
             scale = A.std(axis=0)
@@ -126,9 +133,13 @@ class Standardisation:
     def to_json(self) -> dict:
         """The transform as plain lists (the saved model's record)."""
         listed = lambda a: None if a is None else a.tolist()  # noqa: E731
-        return {"kind": "standardisation", "input_mean": listed(self.input_mean),
-                "input_scale": listed(self.input_scale), "target_mean": listed(self.target_mean),
-                "target_scale": listed(self.target_scale)}
+        return {
+            "kind": "standardisation",
+            "input_mean": listed(self.input_mean),
+            "input_scale": listed(self.input_scale),
+            "target_mean": listed(self.target_mean),
+            "target_scale": listed(self.target_scale),
+        }
 
     @classmethod
     def from_json(cls, record: dict) -> "Standardisation":
@@ -139,7 +150,11 @@ class Standardisation:
         if not isinstance(record, dict) or record.get("kind") != "standardisation":
             raise ValueError(f"not a standardisation record: {record!r}")
         try:
-            return cls(record["input_mean"], record["input_scale"], record.get("target_mean"),
-                       record.get("target_scale"))
+            return cls(
+                record["input_mean"],
+                record["input_scale"],
+                record.get("target_mean"),
+                record.get("target_scale"),
+            )
         except KeyError as err:
             raise ValueError(f"the standardisation record has no {err.args[0]!r}") from None

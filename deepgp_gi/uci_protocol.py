@@ -39,6 +39,7 @@ A latent-variable deep GP (``latent_dim``) trains on its importance-weighted bou
 ``importance_samples`` draws per point, which ``trace`` and ``final_train_elbo_per_datapoint``
 record; ``elbo_per_datapoint`` is its ordinary ELBO (K = 1), comparable with the plain models'.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,16 +50,51 @@ import numpy as np
 
 from .metrics import estimate_elbo, smooth_trace
 
-__all__ = ["CONFIG_KEYS", "DEFAULTS", "OBJECTIVE_CHOICES", "OFFDIAGONAL_CHOICES", "OFFDIAGONAL_DEFAULTS", "LAST_LAYER_CHOICES",
-           "GLOBAL_LAST_LAYER", "SAMPLER_COLLECT", "LAYER_VARIANCE_ROWS", "normalise_config",
-           "check_learning_rate_decay", "learning_rate_of", "config_key", "build_model",
-           "layer_variances_on_training_rows", "training_device", "run_split"]
+__all__ = [
+    "CONFIG_KEYS",
+    "DEFAULTS",
+    "OBJECTIVE_CHOICES",
+    "OFFDIAGONAL_CHOICES",
+    "OFFDIAGONAL_DEFAULTS",
+    "LAST_LAYER_CHOICES",
+    "GLOBAL_LAST_LAYER",
+    "SAMPLER_COLLECT",
+    "LAYER_VARIANCE_ROWS",
+    "normalise_config",
+    "check_learning_rate_decay",
+    "learning_rate_of",
+    "config_key",
+    "build_model",
+    "layer_variances_on_training_rows",
+    "training_device",
+    "run_split",
+]
 
 #: The keys that identify a configuration (together with the split).
-CONFIG_KEYS = ("model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
-               "learning_rate", "train_samples", "test_samples", "seed", "positive_transform", "protocol",
-               "offdiagonal", "last_layer", "learning_rate_decay", "latent_dim", "importance_samples",
-               "validation", "objective")
+CONFIG_KEYS = (
+    "model",
+    "dataset",
+    "posterior",
+    "depth",
+    "prior",
+    "hidden",
+    "num_inducing",
+    "steps",
+    "batch_size",
+    "learning_rate",
+    "train_samples",
+    "test_samples",
+    "seed",
+    "positive_transform",
+    "protocol",
+    "offdiagonal",
+    "last_layer",
+    "learning_rate_decay",
+    "latent_dim",
+    "importance_samples",
+    "validation",
+    "objective",
+)
 
 #: ``objective``: what a deep GP trains on, :func:`deepgp_gi.fit`'s ``objective``; ``None`` (the
 #: default, as in every line written before the key) is the ELBO.
@@ -78,14 +114,37 @@ OFFDIAGONAL_DEFAULTS = {"stripes_arrow": "preconditioned", "fully_coupled": "pre
 LAST_LAYER_CHOICES = ("marginal", "sampled")
 
 #: The (model, posterior) pairs with a global-inducing last layer, which carry ``last_layer``.
-GLOBAL_LAST_LAYER = {("gp", "global"), ("bnn", "global"), ("bnn", "factorised_global"), ("bnn", "random_global")}
+GLOBAL_LAST_LAYER = {
+    ("gp", "global"),
+    ("bnn", "global"),
+    ("bnn", "factorised_global"),
+    ("bnn", "random_global"),
+}
 
 #: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
-DEFAULTS = dict(model="gp", posterior="mean_field", depth=2, prior=None, hidden=None, num_inducing=100,
-                steps=20000, batch_size=None, learning_rate=0.01, train_samples=1, test_samples=100, seed=0,
-                positive_transform=None, protocol="random", offdiagonal=None, last_layer=None,
-                learning_rate_decay=None, latent_dim=None, importance_samples=None, validation=None,
-                objective=None)
+DEFAULTS = dict(
+    model="gp",
+    posterior="mean_field",
+    depth=2,
+    prior=None,
+    hidden=None,
+    num_inducing=100,
+    steps=20000,
+    batch_size=None,
+    learning_rate=0.01,
+    train_samples=1,
+    test_samples=100,
+    seed=0,
+    positive_transform=None,
+    protocol="random",
+    offdiagonal=None,
+    last_layer=None,
+    learning_rate_decay=None,
+    latent_dim=None,
+    importance_samples=None,
+    validation=None,
+    objective=None,
+)
 
 
 def normalise_config(cfg: Dict) -> Dict:
@@ -143,20 +202,30 @@ def normalise_config(cfg: Dict) -> Dict:
         if out["positive_transform"] is None and family is not None:
             out["positive_transform"] = family.positive_transform
         if out["positive_transform"] is not None:
-            out["positive_transform"] = check_choice(out["positive_transform"], "positive_transform",
-                                                     POSITIVE_TRANSFORMS)
+            out["positive_transform"] = check_choice(
+                out["positive_transform"], "positive_transform", POSITIVE_TRANSFORMS
+            )
     out["protocol"] = check_choice(out["protocol"], "protocol", PROTOCOLS)
     if model == "gp" and out["posterior"] in OFFDIAGONAL_DEFAULTS:
-        out["offdiagonal"] = check_choice(out["offdiagonal"] or OFFDIAGONAL_DEFAULTS[out["posterior"]],
-                                          "offdiagonal", OFFDIAGONAL_CHOICES)
+        out["offdiagonal"] = check_choice(
+            out["offdiagonal"] or OFFDIAGONAL_DEFAULTS[out["posterior"]],
+            "offdiagonal",
+            OFFDIAGONAL_CHOICES,
+        )
     elif out["offdiagonal"] is not None:
-        raise ValueError(f"offdiagonal applies to the {' and '.join(OFFDIAGONAL_DEFAULTS)} posteriors only, got "
-                         f"{out['offdiagonal']!r} for posterior {out['posterior']!r}")
+        raise ValueError(
+            f"offdiagonal applies to the {' and '.join(OFFDIAGONAL_DEFAULTS)} posteriors only, got "
+            f"{out['offdiagonal']!r} for posterior {out['posterior']!r}"
+        )
     if (model, out["posterior"]) in GLOBAL_LAST_LAYER:
-        out["last_layer"] = check_choice(out["last_layer"] or "marginal", "last_layer", LAST_LAYER_CHOICES)
+        out["last_layer"] = check_choice(
+            out["last_layer"] or "marginal", "last_layer", LAST_LAYER_CHOICES
+        )
     elif out["last_layer"] is not None:
-        raise ValueError(f"last_layer applies to a global-inducing last layer only, got {out['last_layer']!r} "
-                         f"for model {model!r}, posterior {out['posterior']!r}")
+        raise ValueError(
+            f"last_layer applies to a global-inducing last layer only, got {out['last_layer']!r} "
+            f"for model {model!r}, posterior {out['posterior']!r}"
+        )
     for k in ("num_inducing", "steps", "train_samples", "test_samples", "seed"):
         out[k] = int(out[k])
     out["learning_rate"] = float(out["learning_rate"])
@@ -188,9 +257,11 @@ def _normalise_objective(out: Dict) -> None:
         return
     family = DEEP_GP_FAMILIES.get(out["posterior"]) if out["model"] == "gp" else None
     if family is None or getattr(family, "is_sampler", False) or out["latent_dim"] is not None:
-        raise ValueError(f"objective={objective!r} applies to the variational deep-GP families without a latent "
-                         f"input only, got model {out['model']!r}, posterior {out['posterior']!r}, "
-                         f"latent_dim {out['latent_dim']!r}")
+        raise ValueError(
+            f"objective={objective!r} applies to the variational deep-GP families without a latent "
+            f"input only, got model {out['model']!r}, posterior {out['posterior']!r}, "
+            f"latent_dim {out['latent_dim']!r}"
+        )
     out["objective"] = objective
 
 
@@ -200,11 +271,15 @@ def _normalise_latent(out: Dict) -> None:
 
     if out["latent_dim"] is None:
         if out["importance_samples"] is not None:
-            raise ValueError(f"importance_samples={out['importance_samples']!r} needs a latent-variable deep GP: "
-                             "set latent_dim too")
+            raise ValueError(
+                f"importance_samples={out['importance_samples']!r} needs a latent-variable deep GP: "
+                "set latent_dim too"
+            )
         return
     if out["model"] != "gp":
-        raise ValueError(f"latent_dim applies to deep GPs (model 'gp') only, got model {out['model']!r}")
+        raise ValueError(
+            f"latent_dim applies to deep GPs (model 'gp') only, got model {out['model']!r}"
+        )
     out["latent_dim"] = check_positive_int(out["latent_dim"], "latent_dim")
     K = 1 if out["importance_samples"] is None else out["importance_samples"]
     out["importance_samples"] = check_positive_int(K, "importance_samples")
@@ -217,7 +292,9 @@ def check_learning_rate_decay(decay) -> list:
         raise ValueError(f"learning_rate_decay must be [rate, every], got {decay!r}")
     rate, every = float(decay[0]), int(decay[1])
     if not (0.0 < rate <= 1.0) or every < 1 or every != decay[1]:
-        raise ValueError(f"learning_rate_decay must be [rate in (0, 1], every >= 1 steps (an integer)], got {decay!r}")
+        raise ValueError(
+            f"learning_rate_decay must be [rate in (0, 1], every >= 1 steps (an integer)], got {decay!r}"
+        )
     return [rate, every]
 
 
@@ -231,7 +308,8 @@ def learning_rate_of(cfg: Dict):
 
     rate, every = cfg["learning_rate_decay"]
     return gpflow.keras.tf_keras.optimizers.schedules.ExponentialDecay(
-        cfg["learning_rate"], decay_steps=every, decay_rate=rate, staircase=True)
+        cfg["learning_rate"], decay_steps=every, decay_rate=rate, staircase=True
+    )
 
 
 def config_key(cfg: Dict) -> str:
@@ -256,7 +334,9 @@ def build_model(cfg: Dict, split: int):
     from .builders import build_deep_gp
 
     cfg = normalise_config(cfg)
-    data = datasets.load_uci(cfg["dataset"], split, protocol=cfg["protocol"], validation=cfg["validation"])
+    data = datasets.load_uci(
+        cfg["dataset"], split, protocol=cfg["protocol"], validation=cfg["validation"]
+    )
     N = data.X_train.shape[0]
     seed = cfg["seed"] + split
     if cfg["model"] == "gp":
@@ -266,16 +346,34 @@ def build_model(cfg: Dict, split: int):
             options["precondition_offdiagonal"] = cfg["offdiagonal"] == "preconditioned"
         if cfg["posterior"] == "global":
             options["last_layer"] = cfg["last_layer"]
-        if cfg["latent_dim"] is not None:  # a latent-variable deep GP, trained on the K-sample bound
+        if (
+            cfg["latent_dim"] is not None
+        ):  # a latent-variable deep GP, trained on the K-sample bound
             options["latent_dim"] = cfg["latent_dim"]
-        model = build_deep_gp(data.X_train, data.Y_train, depth=cfg["depth"], posterior=cfg["posterior"],
-                              num_inducing=M, seed=seed, positive_transform=cfg["positive_transform"], **options)
+        model = build_deep_gp(
+            data.X_train,
+            data.Y_train,
+            depth=cfg["depth"],
+            posterior=cfg["posterior"],
+            num_inducing=M,
+            seed=seed,
+            positive_transform=cfg["positive_transform"],
+            **options,
+        )
     else:
         from .bnn import build_bnn
 
         options = {"last_layer": cfg["last_layer"]} if cfg["last_layer"] is not None else {}
-        model = build_bnn(data.X_train, data.Y_train, hidden=tuple(cfg["hidden"]), posterior=cfg["posterior"],
-                          prior=cfg["prior"], num_inducing=cfg["num_inducing"], seed=seed, **options)
+        model = build_bnn(
+            data.X_train,
+            data.Y_train,
+            hidden=tuple(cfg["hidden"]),
+            posterior=cfg["posterior"],
+            prior=cfg["prior"],
+            num_inducing=cfg["num_inducing"],
+            seed=seed,
+            **options,
+        )
     return model, data
 
 
@@ -291,7 +389,9 @@ def layer_variances_on_training_rows(model, data, cfg: Dict, split: int):
     layer_samples = 16
     budget = DEEP_GP_FAMILIES[cfg["posterior"]].eval_row_samples // layer_samples
     rows = max(2, min(int(data.X_train.shape[0]), LAYER_VARIANCE_ROWS, budget))
-    return rows, metrics.layer_variances(model, data.X_train[:rows], layer_samples, seed=cfg["seed"] + split)
+    return rows, metrics.layer_variances(
+        model, data.X_train[:rows], layer_samples, seed=cfg["seed"] + split
+    )
 
 
 def training_device() -> str:
@@ -306,8 +406,15 @@ def training_device() -> str:
     return f"GPU: {name}"
 
 
-def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: Optional[str] = None,
-              elbo_se_target: float = 0.01, trace_points: int = 200) -> Dict:
+def run_split(
+    cfg: Dict,
+    split: int,
+    *,
+    progress: bool = False,
+    checkpoint_dir: Optional[str] = None,
+    elbo_se_target: float = 0.01,
+    trace_points: int = 200,
+) -> Dict:
     """Fit configuration ``cfg`` (see :func:`normalise_config`) on UCI split ``split``; return the record."""
     from . import metrics
     from .families import BNN_FAMILIES, DEEP_GP_FAMILIES
@@ -319,52 +426,92 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
     batch_size = min(cfg["batch_size"] or 10000, N)
     seed = cfg["seed"] + split
     t0 = time.perf_counter()
-    history = fit(model, (data.X_train, data.Y_train), steps=cfg["steps"], batch_size=batch_size,
-                  learning_rate=learning_rate_of(cfg), num_samples=cfg["train_samples"], seed=seed,
-                  progress=progress, checkpoint_dir=checkpoint_dir, importance_samples=cfg["importance_samples"],
-                  **({"objective": cfg["objective"]} if cfg["objective"] else {}))
+    history = fit(
+        model,
+        (data.X_train, data.Y_train),
+        steps=cfg["steps"],
+        batch_size=batch_size,
+        learning_rate=learning_rate_of(cfg),
+        num_samples=cfg["train_samples"],
+        seed=seed,
+        progress=progress,
+        checkpoint_dir=checkpoint_dir,
+        importance_samples=cfg["importance_samples"],
+        **({"objective": cfg["objective"]} if cfg["objective"] else {}),
+    )
     sampler = bool(getattr(model.posterior, "is_sampler", False))
     collect_time = 0.0
-    if sampler:  # the sample set the predictions mix over (Havasi et al.'s 100 samples, 50 steps apart)
+    if (
+        sampler
+    ):  # the sample set the predictions mix over (Havasi et al.'s 100 samples, 50 steps apart)
         from .training import collect_samples
 
         t_collect = time.perf_counter()
-        collect_samples(model, (data.X_train, data.Y_train), num_samples=SAMPLER_COLLECT["num_samples"],
-                        thin=SAMPLER_COLLECT["thin"], seed=seed, batch_size=batch_size, progress=progress)
+        collect_samples(
+            model,
+            (data.X_train, data.Y_train),
+            num_samples=SAMPLER_COLLECT["num_samples"],
+            thin=SAMPLER_COLLECT["thin"],
+            seed=seed,
+            batch_size=batch_size,
+            progress=progress,
+        )
         collect_time = time.perf_counter() - t_collect
     # a run resumed from a checkpoint: its history's clock covers the earlier processes too, this
     # process's clock only the rest
-    train_time = max(time.perf_counter() - t0, (history.wall_time[-1] if history.wall_time else 0.0) + collect_time)
+    train_time = max(
+        time.perf_counter() - t0,
+        (history.wall_time[-1] if history.wall_time else 0.0) + collect_time,
+    )
     w, s = history.wall_time, history.step
-    ms_per_step = 1000.0 * (w[-1] - w[0]) / (s[-1] - s[0]) if len(s) > 1 and s[-1] > s[0] else float("nan")
+    ms_per_step = (
+        1000.0 * (w[-1] - w[0]) / (s[-1] - s[0]) if len(s) > 1 and s[-1] > s[0] else float("nan")
+    )
 
     t1 = time.perf_counter()
     # evaluation memory: the family's (row, sample) budget per call, in row chunks
-    row_samples = (DEEP_GP_FAMILIES if cfg["model"] == "gp" else BNN_FAMILIES)[cfg["posterior"]].eval_row_samples
+    row_samples = (DEEP_GP_FAMILIES if cfg["model"] == "gp" else BNN_FAMILIES)[
+        cfg["posterior"]
+    ].eval_row_samples
     samples_per_draw = 8
     if sampler:  # a sampling family has no ELBO: its history holds the log joint of the chain
         elbo, elbo_se, elbo_samples = float("nan"), float("nan"), 0
     else:
-        elbo, elbo_se, elbo_samples = estimate_elbo(model, (data.X_train, data.Y_train), se_target=elbo_se_target,
-                                                    seed=seed, samples_per_draw=samples_per_draw,
-                                                    chunk_size=max(1, row_samples // samples_per_draw))
+        elbo, elbo_se, elbo_samples = estimate_elbo(
+            model,
+            (data.X_train, data.Y_train),
+            se_target=elbo_se_target,
+            seed=seed,
+            samples_per_draw=samples_per_draw,
+            chunk_size=max(1, row_samples // samples_per_draw),
+        )
     S = cfg["test_samples"]
     chunk = max(1, min(1000, row_samples // S))
     pointwise = cfg["protocol"] != "random"
     if pointwise:  # per-point results, for comparing methods point by point and calibration curves
-        lpd = metrics.pointwise_log_density(model, data.X_test, data.Y_test, data.y_std, S, chunk, seed=seed)
+        lpd = metrics.pointwise_log_density(
+            model, data.X_test, data.Y_test, data.y_std, S, chunk, seed=seed
+        )
         pit = metrics.predictive_cdf(model, data.X_test, data.Y_test, S, chunk, seed=seed)
         test_ll = float(np.mean(lpd))
     else:
         test_ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, S, chunk)
     err = metrics.rmse(model, data.X_test, data.Y_test, data.y_std, S, chunk)
     valid = {}
-    if cfg["validation"] is not None:  # the held-out training rows, for choosing among configurations
+    if (
+        cfg["validation"] is not None
+    ):  # the held-out training rows, for choosing among configurations
         valid = dict(
-            valid_ll=float(metrics.test_log_likelihood(model, data.X_valid, data.Y_valid, data.y_std, S, chunk,
-                                                       seed=seed)),
-            valid_rmse=float(metrics.rmse(model, data.X_valid, data.Y_valid, data.y_std, S, chunk, seed=seed)),
-            n_valid=int(data.X_valid.shape[0]))
+            valid_ll=float(
+                metrics.test_log_likelihood(
+                    model, data.X_valid, data.Y_valid, data.y_std, S, chunk, seed=seed
+                )
+            ),
+            valid_rmse=float(
+                metrics.rmse(model, data.X_valid, data.Y_valid, data.y_std, S, chunk, seed=seed)
+            ),
+            n_valid=int(data.X_valid.shape[0]),
+        )
     spread = None
     if cfg["model"] == "gp":
         rows, spread = layer_variances_on_training_rows(model, data, cfg, split)
@@ -373,17 +520,39 @@ def run_split(cfg: Dict, split: int, *, progress: bool = False, checkpoint_dir: 
 
     record = dict(cfg)
     record.update(
-        split=split, seed_used=seed, n_train=int(N), n_test=int(data.X_test.shape[0]), batch_size_used=batch_size,
-        test_ll=float(test_ll), rmse=float(err), **valid, elbo_per_datapoint=elbo, elbo_se_per_datapoint=elbo_se,
-        elbo_samples=elbo_samples, final_train_elbo_per_datapoint=float(history.elbo_per_datapoint[-1]),
-        train_time_s=round(train_time, 2), ms_per_step=round(ms_per_step, 3), eval_time_s=round(eval_time, 2),
-        resumed_from=int(history.resumed_from), device=training_device(),
-        **({"collected": dict(SAMPLER_COLLECT), "collect_time_s": round(collect_time, 2)} if sampler else {}),
+        split=split,
+        seed_used=seed,
+        n_train=int(N),
+        n_test=int(data.X_test.shape[0]),
+        batch_size_used=batch_size,
+        test_ll=float(test_ll),
+        rmse=float(err),
+        **valid,
+        elbo_per_datapoint=elbo,
+        elbo_se_per_datapoint=elbo_se,
+        elbo_samples=elbo_samples,
+        final_train_elbo_per_datapoint=float(history.elbo_per_datapoint[-1]),
+        train_time_s=round(train_time, 2),
+        ms_per_step=round(ms_per_step, 3),
+        eval_time_s=round(eval_time, 2),
+        resumed_from=int(history.resumed_from),
+        device=training_device(),
+        **(
+            {"collected": dict(SAMPLER_COLLECT), "collect_time_s": round(collect_time, 2)}
+            if sampler
+            else {}
+        ),
         trace={"step": trace_steps, "elbo_per_datapoint": [round(v, 5) for v in trace_elbo]},
     )
     if spread is not None:
-        record["layer_variances"] = {"rows": rows, "between_rows": [float(f"{v:.4g}") for v in spread.between_rows],
-                                     "within_samples": [float(f"{v:.4g}") for v in spread.within_samples]}
+        record["layer_variances"] = {
+            "rows": rows,
+            "between_rows": [float(f"{v:.4g}") for v in spread.between_rows],
+            "within_samples": [float(f"{v:.4g}") for v in spread.within_samples],
+        }
     if pointwise:
-        record.update(test_ll_points=[round(float(v), 5) for v in lpd], test_pit=[round(float(v), 5) for v in pit])
+        record.update(
+            test_ll_points=[round(float(v), 5) for v in lpd],
+            test_pit=[round(float(v), 5) for v in pit],
+        )
     return record

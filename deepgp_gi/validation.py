@@ -3,6 +3,7 @@
 Each check raises ``ValueError`` or ``TypeError`` with a message that names the argument and the
 problem, before any work starts. Nothing is silently repaired.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -60,8 +61,14 @@ def as_data_array(
     if isinstance(value, tf.Tensor) and not tf.executing_eagerly():
         if value.shape.rank is not None and value.shape.rank != ndim:
             raise ValueError(f"{name} must be {ndim}-D, got shape {value.shape}")
-        if item_shape is not None and value.shape.rank is not None and not value.shape[1:].is_compatible_with(item_shape):
-            raise ValueError(f"{name} must have rows of shape {item_shape}, got shape {value.shape}")
+        if (
+            item_shape is not None
+            and value.shape.rank is not None
+            and not value.shape[1:].is_compatible_with(item_shape)
+        ):
+            raise ValueError(
+                f"{name} must have rows of shape {item_shape}, got shape {value.shape}"
+            )
         if value.dtype != dtype:
             raise TypeError(f"{name} has dtype {value.dtype.name} but the model uses {dtype.name}")
         return value
@@ -84,7 +91,9 @@ def as_data_array(
     if arr.shape[0] == 0 and not allow_empty:
         raise ValueError(f"{name} is empty (0 rows)")
     if item_shape is not None and tuple(arr.shape[1:]) != item_shape:
-        raise ValueError(f"{name} must have shape [N, {', '.join(map(str, item_shape))}], got {arr.shape}")
+        raise ValueError(
+            f"{name} must have shape [N, {', '.join(map(str, item_shape))}], got {arr.shape}"
+        )
     if columns is not None and arr.shape[-1] != columns:
         raise ValueError(f"{name} has {arr.shape[-1]} columns but {columns} are expected")
     if arr.size and not np.all(np.isfinite(arr)):
@@ -168,7 +177,9 @@ def resolve_seed(seed, name: str = "seed") -> int:
     return int(np.random.default_rng().integers(0, 2**31 - 1)) if seed is None else seed
 
 
-def check_finite_array(value, name: str, *, ndim: Optional[int] = None, shape: Optional[Tuple[int, ...]] = None):
+def check_finite_array(
+    value, name: str, *, ndim: Optional[int] = None, shape: Optional[Tuple[int, ...]] = None
+):
     """A finite real float64 NumPy array, optionally of rank ``ndim`` or exactly ``shape``."""
     if isinstance(value, (tf.Tensor, tf.Variable)):
         value = value.numpy()
@@ -192,7 +203,9 @@ def per_layer_list(value, name: str, depth: int) -> list:
     if value is None:
         return [None] * depth
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise TypeError(f"{name} must be a list of {depth} entries (one per layer), got {type(value).__name__}")
+        raise TypeError(
+            f"{name} must be a list of {depth} entries (one per layer), got {type(value).__name__}"
+        )
     if len(value) != depth:
         raise ValueError(f"{name} needs {depth} entries (one per layer), got {len(value)}")
     return list(value)
@@ -208,5 +221,9 @@ def per_layer_floats(value, name: str, depth: int, default) -> list:
     if isinstance(value, np.ndarray):
         value = list(value)
     value = per_layer_list(value, name, depth)
-    return [v if isinstance(v, np.ndarray) or isinstance(v, (list, tuple)) else check_float(v, f"{name}[{i}]")
-            for i, v in enumerate(value)]
+    return [
+        v
+        if isinstance(v, np.ndarray) or isinstance(v, (list, tuple))
+        else check_float(v, f"{name}[{i}]")
+        for i, v in enumerate(value)
+    ]

@@ -19,6 +19,7 @@ functions are pure TensorFlow, for float32 and float64, and batch over leading d
 ``dof`` is validated eagerly (a Python number or an eager tensor); inside a ``tf.function`` it
 is the caller's job.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,7 +79,11 @@ def _as_dof(dof, dtype: tf.DType) -> tf.Tensor:
 def log_multivariate_gamma(a: tf.Tensor, dim: int) -> tf.Tensor:
     """``log Gamma_m(a) = m(m-1)/4 log pi + sum_{j=1..m} lgamma(a + (1 - j)/2)`` for real
     ``a > (m - 1)/2``, elementwise over ``a`` ``[batch...]`` (numbers are taken as float64)."""
-    a = a if isinstance(a, (tf.Tensor, tf.Variable)) else tf.convert_to_tensor(np.asarray(a, np.float64))
+    a = (
+        a
+        if isinstance(a, (tf.Tensor, tf.Variable))
+        else tf.convert_to_tensor(np.asarray(a, np.float64))
+    )
     j = tf.range(dim, dtype=a.dtype)
     const = tf.constant(dim * (dim - 1) / 4.0 * math.log(math.pi), a.dtype)
     return const + tf.reduce_sum(tf.math.lgamma(a[..., None] - 0.5 * j), axis=-1)
@@ -113,7 +118,9 @@ def _prepare(X, scale_tril, dof, X_tril):
     "X_tril: [batch..., m, m] if X_tril is not None",
     "return: [batch...]",
 )
-def wishart_log_prob(X: tf.Tensor, scale_tril: tf.Tensor, dof, X_tril: Optional[tf.Tensor] = None) -> tf.Tensor:
+def wishart_log_prob(
+    X: tf.Tensor, scale_tril: tf.Tensor, dof, X_tril: Optional[tf.Tensor] = None
+) -> tf.Tensor:
     """``log W(X; V, nu)`` with ``V = scale_tril scale_tril^T`` for real ``nu = dof > m - 1``.
 
     :param X: positive-definite matrices ``[batch..., m, m]``.
@@ -141,8 +148,9 @@ def wishart_log_prob(X: tf.Tensor, scale_tril: tf.Tensor, dof, X_tril: Optional[
     "X_tril: [batch..., m, m] if X_tril is not None",
     "return: [batch...]",
 )
-def inverse_wishart_log_prob(X: tf.Tensor, scale_tril: tf.Tensor, dof,
-                             X_tril: Optional[tf.Tensor] = None) -> tf.Tensor:
+def inverse_wishart_log_prob(
+    X: tf.Tensor, scale_tril: tf.Tensor, dof, X_tril: Optional[tf.Tensor] = None
+) -> tf.Tensor:
     """``log IW(X; Psi, nu)`` with ``Psi = scale_tril scale_tril^T`` for real ``nu = dof > m - 1``:
     the density of ``X`` when ``X^{-1} ~ W(Psi^{-1}, nu)`` (mean ``Psi / (nu - m - 1)`` for
     ``nu > m + 1``). ``tr(Psi X^{-1}) = ||chol(X)^{-1} scale_tril||_F^2`` by one triangular solve.
@@ -174,8 +182,9 @@ def _strict_lower_positions(dim: int) -> np.ndarray:
 
 
 @check_shapes("return: [S, m, m]")
-def bartlett_factor(dof, dim: int, num_samples: int, noise_source: NoiseSource, name: str,
-                    dtype: tf.DType) -> tf.Tensor:
+def bartlett_factor(
+    dof, dim: int, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType
+) -> tf.Tensor:
     """``S`` Bartlett factors ``A`` ``[S, m, m]`` of ``W(I, nu)``: ``A A^T ~ W(I_m, nu)``.
 
     ``A_jj = sqrt(2 g_j)`` with ``g_j ~ Gamma((nu - j + 1)/2, 1)`` (so ``A_jj^2`` is chi-squared
@@ -219,13 +228,15 @@ def bartlett_log_prob(A: tf.Tensor, dof) -> tf.Tensor:
     k = dof[..., None] - tf.range(m, dtype=dtype)  # chi-squared degrees of freedom nu - j + 1
     c = tf.square(a)
     log_2 = tf.constant(math.log(2.0), dtype)
-    log_chi2 = (0.5 * k - 1.0) * tf.math.log(c) - 0.5 * c - 0.5 * k * log_2 - tf.math.lgamma(0.5 * k)
+    log_chi2 = (
+        (0.5 * k - 1.0) * tf.math.log(c) - 0.5 * c - 0.5 * k * log_2 - tf.math.lgamma(0.5 * k)
+    )
     diag_term = tf.reduce_sum(log_chi2 + log_2 + tf.math.log(a), axis=-1)
     below = tf.linalg.band_part(A, -1, 0) - tf.linalg.diag(a)
     num_below = m * (m - 1) / 2.0
-    normal_term = -0.5 * tf.reduce_sum(tf.square(below), axis=[-2, -1]) - num_below * 0.5 * tf.constant(
-        math.log(2.0 * math.pi), dtype
-    )
+    normal_term = -0.5 * tf.reduce_sum(
+        tf.square(below), axis=[-2, -1]
+    ) - num_below * 0.5 * tf.constant(math.log(2.0 * math.pi), dtype)
     return diag_term + normal_term
 
 
@@ -248,8 +259,9 @@ def bartlett_log_jacobian(A: tf.Tensor) -> tf.Tensor:
     "scale_tril: [m, m] if scale_tril is not None",
     "return: [batch...]",
 )
-def bartlett_inverse_wishart_log_prob(A: tf.Tensor, transform_tril: tf.Tensor, dof,
-                                      scale_tril: Optional[tf.Tensor] = None) -> tf.Tensor:
+def bartlett_inverse_wishart_log_prob(
+    A: tf.Tensor, transform_tril: tf.Tensor, dof, scale_tril: Optional[tf.Tensor] = None
+) -> tf.Tensor:
     """``log IW(X; Psi, nu)`` at ``X = C (A A^T)^{-1} C^T`` without forming or inverting ``X``.
 
     With ``C = transform_tril`` and ``Psi = B B^T`` (``B = scale_tril``; ``B = C`` when ``None``):
@@ -277,8 +289,10 @@ def bartlett_inverse_wishart_log_prob(A: tf.Tensor, transform_tril: tf.Tensor, d
         B = tf.convert_to_tensor(scale_tril, dtype)
         log_det_scale = _log_det_tril(B)
         Cinv_B = tf.linalg.triangular_solve(C, B, lower=True)  # [m, m]
-        trace = tf.reduce_sum(tf.square(tf.linalg.matmul(A, _broadcast_batch(Cinv_B, A), transpose_a=True)),
-                              axis=[-2, -1])
+        trace = tf.reduce_sum(
+            tf.square(tf.linalg.matmul(A, _broadcast_batch(Cinv_B, A), transpose_a=True)),
+            axis=[-2, -1],
+        )
     return (
         0.5 * dof * log_det_scale
         - 0.5 * dof * m * tf.constant(math.log(2.0), dtype)

@@ -33,7 +33,13 @@ from .images import (
     read_mnist_idx,
     standardise_images,
 )
-from .mnist import MNIST_FETCH_COMMAND, MNIST_LABEL_COUNTS, data_home, default_mnist_path, load_mnist
+from .mnist import (
+    MNIST_FETCH_COMMAND,
+    MNIST_LABEL_COUNTS,
+    data_home,
+    default_mnist_path,
+    load_mnist,
+)
 from .shards import read_shards, shard_info, write_shards
 from .toys import DeepLinearData, deep_linear, deep_linear_log_evidence, gap_regression
 from .uci import PROTOCOLS, UCI_FOLDERS, UCI_NAMES, extrapolation_split, load_uci, load_uci_raw

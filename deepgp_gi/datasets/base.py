@@ -74,8 +74,10 @@ class UCIDataset:
         return np.asarray(Y) * self.y_std + self.y_mean
 
     def __repr__(self) -> str:
-        return (f"UCIDataset(name={self.name!r}, split={self.split}, "
-                f"X_train={self.X_train.shape}, X_test={self.X_test.shape})")
+        return (
+            f"UCIDataset(name={self.name!r}, split={self.split}, "
+            f"X_train={self.X_train.shape}, X_test={self.X_test.shape})"
+        )
 
 
 def check_split(split: int) -> None:
@@ -87,6 +89,7 @@ def check_split_range(split: int, name: str, n_splits: int) -> int:
     check_split(split)
     split = int(split)
     if not 0 <= split < n_splits:
-        raise ValueError(f"split={split} is out of range: {name} has {n_splits} splits "
-                         f"(0 to {n_splits - 1})")
+        raise ValueError(
+            f"split={split} is out of range: {name} has {n_splits} splits (0 to {n_splits - 1})"
+        )
     return split

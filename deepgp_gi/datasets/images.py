@@ -42,6 +42,7 @@ _DIGITS_TEST = 297
 def image_dataset(name, split, n_splits, X_train, Y_train, X_test, Y_test, max_value) -> UCIDataset:
     """Pixels ``[0, max_value]`` -> [0, 1] float64 (in place where the input is float64 already);
     labels -> float64 ``[N, 1]``."""
+
     def scale(X):
         X = np.asarray(X, dtype=np.float64)
         X /= max_value
@@ -51,9 +52,16 @@ def image_dataset(name, split, n_splits, X_train, Y_train, X_test, Y_test, max_v
         return np.asarray(Y, dtype=np.float64).reshape(-1, 1)
 
     return UCIDataset(
-        name=name, split=split,
-        X_train=scale(X_train), Y_train=labels(Y_train), X_test=scale(X_test), Y_test=labels(Y_test),
-        x_mean=np.array(0.0), x_std=np.array(float(max_value)), y_mean=0.0, y_std=1.0,
+        name=name,
+        split=split,
+        X_train=scale(X_train),
+        Y_train=labels(Y_train),
+        X_test=scale(X_test),
+        Y_test=labels(Y_test),
+        x_mean=np.array(0.0),
+        x_std=np.array(float(max_value)),
+        y_mean=0.0,
+        y_std=1.0,
         n_splits=n_splits,
     )
 
@@ -99,8 +107,9 @@ def _stratified_split(labels: np.ndarray, n_test: int, seed: int) -> tuple[np.nd
     extra = np.argsort(-(quota - take), kind="stable")[: n_test - take.sum()]
     take[extra] += 1
     rng = np.random.default_rng(seed)
-    test = np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:t]
-                           for c, t in zip(classes, take)])
+    test = np.concatenate(
+        [rng.permutation(np.flatnonzero(labels == c))[:t] for c, t in zip(classes, take)]
+    )
     test = np.sort(test)
     train = np.setdiff1d(np.arange(len(labels)), test)
     return train, test
@@ -181,12 +190,16 @@ def _read_idx(path: Path, ndim: int) -> np.ndarray:
         )
     header = 4 + 4 * ndim
     if len(raw) < header:
-        raise ValueError(f"{path}: {len(raw)} bytes, too short for the {ndim} dimensions of its header")
+        raise ValueError(
+            f"{path}: {len(raw)} bytes, too short for the {ndim} dimensions of its header"
+        )
     dims = struct.unpack(f">{ndim}I", raw[4:header])
     size = int(np.prod(dims, dtype=np.int64))
     if len(raw) - header != size:
-        raise ValueError(f"{path}: the header gives dimensions {dims} ({size} values) but the "
-                         f"file holds {len(raw) - header} bytes after it")
+        raise ValueError(
+            f"{path}: the header gives dimensions {dims} ({size} values) but the "
+            f"file holds {len(raw) - header} bytes after it"
+        )
     return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
 
 
@@ -194,8 +207,9 @@ def _check_labels(labels: np.ndarray, num_classes: int, where: str) -> None:
     bad = (labels < 0) | (labels >= num_classes)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{where}: label {int(labels[i])} at position {i} is not a class "
-                         f"0..{num_classes - 1}")
+        raise ValueError(
+            f"{where}: label {int(labels[i])} at position {i} is not a class 0..{num_classes - 1}"
+        )
 
 
 def read_mnist_idx(path: PathLike) -> UCIDataset:
@@ -230,18 +244,27 @@ def read_mnist_idx(path: PathLike) -> UCIDataset:
         file = _find_file(folder, stem, "load_mnist")
         arrays[key] = _read_idx(file, 3 if key.endswith("images") else 1)
         if key.endswith("images") and arrays[key].shape[1:] != (28, 28):
-            raise ValueError(f"{file}: images of {arrays[key].shape[1]} x {arrays[key].shape[2]} "
-                             f"pixels, expected 28 x 28")
+            raise ValueError(
+                f"{file}: images of {arrays[key].shape[1]} x {arrays[key].shape[2]} "
+                f"pixels, expected 28 x 28"
+            )
     for part in ("train", "test"):
         images, labels = arrays[f"{part}_images"], arrays[f"{part}_labels"]
         if len(images) != len(labels):
-            raise ValueError(f"load_mnist: {_MNIST_FILES[f'{part}_images']} holds {len(images)} "
-                             f"images but {_MNIST_FILES[f'{part}_labels']} holds {len(labels)} labels")
+            raise ValueError(
+                f"load_mnist: {_MNIST_FILES[f'{part}_images']} holds {len(images)} "
+                f"images but {_MNIST_FILES[f'{part}_labels']} holds {len(labels)} labels"
+            )
         _check_labels(labels, 10, f"load_mnist: {_MNIST_FILES[f'{part}_labels']}")
     return image_dataset(
-        "mnist", 0, 1,
-        arrays["train_images"][..., None], arrays["train_labels"],
-        arrays["test_images"][..., None], arrays["test_labels"], 255,
+        "mnist",
+        0,
+        1,
+        arrays["train_images"][..., None],
+        arrays["train_labels"],
+        arrays["test_images"][..., None],
+        arrays["test_labels"],
+        255,
     )
 
 
@@ -260,10 +283,14 @@ class _ArrayUnpickler(pickle.Unpickler):
         ("numpy", "ndarray"): np.ndarray,
         ("numpy", "dtype"): np.dtype,
         # The functions NumPy's pickles reconstruct arrays with (numpy 1 and 2 module names).
-        **{(m, "_reconstruct"): np.ndarray.__reduce__(np.zeros(1))[0]
-           for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
-        **{(m, "_frombuffer"): np.zeros(1).__reduce_ex__(5)[0]
-           for m in ("numpy.core.numeric", "numpy._core.numeric")},
+        **{
+            (m, "_reconstruct"): np.ndarray.__reduce__(np.zeros(1))[0]
+            for m in ("numpy.core.multiarray", "numpy._core.multiarray")
+        },
+        **{
+            (m, "_frombuffer"): np.zeros(1).__reduce_ex__(5)[0]
+            for m in ("numpy.core.numeric", "numpy._core.numeric")
+        },
         # How Python 3 writes bytes objects in protocol 0-2 pickles.
         ("_codecs", "encode"): codecs.encode,
     }
@@ -291,16 +318,25 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         for k in (key.encode(), key):
             if k in batch:
                 return batch[k]
-        raise ValueError(f"{path}: the batch has no {key.encode()!r} entry "
-                         f"(keys: {sorted(map(repr, batch))})")
+        raise ValueError(
+            f"{path}: the batch has no {key.encode()!r} entry (keys: {sorted(map(repr, batch))})"
+        )
 
     data, labels = np.asarray(get("data")), np.asarray(get("labels"))
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.dtype != np.uint8:
-        raise ValueError(f"{path}: b'data' must be a uint8 array [n, 3072] (3 x 32 x 32 pixels, "
-                         f"channel-major), got {data.dtype} {list(data.shape)}")
-    if labels.ndim != 1 or labels.shape[0] != data.shape[0] or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"{path}: b'labels' must be {data.shape[0]} integer labels, one per image, "
-                         f"got {labels.dtype} {list(labels.shape)}")
+        raise ValueError(
+            f"{path}: b'data' must be a uint8 array [n, 3072] (3 x 32 x 32 pixels, "
+            f"channel-major), got {data.dtype} {list(data.shape)}"
+        )
+    if (
+        labels.ndim != 1
+        or labels.shape[0] != data.shape[0]
+        or not np.issubdtype(labels.dtype, np.integer)
+    ):
+        raise ValueError(
+            f"{path}: b'labels' must be {data.shape[0]} integer labels, one per image, "
+            f"got {labels.dtype} {list(labels.shape)}"
+        )
     _check_labels(labels, 10, str(path))
     # Channel-major rows [n, 3 * 32 * 32] -> images [n, 32 (rows), 32 (columns), 3 (RGB)].
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
@@ -337,9 +373,15 @@ def load_cifar10(path: PathLike) -> UCIDataset:
     folder = given / _CIFAR_DIR if (given / _CIFAR_DIR).is_dir() else given
     for name in (*_CIFAR_TRAIN, _CIFAR_TEST):
         if not (folder / name).is_file():
-            where = f"{folder}" if folder != given else f"{given} (nor in a {_CIFAR_DIR} folder inside it)"
-            raise FileNotFoundError(f"load_cifar10: no {name} in {where}; path must be the "
-                                    f"{_CIFAR_DIR} folder of CIFAR-10's python version or its parent")
+            where = (
+                f"{folder}"
+                if folder != given
+                else f"{given} (nor in a {_CIFAR_DIR} folder inside it)"
+            )
+            raise FileNotFoundError(
+                f"load_cifar10: no {name} in {where}; path must be the "
+                f"{_CIFAR_DIR} folder of CIFAR-10's python version or its parent"
+            )
     train = [_read_cifar_batch(folder / name) for name in _CIFAR_TRAIN]
     X_test, Y_test = _read_cifar_batch(folder / _CIFAR_TEST)
     n_train = sum(len(x) for x, _ in train)

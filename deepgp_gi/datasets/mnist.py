@@ -63,8 +63,9 @@ def default_mnist_path() -> Path:
     return data_home() / MNIST_FILE
 
 
-def check_mnist_arrays(arrays, label_counts: Optional[Dict[str, Sequence[int]]] = None,
-                       where: str = "MNIST arrays") -> None:
+def check_mnist_arrays(
+    arrays, label_counts: Optional[Dict[str, Sequence[int]]] = None, where: str = "MNIST arrays"
+) -> None:
     """Check the layout of MNIST arrays: ``x_train`` ``[N, 28, 28]`` and ``y_train`` ``[N]``, the
     same for ``x_test`` / ``y_test``, all uint8, labels 0..9; with ``label_counts`` (e.g.
     :data:`MNIST_LABEL_COUNTS`) also the number of images of each label in each part.
@@ -79,15 +80,23 @@ def check_mnist_arrays(arrays, label_counts: Optional[Dict[str, Sequence[int]]] 
         x, y = np.asarray(arrays[f"x_{part}"]), np.asarray(arrays[f"y_{part}"])
         for name, a, ndim in ((f"x_{part}", x, 3), (f"y_{part}", y, 1)):
             if a.dtype != np.uint8 or a.ndim != ndim:
-                raise ValueError(f"{where}: {name} must be a uint8 array of {ndim} dimension(s), "
-                                 f"got {a.dtype} {list(a.shape)}")
+                raise ValueError(
+                    f"{where}: {name} must be a uint8 array of {ndim} dimension(s), "
+                    f"got {a.dtype} {list(a.shape)}"
+                )
         if x.shape[1:] != (28, 28):
-            raise ValueError(f"{where}: x_{part} holds images of {x.shape[1]} x {x.shape[2]} pixels, expected 28 x 28")
+            raise ValueError(
+                f"{where}: x_{part} holds images of {x.shape[1]} x {x.shape[2]} pixels, expected 28 x 28"
+            )
         if len(x) != len(y):
-            raise ValueError(f"{where}: x_{part} holds {len(x)} images but y_{part} holds {len(y)} labels")
+            raise ValueError(
+                f"{where}: x_{part} holds {len(x)} images but y_{part} holds {len(y)} labels"
+            )
         if y.size and y.max() > 9:
             i = int(np.argmax(y > 9))
-            raise ValueError(f"{where}: y_{part} has label {int(y[i])} at position {i}, not a class 0..9")
+            raise ValueError(
+                f"{where}: y_{part} has label {int(y[i])} at position {i}, not a class 0..9"
+            )
         if label_counts is not None:
             counts = tuple(int(c) for c in np.bincount(y, minlength=10))
             expected = tuple(int(c) for c in label_counts[part])
@@ -120,8 +129,10 @@ def _read_npz(path: Path) -> dict:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: cannot read the MNIST arrays: {e}; fetch them again with "
-                         f"`{MNIST_FETCH_COMMAND}`") from e
+        raise ValueError(
+            f"{path}: cannot read the MNIST arrays: {e}; fetch them again with "
+            f"`{MNIST_FETCH_COMMAND}`"
+        ) from e
     check_mnist_arrays(arrays, where=str(path))
     return arrays
 
@@ -163,5 +174,13 @@ def load_mnist(path: Optional[PathLike] = None) -> UCIDataset:
 
 
 def _dataset(arrays: dict) -> UCIDataset:
-    return image_dataset("mnist", 0, 1, arrays["x_train"][..., None], arrays["y_train"],
-                          arrays["x_test"][..., None], arrays["y_test"], 255)
+    return image_dataset(
+        "mnist",
+        0,
+        1,
+        arrays["x_train"][..., None],
+        arrays["y_train"],
+        arrays["x_test"][..., None],
+        arrays["y_test"],
+        255,
+    )

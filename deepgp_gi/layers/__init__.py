@@ -15,6 +15,7 @@
 A layer holds no variational parameters; those belong to the posterior object
 (:mod:`deepgp_gi.posteriors`).
 """
+
 from .base import Layer, WeightedLayer, check_layer_chain
 from .convolutional import (
     Activation,
@@ -29,7 +30,14 @@ from .convolutional import (
 )
 from .dense import DenseLayer
 from .gp import GPLayer
-from .network import apply_weights, check_network, is_convolution, is_weighted, run_layers, weighted_layers
+from .network import (
+    apply_weights,
+    check_network,
+    is_convolution,
+    is_weighted,
+    run_layers,
+    weighted_layers,
+)
 
 from . import convolutional as _convolutional
 from . import network as _network

@@ -12,6 +12,7 @@
 Code that must tell layer kinds apart tests ``isinstance`` against these classes (or the concrete
 layer classes), not the presence of attributes.
 """
+
 from __future__ import annotations
 
 import gpflow

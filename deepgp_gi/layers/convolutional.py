@@ -19,6 +19,7 @@ A network ends with a :class:`~deepgp_gi.layers.DenseLayer` after :class:`Flatte
 :class:`GlobalAveragePool2D`; :mod:`deepgp_gi.layers.network` walks and checks such stacks. The
 posteriors of such stacks live in :mod:`deepgp_gi.posteriors.convolutional`.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence, Tuple, Union
@@ -119,15 +120,22 @@ class Conv2DLayer(ShapedLayer, WeightedLayer):
         self.bias = bool(bias)
         self.prior = NealPrior() if prior is None else make_prior(prior)
         self.input_shape = (H, W, C)
-        self.output_shape = (output_size(H, self.kernel_size, padding), output_size(W, self.kernel_size, padding),
-                             self.filters)
+        self.output_shape = (
+            output_size(H, self.kernel_size, padding),
+            output_size(W, self.kernel_size, padding),
+            self.filters,
+        )
         if inducing_images is not None:
             Z = np.asarray(inducing_images, dtype=np.float64)
             if Z.ndim != 4 or Z.shape[1:] != self.input_shape:
-                raise ValueError(f"inducing_images must have shape [M, {H}, {W}, {C}], got {Z.shape}")
+                raise ValueError(
+                    f"inducing_images must have shape [M, {H}, {W}, {C}], got {Z.shape}"
+                )
             if not np.all(np.isfinite(Z)):
                 raise ValueError("inducing_images contains NaN or inf")
-            self.inducing_images = gpflow.Parameter(Z.astype(gpflow.default_float()), name="inducing_images")
+            self.inducing_images = gpflow.Parameter(
+                Z.astype(gpflow.default_float()), name="inducing_images"
+            )
         else:
             self.inducing_images = None
 
@@ -169,7 +177,9 @@ class Conv2DLayer(ShapedLayer, WeightedLayer):
             return out + W_s[-1] if self.bias else out
 
         if S is None:  # a sample count known only at run time (a saved model's input): a loop op
-            return tf.map_fn(lambda args: convolve(*args), (F, filt, W), fn_output_signature=F.dtype)
+            return tf.map_fn(
+                lambda args: convolve(*args), (F, filt, W), fn_output_signature=F.dtype
+            )
         return tf.stack([convolve(F[s], filt[s], W[s]) for s in range(S)])
 
 
@@ -184,11 +194,17 @@ class DeterministicLayer(ShapedLayer):
 class Activation(DeterministicLayer):
     """An elementwise nonlinearity (a name in :data:`deepgp_gi.kernels.ACTIVATIONS` or a callable)."""
 
-    def __init__(self, input_shape: Sequence[int], activation: Union[str, Callable] = "relu",
-                 name: Optional[str] = None):
+    def __init__(
+        self,
+        input_shape: Sequence[int],
+        activation: Union[str, Callable] = "relu",
+        name: Optional[str] = None,
+    ):
         super().__init__(name=name)
         self.input_shape = self.output_shape = _check_shape(input_shape, "input_shape")
-        self.activation_name = activation if isinstance(activation, str) else getattr(activation, "__name__", "custom")
+        self.activation_name = (
+            activation if isinstance(activation, str) else getattr(activation, "__name__", "custom")
+        )
         self.activation = get_activation(activation)
 
     def apply(self, F, num_inducing=0):
@@ -256,7 +272,9 @@ class InducingBatchNorm(DeterministicLayer):
     :param epsilon: added to the variance.
     """
 
-    def __init__(self, input_shape: Sequence[int], epsilon: float = 1e-5, name: Optional[str] = None):
+    def __init__(
+        self, input_shape: Sequence[int], epsilon: float = 1e-5, name: Optional[str] = None
+    ):
         super().__init__(name=name)
         self.input_shape = self.output_shape = _check_shape(input_shape, "input_shape")
         if not (np.isfinite(epsilon) and epsilon > 0):
@@ -265,8 +283,10 @@ class InducingBatchNorm(DeterministicLayer):
 
     def apply(self, F, num_inducing=0):
         if num_inducing < 1:
-            raise ValueError("InducingBatchNorm needs inducing rows (num_inducing >= 1): use it with the "
-                             "global or factorised_global posterior")
+            raise ValueError(
+                "InducingBatchNorm needs inducing rows (num_inducing >= 1): use it with the "
+                "global or factorised_global posterior"
+            )
         axes = [1] + list(range(2, F.shape.rank - 1))
         mean, var = tf.nn.moments(F[:, :num_inducing], axes=axes, keepdims=True)
         return (F - mean) * tf.math.rsqrt(var + tf.constant(self.epsilon, F.dtype))
@@ -283,10 +303,14 @@ class ResidualBlock(ShapedLayer):
             raise ValueError("body must contain at least one layer")
         for i in range(1, len(body)):
             if tuple(body[i].input_shape) != tuple(body[i - 1].output_shape):
-                raise ValueError(f"body[{i}].input_shape {body[i].input_shape} != body[{i - 1}].output_shape "
-                                 f"{body[i - 1].output_shape}")
+                raise ValueError(
+                    f"body[{i}].input_shape {body[i].input_shape} != body[{i - 1}].output_shape "
+                    f"{body[i - 1].output_shape}"
+                )
         if tuple(body[0].input_shape) != tuple(body[-1].output_shape):
-            raise ValueError(f"a residual body must keep the shape: input {body[0].input_shape}, output "
-                             f"{body[-1].output_shape}")
+            raise ValueError(
+                f"a residual body must keep the shape: input {body[0].input_shape}, output "
+                f"{body[-1].output_shape}"
+            )
         self.body = body
         self.input_shape = self.output_shape = tuple(body[0].input_shape)

@@ -1,5 +1,6 @@
 """A fully-connected BNN layer seen as a deep-GP layer with the weight-induced kernel
 (docs/algorithms.md, "BNNs as deep GPs")."""
+
 from __future__ import annotations
 
 from typing import Callable, Optional, Union
@@ -54,8 +55,17 @@ class DenseLayer(GPLayer, WeightedLayer):
         if isinstance(output_dim, bool) or int(output_dim) != output_dim or int(output_dim) < 1:
             raise ValueError(f"output_dim must be a positive integer, got {output_dim!r}")
         fan_in = int(input_dim) + int(bool(bias))
-        kernel = WeightKernel(int(input_dim), activation, bias, weight_variance=prior.weight_variance(fan_in))
-        super().__init__(kernel, int(output_dim), int(input_dim), mean_function=None, inducing_inputs=None, name=name)
+        kernel = WeightKernel(
+            int(input_dim), activation, bias, weight_variance=prior.weight_variance(fan_in)
+        )
+        super().__init__(
+            kernel,
+            int(output_dim),
+            int(input_dim),
+            mean_function=None,
+            inducing_inputs=None,
+            name=name,
+        )
         self.prior = prior
         if inducing_features is not None:
             Z = np.asarray(inducing_features)
@@ -66,7 +76,9 @@ class DenseLayer(GPLayer, WeightedLayer):
                 )
             if not np.all(np.isfinite(Z)):
                 raise ValueError("inducing_features contains NaN or inf")
-            self.inducing_features = gpflow.Parameter(Z.astype(gpflow.default_float()), name="inducing_features")
+            self.inducing_features = gpflow.Parameter(
+                Z.astype(gpflow.default_float()), name="inducing_features"
+            )
         else:
             self.inducing_features = None
 

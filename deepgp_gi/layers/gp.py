@@ -4,6 +4,7 @@
 (:mod:`deepgp_gi.posteriors`). For the families with per-layer ("local") inducing inputs the
 layer carries them as ``inducing_variable`` (a GPflow ``InducingPoints``), as GPflow's SVGP does.
 """
+
 from __future__ import annotations
 
 from typing import Optional

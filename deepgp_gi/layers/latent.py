@@ -11,6 +11,7 @@ standard deviations. :class:`Encoder` is the default, the paper's MLP with two h
 tanh units. :class:`LatentVariableLayer` checks a custom encoder's output shapes once, when the
 layer is built, and again (statically) wherever it is traced.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,15 @@ class Encoder(gpflow.Module):
     :param seed: seeds the initial weights (Glorot normal, zero biases).
     """
 
-    def __init__(self, input_dim: int, latent_dim: int, hidden: Sequence[int] = DEFAULT_ENCODER_HIDDEN,
-                 activation=tf.tanh, seed: Optional[int] = None, name: Optional[str] = None):
+    def __init__(
+        self,
+        input_dim: int,
+        latent_dim: int,
+        hidden: Sequence[int] = DEFAULT_ENCODER_HIDDEN,
+        activation=tf.tanh,
+        seed: Optional[int] = None,
+        name: Optional[str] = None,
+    ):
         super().__init__(name=name)
         self.input_dim = check_positive_int(input_dim, "input_dim")
         self.latent_dim = check_positive_int(latent_dim, "latent_dim")
@@ -59,10 +67,15 @@ class Encoder(gpflow.Module):
         dims = [self.input_dim] + hidden + [2 * self.latent_dim]
         dtype = gpflow.default_float()
         self.weights = [
-            gpflow.Parameter(rng.standard_normal((a, b)) * math.sqrt(2.0 / (a + b)), dtype=dtype, name=f"W_{i}")
+            gpflow.Parameter(
+                rng.standard_normal((a, b)) * math.sqrt(2.0 / (a + b)), dtype=dtype, name=f"W_{i}"
+            )
             for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))
         ]
-        self.biases = [gpflow.Parameter(np.zeros(b), dtype=dtype, name=f"b_{i}") for i, b in enumerate(dims[1:])]
+        self.biases = [
+            gpflow.Parameter(np.zeros(b), dtype=dtype, name=f"b_{i}")
+            for i, b in enumerate(dims[1:])
+        ]
 
     @check_shapes("inputs: [batch..., D]", "return[0]: [batch..., W]", "return[1]: [batch..., W]")
     def __call__(self, inputs: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -92,17 +105,28 @@ class LatentVariableLayer(Layer):
     :param seed: seeds the default encoder's initial weights.
     """
 
-    def __init__(self, input_dim: int, target_dim: int, latent_dim: int, encoder: Optional[tf.Module] = None,
-                 seed: Optional[int] = None, name: Optional[str] = None):
+    def __init__(
+        self,
+        input_dim: int,
+        target_dim: int,
+        latent_dim: int,
+        encoder: Optional[tf.Module] = None,
+        seed: Optional[int] = None,
+        name: Optional[str] = None,
+    ):
         super().__init__(name=name)
         self.latent_dim = check_positive_int(latent_dim, "latent_dim")
         self.data_dim = check_positive_int(input_dim, "input_dim")
         self.target_dim = check_positive_int(target_dim, "target_dim")
         if encoder is None:
-            encoder = Encoder(self.data_dim + self.target_dim, self.latent_dim, seed=seed, name="encoder")
+            encoder = Encoder(
+                self.data_dim + self.target_dim, self.latent_dim, seed=seed, name="encoder"
+            )
         elif not isinstance(encoder, tf.Module) or not callable(encoder):
-            raise TypeError("encoder must be a callable tf.Module (e.g. a gpflow.Module), got "
-                            f"{type(encoder).__name__}")
+            raise TypeError(
+                "encoder must be a callable tf.Module (e.g. a gpflow.Module), got "
+                f"{type(encoder).__name__}"
+            )
         self.encoder = encoder
         self._check_encoder()
 
@@ -127,13 +151,20 @@ class LatentVariableLayer(Layer):
         mean, scale = (tf.convert_to_tensor(t) for t in out)
         for what, t in (("mean", mean), ("scale", scale)):
             shape = t.shape
-            if shape.rank != 2 or (shape[-1] is not None and shape[-1] != self.latent_dim) or (
-                    rows is not None and shape[0] is not None and shape[0] != rows):
+            if (
+                shape.rank != 2
+                or (shape[-1] is not None and shape[-1] != self.latent_dim)
+                or (rows is not None and shape[0] is not None and shape[0] != rows)
+            ):
                 got = shape.as_list() if shape.rank is not None else shape
-                raise ValueError(f"encoder must return {expected}; its {what} has shape {got} "
-                                 f"for inputs of shape {inputs.shape.as_list()}")
+                raise ValueError(
+                    f"encoder must return {expected}; its {what} has shape {got} "
+                    f"for inputs of shape {inputs.shape.as_list()}"
+                )
             if t.dtype != inputs.dtype:
-                raise ValueError(f"encoder returned a {what} of dtype {t.dtype.name} for {inputs.dtype.name} inputs")
+                raise ValueError(
+                    f"encoder returned a {what} of dtype {t.dtype.name} for {inputs.dtype.name} inputs"
+                )
         return mean, scale
 
     @check_shapes("X: [N, D]", "Y: [N, P]", "return[0]: [N, W]", "return[1]: [N, W]")
@@ -142,8 +173,12 @@ class LatentVariableLayer(Layer):
         return self._encode(tf.concat([X, tf.cast(Y, X.dtype)], axis=-1))
 
     @staticmethod
-    @check_shapes("w: [batch..., W]", "mean: [broadcast batch..., W]", "scale: [broadcast batch..., W]",
-                  "return: [batch...]")
+    @check_shapes(
+        "w: [batch..., W]",
+        "mean: [broadcast batch..., W]",
+        "scale: [broadcast batch..., W]",
+        "return: [batch...]",
+    )
     def log_ratio(w: tf.Tensor, mean: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
         """``log p(w) - log q(w)`` summed over the latent dimensions, ``[...]``.
 

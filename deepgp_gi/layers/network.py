@@ -7,6 +7,7 @@ residual blocks, a DenseLayer last). The weight-space posteriors
 (:mod:`deepgp_gi.posteriors.convolutional`, :mod:`deepgp_gi.posteriors.inducing_weights`) walk
 it with :func:`run_layers` and index its :func:`weighted_layers`.
 """
+
 from __future__ import annotations
 
 from typing import Callable, List, Sequence
@@ -62,7 +63,9 @@ def apply_weights(layer, Phi: tf.Tensor, W: tf.Tensor, transpose: bool = False) 
     return tf.linalg.matmul(Phi, W, transpose_b=transpose)
 
 
-def run_layers(layers: Sequence, H: tf.Tensor, weighted_step: Callable, num_inducing: int = 0) -> tf.Tensor:
+def run_layers(
+    layers: Sequence, H: tf.Tensor, weighted_step: Callable, num_inducing: int = 0
+) -> tf.Tensor:
     """Push rows ``H`` ``[S, R, ...]`` through a stack in forward order: a weighted layer maps
     ``H`` by ``weighted_step(layer, H)`` (the posterior samples its weights there), a residual
     block adds its body's output to its input, and a deterministic layer applies itself
@@ -91,8 +94,10 @@ def check_network(layers: Sequence, family: str, inducing_rows: bool = False) ->
         elif not is_weighted(layer) and not isinstance(layer, DeterministicLayer):
             raise TypeError(f"{type(layer).__name__} is not a layer of a convolutional network")
         elif isinstance(layer, InducingBatchNorm) and not inducing_rows:
-            raise ValueError(f"InducingBatchNorm needs propagated inducing rows; the {family!r} family "
-                             "has none (use global or factorised_global, or drop the batch norm)")
+            raise ValueError(
+                f"InducingBatchNorm needs propagated inducing rows; the {family!r} family "
+                "has none (use global or factorised_global, or drop the batch norm)"
+            )
 
     layers = list(layers)
     weighted = weighted_layers(layers)

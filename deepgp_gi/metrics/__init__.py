@@ -11,6 +11,7 @@ training trace.
 * :mod:`~deepgp_gi.metrics.layers`: :func:`layer_variances`, each layer's between-row against
   within-sample variance (a deep GP whose output layer stopped following its inputs).
 """
+
 from .elbo import estimate_elbo
 from .layers import LayerVariances, layer_variances
 from .predictive import (

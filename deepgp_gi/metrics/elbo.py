@@ -1,4 +1,5 @@
 """The ELBO of a trained model on its full training set, estimated to a target standard error."""
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,17 @@ from ..validation import check_positive_int
 __all__ = ["estimate_elbo"]
 
 
-def estimate_elbo(model, data, *, se_target: float = 0.01, samples_per_draw: int = 8, min_draws: int = 4,
-                  max_draws: int = 2500, seed: int = 0, chunk_size: Optional[int] = None):
+def estimate_elbo(
+    model,
+    data,
+    *,
+    se_target: float = 0.01,
+    samples_per_draw: int = 8,
+    min_draws: int = 4,
+    max_draws: int = 2500,
+    seed: int = 0,
+    chunk_size: Optional[int] = None,
+):
     """The ELBO per datapoint on the full data, from independent draws until its SE < ``se_target``.
 
     Each draw is ``model.elbo(data, samples_per_draw, seed_r)`` with its own stateless seed, so the
@@ -37,8 +47,9 @@ def estimate_elbo(model, data, *, se_target: float = 0.01, samples_per_draw: int
     if chunk_size is not None:
         chunk_size = check_positive_int(chunk_size, "chunk_size")
     if chunk_size is None or chunk_size >= N:
-
-        elbo = tf.function(lambda seed_pair: model.elbo((X, Y), samples_per_draw, seed_pair), autograph=False)
+        elbo = tf.function(
+            lambda seed_pair: model.elbo((X, Y), samples_per_draw, seed_pair), autograph=False
+        )
 
         def draw(seed_pair) -> float:
             return float(elbo(seed_pair))
@@ -49,15 +60,20 @@ def estimate_elbo(model, data, *, se_target: float = 0.01, samples_per_draw: int
         @tf.function(autograph=False)
         def terms(Xc, Yc, seed_pair):
             ell, kl = model.elbo_terms((Xc, Yc), samples_per_draw, seed_pair)
-            if model.num_data is not None:  # undo the minibatch rescaling: this is a sum over the chunk
+            if (
+                model.num_data is not None
+            ):  # undo the minibatch rescaling: this is a sum over the chunk
                 ell = ell * tf.cast(tf.shape(Xc)[0], ell.dtype) / tf.cast(model.num_data, ell.dtype)
             return tf.reduce_mean(ell), tf.reduce_mean(kl)
 
         def draw(seed_pair) -> float:
             total = 0.0
             for k, start in enumerate(starts):
-                ell, kl = terms(X[start:start + chunk_size], Y[start:start + chunk_size],
-                                seed_pair + tf.constant([1_000_003 * k, 0], tf.int64))
+                ell, kl = terms(
+                    X[start : start + chunk_size],
+                    Y[start : start + chunk_size],
+                    seed_pair + tf.constant([1_000_003 * k, 0], tf.int64),
+                )
                 total += float(ell) - (float(kl) if k == 0 else 0.0)
             return total
 

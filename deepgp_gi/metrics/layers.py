@@ -9,6 +9,7 @@ often show it), so the inner layers' numbers describe the propagation, not a fai
 :func:`layer_variances` measures both quantities per layer from joint samples of every layer
 (``model.sample_layers``).
 """
+
 from __future__ import annotations
 
 from typing import List, NamedTuple
@@ -52,7 +53,9 @@ def layer_variances(model, X, num_samples: int = 16, seed: int = 0) -> LayerVari
     num_samples = check_positive_int(num_samples, "num_samples", minimum=2)
     X = model.check_inputs(X, "X")
     if X.shape[0] is not None and X.shape[0] < 2:
-        raise ValueError(f"X needs at least 2 rows to compare layers' outputs between rows, got {X.shape[0]}")
+        raise ValueError(
+            f"X needs at least 2 rows to compare layers' outputs between rows, got {X.shape[0]}"
+        )
     between, within = [], []
     for F in model.sample_layers(X, num_samples, seed):
         mean = tf.reduce_mean(F, axis=0)  # [N, D_l]

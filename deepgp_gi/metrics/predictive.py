@@ -19,6 +19,7 @@ is the classification test log-likelihood too (``mean_n log p(y_n | x_n)`` throu
 Inputs are sliced along their first axis only, so any input layout the model accepts (``[N, D]``,
 images ``[N, H, W, C]``) works; the model checks them.
 """
+
 from __future__ import annotations
 
 import gpflow
@@ -73,8 +74,15 @@ def chunk_seed(seed, start: int, chunk_size: int):
     return tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), k)
 
 
-def test_log_likelihood(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000,
-                        seed=None):
+def test_log_likelihood(
+    model,
+    X_test,
+    Y_test,
+    y_std: float = 1.0,
+    num_samples: int = 100,
+    chunk_size: int = 1000,
+    seed=None,
+):
     """Mean log predictive density per test point, in the original units of Y.
 
     ``log p(y_raw) = log p(y) - log y_std`` for targets standardised as ``(y_raw - m) / y_std``.
@@ -82,7 +90,9 @@ def test_log_likelihood(model, X_test, Y_test, y_std: float = 1.0, num_samples: 
     ``log p(y_n | x_n)`` of the predictive mixture, i.e. minus the test NLL. ``seed``: ``None``
     (fresh draws) or an int (reproducible; see :func:`chunk_seed`).
     """
-    return float(np.mean(pointwise_log_density(model, X_test, Y_test, y_std, num_samples, chunk_size, seed)))
+    return float(
+        np.mean(pointwise_log_density(model, X_test, Y_test, y_std, num_samples, chunk_size, seed))
+    )
 
 
 def constant_gaussian_test_ll(Y_train, Y_test, y_std: float = 1.0) -> float:
@@ -98,7 +108,9 @@ def constant_gaussian_test_ll(Y_train, Y_test, y_std: float = 1.0) -> float:
     y_std = check_positive_float(y_std, "y_std")
     for arr, name, least in ((Y_train, "Y_train", 2), (Y_test, "Y_test", 1)):
         if arr.shape[0] < least or arr.shape[1] != 1:
-            raise ValueError(f"{name} must be [N, 1] with N >= {least}, got shape {list(arr.shape)}")
+            raise ValueError(
+                f"{name} must be [N, 1] with N >= {least}, got shape {list(arr.shape)}"
+            )
     mean, var = float(np.mean(Y_train)), float(np.var(Y_train))
     if var <= 0:
         raise ValueError("Y_train is constant: a Gaussian fit to it has no variance")
@@ -106,19 +118,31 @@ def constant_gaussian_test_ll(Y_train, Y_test, y_std: float = 1.0) -> float:
     return float(np.mean(lpd)) - float(np.log(y_std))
 
 
-def pointwise_log_density(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000,
-                          seed=None) -> np.ndarray:
+def pointwise_log_density(
+    model,
+    X_test,
+    Y_test,
+    y_std: float = 1.0,
+    num_samples: int = 100,
+    chunk_size: int = 1000,
+    seed=None,
+) -> np.ndarray:
     """``[N]``: each test point's log predictive density in the original units of Y
     (:func:`test_log_likelihood` is their mean; arguments as there)."""
     X, Y, num_samples, seed = _test_arguments(model, X_test, Y_test, y_std, num_samples, seed)
     lpd = predict_in_chunks(
-        lambda s: model.predict_log_density((X[s], Y[s]), num_samples, chunk_seed(seed, s.start, chunk_size)).numpy(),
-        X, chunk_size,
+        lambda s: model.predict_log_density(
+            (X[s], Y[s]), num_samples, chunk_seed(seed, s.start, chunk_size)
+        ).numpy(),
+        X,
+        chunk_size,
     )
     return lpd - np.log(y_std)
 
 
-def predictive_cdf(model, X_test, Y_test, num_samples: int = 100, chunk_size: int = 1000, seed=None) -> np.ndarray:
+def predictive_cdf(
+    model, X_test, Y_test, num_samples: int = 100, chunk_size: int = 1000, seed=None
+) -> np.ndarray:
     """``[N]``: the predictive mixture's CDF at each test target (its probability integral transform).
 
     For a Gaussian likelihood the predictive is the equal-weight mixture over ``num_samples``
@@ -130,22 +154,32 @@ def predictive_cdf(model, X_test, Y_test, num_samples: int = 100, chunk_size: in
     num_samples = check_positive_int(num_samples, "num_samples")
     seed = check_seed(seed, "seed")
     if not isinstance(model.likelihood, gpflow.likelihoods.Gaussian):
-        raise TypeError(f"predictive_cdf needs a Gaussian likelihood, the model has {type(model.likelihood).__name__}")
+        raise TypeError(
+            f"predictive_cdf needs a Gaussian likelihood, the model has {type(model.likelihood).__name__}"
+        )
     X, Y = model.check_data((X_test, Y_test), names=("X_test", "Y_test"))
     if Y.shape[-1] != 1:
-        raise ValueError(f"Y_test must have one column for predictive_cdf, got shape {tuple(Y.shape)}")
+        raise ValueError(
+            f"Y_test must have one column for predictive_cdf, got shape {tuple(Y.shape)}"
+        )
     X, Y = X.numpy(), Y.numpy()
 
     def chunk(s):
-        mean, var = model.predict_f_components(X[s], num_samples, chunk_seed(seed, s.start, chunk_size))
-        noise = model.likelihood.variance_at(tf.constant(X[s]))  # [N, 1], constant or heteroscedastic
+        mean, var = model.predict_f_components(
+            X[s], num_samples, chunk_seed(seed, s.start, chunk_size)
+        )
+        noise = model.likelihood.variance_at(
+            tf.constant(X[s])
+        )  # [N, 1], constant or heteroscedastic
         sd = tf.sqrt(var + noise[None])
         z = (tf.constant(Y[s], sd.dtype)[None] - mean) / sd
         cdf = 0.5 * tf.math.erfc(-z / np.sqrt(2.0))  # [S, N, 1]
         log_weights = model.posterior.mixture_log_weights()
         if log_weights is None:
             return tf.reduce_mean(cdf, axis=0)[:, 0].numpy()
-        return tf.reduce_sum(tf.exp(tf.cast(log_weights, cdf.dtype))[:, None, None] * cdf, axis=0)[:, 0].numpy()
+        return tf.reduce_sum(tf.exp(tf.cast(log_weights, cdf.dtype))[:, None, None] * cdf, axis=0)[
+            :, 0
+        ].numpy()
 
     return predict_in_chunks(chunk, X, chunk_size)
 
@@ -173,17 +207,31 @@ def calibration_curve(pit, levels=None):
     return levels, inside.mean(axis=1)
 
 
-def rmse(model, X_test, Y_test, y_std: float = 1.0, num_samples: int = 100, chunk_size: int = 1000, seed=None):
+def rmse(
+    model,
+    X_test,
+    Y_test,
+    y_std: float = 1.0,
+    num_samples: int = 100,
+    chunk_size: int = 1000,
+    seed=None,
+):
     """Root-mean-square error of the predictive mixture mean, in the original units of Y
     (``seed`` as in :func:`test_log_likelihood`)."""
     X, Y, num_samples, seed = _test_arguments(model, X_test, Y_test, y_std, num_samples, seed)
     mean = predict_in_chunks(
-        lambda s: model.predict_y(X[s], num_samples, chunk_seed(seed, s.start, chunk_size))[0].numpy(), X, chunk_size
+        lambda s: model.predict_y(X[s], num_samples, chunk_seed(seed, s.start, chunk_size))[
+            0
+        ].numpy(),
+        X,
+        chunk_size,
     )
     return float(y_std * np.sqrt(np.mean(np.square(Y - mean))))
 
 
-def evaluate_dataset(model, dataset, y_std: float = 1.0, num_samples: int = 100, progress: bool = True):
+def evaluate_dataset(
+    model, dataset, y_std: float = 1.0, num_samples: int = 100, progress: bool = True
+):
     """Test log-likelihood and RMSE over a ``tf.data.Dataset`` of ``(X, Y)`` batches (e.g.
     :func:`deepgp_gi.datasets.read_shards` with ``shuffle=False``), in original units, without
     holding the data in memory: per-point sums are accumulated batch by batch, with a tqdm bar.
@@ -197,7 +245,9 @@ def evaluate_dataset(model, dataset, y_std: float = 1.0, num_samples: int = 100,
     num_samples = check_positive_int(num_samples, "num_samples")
     _check_scale(y_std)
     if not isinstance(dataset, tf.data.Dataset):
-        raise TypeError(f"dataset must be a tf.data.Dataset of (X, Y) batches, got {type(dataset).__name__}")
+        raise TypeError(
+            f"dataset must be a tf.data.Dataset of (X, Y) batches, got {type(dataset).__name__}"
+        )
     total_lpd, total_sq, count = 0.0, 0.0, 0
     with tqdm(desc="evaluate", unit="pt", disable=not progress, dynamic_ncols=True) as bar:
         for X_b, Y_b in dataset:
@@ -232,7 +282,9 @@ def _test_arguments(model, X_test, Y_test, y_std, num_samples, seed):
 
 
 # ---------------------------------------------------------------------------------- classification
-def predict_class_probabilities(model, X, num_samples: int = 100, chunk_size: int = 1000, seed=None) -> np.ndarray:
+def predict_class_probabilities(
+    model, X, num_samples: int = 100, chunk_size: int = 1000, seed=None
+) -> np.ndarray:
     """Predictive class probabilities ``[N, C]``: ``p(y = c | x) = (1/S) sum_s E[p(y = c | f_s)]``.
 
     This is ``model.predict_y(X, num_samples)[0]``, the mean of the predictive mixture, for a
@@ -268,15 +320,24 @@ def predict_class_probabilities(model, X, num_samples: int = 100, chunk_size: in
     return predict_in_chunks(chunk, X, chunk_size)
 
 
-def accuracy(model, X_test, Y_test, num_samples: int = 100, chunk_size: int = 1000, seed=None) -> float:
+def accuracy(
+    model, X_test, Y_test, num_samples: int = 100, chunk_size: int = 1000, seed=None
+) -> float:
     """Fraction of test points whose most probable class (:func:`predict_class_probabilities`)
     is the label ``Y_test`` (``[N, 1]`` class labels, 0/1 for ``Bernoulli``)."""
     probs, labels = _probabilities_and_labels(model, X_test, Y_test, num_samples, chunk_size, seed)
     return top1_accuracy(probs, labels)
 
 
-def ece(model, X_test, Y_test, num_samples: int = 100, num_bins: int = 15, chunk_size: int = 1000,
-        seed=None) -> float:
+def ece(
+    model,
+    X_test,
+    Y_test,
+    num_samples: int = 100,
+    num_bins: int = 15,
+    chunk_size: int = 1000,
+    seed=None,
+) -> float:
     """Expected calibration error (:func:`expected_calibration_error`) of the predictive class
     probabilities on ``(X_test, Y_test)``, with ``num_bins`` equal-width confidence bins."""
     num_bins = check_positive_int(num_bins, "num_bins")
@@ -284,8 +345,14 @@ def ece(model, X_test, Y_test, num_samples: int = 100, num_bins: int = 15, chunk
     return expected_calibration_error(probs, labels, num_bins)
 
 
-def predictive_entropy(model, X_test, num_samples: int = 100, chunk_size: int = 1000, seed=None,
-                       per_point: bool = False):
+def predictive_entropy(
+    model,
+    X_test,
+    num_samples: int = 100,
+    chunk_size: int = 1000,
+    seed=None,
+    per_point: bool = False,
+):
     """Entropy (nats) of the predictive class distribution, averaged over the test points (a
     float), or per point (``[N]`` array) with ``per_point=True``. It is the total predictive
     uncertainty: ``log C`` for uniform predictions, 0 for certain ones."""
@@ -293,7 +360,9 @@ def predictive_entropy(model, X_test, num_samples: int = 100, chunk_size: int = 
         raise TypeError(f"per_point must be True or False, got {per_point!r}")
     _classification_kind(model)
     X = model.check_inputs(_as_numpy(X_test), "X_test").numpy()
-    entropy = categorical_entropy(predict_class_probabilities(model, X, num_samples, chunk_size, seed))
+    entropy = categorical_entropy(
+        predict_class_probabilities(model, X, num_samples, chunk_size, seed)
+    )
     return entropy if per_point else float(np.mean(entropy))
 
 
@@ -399,5 +468,7 @@ def _check_labels(labels, probs_shape, name: str = "labels") -> np.ndarray:
     bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < 0) | (arr >= C)
     if bad.any():
         row = int(np.nonzero(bad)[0][0])
-        raise ValueError(f"{name} must be integers in [0, {C}) for {C} classes; entry {row} is {arr[row]!r}")
+        raise ValueError(
+            f"{name} must be integers in [0, {C}) for {C} classes; entry {row} is {arr[row]!r}"
+        )
     return arr.astype(np.int64)

@@ -1,5 +1,6 @@
 """Training traces: a logged ELBO trace averaged over blocks of steps, and the step at which it
 has made a given fraction of its improvement (for convergence plots and tables)."""
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -19,7 +20,9 @@ def smooth_trace(steps: Sequence[int], values: Sequence[float], points: int = 20
     return ([int(steps[b[-1]]) for b in blocks], [float(np.mean(values[b])) for b in blocks])
 
 
-def steps_to_fraction(steps: Sequence[int], values: Sequence[float], fraction: float = 0.99) -> Optional[int]:
+def steps_to_fraction(
+    steps: Sequence[int], values: Sequence[float], fraction: float = 0.99
+) -> Optional[int]:
     """First step at which a (smoothed) ELBO trace has made ``fraction`` of its total improvement.
 
     "Reaching 99% of the final ELBO" is read as ``elbo(t) >= e0 + 0.99 (e_final - e0)`` with ``e0`` the

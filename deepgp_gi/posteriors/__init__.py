@@ -32,6 +32,7 @@ SGHMC's sampler over the inducing inputs and kernel hyperparameters too, a subcl
 The name tables (``"mean_field"`` -> class) and :func:`register`, which adds a family defined
 outside the package, are in :mod:`.registry`.
 """
+
 from .base import DeepPosterior, Propagation
 from .bsgp import BSGPPosterior
 from .factorised import FactorisedGlobalPosterior, FactorisedWeightPosterior, RandomGlobalPosterior
@@ -50,11 +51,22 @@ from .inducing import (
     LocalInducingBNNPosterior,
     LocalInducingPosterior,
 )
-from .inducing_weights import EnsembleInducingPosterior, EnsembleWeightPosterior, FFGInducingPosterior
+from .inducing_weights import (
+    EnsembleInducingPosterior,
+    EnsembleWeightPosterior,
+    FFGInducingPosterior,
+)
 from .mean_field import MeanFieldPosterior
 from .prior_scales import ScalePosterior, SpatialIWPosterior
 from .pseudo_data import PseudoData
-from .registry import BNN_FAMILIES, CONV_BNN_FAMILIES, DEEP_GP_FAMILIES, family_class, family_name, register
+from .registry import (
+    BNN_FAMILIES,
+    CONV_BNN_FAMILIES,
+    DEEP_GP_FAMILIES,
+    family_class,
+    family_name,
+    register,
+)
 from .sghmc import SGHMCPosterior
 from .stripes_arrow import StripesArrowPosterior
 from .structured import FullyCoupledPosterior

@@ -12,6 +12,7 @@ hyperparameters, its evaluation memory budget, and, if it takes a latent input, 
 inducing outputs (:meth:`~DeepPosterior.inducing_draw`). The name tables of
 :mod:`deepgp_gi.posteriors.registry` map names to these classes.
 """
+
 from __future__ import annotations
 
 import abc
@@ -74,7 +75,9 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
 
     # Layers belong to the model; do not track them twice.
     # the model's layers (and a weight-space posterior's weighted subset of them): tracked by the model
-    _TF_MODULE_IGNORED_PROPERTIES = gpflow.Module._TF_MODULE_IGNORED_PROPERTIES | frozenset({"_layers", "_weighted"})
+    _TF_MODULE_IGNORED_PROPERTIES = gpflow.Module._TF_MODULE_IGNORED_PROPERTIES | frozenset(
+        {"_layers", "_weighted"}
+    )
 
     #: The keyword options :meth:`from_data` (and so the builders) accept; anything else is refused
     #: with this list named (:meth:`check_options`).
@@ -114,21 +117,33 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
             )
 
     @classmethod
-    def initial_inducing_inputs(cls, X: np.ndarray, num_inducing: int, seed: Optional[int]) -> Optional[np.ndarray]:
+    def initial_inducing_inputs(
+        cls, X: np.ndarray, num_inducing: int, seed: Optional[int]
+    ) -> Optional[np.ndarray]:
         """The inducing inputs ``Z`` ``[M, D]`` the builder puts on every GP layer (pushed through
         the inner mean maps), or None when the family keeps no inducing inputs on the layers
         (the default). ``X`` is the ``[N, D]`` training inputs."""
         return None
 
     @classmethod
-    def initial_inducing_features(cls, fan_in: int, rng: np.random.Generator) -> Optional[np.ndarray]:
+    def initial_inducing_features(
+        cls, fan_in: int, rng: np.random.Generator
+    ) -> Optional[np.ndarray]:
         """The inducing features ``[fan_in, fan_in]`` the BNN builder puts on a DenseLayer (drawn
         from ``rng``), or None when the family keeps none on the layers (the default)."""
         return None
 
     @classmethod
-    def from_data(cls, layers: Sequence, X: np.ndarray, Y: np.ndarray, *, num_inducing: int, seed: Optional[int],
-                  **options) -> "DeepPosterior":
+    def from_data(
+        cls,
+        layers: Sequence,
+        X: np.ndarray,
+        Y: np.ndarray,
+        *,
+        num_inducing: int,
+        seed: Optional[int],
+        **options,
+    ) -> "DeepPosterior":
         """The family's posterior on ``layers``, initialised from the data as its paper does.
 
         :param layers: the model's layers (with the inducing inputs or features the builder
@@ -158,8 +173,10 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
         :class:`~deepgp_gi.posteriors.draws.InducingDraw`): what a latent-variable model
         (:class:`~deepgp_gi.LatentDeepGP`) propagates its grouped rows with. The default
         raises: the family takes no latent input."""
-        raise ValueError(f"a latent-variable model cannot use {type(self).__name__}: the family does not draw its "
-                         "inducing outputs as a whole (it implements no inducing_draw)")
+        raise ValueError(
+            f"a latent-variable model cannot use {type(self).__name__}: the family does not draw its "
+            "inducing outputs as a whole (it implements no inducing_draw)"
+        )
 
     @property
     def layers(self) -> Sequence:
@@ -211,7 +228,9 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
             "gradients do not apply; train it with Adam (natgrad_gamma=None). The mean-field family has them."
         )
 
-    def _start(self, X, num_samples: int, seed: NoiseLike, top_rows=None) -> Tuple[NoiseSource, tf.Tensor]:
+    def _start(
+        self, X, num_samples: int, seed: NoiseLike, top_rows=None
+    ) -> Tuple[NoiseSource, tf.Tensor]:
         """The prologue of every ``propagate``: the noise source and the rows to push through,
         ``[S, N, D]`` (``[S, M + N, D]`` with ``top_rows`` ``[M, D]`` stacked above the data)."""
         source = as_noise_source(seed)
@@ -220,7 +239,9 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
             X = tf.cast(X, self.dtype)
         if top_rows is not None:
             X = tf.concat([tf.cast(tf.convert_to_tensor(top_rows), X.dtype), X], axis=0)
-        return source, tf.broadcast_to(tf.expand_dims(X, 0), tf.concat([[num_samples], tf.shape(X)], 0))
+        return source, tf.broadcast_to(
+            tf.expand_dims(X, 0), tf.concat([[num_samples], tf.shape(X)], 0)
+        )
 
     def sample_last_layer(self, mean, var, noise_source: NoiseSource) -> tf.Tensor:
         """Draw the last layer's sample from its conditional marginals (name ``f/{L-1}``, ``L``

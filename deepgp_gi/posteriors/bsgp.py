@@ -67,6 +67,7 @@ set (stored samples, else the window, else the current state), now each with its
 hyperparameters; ``Propagation.kl`` is ``-log p(V, Z, theta)`` of each member.
 :meth:`sampled_state` returns the stored samples by name.
 """
+
 from __future__ import annotations
 
 import math
@@ -110,8 +111,12 @@ def _unit_profile(kernel, r2: tf.Tensor) -> tf.Tensor:
     raise TypeError(f"no unit profile for {type(kernel).__name__}")  # refused in _split_kernel
 
 
-_PROFILED = (gpflow.kernels.SquaredExponential, gpflow.kernels.Matern12, gpflow.kernels.Matern32,
-             gpflow.kernels.Matern52)
+_PROFILED = (
+    gpflow.kernels.SquaredExponential,
+    gpflow.kernels.Matern12,
+    gpflow.kernels.Matern32,
+    gpflow.kernels.Matern52,
+)
 
 
 def _split_kernel(kernel, where: str) -> Tuple[gpflow.kernels.Kernel, List[gpflow.kernels.White]]:
@@ -151,7 +156,9 @@ def _check_prior(value, name: str) -> Tuple[float, float]:
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a (mean, sd) pair of numbers, got {value!r}") from None
     if not (math.isfinite(loc) and math.isfinite(scale) and scale > 0.0):
-        raise ValueError(f"{name} must be a (mean, sd) pair with a finite mean and a positive sd, got {value!r}")
+        raise ValueError(
+            f"{name} must be a (mean, sd) pair with a finite mean and a positive sd, got {value!r}"
+        )
     return loc, scale
 
 
@@ -169,22 +176,40 @@ class BSGPPosterior(SGHMCPosterior):
     :param log_variance_prior: ``(mean, sd)`` of the normal prior on the log kernel variance.
     """
 
-    options = SGHMCPosterior.options + ("inducing_prior", "log_lengthscale_prior", "log_variance_prior")
-    summary = ("BSGP: SGHMC samples of the inducing outputs, inducing inputs and kernel hyperparameters "
-               "(Rossi et al. 2021)")
+    options = SGHMCPosterior.options + (
+        "inducing_prior",
+        "log_lengthscale_prior",
+        "log_variance_prior",
+    )
+    summary = (
+        "BSGP: SGHMC samples of the inducing outputs, inducing inputs and kernel hyperparameters "
+        "(Rossi et al. 2021)"
+    )
 
-    def __init__(self, layers: Sequence, step_size: float = STEP_SIZE, momentum_decay: float = MOMENTUM_DECAY,
-                 window_size: int = WINDOW_SIZE, inducing_prior: str = "normal",
-                 log_lengthscale_prior: Sequence[float] = LOG_LENGTHSCALE_PRIOR,
-                 log_variance_prior: Sequence[float] = LOG_VARIANCE_PRIOR, name: Optional[str] = None):
+    def __init__(
+        self,
+        layers: Sequence,
+        step_size: float = STEP_SIZE,
+        momentum_decay: float = MOMENTUM_DECAY,
+        window_size: int = WINDOW_SIZE,
+        inducing_prior: str = "normal",
+        log_lengthscale_prior: Sequence[float] = LOG_LENGTHSCALE_PRIOR,
+        log_variance_prior: Sequence[float] = LOG_VARIANCE_PRIOR,
+        name: Optional[str] = None,
+    ):
         self.inducing_prior = check_choice(inducing_prior, "inducing_prior", INDUCING_PRIORS)
         self.log_lengthscale_prior = _check_prior(log_lengthscale_prior, "log_lengthscale_prior")
         self.log_variance_prior = _check_prior(log_variance_prior, "log_variance_prior")
         for l, layer in enumerate(layers):
             for white in _split_kernel(layer.kernel, f"layers[{l}]")[1]:
                 gpflow.set_trainable(white, False)  # a fixed nugget: neither sampled nor Adam's
-        super().__init__(layers, step_size=step_size, momentum_decay=momentum_decay, window_size=window_size,
-                         name=name)
+        super().__init__(
+            layers,
+            step_size=step_size,
+            momentum_decay=momentum_decay,
+            window_size=window_size,
+            name=name,
+        )
 
     # ------------------------------------------------------------------ the state
     def _kernel_parts(self, l: int) -> Tuple[gpflow.kernels.Kernel, List[gpflow.kernels.White]]:
@@ -197,17 +222,21 @@ class BSGPPosterior(SGHMCPosterior):
         """``[V_0..V_{L-1}, Z_0..Z_{L-1}, log ell_0.., log sigma^2_0..]``: the inducing outputs and
         the layers' own variables of the inducing inputs and of the kernel's log hyperparameters."""
         L = self.depth
-        return (list(self.inducing_outputs)
-                + [self.layers[l].inducing_variable.Z.unconstrained_variable for l in range(L)]
-                + [self._stationary(l).lengthscales.unconstrained_variable for l in range(L)]
-                + [self._stationary(l).variance.unconstrained_variable for l in range(L)])
+        return (
+            list(self.inducing_outputs)
+            + [self.layers[l].inducing_variable.Z.unconstrained_variable for l in range(L)]
+            + [self._stationary(l).lengthscales.unconstrained_variable for l in range(L)]
+            + [self._stationary(l).variance.unconstrained_variable for l in range(L)]
+        )
 
     def chain_parameters(self) -> List[gpflow.Parameter]:
         """The GPflow parameters behind the chain's ``Z``, lengthscale and variance variables."""
         L = self.depth
-        return ([self.layers[l].inducing_variable.Z for l in range(L)]
-                + [self._stationary(l).lengthscales for l in range(L)]
-                + [self._stationary(l).variance for l in range(L)])
+        return (
+            [self.layers[l].inducing_variable.Z for l in range(L)]
+            + [self._stationary(l).lengthscales for l in range(L)]
+            + [self._stationary(l).variance for l in range(L)]
+        )
 
     def chain_moves(self) -> List[bool]:
         """``V`` always moves; a ``Z`` or hyperparameter that ``gpflow.set_trainable(..., False)``
@@ -221,7 +250,7 @@ class BSGPPosterior(SGHMCPosterior):
         if len(state) != 4 * L:
             raise ValueError(f"a BSGP state has 4 * depth = {4 * L} entries, got {len(state)}")
         state = list(state)
-        return state[:L], state[L:2 * L], state[2 * L:3 * L], state[3 * L:]
+        return state[:L], state[L : 2 * L], state[2 * L : 3 * L], state[3 * L :]
 
     def sampled_state(self) -> Dict[str, List[tf.Tensor]]:
         """The stored samples by name: ``inducing_outputs`` ``[S, M, D_l]``, ``inducing_inputs``
@@ -229,8 +258,12 @@ class BSGPPosterior(SGHMCPosterior):
         ``variances`` ``[S]``, one entry per layer (constrained values; empty before
         :func:`~deepgp_gi.collect_samples`)."""
         V, Z, log_ell, log_var = self.split_state([tf.convert_to_tensor(s) for s in self.samples])
-        return {"inducing_outputs": V, "inducing_inputs": Z, "lengthscales": [tf.exp(x) for x in log_ell],
-                "variances": [tf.exp(x) for x in log_var]}
+        return {
+            "inducing_outputs": V,
+            "inducing_inputs": Z,
+            "lengthscales": [tf.exp(x) for x in log_ell],
+            "variances": [tf.exp(x) for x in log_var],
+        }
 
     # ------------------------------------------------------------------ densities and propagation
     def _layer_gram(self, l: int, Z, log_ell, log_var, batched: bool):
@@ -271,8 +304,12 @@ class BSGPPosterior(SGHMCPosterior):
                 L, T = cholesky_with_inverse(grams[l], name=f"K_uu of layer {names}")
                 out[l] = (L, T)
                 continue
-            L, T = cholesky_with_inverse(tf.stack([grams[l] for l in members]), name=f"K_uu of layers {names}")
-            for l, L_l, T_l in zip(members, tf.unstack(L, num=len(members)), tf.unstack(T, num=len(members))):
+            L, T = cholesky_with_inverse(
+                tf.stack([grams[l] for l in members]), name=f"K_uu of layers {names}"
+            )
+            for l, L_l, T_l in zip(
+                members, tf.unstack(L, num=len(members)), tf.unstack(T, num=len(members))
+            ):
                 out[l] = (L_l, T_l)
         return out
 
@@ -282,36 +319,48 @@ class BSGPPosterior(SGHMCPosterior):
         none there), the normal priors on the log lengthscales and log variances."""
         V, Z, log_ell, log_var = self.split_state(self.chain_variables())
         normal_Z = self.inducing_prior == "normal"
-        segments = ([(v, 0.0, 1.0) for v in V] + [(z, 0.0, 1.0 if normal_Z else None) for z in Z]
-                    + [(x, *self.log_lengthscale_prior) for x in log_ell]
-                    + [(x, *self.log_variance_prior) for x in log_var])
+        segments = (
+            [(v, 0.0, 1.0) for v in V]
+            + [(z, 0.0, 1.0 if normal_Z else None) for z in Z]
+            + [(x, *self.log_lengthscale_prior) for x in log_ell]
+            + [(x, *self.log_variance_prior) for x in log_var]
+        )
         loc, precision, constant = [], [], 0.0
         for v, mean, sd in segments:
             n = v.shape.num_elements()
             loc.append(np.full(n, mean))
-            precision.append(np.full(n, 0.0 if sd is None else sd ** -2.0))
+            precision.append(np.full(n, 0.0 if sd is None else sd**-2.0))
             if sd is not None:
                 constant -= n * (math.log(sd) + 0.5 * math.log(2.0 * math.pi))
         loc, precision = np.concatenate(loc), np.concatenate(precision)
-        return FlatGaussianPrior(None if not loc.any() else loc, None if np.all(precision == 1.0) else precision,
-                                 constant)
+        return FlatGaussianPrior(
+            None if not loc.any() else loc,
+            None if np.all(precision == 1.0) else precision,
+            constant,
+        )
 
     def fixed_terms(self, X, num_samples: int = 1) -> Optional[FixedTerms]:
         """None: every term of a pass depends on the state (``Z`` and the hyperparameters are sampled)."""
         return None
 
-    def _determinantal_log_prior(self, Z, log_ell, log_var, batched: bool,
-                                 choleskies: Optional[Sequence[tf.Tensor]]) -> tf.Tensor:
+    def _determinantal_log_prior(
+        self, Z, log_ell, log_var, batched: bool, choleskies: Optional[Sequence[tf.Tensor]]
+    ) -> tf.Tensor:
         """``sum_l log det K(Z_l, Z_l)`` (with the white terms and jitter) of the determinantal
         inducing prior, from the states' ``L_K`` (``choleskies``) when given."""
         terms = []
         for l in range(self.depth):
-            L_K = choleskies[l] if choleskies is not None else self._layer_kernel(
-                l, Z[l], log_ell[l], log_var[l], batched)[-1]
+            L_K = (
+                choleskies[l]
+                if choleskies is not None
+                else self._layer_kernel(l, Z[l], log_ell[l], log_var[l], batched)[-1]
+            )
             terms.append(2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_K)), axis=-1))
         return tf.add_n(terms)
 
-    def log_prior(self, state: Sequence, choleskies: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
+    def log_prior(
+        self, state: Sequence, choleskies: Optional[Sequence[tf.Tensor]] = None
+    ) -> tf.Tensor:
         """``log p(V, Z, theta)`` of a chain state (module docs): a scalar for one state, ``[S]`` for
         per-sample values with a leading axis. ``choleskies`` (the states' ``L_K``) saves their
         recomputation for the determinantal prior."""
@@ -324,14 +373,23 @@ class BSGPPosterior(SGHMCPosterior):
             base_rank = self.layers[l].inducing_variable.Z.shape.rank
             if self.inducing_prior == "normal":
                 lp += _normal_log_density(Z[l], 0.0, 1.0, base_rank)
-            lp += _normal_log_density(log_ell[l], ell_loc, ell_scale, log_ell[l].shape.rank - int(batched))
+            lp += _normal_log_density(
+                log_ell[l], ell_loc, ell_scale, log_ell[l].shape.rank - int(batched)
+            )
             lp += _normal_log_density(log_var[l], var_loc, var_scale, 0)
         if self.inducing_prior == "determinantal":
             lp += self._determinantal_log_prior(Z, log_ell, log_var, batched, choleskies)
         return lp
 
-    def propagate_given(self, X, state: Sequence, num_samples: int = 1, seed=None,
-                        fixed: Optional[FixedTerms] = None, gaussian_prior: bool = True) -> Propagation:
+    def propagate_given(
+        self,
+        X,
+        state: Sequence,
+        num_samples: int = 1,
+        seed=None,
+        fixed: Optional[FixedTerms] = None,
+        gaussian_prior: bool = True,
+    ) -> Propagation:
         """Push ``X`` through the layers at the chain state ``state`` (:meth:`chain_variables`'
         order; one value shared by the samples, or ``[S, ...]`` per sample): hidden layers sampled
         (noise ``"f/{l}"``), the last layer's conditional marginals returned with a sample; ``kl``
@@ -344,7 +402,9 @@ class BSGPPosterior(SGHMCPosterior):
         batched = tf.convert_to_tensor(V[0]).shape.rank == 3
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
-        grams = [self._layer_gram(l, Z[l], log_ell[l], log_var[l], batched) for l in range(self.depth)]
+        grams = [
+            self._layer_gram(l, Z[l], log_ell[l], log_var[l], batched) for l in range(self.depth)
+        ]
         factors = self._factorised([g[-1] for g in grams])
         choleskies = [L_K for L_K, _ in factors]
         samples = []
@@ -354,19 +414,25 @@ class BSGPPosterior(SGHMCPosterior):
             Kzf = var * _unit_profile(self._stationary(l), batched_square_distance(Zs, F / ell))
             A = whitened_projection(L_K, Kzf, inverse=T_K)
             mean = conditional_mean(A, V[l], layer.mean(F))
-            prior_var = (tf.squeeze(var, -1) if batched else var) + white  # k(x, x): [S, 1] or a scalar
+            prior_var = (
+                tf.squeeze(var, -1) if batched else var
+            ) + white  # k(x, x): [S, 1] or a scalar
             resid = prior_var - tf.reduce_sum(tf.square(A), axis=-2)
             var_rows = tf.broadcast_to(tf.expand_dims(resid, -1), tf.shape(mean))
             if l < self.depth - 1:
-                F = sample_rows(mean, var_rows, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
+                F = sample_rows(
+                    mean, var_rows, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter
+                )
                 samples.append(F)
         var_rows = tf.maximum(var_rows, 0.0)
         samples.append(self.sample_last_layer(mean, var_rows, source))
         if gaussian_prior:
             kl = tf.broadcast_to(-self.log_prior(state, choleskies), [num_samples])
         elif self.inducing_prior == "determinantal":
-            kl = tf.broadcast_to(-self._determinantal_log_prior(Z, log_ell, log_var, batched, choleskies),
-                                 [num_samples])
+            kl = tf.broadcast_to(
+                -self._determinantal_log_prior(Z, log_ell, log_var, batched, choleskies),
+                [num_samples],
+            )
         else:
             kl = tf.zeros([num_samples], mean.dtype)
         return Propagation(samples=samples, mean=mean, var=var_rows, kl=kl)

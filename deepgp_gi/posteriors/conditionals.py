@@ -21,6 +21,7 @@ What differs between families is only what they know about ``a``: a Gaussian per
 (mean-field), a coupled Gaussian (fully-coupled, STAR) or a pseudo-data posterior (global and
 local inducing).
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -87,7 +88,9 @@ def inducing_choleskies(layers: Sequence, stacked: bool = False):
             (i,) = members
             out[i] = safe_cholesky(add_jitter(Kuus[i], jitter), name=f"K_uu of layer {names}")
             continue
-        factor = safe_cholesky(add_jitter(tf.stack([Kuus[i] for i in members]), jitter), name=f"K_uu of layers {names}")
+        factor = safe_cholesky(
+            add_jitter(tf.stack([Kuus[i] for i in members]), jitter), name=f"K_uu of layers {names}"
+        )
         if len(members) == len(Kuus):
             stack = factor
         for i, L in zip(members, tf.unstack(factor)):
@@ -114,16 +117,24 @@ def inducing_factors(layers: Sequence, stacked: bool = False):
             (i,) = members
             out[i] = tuple(cholesky_with_inverse(Kuus[i], name=f"K_uu of layer {names}"))
             continue
-        L, T = cholesky_with_inverse(tf.stack([Kuus[i] for i in members]), name=f"K_uu of layers {names}")
+        L, T = cholesky_with_inverse(
+            tf.stack([Kuus[i] for i in members]), name=f"K_uu of layers {names}"
+        )
         if len(members) == len(Kuus):
             stack = L
-        for i, L_i, T_i in zip(members, tf.unstack(L, num=len(members)), tf.unstack(T, num=len(members))):
+        for i, L_i, T_i in zip(
+            members, tf.unstack(L, num=len(members)), tf.unstack(T, num=len(members))
+        ):
             out[i] = (L_i, T_i)
     return (out, stack) if stacked else out
 
 
-@check_shapes("L_K: [batch..., M, M]", "Kuf: [S, M, N]", "inverse: [batch..., M, M]", "return: [S, M, N]")
-def whitened_projection(L_K: tf.Tensor, Kuf: tf.Tensor, inverse: Optional[tf.Tensor] = None) -> tf.Tensor:
+@check_shapes(
+    "L_K: [batch..., M, M]", "Kuf: [S, M, N]", "inverse: [batch..., M, M]", "return: [S, M, N]"
+)
+def whitened_projection(
+    L_K: tf.Tensor, Kuf: tf.Tensor, inverse: Optional[tf.Tensor] = None
+) -> tf.Tensor:
     """``A = L_K^{-1} K_uf``; ``L_K`` is ``[M, M]`` (shared by the samples) or ``[S, M, M]``.
     ``inverse``: ``L_K^{-1}`` (same layout) where the caller has it; the values are the same (a
     triangular solve), the gradient uses it instead of a second solve
@@ -151,7 +162,11 @@ def conditional_mean(A: tf.Tensor, a: tf.Tensor, prior_mean: tf.Tensor) -> tf.Te
 def residual_variance(layer, F: tf.Tensor, A: tf.Tensor) -> tf.Tensor:
     """The prior's conditional variance given the inducing outputs, ``k(f, f) - |A_f|^2`` (a
     kernel's :func:`~deepgp_gi.kernels.constant_diagonal` broadcasts, with no fill)."""
-    value = constant_diagonal(layer.kernel) if getattr(type(layer), "K_diag", None) is GPLayer.K_diag else None
+    value = (
+        constant_diagonal(layer.kernel)
+        if getattr(type(layer), "K_diag", None) is GPLayer.K_diag
+        else None
+    )
     prior = layer.K_diag(F) if value is None else value
     return prior - tf.reduce_sum(tf.square(A), axis=-2)
 
@@ -191,8 +206,12 @@ def symmetric_quadratic_forms(C: tf.Tensor, A: tf.Tensor):
     return forms, grad
 
 
-@check_shapes("mean: [S, N, P]", "var: [broadcast S, broadcast N, broadcast P]", "eps: [S, N, P]",
-              "return: [S, N, P]")
+@check_shapes(
+    "mean: [S, N, P]",
+    "var: [broadcast S, broadcast N, broadcast P]",
+    "eps: [S, N, P]",
+    "return: [S, N, P]",
+)
 def sample_rows(mean: tf.Tensor, var: tf.Tensor, eps: tf.Tensor, jitter: float = 0.0) -> tf.Tensor:
     """``mean + sqrt(max(var, 0) + jitter) * eps``: data rows drawn from their marginals."""
     return mean + tf.sqrt(tf.maximum(var, 0.0) + jitter) * eps

@@ -30,6 +30,7 @@ Noise names: ``"w/{j}"`` ``[S, D_j, N_j]`` for the weights of weighted layer ``j
 for locally reparameterised dense pre-activations, and the prior's own draws (``"s/{j}"`` for a
 Scale prior, ``"L/{j}/..."`` for a spatial inverse-Wishart prior).
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Union
@@ -41,7 +42,13 @@ from check_shapes import inherit_check_shapes
 
 from ..layers import apply_weights, check_network, is_convolution, run_layers, weighted_layers
 from ..noise import NoiseLike, NoiseSource
-from ..validation import check_choice, check_finite_array, check_positive_float, per_layer_floats, per_layer_list
+from ..validation import (
+    check_choice,
+    check_finite_array,
+    check_positive_float,
+    per_layer_floats,
+    per_layer_list,
+)
 from ..initialisation import global_inducing_rows, local_inducing_images
 from .base import DeepPosterior, Propagation
 from .prior_scales import PriorPrecisions
@@ -139,36 +146,51 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
             shape = tuple(self.layers[0].input_shape)
             U0 = check_finite_array(inducing_inputs, "inducing_inputs", ndim=1 + len(shape))
             if tuple(U0.shape[1:]) != shape or U0.shape[0] < 1:
-                raise ValueError(f"inducing_inputs must have shape [M, {', '.join(map(str, shape))}], "
-                                 f"got {list(U0.shape)}")
-            self.inducing_inputs = gpflow.Parameter(U0.astype(gpflow.default_float()), name="inducing_inputs")
+                raise ValueError(
+                    f"inducing_inputs must have shape [M, {', '.join(map(str, shape))}], "
+                    f"got {list(U0.shape)}"
+                )
+            self.inducing_inputs = gpflow.Parameter(
+                U0.astype(gpflow.default_float()), name="inducing_inputs"
+            )
         else:
             if inducing_inputs is not None:
-                raise ValueError(f"family {family!r} has no global inducing inputs; leave inducing_inputs None")
+                raise ValueError(
+                    f"family {family!r} has no global inducing inputs; leave inducing_inputs None"
+                )
             self.inducing_inputs = None
         for j, (layer, k) in enumerate(zip(weighted, self.kinds)):
-            has_local = getattr(layer, "inducing_images", None) is not None or \
-                getattr(layer, "inducing_features", None) is not None
+            has_local = (
+                getattr(layer, "inducing_images", None) is not None
+                or getattr(layer, "inducing_features", None) is not None
+            )
             if k == "local" and not has_local:
-                raise ValueError(f"weighted layer {j} ({layer.name}) has no inducing inputs; the local family "
-                                 "needs Conv2DLayer(inducing_images=...) / DenseLayer(inducing_features=...)")
+                raise ValueError(
+                    f"weighted layer {j} ({layer.name}) has no inducing inputs; the local family "
+                    "needs Conv2DLayer(inducing_images=...) / DenseLayer(inducing_features=...)"
+                )
             if k != "local" and has_local:
-                raise ValueError(f"weighted layer {j} ({layer.name}) has local inducing inputs, which the "
-                                 f"{family!r} family does not use")
+                raise ValueError(
+                    f"weighted layer {j} ({layer.name}) has local inducing inputs, which the "
+                    f"{family!r} family does not use"
+                )
 
         # Factorised weights (the defaults of the dense factorised family).
         self.weights = [None] * J
         fac = [j for j, k in enumerate(self.kinds) if k == "factorised"]
         means = per_layer_list(means, "means", J)
         variances = per_layer_list(variances, "variances", J)
-        built = factorised_weights([weighted[j] for j in fac], [means[j] for j in fac],
-                                    [variances[j] for j in fac], rng)
+        built = factorised_weights(
+            [weighted[j] for j in fac], [means[j] for j in fac], [variances[j] for j in fac], rng
+        )
         for j, q in zip(fac, built):
             self.weights[j] = q
 
         # Pseudo-data of the inducing layers.
         V_init = per_layer_list(pseudo_outputs, "pseudo_outputs", J)
-        log_prec = per_layer_floats(log_precision_init, "log_precision_init", J, [-4.0] * (J - 1) + [0.0])
+        log_prec = per_layer_floats(
+            log_precision_init, "log_precision_init", J, [-4.0] * (J - 1) + [0.0]
+        )
         self.pseudo_data = [None] * J
         for j, (layer, k) in enumerate(zip(weighted, self.kinds)):
             if k == "factorised":
@@ -178,9 +200,12 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
             V = rng.standard_normal((M,) + out_shape) if V_init[j] is None else V_init[j]
             V = check_finite_array(V, f"pseudo_outputs[{j}]", shape=(M,) + out_shape)
             precision = "shared_diagonal" if is_convolution(layer) else dense_precision
-            self.pseudo_data[j] = PseudoData(V.reshape(M, -1), precision, log_prec[j], self.rho,
-                                             name=f"pseudo_data_{j}")
-        self._init_prior_precisions(weighted, seed=None if seed is None else int(rng.integers(2**31 - 1)))
+            self.pseudo_data[j] = PseudoData(
+                V.reshape(M, -1), precision, log_prec[j], self.rho, name=f"pseudo_data_{j}"
+            )
+        self._init_prior_precisions(
+            weighted, seed=None if seed is None else int(rng.integers(2**31 - 1))
+        )
 
     # -------------------------------------------------------------- structure
     @property
@@ -199,7 +224,9 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         M = self.num_inducing
         if state.var is None:  # the last layer sampled its weights: a point mass per sample
             mean = H[:, M:]
-            return Propagation(samples=state.samples, mean=mean, var=tf.zeros_like(mean), kl=state.kl)
+            return Propagation(
+                samples=state.samples, mean=mean, var=tf.zeros_like(mean), kl=state.kl
+            )
         state.samples.append(self.sample_last_layer(state.mean, state.var, source))
         return Propagation(samples=state.samples, mean=state.mean, var=state.var, kl=state.kl)
 
@@ -249,7 +276,9 @@ class ConvNetPosterior(DeepPosterior, PriorPrecisions):
         pseudo = self.pseudo_data[j]
         if is_convolution(layer):
             lam = pseudo.diagonal()[0]  # [M]
-            V = tf.reshape(tf.convert_to_tensor(pseudo.pseudo_outputs), (-1,) + tuple(layer.output_shape))
+            V = tf.reshape(
+                tf.convert_to_tensor(pseudo.pseudo_outputs), (-1,) + tuple(layer.output_shape)
+            )
             L, w_mean = gram_posterior(layer.gram(U, lam), layer.cross(U, V, lam), p)
         else:
             if len(p.shape) != 1:
@@ -280,8 +309,14 @@ class _ConvFamily(ConvNetPosterior):
             U0, V_top = global_inducing_rows(np.asarray(X), np.asarray(Y), num_inducing, rng)
             pseudo = [None] * (len(weighted_layers(layers)) - 1) + [V_top]
         cls.place_layer_inducing(layers, rng)
-        return cls(layers, cls.network_family, U0, pseudo_outputs=pseudo, seed=int(rng.integers(2**31 - 1)),
-                   **options)
+        return cls(
+            layers,
+            cls.network_family,
+            U0,
+            pseudo_outputs=pseudo,
+            seed=int(rng.integers(2**31 - 1)),
+            **options,
+        )
 
     @classmethod
     def place_layer_inducing(cls, layers, rng: np.random.Generator) -> None:

@@ -16,6 +16,7 @@ the attributes that count in ``_COUNTED_ATTRIBUTES``.
 A posterior whose lists index only some of its layers (a convolutional network's weighted
 layers) names them in ``_parameter_layers``; ``layer_j`` is then its ``j``-th weighted layer.
 """
+
 from __future__ import annotations
 
 import re
@@ -71,7 +72,9 @@ def parameter_count(model, per_layer: bool = False) -> Union[int, Dict[str, int]
             if isinstance(value, gpflow.Parameter):
                 counts[f"layer_{l}"] += int(np.prod(value.shape))
             elif value is not None:
-                counts[f"layer_{l}"] += sum(int(np.prod(p.shape)) for p in gpflow.utilities.parameter_dict(value).values())
+                counts[f"layer_{l}"] += sum(
+                    int(np.prod(p.shape)) for p in gpflow.utilities.parameter_dict(value).values()
+                )
     total = sum(counts.values())
     if not per_layer:
         return total
@@ -91,7 +94,11 @@ def parameter_table(models: Mapping[str, object], reference: Optional[str] = Non
         header.append(f"% of {reference}")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, r in rows.items():
-        cells = [name] + [f"{r.get(f'layer_{l}', 0):,}" for l in range(depth)] + [f"{r['shared']:,}", f"{r['total']:,}"]
+        cells = (
+            [name]
+            + [f"{r.get(f'layer_{l}', 0):,}" for l in range(depth)]
+            + [f"{r['shared']:,}", f"{r['total']:,}"]
+        )
         if reference is not None:
             cells.append(f"{100.0 * r['total'] / rows[reference]['total']:.1f}")
         lines.append("| " + " | ".join(cells) + " |")

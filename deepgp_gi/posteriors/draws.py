@@ -6,6 +6,7 @@ whole, not the family's ``propagate``. A family that takes a latent input implem
 :meth:`~deepgp_gi.posteriors.DeepPosterior.inducing_draw`, returning an :class:`InducingDraw`;
 the helpers here give the last layer's variance term in its usual forms.
 """
+
 from __future__ import annotations
 
 from typing import Callable, List, NamedTuple

@@ -18,6 +18,7 @@ In this library the ``Q`` paths are the propagation's sample axis: ``propagate``
 predictions and objectives use instead of equal weights. With one sigma point at zero the hidden
 layers are deterministic (their means): the deterministic-hidden-layer model.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence
@@ -74,9 +75,15 @@ class DSPPPosterior(MeanFieldPosterior):
     options = MeanFieldPosterior.options + ("num_sigma_points",)
     summary = "deep sigma point process (Jankowiak et al. 2020)"
 
-    def __init__(self, layers, num_sigma_points: int = DEFAULT_SIGMA_POINTS, whiten: bool = False,
-                 q_sqrt_scales: Optional[Sequence[float]] = None, seed: Optional[int] = None,
-                 name: Optional[str] = None):
+    def __init__(
+        self,
+        layers,
+        num_sigma_points: int = DEFAULT_SIGMA_POINTS,
+        whiten: bool = False,
+        q_sqrt_scales: Optional[Sequence[float]] = None,
+        seed: Optional[int] = None,
+        name: Optional[str] = None,
+    ):
         super().__init__(layers, whiten=whiten, q_sqrt_scales=q_sqrt_scales, name=name)
         Q = check_positive_int(num_sigma_points, "num_sigma_points")
         self.num_sigma_points = Q
@@ -84,7 +91,11 @@ class DSPPPosterior(MeanFieldPosterior):
         rng = np.random.default_rng(seed)
         points: List[gpflow.Parameter] = []
         for l, layer in enumerate(self.layers[:-1]):
-            init = np.zeros((Q, layer.output_dim)) if Q == 1 else rng.standard_normal((Q, layer.output_dim))
+            init = (
+                np.zeros((Q, layer.output_dim))
+                if Q == 1
+                else rng.standard_normal((Q, layer.output_dim))
+            )
             points.append(gpflow.Parameter(init.astype(dtype), name=f"sigma_points_{l}"))
         self.sigma_points = points
         self.sigma_logits = gpflow.Parameter(np.zeros(Q, dtype), name="sigma_logits")

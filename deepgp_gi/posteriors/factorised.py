@@ -24,6 +24,7 @@ Parameter scalings (O&A App. H): factorised means are stored times ``sqrt(D)`` a
 ``log(D sigma^2)``. The factorised weights, their KL and the local reparameterisation are the
 maths of :mod:`.weight_space`, shared with the convolutional families.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -92,8 +93,12 @@ class FactorisedWeightPosterior(WeightSpacePosterior):
         name: Optional[str] = None,
     ):
         super().__init__(layers, name=name, seed=seed)
-        self.weights = factorised_weights(self.layers, means, variances, np.random.default_rng(seed))
-        self.local_reparameterisation = check_bool(local_reparameterisation, "local_reparameterisation")
+        self.weights = factorised_weights(
+            self.layers, means, variances, np.random.default_rng(seed)
+        )
+        self.local_reparameterisation = check_bool(
+            local_reparameterisation, "local_reparameterisation"
+        )
 
     @inherit_check_shapes
     def propagate(self, X, num_samples: int = 1, seed=None) -> Propagation:
@@ -185,7 +190,9 @@ class FactorisedGlobalPosterior(WeightSpacePosterior):
         self.last_layer = check_choice(last_layer, "last_layer", LAST_LAYER_MODES)
         U0 = check_finite_array(inducing_inputs, "inducing_inputs", ndim=2)
         if U0.shape[1] != self.layers[0].input_dim:
-            raise ValueError(f"inducing_inputs must have shape [M, {self.layers[0].input_dim}], got {U0.shape}")
+            raise ValueError(
+                f"inducing_inputs must have shape [M, {self.layers[0].input_dim}], got {U0.shape}"
+            )
         self.inducing_inputs = gpflow.Parameter(U0, name="inducing_inputs")
         M = U0.shape[0]
         rng = np.random.default_rng(seed)
@@ -200,8 +207,13 @@ class FactorisedGlobalPosterior(WeightSpacePosterior):
         V = check_finite_array(V, "pseudo_outputs", shape=(M, last.output_dim))
         if not isinstance(log_precision_init, np.ndarray):
             log_precision_init = check_float(log_precision_init, "log_precision_init")
-        self.pseudo_data = PseudoData(V, check_choice(precision, "precision", PRECISIONS), log_precision_init,
-                                      rho, name="pseudo_data")
+        self.pseudo_data = PseudoData(
+            V,
+            check_choice(precision, "precision", PRECISIONS),
+            log_precision_init,
+            rho,
+            name="pseudo_data",
+        )
 
     @property
     def num_inducing(self) -> int:
@@ -220,8 +232,15 @@ class FactorisedGlobalPosterior(WeightSpacePosterior):
             kl = kl - scale_log_ratio
             z = self._weight_noise(l, S, source, dtype)
             if l == self.depth - 1:
-                step = weight_space_layer(self.pseudo_data, Phi, M, p, z, self.kl_mode,
-                                          marginal=self.last_layer == "marginal")
+                step = weight_space_layer(
+                    self.pseudo_data,
+                    Phi,
+                    M,
+                    p,
+                    z,
+                    self.kl_mode,
+                    marginal=self.last_layer == "marginal",
+                )
                 H = step.H
                 kl = kl + regulariser(step.log_ratio, step.kl)
             else:
@@ -244,5 +263,9 @@ class RandomGlobalPosterior(FactorisedGlobalPosterior):
 
     summary = "prior lower layers, global-inducing last layer (rand->gi)"
 
-    def __init__(self, layers, inducing_inputs, pseudo_outputs=None, log_precision_init=0.0, **kwargs):
-        super().__init__(layers, inducing_inputs, pseudo_outputs, log_precision_init, lower="prior", **kwargs)
+    def __init__(
+        self, layers, inducing_inputs, pseudo_outputs=None, log_precision_init=0.0, **kwargs
+    ):
+        super().__init__(
+            layers, inducing_inputs, pseudo_outputs, log_precision_init, lower="prior", **kwargs
+        )

@@ -37,6 +37,7 @@ weight space, the papers' settings), ``kl`` (``"sampled"``: the per-sample log-r
 ``"analytic"``: the conditional KL given the layer's inducing inputs), ``rho`` (the optimiser sees
 ``log Lambda / rho``), ``log_precision_init``, ``pseudo_outputs``, ``residual_mean``, ``seed``.
 """
+
 from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Sequence, Union
@@ -106,15 +107,18 @@ DEFAULT_NUM_INDUCING = 100  # O&A App. O, UCI deep GPs
 class _InducingPosterior(DeepPosterior, PriorPrecisions):
     """What the global and local families share: per-layer paths, pseudo-data, options."""
 
-
-    def _pseudo_data_draw(self, S: int, source: NoiseSource, dtype, is_global: bool) -> InducingDraw:
+    def _pseudo_data_draw(
+        self, S: int, source: NoiseSource, dtype, is_global: bool
+    ) -> InducingDraw:
         """The latent-input draw of both families: every hidden layer's whitened outputs drawn
         from the pseudo-data posterior, the last layer's integrated out with its analytic KL when
         the family's ``propagate`` integrates it out (global inducing per ``last_layer``, local
         inducing when its KL is analytic); the chain ``U_0 -> U_1 -> ...`` per sample for global
         inducing, each layer's own inputs for local inducing."""
         if any(self.weight_space):
-            raise ValueError("a latent-variable model takes GP layers only (the posterior has weight-space layers)")
+            raise ValueError(
+                "a latent-variable model takes GP layers only (the posterior has weight-space layers)"
+            )
         marginal_last = (self.last_layer == "marginal") if is_global else self.kl_mode == "analytic"
         inputs, chols, weights, terms = [], [], [], []
         last_variance = None
@@ -148,7 +152,9 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
             weights.append(a)
             if is_global and not last:
                 U = layer_mean(layer, U, self.residual_mean) + tf.linalg.matmul(L_K, a)
-        return InducingDraw(inputs, chols, weights, last_variance, tf.add_n(terms), self.residual_mean)
+        return InducingDraw(
+            inputs, chols, weights, last_variance, tf.add_n(terms), self.residual_mean
+        )
 
     _default_log_precision: Sequence[float] = ()
 
@@ -162,11 +168,15 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
         for i, layer in enumerate(self.layers):
             weights = has_feature_map(layer) and space != "function"
             if space == "weight" and not has_feature_map(layer):
-                raise ValueError(f"space='weight' needs a finite feature map, but layers[{i}] is a "
-                                 f"{type(layer).__name__}")
+                raise ValueError(
+                    f"space='weight' needs a finite feature map, but layers[{i}] is a "
+                    f"{type(layer).__name__}"
+                )
             if not weights and getattr(getattr(layer, "prior", None), "is_random", False):
-                raise ValueError(f"layers[{i}] has a random-scale prior, which only the weight-space path "
-                                 "can express; use space='auto'")
+                raise ValueError(
+                    f"layers[{i}] has a random-scale prior, which only the weight-space path "
+                    "can express; use space='auto'"
+                )
             self.weight_space.append(weights)
         self.precision = [precision or ("diagonal" if w else "full") for w in self.weight_space]
         self.rho = rho
@@ -195,17 +205,22 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
                     factors[l] = R
         return factors
 
-    def _weight_step(self, l: int, Phi, num_inducing: int, S: int, source: NoiseSource,
-                     marginal: bool = False) -> WeightSpaceStep:
+    def _weight_step(
+        self, l: int, Phi, num_inducing: int, S: int, source: NoiseSource, marginal: bool = False
+    ) -> WeightSpaceStep:
         """Weight-space layer ``l`` with the layer's prior precision (:func:`weight_space_layer`),
         the random scale's ``log p(s) - log q(s)`` included in the log-ratio and the KL."""
         layer = self.layers[l]
         dtype = Phi.dtype
         p, scale_log_ratio = self.prior_precision(l, S, source, dtype)
         z = source.normal(f"w/{l}", [S, layer.fan_in, layer.output_dim], dtype)
-        step = weight_space_layer(self.pseudo_data[l], Phi, num_inducing, p, z, self.kl_mode, marginal)
-        return step._replace(log_ratio=step.log_ratio + scale_log_ratio,
-                             kl=None if step.kl is None else step.kl - scale_log_ratio)
+        step = weight_space_layer(
+            self.pseudo_data[l], Phi, num_inducing, p, z, self.kl_mode, marginal
+        )
+        return step._replace(
+            log_ratio=step.log_ratio + scale_log_ratio,
+            kl=None if step.kl is None else step.kl - scale_log_ratio,
+        )
 
 
 # ============================================================================ global inducing
@@ -281,15 +296,33 @@ class GlobalInducingPosterior(_InducingPosterior):
     :param seed: seed of the NumPy generator for the default random initial values.
     """
 
-    options = ("precision", "kl", "last_layer", "residual_mean", "rho", "space",
-               "log_precision_hidden", "log_precision_output")
+    options = (
+        "precision",
+        "kl",
+        "last_layer",
+        "residual_mean",
+        "rho",
+        "space",
+        "log_precision_hidden",
+        "log_precision_output",
+    )
     summary = "global inducing points (Ober & Aitchison 2021)"
     positive_transform = "exp"
     propagates_inducing_rows = True
 
     @classmethod
-    def from_data(cls, layers, X, Y, *, num_inducing, seed, log_precision_hidden: float = LOG_PRECISION_HIDDEN,
-                  log_precision_output: float = LOG_PRECISION_OUTPUT, **options):
+    def from_data(
+        cls,
+        layers,
+        X,
+        Y,
+        *,
+        num_inducing,
+        seed,
+        log_precision_hidden: float = LOG_PRECISION_HIDDEN,
+        log_precision_output: float = LOG_PRECISION_OUTPUT,
+        **options,
+    ):
         """O&A's initialisation (App. O): ``U_0`` and the last pseudo-outputs from
         :func:`~deepgp_gi.initialisation.global_inducing_rows`, hidden pseudo-outputs ``N(0, 1)``,
         log-precisions ``log_precision_hidden`` on hidden layers and ``log_precision_output`` on
@@ -313,8 +346,14 @@ class GlobalInducingPosterior(_InducingPosterior):
         rng = np.random.default_rng(seed)
         U0, V_top = global_inducing_rows(Xa, Ya, M, rng)
         V = [rng.standard_normal((M, layer.output_dim)) for layer in layers[:-1]] + [V_top]
-        return cls(layers, M, inducing_inputs=U0, pseudo_outputs=V,
-                   log_precision_init=[lp_hidden] * (len(layers) - 1) + [lp_out], **options)
+        return cls(
+            layers,
+            M,
+            inducing_inputs=U0,
+            pseudo_outputs=V,
+            log_precision_init=[lp_hidden] * (len(layers) - 1) + [lp_out],
+            **options,
+        )
 
     def inducing_draw(self, num_samples: int, source: NoiseSource, dtype: tf.DType) -> InducingDraw:
         """The chain ``U_0 -> U_1 -> ...`` per sample, each hidden layer's whitened outputs drawn,
@@ -340,13 +379,18 @@ class GlobalInducingPosterior(_InducingPosterior):
     ):
         DeepPosterior.__init__(self, layers, name=name)
         for i, layer in enumerate(self.layers):
-            if getattr(layer, "inducing_variable", None) is not None or getattr(layer, "inducing_features", None) is not None:
+            if (
+                getattr(layer, "inducing_variable", None) is not None
+                or getattr(layer, "inducing_features", None) is not None
+            ):
                 raise ValueError(
                     f"layers[{i}] has local inducing_inputs; the global-inducing posterior propagates "
                     "its inducing inputs from U_0 and needs layers built without them "
                     "(use LocalInducingPosterior for per-layer inducing inputs)"
                 )
-        self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), space, seed)
+        self._init_common(
+            precision, kl, residual_mean, check_positive_float(rho, "rho"), space, seed
+        )
         self.last_layer = check_choice(last_layer, "last_layer", LAST_LAYER_MODES)
         L = self.depth
         D = self.layers[0].input_dim
@@ -358,29 +402,40 @@ class GlobalInducingPosterior(_InducingPosterior):
             if U0.shape[1] != D:
                 raise ValueError(f"inducing_inputs must have shape [M, {D}], got {list(U0.shape)}")
             if num_inducing is not None and U0.shape[0] != num_inducing:
-                raise ValueError(f"inducing_inputs has {U0.shape[0]} rows but num_inducing is {num_inducing}")
+                raise ValueError(
+                    f"inducing_inputs has {U0.shape[0]} rows but num_inducing is {num_inducing}"
+                )
             if U0.shape[0] < 1:
                 raise ValueError("inducing_inputs must have at least one row (num_inducing >= 1)")
         else:
-            U0 = rng.standard_normal((DEFAULT_NUM_INDUCING if num_inducing is None else num_inducing, D))
+            U0 = rng.standard_normal(
+                (DEFAULT_NUM_INDUCING if num_inducing is None else num_inducing, D)
+            )
         M = U0.shape[0]
-        self.inducing_inputs = gpflow.Parameter(U0.astype(gpflow.default_float()), name="inducing_inputs")
+        self.inducing_inputs = gpflow.Parameter(
+            U0.astype(gpflow.default_float()), name="inducing_inputs"
+        )
         V_init = _initial_pseudo_outputs(pseudo_outputs, [M] * L, self.layers, rng, zero_last=True)
-        log_prec = per_layer_floats(log_precision_init, "log_precision_init", L, [-4.0] * (L - 1) + [0.0])
+        log_prec = per_layer_floats(
+            log_precision_init, "log_precision_init", L, [-4.0] * (L - 1) + [0.0]
+        )
         self._init_pseudo_data(V_init, log_prec)
 
     @property
     def num_inducing(self) -> int:
         return int(self.inducing_inputs.shape[0])
 
-    def propagate_full(self, X, num_samples: int = 1, seed: NoiseLike = None) -> GlobalInducingPropagation:
+    def propagate_full(
+        self, X, num_samples: int = 1, seed: NoiseLike = None
+    ) -> GlobalInducingPropagation:
         """Like :meth:`propagate`, also returning the sampled inducing rows and per-layer terms."""
         S, M = num_samples, self.num_inducing
         source, F = self._start(X, S, seed)  # [S, N, D]
         dtype = F.dtype
         inducing_inputs = tf.cast(tf.convert_to_tensor(self.inducing_inputs), dtype)
-        U = tf.broadcast_to(tf.expand_dims(inducing_inputs, 0),
-                            tf.concat([[S], tf.shape(inducing_inputs)], 0))  # [S, M, D]
+        U = tf.broadcast_to(
+            tf.expand_dims(inducing_inputs, 0), tf.concat([[S], tf.shape(inducing_inputs)], 0)
+        )  # [S, M, D]
         # the rows [U; F] as one tensor only where a weight-space layer needs them (a GP layer uses U
         # and F apart, and the concatenation, its slices and their gradients would be extra ops)
         H = None
@@ -393,7 +448,9 @@ class GlobalInducingPosterior(_InducingPosterior):
             if self.weight_space[l]:
                 marginal = last and self.last_layer == "marginal"
                 H = tf.concat([U, F], axis=1) if H is None else H  # [S, M + N, D]
-                H, lr, kl, rows_mean, rows_var = self._weight_step(l, layer.features(H), M, S, source, marginal)
+                H, lr, kl, rows_mean, rows_var = self._weight_step(
+                    l, layer.features(H), M, S, source, marginal
+                )
                 U, F = H[:, :M], H[:, M:]
                 sample = F
                 mean, var = (rows_mean, rows_var) if marginal else (F, tf.zeros_like(F))
@@ -401,21 +458,33 @@ class GlobalInducingPosterior(_InducingPosterior):
                 H = None
                 # L_K [S, M, M] and A = L_K^{-1} K(U, F) from one triangular solve of [I | K(U, F)];
                 # with L_K^{-1}, their gradient solves nothing
-                L_K, A = cholesky_and_solve(add_jitter(layer.K(U), jitter), layer.K(U, F),
-                                            name=f"K_uu (global inducing) of layer {layer.name}")
+                L_K, A = cholesky_and_solve(
+                    add_jitter(layer.K(U), jitter),
+                    layer.K(U, F),
+                    name=f"K_uu (global inducing) of layer {layer.name}",
+                )
                 eps = source.normal(f"u/{l}", [S, M, layer.output_dim], dtype)
                 # the mean only where the analytic KL or the marginal last layer reads it; the draw
                 # is the same either way (it shares the mean's first product)
                 analytic = self.kl_mode == "analytic"
                 L_B, a_mean, a, T_B = self.pseudo_data[l].draw(
-                    L_K, eps, with_mean=analytic or (last and self.last_layer == "marginal"), factor=factors[l])
-                lr, kl = log_ratio(L_B, a, eps), analytic_kl(L_B, a_mean, inverse=T_B) if analytic else None
+                    L_K,
+                    eps,
+                    with_mean=analytic or (last and self.last_layer == "marginal"),
+                    factor=factors[l],
+                )
+                lr, kl = (
+                    log_ratio(L_B, a, eps),
+                    analytic_kl(L_B, a_mean, inverse=T_B) if analytic else None,
+                )
                 prior_mean = layer_mean(layer, F, self.residual_mean)
                 mean = conditional_mean(A, a, prior_mean)
                 var = tf.expand_dims(residual_variance(layer, F, A), -1)
                 U = layer_mean(layer, U, self.residual_mean) + tf.linalg.matmul(L_K, a)
                 if not last:
-                    F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), dtype), jitter)
+                    F = sample_rows(
+                        mean, var, source.normal(f"f/{l}", tf.shape(mean), dtype), jitter
+                    )
                 elif self.last_layer == "marginal":
                     # a coherent draw through the sampled U_L; the ELBO sees U_L integrated out
                     sample = self.sample_last_layer(mean, tf.maximum(var, 0.0), source)
@@ -432,7 +501,11 @@ class GlobalInducingPosterior(_InducingPosterior):
             samples.append(sample)
         else:
             var = tf.broadcast_to(tf.maximum(var, 0.0), tf.shape(mean))
-            samples.append(sample if self.last_layer == "marginal" else self.sample_last_layer(mean, var, source))
+            samples.append(
+                sample
+                if self.last_layer == "marginal"
+                else self.sample_last_layer(mean, var, source)
+            )
         log_ratio_all = tf.stack(log_ratios)  # [L, S]
         if self.kl_mode == "analytic":
             conditional_kl = tf.stack(kls)
@@ -440,7 +513,9 @@ class GlobalInducingPosterior(_InducingPosterior):
         else:
             conditional_kl = None
             total = tf.add_n([regulariser(lr, kl) for lr, kl in zip(log_ratios, kls)])
-        return GlobalInducingPropagation(samples, mean, var, total, inducing, log_ratio_all, conditional_kl)
+        return GlobalInducingPropagation(
+            samples, mean, var, total, inducing, log_ratio_all, conditional_kl
+        )
 
     @inherit_check_shapes
     def propagate(self, X, num_samples: int = 1, seed: NoiseLike = None) -> Propagation:
@@ -491,7 +566,9 @@ class LocalInducingPosterior(_InducingPosterior):
         return np.random.default_rng(seed).standard_normal((num_inducing, X.shape[1]))
 
     @classmethod
-    def from_data(cls, layers, X, Y, *, num_inducing, seed, log_precision: Optional[float] = None, **options):
+    def from_data(
+        cls, layers, X, Y, *, num_inducing, seed, log_precision: Optional[float] = None, **options
+    ):
         """O&A's initialisation (App. O): the inducing inputs are on the layers already;
         pseudo-outputs ``N(0, 1)`` and a uniform log-precision (default 0 for GP layers, -4 for
         DenseLayers). ``X``, ``Y`` and ``num_inducing`` are not used."""
@@ -517,13 +594,18 @@ class LocalInducingPosterior(_InducingPosterior):
     ):
         DeepPosterior.__init__(self, layers, name=name)
         for i, layer in enumerate(self.layers):
-            if getattr(layer, "inducing_variable", None) is None and getattr(layer, "inducing_features", None) is None:
+            if (
+                getattr(layer, "inducing_variable", None) is None
+                and getattr(layer, "inducing_features", None) is None
+            ):
                 raise ValueError(
                     f"layers[{i}] has no inducing_inputs; the local-inducing posterior needs local "
                     "inducing inputs on every layer (inducing_inputs on a GPLayer, inducing_features on a "
                     "DenseLayer; use GlobalInducingPosterior for layers without)"
                 )
-        self._init_common(precision, kl, residual_mean, check_positive_float(rho, "rho"), "auto", seed)
+        self._init_common(
+            precision, kl, residual_mean, check_positive_float(rho, "rho"), "auto", seed
+        )
         L = self.depth
         rng = np.random.default_rng(seed)
         Ms = [layer.num_inducing for layer in self.layers]
@@ -556,9 +638,13 @@ class LocalInducingPosterior(_InducingPosterior):
         terms = []
         for l in range(self.depth):
             if self.weight_space[l]:
-                raise ValueError("kl_divergence is defined for GP layers only; a DenseLayer's KL depends "
-                                 "on its sampled prior precision")
-            terms.append(analytic_kl(*self.pseudo_data[l].posterior(self.inducing_cholesky(l)[None]))[0])
+                raise ValueError(
+                    "kl_divergence is defined for GP layers only; a DenseLayer's KL depends "
+                    "on its sampled prior precision"
+                )
+            terms.append(
+                analytic_kl(*self.pseudo_data[l].posterior(self.inducing_cholesky(l)[None]))[0]
+            )
         return tf.add_n(terms)
 
     def _local_weight_step(self, l: int, F, S: int, source: NoiseSource):
@@ -608,7 +694,9 @@ class LocalInducingPosterior(_InducingPosterior):
             P, M = layer.output_dim, layer.num_inducing
             L_K, T_K = prior_chols[l]  # [M, M] each
             if stacked is None:
-                L_B1, a_mean = self.pseudo_data[l].posterior(tf.expand_dims(L_K, 0))  # a sample axis of 1
+                L_B1, a_mean = self.pseudo_data[l].posterior(
+                    tf.expand_dims(L_K, 0)
+                )  # a sample axis of 1
             else:
                 L_B1, a_mean = None, tf.expand_dims(stacked.means[l], 0)  # [1, M, P]
             A = whitened_projection(L_K, layer.K(layer.Z, F), inverse=T_K)
@@ -619,12 +707,16 @@ class LocalInducingPosterior(_InducingPosterior):
                     # the sample axis of 1 broadcasts (no slices, whose gradients would be extra ops)
                     regularisers.append(tf.broadcast_to(analytic_kl(L_B1, a_mean), [S]))
                     L_B = tf.broadcast_to(L_B1, tf.concat([[S], tf.shape(L_B1)[1:]], 0))
-                    var = tf.expand_dims(residual_variance(layer, F, A), -1) + marginal_variance(L_B, A, P)
+                    var = tf.expand_dims(residual_variance(layer, F, A), -1) + marginal_variance(
+                        L_B, A, P
+                    )
                 else:
                     # |L_B^{-1} A|^2 by a product with the stack's inverse factor; [S, N, 1] broadcasts
                     # over the units (no repeat, whose gradient would be another reduction)
                     X = tf.linalg.matmul(tf.expand_dims(inverse_factors[l], 0), A)  # [S, M, N]
-                    var = tf.expand_dims(residual_variance(layer, F, A) + tf.reduce_sum(tf.square(X), axis=-2), -1)
+                    var = tf.expand_dims(
+                        residual_variance(layer, F, A) + tf.reduce_sum(tf.square(X), axis=-2), -1
+                    )
             else:
                 if L_B1 is None:
                     L_B1 = tf.expand_dims(tf.unstack(stacked.factors, num=self.depth)[l], 0)
@@ -638,7 +730,9 @@ class LocalInducingPosterior(_InducingPosterior):
                 var = tf.broadcast_to(tf.maximum(var, 0.0), tf.shape(mean))
                 samples.append(self.sample_last_layer(mean, var, source))
             else:
-                F = sample_rows(mean, var, source.normal(f"f/{l}", [S, tf.shape(F)[1], P], dtype), jitter)
+                F = sample_rows(
+                    mean, var, source.normal(f"f/{l}", [S, tf.shape(F)[1], P], dtype), jitter
+                )
                 samples.append(F)
         return Propagation(samples=samples, mean=mean, var=var, kl=tf.add_n(regularisers))
 
@@ -647,7 +741,11 @@ class LocalInducingPosterior(_InducingPosterior):
         layers allow it: all function-space GP layers, ``precision="full"``, and their ``K_uu``
         factors one stack ``[L, M, M]`` (equal M; ``stack`` from :func:`inducing_choleskies`).
         Else None: each layer's own :meth:`PseudoData.posterior`."""
-        if stack is None or any(self.weight_space) or any(pd.kind != "full" for pd in self.pseudo_data):
+        if (
+            stack is None
+            or any(self.weight_space)
+            or any(pd.kind != "full" for pd in self.pseudo_data)
+        ):
             return None
         return stacked_posterior(self.pseudo_data, stack)
 
@@ -658,7 +756,9 @@ class LocalInducingPosterior(_InducingPosterior):
 def _initial_pseudo_outputs(pseudo_outputs, Ms, layers, rng, zero_last):
     L = len(layers)
     out = []
-    for l, (V, M, layer) in enumerate(zip(per_layer_list(pseudo_outputs, "pseudo_outputs", L), Ms, layers)):
+    for l, (V, M, layer) in enumerate(
+        zip(per_layer_list(pseudo_outputs, "pseudo_outputs", L), Ms, layers)
+    ):
         P = layer.output_dim
         if V is None:
             V = np.zeros((M, P)) if (zero_last and l == L - 1) else rng.standard_normal((M, P))
@@ -682,7 +782,9 @@ class GlobalInducingBNNPosterior(GlobalInducingPosterior):
         the posterior's default precisions."""
         rng = np.random.default_rng(seed)
         U0, V_top = global_inducing_rows(np.asarray(X), np.asarray(Y), num_inducing, rng)
-        V = [rng.standard_normal((num_inducing, layer.output_dim)) for layer in layers[:-1]] + [V_top]
+        V = [rng.standard_normal((num_inducing, layer.output_dim)) for layer in layers[:-1]] + [
+            V_top
+        ]
         return cls(layers, inducing_inputs=U0, pseudo_outputs=V, seed=seed, **options)
 
 

@@ -56,6 +56,7 @@ Ensemble U-term (docs/algorithms.md, "Paper versus reference code", item 11).
 (it is not an ELBO). ``prior_regulariser=True``
 adds ``-log p(U_k)`` (``-log p(W_k)`` for Ensemble-W) of the member used by each sample instead.
 """
+
 from __future__ import annotations
 
 import math
@@ -70,7 +71,12 @@ from check_shapes import check_shapes, inherit_check_shapes
 from ..layers import apply_weights, is_convolution, run_layers
 from ..linalg import safe_cholesky
 from ..noise import NoiseSource
-from ..validation import check_bool, check_nonnegative_float, check_positive_float, check_positive_int
+from ..validation import (
+    check_bool,
+    check_nonnegative_float,
+    check_positive_float,
+    check_positive_int,
+)
 from .base import Propagation
 from .weight_space import WeightSpacePosterior
 
@@ -105,7 +111,9 @@ class CappedSoftplus(tfp.bijectors.Bijector):
     def __init__(self, cap: float, name: str = "capped_softplus"):
         parameters = dict(locals())
         self.cap = float(cap)
-        super().__init__(forward_min_event_ndims=0, validate_args=False, parameters=parameters, name=name)
+        super().__init__(
+            forward_min_event_ndims=0, validate_args=False, parameters=parameters, name=name
+        )
 
     def _forward(self, x):
         return tf.minimum(tf.math.softplus(x), tf.cast(self.cap, x.dtype))
@@ -191,8 +199,18 @@ def matheron_factors(Z_r, Z_c, D_r, D_c, jitter: float = 0.0) -> MatheronFactors
     D_c, L_c = _psi_cholesky(Z_c, D_c, jitter, "Psi_c")
     B_r = tf.linalg.triangular_solve(L_r, Z_r, lower=True)
     B_c = tf.linalg.triangular_solve(L_c, Z_c, lower=True)
-    return MatheronFactors(L_r, L_c, B_r, B_c, _gram_root(Z_r, "Z_r Z_r^T"), _gram_root(Z_c, "Z_c Z_c^T"),
-                           Z_r, Z_c, D_r, D_c)
+    return MatheronFactors(
+        L_r,
+        L_c,
+        B_r,
+        B_c,
+        _gram_root(Z_r, "Z_r Z_r^T"),
+        _gram_root(Z_c, "Z_c Z_c^T"),
+        Z_r,
+        Z_c,
+        D_r,
+        D_c,
+    )
 
 
 @check_shapes(
@@ -230,7 +248,9 @@ def matheron_noise_shapes(d_out: int, d_in: int, M_out: int, M_in: int):
     "e4: [S, M_out, M_in]",
     "return: [S, d_out, d_in]",
 )
-def extended_matheron_sample(U, factors: MatheronFactors, lam, sigma, e1, e2, e3, e4, whitened: bool = True):
+def extended_matheron_sample(
+    U, factors: MatheronFactors, lam, sigma, e1, e2, e3, e4, whitened: bool = True
+):
     """Weights ``W ~ q(W | U)`` ``[S, d_out, d_in]`` by the extended Matheron rule (App. F).
 
     ``U_bar = Z_r E1 Z_c^T + R_r E2 D_c + D_r E3 R_c^T + D_r E4 D_c`` has, jointly with ``E1``,
@@ -264,12 +284,16 @@ def extended_matheron_sample(U, factors: MatheronFactors, lam, sigma, e1, e2, e3
 
     def whiten(A):  # L_r^{-1} A L_c^{-T}
         A = tf.linalg.triangular_solve(L_r, A, lower=True)
-        return tf.linalg.matrix_transpose(tf.linalg.triangular_solve(L_c, tf.linalg.matrix_transpose(A), lower=True))
+        return tf.linalg.matrix_transpose(
+            tf.linalg.triangular_solve(L_c, tf.linalg.matrix_transpose(A), lower=True)
+        )
 
     lam = tf.cast(lam, dtype)
     U_w = U if whitened else whiten(U)
     inner = U_w - lam * whiten(u_bar)  # [S, M_out, M_in]
-    proj = tf.linalg.matmul(tf.linalg.matmul(f.proj_r, inner, transpose_a=True), f.proj_c)  # [S, d_out, d_in]
+    proj = tf.linalg.matmul(
+        tf.linalg.matmul(f.proj_r, inner, transpose_a=True), f.proj_c
+    )  # [S, d_out, d_in]
     return sigma[:, None, None] * (proj + lam * e1)
 
 
@@ -286,19 +310,24 @@ def whitened_gaussian_kl(mean, sd) -> tf.Tensor:
     return 0.5 * tf.reduce_sum(tf.square(sd) + tf.square(mean) - 1.0 - 2.0 * tf.math.log(sd))
 
 
-@check_shapes("U_w: [S, M_out, M_in]", "chol_r: [M_out, M_out]", "chol_c: [M_in, M_in]", "return: [S]")
+@check_shapes(
+    "U_w: [S, M_out, M_in]", "chol_r: [M_out, M_out]", "chol_c: [M_in, M_in]", "return: [S]"
+)
 def whitened_log_prior(U_w, chol_r, chol_c) -> tf.Tensor:
     """``log p(U)`` of ``U = L_r U~ L_c^T`` under ``MN(0, Psi_r, Psi_c)``, from the whitened ``U~``:
     ``log N(U~; 0, I) - M_in sum log|diag L_r| - M_out sum log|diag L_c|``."""
     dtype = U_w.dtype
     M_out, M_in = chol_r.shape[0], chol_c.shape[0]
-    log_det = (M_in * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(chol_r))))
-               + M_out * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(chol_c)))))
+    log_det = M_in * tf.reduce_sum(
+        tf.math.log(tf.abs(tf.linalg.diag_part(chol_r)))
+    ) + M_out * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(chol_c))))
     quad = tf.reduce_sum(tf.square(U_w), axis=[-2, -1])
     return -0.5 * quad - 0.5 * M_out * M_in * tf.constant(math.log(2 * math.pi), dtype) - log_det
 
 
-def ensemble_members(num_members: int, num_samples: int, noise_source: NoiseSource, dtype) -> tf.Tensor:
+def ensemble_members(
+    num_members: int, num_samples: int, noise_source: NoiseSource, dtype
+) -> tf.Tensor:
     """Member index of each sample ``[S]`` (int32): ``(o + s) mod K`` with a uniform offset ``o``
     from the standard-normal draw ``"member"`` ``[1]`` (``o = floor(K Phi(z))``); see the module
     docs for why members are chosen this way."""
@@ -337,26 +366,50 @@ class InducingWeights(gpflow.Module):
     :param jitter: relative jitter folded into ``D`` (see the module docs).
     """
 
-    def __init__(self, d_out: int, d_in: int, num_inducing: int, rng: np.random.Generator,
-                 lambda_init: float = 1e-3, lambda_max: float = 1.0, d_init: float = 1e-3,
-                 jitter: float = 1e-4, name: Optional[str] = None):
+    def __init__(
+        self,
+        d_out: int,
+        d_in: int,
+        num_inducing: int,
+        rng: np.random.Generator,
+        lambda_init: float = 1e-3,
+        lambda_max: float = 1.0,
+        d_init: float = 1e-3,
+        jitter: float = 1e-4,
+        name: Optional[str] = None,
+    ):
         super().__init__(name=name)
         self.d_out, self.d_in = int(d_out), int(d_in)
-        self.M_out, self.M_in = _inducing_size(num_inducing, d_out), _inducing_size(num_inducing, d_in)
+        self.M_out, self.M_in = (
+            _inducing_size(num_inducing, d_out),
+            _inducing_size(num_inducing, d_in),
+        )
         self.jitter = jitter
         M = int(num_inducing)
-        self.z_rows = gpflow.Parameter(rng.standard_normal((self.M_out, self.d_out)) / np.sqrt(M), name="z_rows")
-        self.z_cols = gpflow.Parameter(rng.standard_normal((self.M_in, self.d_in)) / np.sqrt(M), name="z_cols")
-        self.d_rows = gpflow.Parameter(np.full(self.M_out, d_init), transform=tfp.bijectors.Softplus(), name="d_rows")
-        self.d_cols = gpflow.Parameter(np.full(self.M_in, d_init), transform=tfp.bijectors.Softplus(), name="d_cols")
-        self.lam = gpflow.Parameter(lambda_init, transform=CappedSoftplus(lambda_max), name="lambda")
+        self.z_rows = gpflow.Parameter(
+            rng.standard_normal((self.M_out, self.d_out)) / np.sqrt(M), name="z_rows"
+        )
+        self.z_cols = gpflow.Parameter(
+            rng.standard_normal((self.M_in, self.d_in)) / np.sqrt(M), name="z_cols"
+        )
+        self.d_rows = gpflow.Parameter(
+            np.full(self.M_out, d_init), transform=tfp.bijectors.Softplus(), name="d_rows"
+        )
+        self.d_cols = gpflow.Parameter(
+            np.full(self.M_in, d_init), transform=tfp.bijectors.Softplus(), name="d_cols"
+        )
+        self.lam = gpflow.Parameter(
+            lambda_init, transform=CappedSoftplus(lambda_max), name="lambda"
+        )
 
     def factors(self) -> MatheronFactors:
         return matheron_factors(self.z_rows, self.z_cols, self.d_rows, self.d_cols, self.jitter)
 
     def noise(self, l: int, S: int, source: NoiseSource, dtype) -> List[tf.Tensor]:
         shapes = matheron_noise_shapes(self.d_out, self.d_in, self.M_out, self.M_in)
-        return [source.normal(f"w/{l}/e{i + 1}", [S, *shape], dtype) for i, shape in enumerate(shapes)]
+        return [
+            source.normal(f"w/{l}/e{i + 1}", [S, *shape], dtype) for i, shape in enumerate(shapes)
+        ]
 
     def conditional_kl(self) -> tf.Tensor:
         return conditional_kl(tf.convert_to_tensor(self.lam), self.d_out, self.d_in)
@@ -368,7 +421,13 @@ def _check_options(num_inducing, lambda_init, lambda_max, d_init, jitter):
     lambda_init = check_positive_float(lambda_init, "lambda_init")
     if lambda_init > lambda_max:
         raise ValueError(f"lambda_init ({lambda_init}) must not exceed lambda_max ({lambda_max})")
-    return num_inducing, lambda_init, lambda_max, check_positive_float(d_init, "d_init"), check_nonnegative_float(jitter, "jitter")
+    return (
+        num_inducing,
+        lambda_init,
+        lambda_max,
+        check_positive_float(d_init, "d_init"),
+        check_nonnegative_float(jitter, "jitter"),
+    )
 
 
 class _SampledWeightPosterior(WeightSpacePosterior):
@@ -428,7 +487,6 @@ class _SampledWeightPosterior(WeightSpacePosterior):
 class _InducingWeightPosterior(_SampledWeightPosterior):
     """Shared set-up and weights of FFG-U and Ensemble-U (subclasses give ``q(U~)``)."""
 
-
     @classmethod
     def from_data(cls, layers, X, Y, *, num_inducing, seed, **options):
         """``num_inducing`` is the size M of each layer's inducing weight matrix; the posterior
@@ -437,14 +495,24 @@ class _InducingWeightPosterior(_SampledWeightPosterior):
 
     def __init__(self, layers, num_inducing, lambda_init, lambda_max, d_init, jitter, seed, name):
         super().__init__(layers, name=name, seed=seed)
-        M, lambda_init, lambda_max, d_init, jitter = _check_options(num_inducing, lambda_init, lambda_max, d_init,
-                                                                    jitter)
+        M, lambda_init, lambda_max, d_init, jitter = _check_options(
+            num_inducing, lambda_init, lambda_max, d_init, jitter
+        )
         self.num_inducing = M
         self.lambda_max = lambda_max
         self._rng = np.random.default_rng(seed)
         self.inducing_weights = [
-            InducingWeights(layer.output_dim, layer.fan_in, M, self._rng, lambda_init, lambda_max, d_init, jitter,
-                            name=f"inducing_weights_{l}")
+            InducingWeights(
+                layer.output_dim,
+                layer.fan_in,
+                M,
+                self._rng,
+                lambda_init,
+                lambda_max,
+                d_init,
+                jitter,
+                name=f"inducing_weights_{l}",
+            )
             for l, layer in enumerate(self.weighted)
         ]
 
@@ -456,7 +524,9 @@ class _InducingWeightPosterior(_SampledWeightPosterior):
         iw = self.inducing_weights[j]
         factors = iw.factors()
         U_w, u_term = self._whitened_u(j, S, source, dtype, members, factors)
-        W = extended_matheron_sample(U_w, factors, iw.lam, tf.math.rsqrt(precision), *iw.noise(j, S, source, dtype))
+        W = extended_matheron_sample(
+            U_w, factors, iw.lam, tf.math.rsqrt(precision), *iw.noise(j, S, source, dtype)
+        )
         return W, True, iw.conditional_kl() + u_term
 
 
@@ -484,26 +554,46 @@ class FFGInducingPosterior(_InducingWeightPosterior):
 
     family_name = "ffg_u"
 
-    def __init__(self, layers, num_inducing: int = 64, lambda_init: float = 1e-3, lambda_max: float = 1.0,
-                 sd_init: float = 1e-3, sd_max: float = 1.0, d_init: float = 1e-3, jitter: float = 1e-4,
-                 means: Optional[Sequence] = None, seed: Optional[int] = None, name: Optional[str] = None):
+    def __init__(
+        self,
+        layers,
+        num_inducing: int = 64,
+        lambda_init: float = 1e-3,
+        lambda_max: float = 1.0,
+        sd_init: float = 1e-3,
+        sd_max: float = 1.0,
+        d_init: float = 1e-3,
+        jitter: float = 1e-4,
+        means: Optional[Sequence] = None,
+        seed: Optional[int] = None,
+        name: Optional[str] = None,
+    ):
         super().__init__(layers, num_inducing, lambda_init, lambda_max, d_init, jitter, seed, name)
         sd_max = check_positive_float(sd_max, "sd_max")
         sd_init = check_positive_float(sd_init, "sd_init")
         if sd_init > sd_max:
             raise ValueError(f"sd_init ({sd_init}) must not exceed sd_max ({sd_max})")
         if means is not None and len(means) != self.depth:
-            raise ValueError(f"means must have one entry per layer ({self.depth}), got {len(means)}")
+            raise ValueError(
+                f"means must have one entry per layer ({self.depth}), got {len(means)}"
+            )
         self.sd_max = sd_max
         self.u_means, self.u_sds = [], []
         for l, iw in enumerate(self.inducing_weights):
             shape = (iw.M_out, iw.M_in)
-            m = self._rng.standard_normal(shape) if means is None or means[l] is None else np.asarray(means[l], float)
+            m = (
+                self._rng.standard_normal(shape)
+                if means is None or means[l] is None
+                else np.asarray(means[l], float)
+            )
             if m.shape != shape:
                 raise ValueError(f"means[{l}] must have shape {shape}, got {m.shape}")
             self.u_means.append(gpflow.Parameter(m, name=f"u_mean_{l}"))
-            self.u_sds.append(gpflow.Parameter(np.full(shape, sd_init), transform=CappedSoftplus(sd_max),
-                                               name=f"u_sd_{l}"))
+            self.u_sds.append(
+                gpflow.Parameter(
+                    np.full(shape, sd_init), transform=CappedSoftplus(sd_max), name=f"u_sd_{l}"
+                )
+            )
 
     def _whitened_u(self, l, S, source, dtype, members, factors):
         mean, sd = self.u_means[l], self.u_sds[l]
@@ -528,14 +618,33 @@ class EnsembleInducingPosterior(_InducingWeightPosterior):
     Other parameters as :class:`FFGInducingPosterior`.
     """
 
-    options = ("num_members", "lambda_init", "lambda_max", "d_init", "jitter", "member_spread", "prior_regulariser")
+    options = (
+        "num_members",
+        "lambda_init",
+        "lambda_max",
+        "d_init",
+        "jitter",
+        "member_spread",
+        "prior_regulariser",
+    )
     summary = "inducing weights, ensemble of point masses q(U) (Ensemble-U)"
 
     family_name = "ensemble_u"
 
-    def __init__(self, layers, num_inducing: int = 64, num_members: int = 5, lambda_init: float = 1e-3,
-                 lambda_max: float = 1.0, d_init: float = 1e-3, jitter: float = 1e-4, member_spread: float = 0.1,
-                 prior_regulariser: bool = False, seed: Optional[int] = None, name: Optional[str] = None):
+    def __init__(
+        self,
+        layers,
+        num_inducing: int = 64,
+        num_members: int = 5,
+        lambda_init: float = 1e-3,
+        lambda_max: float = 1.0,
+        d_init: float = 1e-3,
+        jitter: float = 1e-4,
+        member_spread: float = 0.1,
+        prior_regulariser: bool = False,
+        seed: Optional[int] = None,
+        name: Optional[str] = None,
+    ):
         super().__init__(layers, num_inducing, lambda_init, lambda_max, d_init, jitter, seed, name)
         self.num_members = check_positive_int(num_members, "num_members")
         member_spread = check_nonnegative_float(member_spread, "member_spread")
@@ -543,7 +652,9 @@ class EnsembleInducingPosterior(_InducingWeightPosterior):
         self.u_members = []
         for l, iw in enumerate(self.inducing_weights):
             shared = self._rng.standard_normal((iw.M_out, iw.M_in))
-            spread = member_spread * self._rng.standard_normal((self.num_members, iw.M_out, iw.M_in))
+            spread = member_spread * self._rng.standard_normal(
+                (self.num_members, iw.M_out, iw.M_in)
+            )
             self.u_members.append(gpflow.Parameter(shared[None] + spread, name=f"u_members_{l}"))
 
     def _members(self, S, source, dtype):
@@ -582,8 +693,14 @@ class EnsembleWeightPosterior(_SampledWeightPosterior):
 
     family_name = "ensemble_w"
 
-    def __init__(self, layers, num_members: int = 5, prior_regulariser: bool = False, seed: Optional[int] = None,
-                 name: Optional[str] = None):
+    def __init__(
+        self,
+        layers,
+        num_members: int = 5,
+        prior_regulariser: bool = False,
+        seed: Optional[int] = None,
+        name: Optional[str] = None,
+    ):
         super().__init__(layers, name=name, seed=seed)
         self.num_members = check_positive_int(num_members, "num_members")
         self.prior_regulariser = check_bool(prior_regulariser, "prior_regulariser")
@@ -606,5 +723,7 @@ class EnsembleWeightPosterior(_SampledWeightPosterior):
             return W, False, tf.zeros([S], dtype)
         p = precision
         n = tf.cast(tf.size(W[0]), dtype)
-        log_p = 0.5 * n * tf.math.log(p / (2 * math.pi)) - 0.5 * p * tf.reduce_sum(tf.square(W), axis=[-2, -1])
+        log_p = 0.5 * n * tf.math.log(p / (2 * math.pi)) - 0.5 * p * tf.reduce_sum(
+            tf.square(W), axis=[-2, -1]
+        )
         return W, False, -log_p

@@ -5,6 +5,7 @@
 inputs Z on the layers. Inner layers are sampled per data point with the reparameterisation
 trick; the last layer's marginals go to the likelihood expectation.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence
@@ -40,10 +41,13 @@ def whitened_kl(means: Sequence[tf.Tensor], roots: Sequence[tf.Tensor]) -> tf.Te
     layer, summed). Means of equal ``M`` are concatenated along the units and so are roots, so
     each term is one reduction, not one per layer; ``roots`` may also be fewer tensors than
     ``means`` (the units of several layers already concatenated)."""
+
     def grouped(tensors, axis):
         groups: dict = {}
         for t in tensors:
-            groups.setdefault(t.shape[-1 if axis == 0 else 0] if t.shape.rank else id(t), []).append(t)
+            groups.setdefault(
+                t.shape[-1 if axis == 0 else 0] if t.shape.rank else id(t), []
+            ).append(t)
         return [g[0] if len(g) == 1 else tf.concat(g, axis=axis) for g in groups.values()]
 
     terms, size = [], 0
@@ -52,7 +56,10 @@ def whitened_kl(means: Sequence[tf.Tensor], roots: Sequence[tf.Tensor]) -> tf.Te
         n = m.shape.num_elements()
         size = size + (n if n is not None else tf.cast(tf.size(m), m.dtype))
     for R in grouped(roots, 0):
-        terms += [tf.reduce_sum(tf.square(R)), -tf.reduce_sum(tf.math.log(tf.square(tf.linalg.diag_part(R))))]
+        terms += [
+            tf.reduce_sum(tf.square(R)),
+            -tf.reduce_sum(tf.math.log(tf.square(tf.linalg.diag_part(R)))),
+        ]
     return 0.5 * (tf.add_n(terms) - size)
 
 
@@ -89,7 +96,9 @@ class MeanFieldPosterior(DeepPosterior):
         m_last, R_last = white[-1]
         weights.append(m_last)
         kl = tf.fill([num_samples], self.kl_divergence(white=white))
-        return InducingDraw([layer.Z for layer in self.layers], chols, weights, unit_rows_variance(R_last), kl)
+        return InducingDraw(
+            [layer.Z for layer in self.layers], chols, weights, unit_rows_variance(R_last), kl
+        )
 
     def __init__(
         self,
@@ -104,7 +113,9 @@ class MeanFieldPosterior(DeepPosterior):
         if q_sqrt_scales is None:
             q_sqrt_scales = [1e-5] * (L - 1) + [1.0]
         if len(q_sqrt_scales) != L:
-            raise ValueError(f"q_sqrt_scales needs {L} entries (one per layer), got {len(q_sqrt_scales)}")
+            raise ValueError(
+                f"q_sqrt_scales needs {L} entries (one per layer), got {len(q_sqrt_scales)}"
+            )
         self.whiten = bool(whiten)
         q_mu: List[gpflow.Parameter] = []
         q_sqrt: List[gpflow.Parameter] = []
@@ -114,7 +125,9 @@ class MeanFieldPosterior(DeepPosterior):
             q_mu.append(gpflow.Parameter(np.zeros((M, P)), name="q_mu"))
             q_sqrt.append(
                 gpflow.Parameter(
-                    np.tile(scale * chol[None], [P, 1, 1]), transform=gpflow.utilities.triangular(), name="q_sqrt"
+                    np.tile(scale * chol[None], [P, 1, 1]),
+                    transform=gpflow.utilities.triangular(),
+                    name="q_sqrt",
                 )
             )
         self.q_mu = q_mu
@@ -154,8 +167,12 @@ class MeanFieldPosterior(DeepPosterior):
         var = tf.expand_dims(residual_variance(layer, F, A), -1) + unit_variances(R_white, A)
         return mean, var
 
-    def kl_divergence(self, prior_choleskies: Optional[Sequence[tf.Tensor]] = None, white=None,
-                      roots: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
+    def kl_divergence(
+        self,
+        prior_choleskies: Optional[Sequence[tf.Tensor]] = None,
+        white=None,
+        roots: Optional[Sequence[tf.Tensor]] = None,
+    ) -> tf.Tensor:
         """Sum over layers of ``KL(q(U_l) || p(U_l))`` (analytic, scalar).
 
         Computed in whitened coordinates, ``KL(N(m', R' R'^T) || N(0, I))``, which equals the
@@ -174,7 +191,9 @@ class MeanFieldPosterior(DeepPosterior):
                 if prior_choleskies is None:
                     prior_choleskies = inducing_choleskies(self.layers)
                 white = [self.whitened_parameters(l, Lk) for l, Lk in enumerate(prior_choleskies)]
-        return whitened_kl([m for m, _ in white], roots if roots is not None else [R for _, R in white])
+        return whitened_kl(
+            [m for m, _ in white], roots if roots is not None else [R for _, R in white]
+        )
 
     def _whitened_layers(self, choleskies: Sequence[tf.Tensor], stack: Optional[tf.Tensor]):
         """:meth:`whitened_parameters` of every layer, ``[(m'_l, R'_l)]``, and the roots as
@@ -196,7 +215,9 @@ class MeanFieldPosterior(DeepPosterior):
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         source, F = self._start(X, num_samples, seed)
         jitter = gpflow.config.default_jitter()
-        choleskies, stack = inducing_choleskies(self.layers, stacked=True)  # one batched factorisation
+        choleskies, stack = inducing_choleskies(
+            self.layers, stacked=True
+        )  # one batched factorisation
         white, roots = self._whitened_layers(choleskies, stack)  # shared with the KL
         samples = []
         for l in range(self.depth - 1):

@@ -12,6 +12,7 @@ in the posterior:
 * ``q(L) = IW(nu0 I + Psi, nu0 + nu)`` from ``p`` weighted pseudo-observations
   (:class:`SpatialIWPosterior`; initially almost the prior).
 """
+
 from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -26,7 +27,13 @@ from ..noise import NoiseSource
 from ..validation import check_finite_array, check_float, check_positive_int
 from ..wishart import bartlett_factor, bartlett_inverse_wishart_log_prob, kron_identity
 
-__all__ = ["ScalePosterior", "SpatialIWPosterior", "SpatialIWSample", "PriorPrecisions", "kron_identity"]
+__all__ = [
+    "ScalePosterior",
+    "SpatialIWPosterior",
+    "SpatialIWSample",
+    "PriorPrecisions",
+    "kron_identity",
+]
 
 
 class ScalePosterior(gpflow.Module):
@@ -46,7 +53,9 @@ class ScalePosterior(gpflow.Module):
         two = tf.constant(2.0, self.alpha.dtype)
         return tfp.distributions.Gamma(two + tf.exp(self.alpha), two + tf.exp(self.beta))
 
-    def sample_scale(self, prior, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType):
+    def sample_scale(
+        self, prior, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType
+    ):
         """Reparameterised draws ``s ~ q(s)`` ``[S]`` and ``log p(s) - log q(s)`` ``[S]``.
 
         :param prior: the layer's :class:`~deepgp_gi.priors.ScalePrior` (gives ``p(s)``).
@@ -122,12 +131,16 @@ class SpatialIWPosterior(gpflow.Module):
         else:
             omega = check_finite_array(log_weights_init, "log_weights_init", shape=(p,))
         dtype = gpflow.default_float()
-        self.pseudo_observations = gpflow.Parameter(np.asarray(y, dtype), name="pseudo_observations")
+        self.pseudo_observations = gpflow.Parameter(
+            np.asarray(y, dtype), name="pseudo_observations"
+        )
         self.log_weights = gpflow.Parameter(np.asarray(omega, dtype), name="log_weights")
 
     def _check_prior(self, prior) -> None:
         if not getattr(prior, "is_spatial", False):
-            raise TypeError(f"SpatialIWPosterior needs a SpatialIWPrior, got {type(prior).__name__}")
+            raise TypeError(
+                f"SpatialIWPosterior needs a SpatialIWPrior, got {type(prior).__name__}"
+            )
 
     def parameters_for(self, prior, dtype: tf.DType) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """``(Psi_q [p, p], C [p, p], nu_q [])``: the scale ``Psi_q = nu0 I + Psi``, its Cholesky
@@ -141,8 +154,9 @@ class SpatialIWPosterior(gpflow.Module):
         scale = nu0 * tf.eye(p, dtype=dtype) + psi
         return scale, safe_cholesky(scale, name="q(L) scale"), nu0 + tf.reduce_sum(w)
 
-    def sample_full(self, prior, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType
-                    ) -> SpatialIWSample:
+    def sample_full(
+        self, prior, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType
+    ) -> SpatialIWSample:
         """``S`` reparameterised draws ``L ~ q(L)`` with their factors and densities.
 
         ``G = A A^T ~ W(I, nu_q)`` by Bartlett with real degrees of freedom
@@ -162,7 +176,9 @@ class SpatialIWPosterior(gpflow.Module):
         S = int(num_samples)
         p = self.dim
         A = bartlett_factor(nu_q, p, S, noise_source, name, dtype)  # [S, p, p]
-        Ainv_Ct = tf.linalg.triangular_solve(A, tf.broadcast_to(tf.transpose(C), [S, p, p]), lower=True)
+        Ainv_Ct = tf.linalg.triangular_solve(
+            A, tf.broadcast_to(tf.transpose(C), [S, p, p]), lower=True
+        )
         factor = tf.linalg.matrix_transpose(Ainv_Ct)  # B = C A^{-T}
         L = tf.linalg.matmul(factor, factor, transpose_b=True)
         L = 0.5 * (L + tf.linalg.matrix_transpose(L))
@@ -171,11 +187,16 @@ class SpatialIWPosterior(gpflow.Module):
             - tf.reduce_sum(tf.math.log(tf.linalg.diag_part(A)), axis=-1)
         )
         log_q = bartlett_inverse_wishart_log_prob(A, C, nu_q)
-        log_p = bartlett_inverse_wishart_log_prob(A, C, prior.dof(p), scale_tril=prior.scale_tril(p, dtype))
-        return SpatialIWSample(L=L, factor=factor, bartlett=A, log_det=log_det, log_prior=log_p, log_posterior=log_q)
+        log_p = bartlett_inverse_wishart_log_prob(
+            A, C, prior.dof(p), scale_tril=prior.scale_tril(p, dtype)
+        )
+        return SpatialIWSample(
+            L=L, factor=factor, bartlett=A, log_det=log_det, log_prior=log_p, log_posterior=log_q
+        )
 
-    def sample(self, prior, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType
-               ) -> Tuple[tf.Tensor, tf.Tensor]:
+    def sample(
+        self, prior, num_samples: int, noise_source: NoiseSource, name: str, dtype: tf.DType
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
         """``(L [S, p, p], log p(L) - log q(L) [S])``; see :meth:`sample_full` (noise names
         ``f"{name}/chi"`` and ``f"{name}/normal"``). A conv layer's weight precision is then
         ``prior.conv_precision(L, C)`` (``D (L kron I_C)``, bias ``D``)."""
@@ -196,7 +217,9 @@ class PriorPrecisions:
 
         :param seed: seeds the default pseudo-observations of :class:`SpatialIWPosterior`
         (a stream of its own: other initial values do not change)."""
-        self.__dict__["_weighted"] = tuple(layers)  # the model's layers: not tracked twice (DeepPosterior)
+        self.__dict__["_weighted"] = tuple(
+            layers
+        )  # the model's layers: not tracked twice (DeepPosterior)
         rng = np.random.default_rng(None if seed is None else [int(seed) & 0x7FFFFFFF, 0x51A7])
         posteriors: List[Optional[gpflow.Module]] = []
         for l, layer in enumerate(layers):
@@ -206,7 +229,9 @@ class PriorPrecisions:
             elif getattr(prior, "is_spatial", False):
                 # p = k*k for a k x k convolution, 1 for a dense layer (one spatial position).
                 p = int(getattr(layer, "spatial_dim", 1))
-                posteriors.append(SpatialIWPosterior(p, seed=int(rng.integers(2**31 - 1)), name=f"spatial_iw_{l}"))
+                posteriors.append(
+                    SpatialIWPosterior(p, seed=int(rng.integers(2**31 - 1)), name=f"spatial_iw_{l}")
+                )
             else:
                 posteriors.append(ScalePosterior())
         self.scale_posteriors = posteriors
@@ -225,8 +250,9 @@ class PriorPrecisions:
         """``parameter_count(per_layer=True)``'s ``layer_j`` is weighted layer ``j``."""
         return self._weighted
 
-    def prior_precision(self, l: int, num_samples: int, noise_source: NoiseSource, dtype: tf.DType
-                        ) -> Tuple[tf.Tensor, tf.Tensor]:
+    def prior_precision(
+        self, l: int, num_samples: int, noise_source: NoiseSource, dtype: tf.DType
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
         """Layer ``l``'s weight precision per sample ``[S]`` (``[S, D, D]`` for a convolution with a
         spatial inverse-Wishart prior) and the random precision's
         ``log p - log q`` ``[S]`` (zeros for a fixed prior).
@@ -237,7 +263,9 @@ class PriorPrecisions:
         layer = self._prior_layers[l]
         q = self.scale_posteriors[l]
         if q is None:
-            precision = tf.fill([num_samples], tf.constant(layer.prior.fixed_precision(layer.fan_in), dtype))
+            precision = tf.fill(
+                [num_samples], tf.constant(layer.prior.fixed_precision(layer.fan_in), dtype)
+            )
             return precision, tf.zeros([num_samples], dtype)
         if isinstance(q, SpatialIWPosterior):
             L, log_ratio = q.sample(layer.prior, num_samples, noise_source, f"L/{l}", dtype)

@@ -34,6 +34,7 @@ and the weights are ``[S, D, P]`` (column lambda is unit lambda).
 :class:`PseudoData` holds ``V`` and ``Lambda`` of one layer as ``gpflow.Parameter``s whose
 transforms keep O&A's Adam re-scaling (App. H): the optimiser sees ``log Lambda / rho``.
 """
+
 from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Sequence, Tuple
@@ -95,8 +96,11 @@ def _rescaled_log_parameter(log_value: np.ndarray, rho: float, name: str) -> gpf
     """A positive ``gpflow.Parameter`` ``exp(log_value)`` under :func:`rescaled_log_transform`,
     set through its unconstrained value ``log_value / rho`` (so ``exp`` may underflow)."""
     log_value = np.asarray(log_value, dtype=np.float64)
-    param = gpflow.Parameter(np.ones(log_value.shape, dtype=gpflow.default_float()),
-                             transform=rescaled_log_transform(rho), name=name)
+    param = gpflow.Parameter(
+        np.ones(log_value.shape, dtype=gpflow.default_float()),
+        transform=rescaled_log_transform(rho),
+        name=name,
+    )
     param.unconstrained_variable.assign(log_value / rho)
     return param
 
@@ -115,8 +119,14 @@ class PseudoData(gpflow.Module):
         ``"full"``), O&A's re-scaling; 3 by default.
     """
 
-    def __init__(self, pseudo_outputs, precision: str = "full", log_precision_init=0.0, rho: float = 3.0,
-                 name: Optional[str] = None):
+    def __init__(
+        self,
+        pseudo_outputs,
+        precision: str = "full",
+        log_precision_init=0.0,
+        rho: float = 3.0,
+        name: Optional[str] = None,
+    ):
         super().__init__(name=name)
         self.kind = check_choice(precision, "precision", PRECISIONS)
         self.rho = check_positive_float(rho, "rho")
@@ -135,7 +145,9 @@ class PseudoData(gpflow.Module):
             if lp.ndim == 0:
                 lp = np.full((Q, M), float(lp))
             if lp.shape != (Q, M) or not np.all(np.isfinite(lp)):
-                raise ValueError(f"log_precision_init must be a finite number or have shape {(Q, M)}, got {lp.shape}")
+                raise ValueError(
+                    f"log_precision_init must be a finite number or have shape {(Q, M)}, got {lp.shape}"
+                )
             self.precision = _rescaled_log_parameter(lp, self.rho, "precision")
 
     @property
@@ -173,24 +185,39 @@ class PseudoData(gpflow.Module):
             self.precision_shape.assign(np.eye(self.num_inducing))
             self.precision_scale.unconstrained_variable.assign(log_precision / (2.0 * self.rho))
         else:
-            self.precision.unconstrained_variable.assign(np.full(self.precision.shape, log_precision / self.rho))
+            self.precision.unconstrained_variable.assign(
+                np.full(self.precision.shape, log_precision / self.rho)
+            )
 
-    def posterior(self, features: tf.Tensor, prior_precision: Optional[tf.Tensor] = None,
-                  factor: Optional[tf.Tensor] = None):
+    def posterior(
+        self,
+        features: tf.Tensor,
+        prior_precision: Optional[tf.Tensor] = None,
+        factor: Optional[tf.Tensor] = None,
+    ):
         """:func:`pseudo_data_posterior` of this layer's pseudo-data on ``features`` ``[S, M, D]``;
         ``factor``: :meth:`factor`'s value where the caller has it (:func:`stacked_factors`)."""
         return gram_posterior(*self._statistics(features, factor), prior_precision)
 
-    def draw(self, features: tf.Tensor, z: tf.Tensor, with_mean: bool = False,
-             factor: Optional[tf.Tensor] = None) -> "PosteriorDraw":
+    def draw(
+        self,
+        features: tf.Tensor,
+        z: tf.Tensor,
+        with_mean: bool = False,
+        factor: Optional[tf.Tensor] = None,
+    ) -> "PosteriorDraw":
         """:func:`gram_draw` of this layer's pseudo-data on ``features`` ``[S, M, D]`` (prior
         precision 1) with noise ``z`` ``[S, D, P]``; ``factor`` as in :meth:`posterior`."""
         return gram_draw(*self._statistics(features, factor), z, with_mean)
 
-    def _statistics(self, features: tf.Tensor, factor: Optional[tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
+    def _statistics(
+        self, features: tf.Tensor, factor: Optional[tf.Tensor]
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
         V = tf.convert_to_tensor(self.pseudo_outputs)
         if self.kind == "full":
-            return gram_statistics(features, V, full_factor=self.factor() if factor is None else factor)
+            return gram_statistics(
+                features, V, full_factor=self.factor() if factor is None else factor
+            )
         return gram_statistics(features, V, diag_precision=self.diagonal())
 
 
@@ -216,13 +243,16 @@ def _apply(T: tf.Tensor, rhs: tf.Tensor, adjoint: bool) -> tf.Tensor:
     inverse factor ``T = L^{-1}``."""
     if T.shape.rank == 3:
         return tf.linalg.matmul(T, rhs, adjoint_a=adjoint)
-    return tf.linalg.matrix_transpose(tf.linalg.matvec(T, tf.linalg.matrix_transpose(rhs), adjoint_a=adjoint))
+    return tf.linalg.matrix_transpose(
+        tf.linalg.matvec(T, tf.linalg.matrix_transpose(rhs), adjoint_a=adjoint)
+    )
 
 
 def _unit_precision_factor(G: tf.Tensor):
     """``(L, L^{-1})`` of ``I + G`` (prior precision 1: eigenvalues >= 1, so no jitter ladder)."""
-    return cholesky_with_inverse(add_jitter(G, tf.ones([], G.dtype)), max_tries=0,
-                                 name="pseudo-data posterior precision")
+    return cholesky_with_inverse(
+        add_jitter(G, tf.ones([], G.dtype)), max_tries=0, name="pseudo-data posterior precision"
+    )
 
 
 def _units_logdet(L: tf.Tensor, num_units) -> tf.Tensor:
@@ -260,7 +290,9 @@ def pseudo_data_posterior(
     :return: ``(L, mean)``: ``L = chol(p I + Phi^T Lambda Phi)``, ``[S, D, D]`` if ``Lambda`` is
         shared and ``[S, P, D, D]`` per unit, and ``mean = Prec^{-1} Phi^T Lambda V`` ``[S, D, P]``.
     """
-    return gram_posterior(*gram_statistics(features, V, full_factor, diag_precision), prior_precision)
+    return gram_posterior(
+        *gram_statistics(features, V, full_factor, diag_precision), prior_precision
+    )
 
 
 @check_shapes(
@@ -287,7 +319,9 @@ def gram_statistics(
     # The sample-free operands get a batch axis of 1: a product whose batch shapes differ reduces
     # its gradients over the broadcast axes (two more ops), one whose shapes agree (S = 1) does not.
     if full_factor is not None:
-        C = tf.linalg.matmul(tf.expand_dims(full_factor, 0), Phi, transpose_a=True)  # R^T Phi  [S, M, D]
+        C = tf.linalg.matmul(
+            tf.expand_dims(full_factor, 0), Phi, transpose_a=True
+        )  # R^T Phi  [S, M, D]
         G = tf.linalg.matmul(C, C, transpose_a=True)  # [S, D, D]
         RV = tf.expand_dims(tf.linalg.matmul(full_factor, V, transpose_a=True), 0)  # [1, M, P]
         rhs = tf.linalg.matmul(C, RV, transpose_a=True)
@@ -299,10 +333,16 @@ def gram_statistics(
     else:
         # Per-unit Gram matrices as one GEMM over the flattened outer products phi_m phi_m^T
         # (about 3x faster forward and backward than a per-unit batched product).
-        outer = tf.reshape(tf.expand_dims(Phi, -1) * tf.expand_dims(Phi, -2), tf.stack([S, M, D * D]))
-        lam = tf.broadcast_to(diag_precision, tf.concat([[S], tf.shape(diag_precision)], 0))  # [S, P, M]
+        outer = tf.reshape(
+            tf.expand_dims(Phi, -1) * tf.expand_dims(Phi, -2), tf.stack([S, M, D * D])
+        )
+        lam = tf.broadcast_to(
+            diag_precision, tf.concat([[S], tf.shape(diag_precision)], 0)
+        )  # [S, P, M]
         G = tf.reshape(tf.linalg.matmul(lam, outer), tf.stack([S, -1, D, D]))  # [S, P, D, D]
-        rhs = tf.linalg.matmul(Phi, tf.expand_dims(tf.linalg.matrix_transpose(diag_precision) * V, 0), transpose_a=True)
+        rhs = tf.linalg.matmul(
+            Phi, tf.expand_dims(tf.linalg.matrix_transpose(diag_precision) * V, 0), transpose_a=True
+        )
     return G, rhs
 
 
@@ -310,8 +350,9 @@ def _is_matrix(prior_precision: Optional[tf.Tensor]) -> bool:
     return prior_precision is not None and len(prior_precision.shape) == 3
 
 
-def gram_posterior(G: tf.Tensor, rhs: tf.Tensor, prior_precision: Optional[tf.Tensor] = None
-                   ) -> Tuple[tf.Tensor, tf.Tensor]:
+def gram_posterior(
+    G: tf.Tensor, rhs: tf.Tensor, prior_precision: Optional[tf.Tensor] = None
+) -> Tuple[tf.Tensor, tf.Tensor]:
     """The regression posterior from its sufficient statistics: ``L = chol(prior + G)`` and
     ``mean = (prior + G)^{-1} rhs`` (prior precision 1: by products with ``L^{-1}``, see the
     module docs; else by two triangular solves).
@@ -395,7 +436,9 @@ def sample_weights(L: tf.Tensor, mean: tf.Tensor, z: tf.Tensor) -> tf.Tensor:
     "prior_precision: [S, prior_shape...]",
     "return: [S]",
 )
-def log_ratio(L: tf.Tensor, w: tf.Tensor, z: tf.Tensor, prior_precision: Optional[tf.Tensor] = None) -> tf.Tensor:
+def log_ratio(
+    L: tf.Tensor, w: tf.Tensor, z: tf.Tensor, prior_precision: Optional[tf.Tensor] = None
+) -> tf.Tensor:
     """``log p(w) - log q(w)`` per sample for ``w`` drawn by :func:`sample_weights` from ``z``.
 
     ``1/2 |z|^2 - p/2 |w|^2 + DP/2 log p - sum_units log|L|`` (the ``2 pi`` terms cancel; in
@@ -415,8 +458,12 @@ def log_ratio(L: tf.Tensor, w: tf.Tensor, z: tf.Tensor, prior_precision: Optiona
     "prior_precision: [S, prior_shape...]",
     "return: [S]",
 )
-def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tensor] = None,
-                inverse: Optional[tf.Tensor] = None) -> tf.Tensor:
+def analytic_kl(
+    L: tf.Tensor,
+    mean: tf.Tensor,
+    prior_precision: Optional[tf.Tensor] = None,
+    inverse: Optional[tf.Tensor] = None,
+) -> tf.Tensor:
     """``KL(q(w) || N(0, p^{-1} I))`` summed over the units, per sample ``[S]``.
 
     Per unit: ``1/2 [p tr Prec^{-1} + p |mean|^2 - D - D log p + log|Prec|]`` with
@@ -426,7 +473,9 @@ def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tens
     dtype = mean.dtype
     D, P = tf.shape(mean)[-2], tf.shape(mean)[-1]
     if inverse is None:
-        inverse = tf.linalg.triangular_solve(L, tf.eye(D, batch_shape=tf.shape(L)[:-2], dtype=dtype), lower=True)
+        inverse = tf.linalg.triangular_solve(
+            L, tf.eye(D, batch_shape=tf.shape(L)[:-2], dtype=dtype), lower=True
+        )
     trace = tf.reduce_sum(tf.square(inverse), axis=[-2, -1])
     trace = tf.cast(P, dtype) * trace if L.shape.rank == 3 else tf.reduce_sum(trace, axis=-1)
     mahal = tf.reduce_sum(tf.square(mean), axis=[-2, -1])
@@ -435,9 +484,15 @@ def analytic_kl(L: tf.Tensor, mean: tf.Tensor, prior_precision: Optional[tf.Tens
         # per unit: tr(P Prec^{-1}) = |L^{-1} L_P|_F^2, mean^T P mean = |L_P^T mean|^2, log|P|.
         L_P = safe_cholesky(prior_precision, name="weight prior precision")
         rhs = L_P if L.shape.rank == 3 else tf.expand_dims(L_P, 1)
-        trace_p = tf.reduce_sum(tf.square(tf.linalg.triangular_solve(L, rhs, lower=True)), axis=[-2, -1])
-        trace_p = tf.cast(P, dtype) * trace_p if L.shape.rank == 3 else tf.reduce_sum(trace_p, axis=-1)
-        mahal_p = tf.reduce_sum(tf.square(tf.linalg.matmul(L_P, mean, transpose_a=True)), axis=[-2, -1])
+        trace_p = tf.reduce_sum(
+            tf.square(tf.linalg.triangular_solve(L, rhs, lower=True)), axis=[-2, -1]
+        )
+        trace_p = (
+            tf.cast(P, dtype) * trace_p if L.shape.rank == 3 else tf.reduce_sum(trace_p, axis=-1)
+        )
+        mahal_p = tf.reduce_sum(
+            tf.square(tf.linalg.matmul(L_P, mean, transpose_a=True)), axis=[-2, -1]
+        )
         logdet_p = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L_P)), axis=-1)
         quad = trace_p + mahal_p - numel - tf.cast(P, dtype) * logdet_p
         return 0.5 * quad + _units_logdet(L, P)
@@ -462,8 +517,13 @@ class WeightDraw(NamedTuple):
     kl: Optional[tf.Tensor]
 
 
-def draw_weights(L: tf.Tensor, mean: tf.Tensor, z: tf.Tensor, prior_precision: Optional[tf.Tensor] = None,
-                 analytic: bool = False) -> WeightDraw:
+def draw_weights(
+    L: tf.Tensor,
+    mean: tf.Tensor,
+    z: tf.Tensor,
+    prior_precision: Optional[tf.Tensor] = None,
+    analytic: bool = False,
+) -> WeightDraw:
     """A sampled layer of any inducing family: the weights drawn from ``z`` by
     :func:`sample_weights`, their :func:`log_ratio` and, if ``analytic``, the :func:`analytic_kl`
     (the pair :func:`regulariser` chooses from). ``prior_precision`` as in :func:`log_ratio`."""
@@ -482,15 +542,25 @@ def regulariser(log_ratio_term: tf.Tensor, kl: Optional[tf.Tensor]) -> tf.Tensor
     "A: [S, D, N]",
     "return: [S, N, P]",
 )
-def marginal_variance(L: tf.Tensor, A: tf.Tensor, num_units: int, inverse: Optional[tf.Tensor] = None) -> tf.Tensor:
+def marginal_variance(
+    L: tf.Tensor, A: tf.Tensor, num_units: int, inverse: Optional[tf.Tensor] = None
+) -> tf.Tensor:
     """``diag(A^T Prec^{-1} A)`` per unit: the variance ``f = A^T w`` gets from ``q(w)``, ``[S, N, P]``
     (``|L^{-1} A|^2``: a product with ``inverse``, ``L^{-1}``, when given, else a solve)."""
     if L.shape.rank == 3:
-        X = tf.linalg.triangular_solve(L, A, lower=True) if inverse is None else tf.linalg.matmul(inverse, A)
+        X = (
+            tf.linalg.triangular_solve(L, A, lower=True)
+            if inverse is None
+            else tf.linalg.matmul(inverse, A)
+        )
         v = tf.reduce_sum(tf.square(X), axis=-2)  # [S, N]
         return tf.repeat(tf.expand_dims(v, -1), num_units, axis=-1)
     A = tf.expand_dims(A, 1)
-    X = tf.linalg.triangular_solve(L, A, lower=True) if inverse is None else tf.linalg.matmul(inverse, A)  # [S, P, D, N]
+    X = (
+        tf.linalg.triangular_solve(L, A, lower=True)
+        if inverse is None
+        else tf.linalg.matmul(inverse, A)
+    )  # [S, P, D, N]
     return tf.linalg.matrix_transpose(tf.reduce_sum(tf.square(X), axis=-2))
 
 
@@ -543,12 +613,19 @@ def stacked_posterior(pseudo_data: Sequence[PseudoData], features: tf.Tensor) ->
     R = stacked_factors(pseudo_data)  # [L, M, M]
     C = tf.linalg.matmul(R, features, transpose_a=True)  # R^T L_K
     prec = add_jitter(tf.linalg.matmul(C, C, transpose_a=True), tf.ones([], dtype))  # I + C^T C
-    L, T = cholesky_with_inverse(prec, max_tries=0, name="pseudo-data posterior precision (stacked layers)")
+    L, T = cholesky_with_inverse(
+        prec, max_tries=0, name="pseudo-data posterior precision (stacked layers)"
+    )
     # B^{-1} C^T R^T = T^T (T C^T) R^T, batched; each layer's mean is this map applied to its V
-    maps = tf.linalg.matmul(tf.linalg.matmul(T, tf.linalg.matmul(T, C, transpose_b=True), transpose_a=True),
-                            R, transpose_b=True)
-    means = [tf.linalg.matmul(m, tf.convert_to_tensor(pd.pseudo_outputs))
-             for m, pd in zip(tf.unstack(maps, num=num_layers), pseudo_data)]
+    maps = tf.linalg.matmul(
+        tf.linalg.matmul(T, tf.linalg.matmul(T, C, transpose_b=True), transpose_a=True),
+        R,
+        transpose_b=True,
+    )
+    means = [
+        tf.linalg.matmul(m, tf.convert_to_tensor(pd.pseudo_outputs))
+        for m, pd in zip(tf.unstack(maps, num=num_layers), pseudo_data)
+    ]
     return StackedPosterior(L, T, means, tuple(pd.num_units for pd in pseudo_data))
 
 

@@ -17,6 +17,7 @@ A family defined outside the package joins a table with :func:`register`::
 The global and local inducing families are one posterior for deep GPs and BNNs alike; the BNN
 tables hold their BNN subclasses, which carry the BNN options and initialisation.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Iterable, Optional, Tuple, Union
@@ -94,11 +95,16 @@ MODEL_KINDS: Dict[str, Dict[str, type]] = {
 
 def _kinds_of_ancestors(cls: type) -> Tuple[str, ...]:
     """The model kinds whose table holds ``cls`` or a class it derives from."""
-    return tuple(kind for kind, table in MODEL_KINDS.items()
-                 if any(issubclass(cls, member) for member in table.values()))
+    return tuple(
+        kind
+        for kind, table in MODEL_KINDS.items()
+        if any(issubclass(cls, member) for member in table.values())
+    )
 
 
-def register(name: str, cls: type, kinds: Union[None, str, Iterable[str]] = None, *, replace: bool = False) -> type:
+def register(
+    name: str, cls: type, kinds: Union[None, str, Iterable[str]] = None, *, replace: bool = False
+) -> type:
     """Add the posterior class ``cls`` to the tables of ``kinds`` under ``name``, so that the
     builders (``build_deep_gp(..., posterior=name)``, ``build_bnn``, ``build_conv_bnn``) and
     ``DeepGP(layers, ..., posterior=name)`` build it.
@@ -117,21 +123,29 @@ def register(name: str, cls: type, kinds: Union[None, str, Iterable[str]] = None
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     if not (isinstance(cls, type) and issubclass(cls, DeepPosterior)):
-        raise TypeError(f"cls must be a subclass of deepgp_gi.posteriors.DeepPosterior, got {cls!r}")
+        raise TypeError(
+            f"cls must be a subclass of deepgp_gi.posteriors.DeepPosterior, got {cls!r}"
+        )
     if kinds is None:
         kinds = _kinds_of_ancestors(cls)
         if not kinds:
-            raise ValueError(f"{cls.__name__} derives from no registered family; give kinds= (one or more of "
-                             f"{', '.join(map(repr, MODEL_KINDS))})")
+            raise ValueError(
+                f"{cls.__name__} derives from no registered family; give kinds= (one or more of "
+                f"{', '.join(map(repr, MODEL_KINDS))})"
+            )
     elif isinstance(kinds, str):
         kinds = (kinds,)
     kinds = tuple(kinds)
     for kind in kinds:
         if kind not in MODEL_KINDS:
-            raise ValueError(f"unknown model kind {kind!r}; choose one of {', '.join(map(repr, MODEL_KINDS))}")
+            raise ValueError(
+                f"unknown model kind {kind!r}; choose one of {', '.join(map(repr, MODEL_KINDS))}"
+            )
         taken = MODEL_KINDS[kind].get(name)
         if taken is not None and taken is not cls and not replace:
-            raise ValueError(f"the {kind} family {name!r} is already {taken.__name__}; pass replace=True to replace it")
+            raise ValueError(
+                f"the {kind} family {name!r} is already {taken.__name__}; pass replace=True to replace it"
+            )
     for kind in kinds:
         MODEL_KINDS[kind][name] = cls
     return cls
@@ -155,5 +169,7 @@ def family_name(posterior: Union[DeepPosterior, type], kind: Optional[str] = Non
         for name, member in MODEL_KINDS[k].items():
             if member is cls:
                 return name
-    raise ValueError(f"{cls.__name__} is not a registered family"
-                     + (f" of kind {kind!r}" if kind is not None else ""))
+    raise ValueError(
+        f"{cls.__name__} is not a registered family"
+        + (f" of kind {kind!r}" if kind is not None else "")
+    )

@@ -70,6 +70,7 @@ The chain's state (``inducing_outputs``, ``momenta``, ``adaptation_window``, ``g
 ``tf.Variable`` s on the posterior: a checkpoint of the model holds it, and ``fit`` never hands it
 to Adam (:meth:`SGHMCPosterior.sampler_variables`).
 """
+
 from __future__ import annotations
 
 import math
@@ -92,7 +93,14 @@ from .conditionals import (
     whitened_projection,
 )
 
-__all__ = ["SGHMCPosterior", "SamplerState", "FixedTerms", "FlatGaussianPrior", "scale_adapted_sghmc", "uniform_index"]
+__all__ = [
+    "SGHMCPosterior",
+    "SamplerState",
+    "FixedTerms",
+    "FlatGaussianPrior",
+    "scale_adapted_sghmc",
+    "uniform_index",
+]
 
 #: Default step size ``eps`` and momentum decay ``alpha`` (Havasi et al.'s code) and window size.
 STEP_SIZE = 0.01
@@ -133,16 +141,17 @@ class FlatGaussianPrior(NamedTuple):
     constant: float
 
 
-def scale_adapted_sghmc(state: SamplerState, grad, z, *, step_size: float, momentum_decay: float, num_data,
-                        adapt: bool) -> SamplerState:
+def scale_adapted_sghmc(
+    state: SamplerState, grad, z, *, step_size: float, momentum_decay: float, num_data, adapt: bool
+) -> SamplerState:
     """One scale-adapted SGHMC step (module docs) of one variable: ``grad`` is the gradient of the
     per-point loss, ``z`` standard-normal noise of the variable's shape, ``num_data`` the ``N`` of
     the noise scale. With ``adapt=False`` the statistics are kept as they are."""
     theta, p, xi, g, g2 = state
     eps, alpha = step_size, momentum_decay
     minv = 1.0 / (tf.sqrt(g2 + 1e-16) + 1e-16)
-    noise_var = 2.0 * (eps ** 2 / tf.cast(num_data, theta.dtype)) * alpha * minv
-    p_new = p - eps ** 2 * minv * grad - alpha * p + tf.sqrt(tf.maximum(noise_var, 1e-16)) * z
+    noise_var = 2.0 * (eps**2 / tf.cast(num_data, theta.dtype)) * alpha * minv
+    p_new = p - eps**2 * minv * grad - alpha * p + tf.sqrt(tf.maximum(noise_var, 1e-16)) * z
     theta_new = theta + p_new
     if not adapt:
         return SamplerState(theta_new, p_new, xi, g, g2)
@@ -187,8 +196,14 @@ class SGHMCPosterior(DeepPosterior):
     #: :func:`~deepgp_gi.parameter_count` counts the state of one sample, ``sum_l M D_l``
     _COUNTED_ATTRIBUTES = ("inducing_outputs",)
 
-    def __init__(self, layers: Sequence, step_size: float = STEP_SIZE, momentum_decay: float = MOMENTUM_DECAY,
-                 window_size: int = WINDOW_SIZE, name: Optional[str] = None):
+    def __init__(
+        self,
+        layers: Sequence,
+        step_size: float = STEP_SIZE,
+        momentum_decay: float = MOMENTUM_DECAY,
+        window_size: int = WINDOW_SIZE,
+        name: Optional[str] = None,
+    ):
         super().__init__(layers, name=name)
         require_local_inducing(self)
         self.step_size = check_positive_float(step_size, "step_size")
@@ -198,8 +213,10 @@ class SGHMCPosterior(DeepPosterior):
         self.window_size = check_positive_int(window_size, "window_size")
         dtype = gpflow.default_float()
         shapes = [[layer.num_inducing, layer.output_dim] for layer in self.layers]
-        self.inducing_outputs = [tf.Variable(tf.zeros(s, dtype), trainable=False, name=f"V_{l}")
-                                 for l, s in enumerate(shapes)]
+        self.inducing_outputs = [
+            tf.Variable(tf.zeros(s, dtype), trainable=False, name=f"V_{l}")
+            for l, s in enumerate(shapes)
+        ]
         self._build_chain_state(dtype)
 
     def _build_chain_state(self, dtype) -> None:
@@ -208,8 +225,12 @@ class SGHMCPosterior(DeepPosterior):
         window and sample store (one per chain variable), as non-trainable variables."""
 
         def state(value, shapes, name):
-            return [tf.Variable(tf.fill(s, tf.constant(value, dtype)), trainable=False, name=f"{name}_{k}")
-                    for k, s in enumerate(shapes)]
+            return [
+                tf.Variable(
+                    tf.fill(s, tf.constant(value, dtype)), trainable=False, name=f"{name}_{k}"
+                )
+                for k, s in enumerate(shapes)
+            ]
 
         shapes = [v.shape.as_list() for v in self.chain_variables()]
         flat = [[sum(v.shape.num_elements() for v in self.chain_variables())]]
@@ -219,8 +240,12 @@ class SGHMCPosterior(DeepPosterior):
         self.gradient_square = state(1.0, flat, "g2")
         self.window = state(0.0, [[self.window_size] + s for s in shapes], "window")
         self.window_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="window_count")
-        self.samples = [tf.Variable(tf.zeros([0] + s, dtype), trainable=False, shape=[None] + s, name=f"samples_{k}")
-                        for k, s in enumerate(shapes)]
+        self.samples = [
+            tf.Variable(
+                tf.zeros([0] + s, dtype), trainable=False, shape=[None] + s, name=f"samples_{k}"
+            )
+            for k, s in enumerate(shapes)
+        ]
 
     # ------------------------------------------------------------------ the state
     def chain_variables(self) -> List[tf.Variable]:
@@ -235,9 +260,16 @@ class SGHMCPosterior(DeepPosterior):
 
     def sampler_variables(self) -> List[tf.Variable]:
         """Every variable of the chain and its samples (never an optimiser's)."""
-        return (self.chain_variables() + list(self.momenta) + list(self.adaptation_window)
-                + list(self.gradient_mean) + list(self.gradient_square) + list(self.window)
-                + [self.window_count] + list(self.samples))
+        return (
+            self.chain_variables()
+            + list(self.momenta)
+            + list(self.adaptation_window)
+            + list(self.gradient_mean)
+            + list(self.gradient_square)
+            + list(self.window)
+            + [self.window_count]
+            + list(self.samples)
+        )
 
     @property
     def dtype(self) -> tf.DType:
@@ -298,7 +330,9 @@ class SGHMCPosterior(DeepPosterior):
         """Move the chain one scale-adapted SGHMC step (:func:`scale_adapted_sghmc`) with the
         per-point-loss gradients ``grads`` (one per chain variable), and push the new state into
         the window (:meth:`sghmc_move` on the flattened variables and gradients)."""
-        self.sghmc_move(self.flat_state(self.chain_variables()), self.flat_state(grads), noise, num_data, adapt)
+        self.sghmc_move(
+            self.flat_state(self.chain_variables()), self.flat_state(grads), noise, num_data, adapt
+        )
 
     def sghmc_move(self, theta: tf.Tensor, grad: tf.Tensor, noise, num_data, adapt: bool) -> None:
         """:meth:`sghmc_step` on the flat state ``theta`` ``[n]`` (the chain variables' current values,
@@ -308,15 +342,34 @@ class SGHMCPosterior(DeepPosterior):
         back). A variable that :meth:`chain_moves` marks as held keeps its value and statistics."""
         variables, moves = self.chain_variables(), self.chain_moves()
         sizes = [v.shape.num_elements() for v in variables]
-        state = SamplerState(theta, *(tf.convert_to_tensor(s[0]) for s in (
-            self.momenta, self.adaptation_window, self.gradient_mean, self.gradient_square)))
+        state = SamplerState(
+            theta,
+            *(
+                tf.convert_to_tensor(s[0])
+                for s in (
+                    self.momenta,
+                    self.adaptation_window,
+                    self.gradient_mean,
+                    self.gradient_square,
+                )
+            ),
+        )
         z = noise.normal("sghmc/move", [sum(sizes)], self.dtype)
-        new = scale_adapted_sghmc(state, grad, z, step_size=self.step_size,
-                                  momentum_decay=self.momentum_decay, num_data=num_data, adapt=adapt)
+        new = scale_adapted_sghmc(
+            state,
+            grad,
+            z,
+            step_size=self.step_size,
+            momentum_decay=self.momentum_decay,
+            num_data=num_data,
+            adapt=adapt,
+        )
         if not all(moves):
             held = tf.constant([not m for m, n in zip(moves, sizes) for _ in range(n)])
             new = SamplerState(*(tf.where(held, old, value) for old, value in zip(state, new)))
-        values = [tf.reshape(value, v.shape) for v, value in zip(variables, tf.split(new.theta, sizes))]
+        values = [
+            tf.reshape(value, v.shape) for v, value in zip(variables, tf.split(new.theta, sizes))
+        ]
         for theta_var, value, moving in zip(variables, values, moves):
             if moving:
                 theta_var.assign(value)
@@ -350,7 +403,10 @@ class SGHMCPosterior(DeepPosterior):
         for v in V:
             v = tf.convert_to_tensor(v)
             size = float(v.shape[-1] * v.shape[-2])
-            terms.append(-0.5 * tf.reduce_sum(tf.square(v), axis=[-2, -1]) - 0.5 * size * math.log(2.0 * math.pi))
+            terms.append(
+                -0.5 * tf.reduce_sum(tf.square(v), axis=[-2, -1])
+                - 0.5 * size * math.log(2.0 * math.pi)
+            )
         return tf.add_n(terms)
 
     def fixed_terms(self, X, num_samples: int = 1) -> Optional[FixedTerms]:
@@ -362,16 +418,24 @@ class SGHMCPosterior(DeepPosterior):
         choleskies, inverses = (list(t) for t in zip(*inducing_factors(self.layers)))
         return FixedTerms(choleskies, self._projection(0, F, choleskies[0], inverses[0]), inverses)
 
-    def _projection(self, l: int, F: tf.Tensor, L_K: tf.Tensor, inverse: Optional[tf.Tensor] = None
-                    ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def _projection(
+        self, l: int, F: tf.Tensor, L_K: tf.Tensor, inverse: Optional[tf.Tensor] = None
+    ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Layer ``l``'s ``(A = L_K^{-1} K(Z, F) [S, M, N], m(F) [S, N, D], k(f, f) - |A|^2 [S, N])``
         (``inverse``: ``L_K^{-1}``, for a gradient without solves)."""
         layer = self.layers[l]
         A = whitened_projection(L_K, layer.K(layer.Z, F), inverse=inverse)
         return A, layer.mean(F), residual_variance(layer, F, A)
 
-    def propagate_given(self, X, V: Sequence[tf.Tensor], num_samples: int = 1, seed=None,
-                        fixed: Optional[FixedTerms] = None, gaussian_prior: bool = True) -> Propagation:
+    def propagate_given(
+        self,
+        X,
+        V: Sequence[tf.Tensor],
+        num_samples: int = 1,
+        seed=None,
+        fixed: Optional[FixedTerms] = None,
+        gaussian_prior: bool = True,
+    ) -> Propagation:
         """Push ``X`` through the layers with the inducing outputs ``V`` (one ``[M, D_l]`` shared
         by the samples, or ``[S, M, D_l]`` per sample, per layer): hidden layers sampled (noise
         ``"f/{l}"``), the last layer's conditional marginals returned with a sample; ``kl`` is
@@ -393,7 +457,9 @@ class SGHMCPosterior(DeepPosterior):
             mean = conditional_mean(A, V[l], prior_mean)
             var = tf.broadcast_to(tf.expand_dims(resid, -1), tf.shape(mean))
             if l < self.depth - 1:
-                F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
+                F = sample_rows(
+                    mean, var, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter
+                )
                 samples.append(F)
         var = tf.maximum(var, 0.0)
         samples.append(self.sample_last_layer(mean, var, source))
@@ -416,13 +482,24 @@ class SGHMCPosterior(DeepPosterior):
         idx = start + uniform_index(z, count)
         # the members are data to a prediction: no gradient flows back into the chain (BSGP's chain
         # holds trainable GPflow variables; a gradient through the gather would also add a Where op)
-        return [tf.stop_gradient(tf.gather(
-                    tf.concat([tf.convert_to_tensor(s), tf.convert_to_tensor(W), tf.expand_dims(V, 0)], axis=0), idx))
-                for s, W, V in zip(self.samples, self.window, self.chain_variables())]
+        return [
+            tf.stop_gradient(
+                tf.gather(
+                    tf.concat(
+                        [tf.convert_to_tensor(s), tf.convert_to_tensor(W), tf.expand_dims(V, 0)],
+                        axis=0,
+                    ),
+                    idx,
+                )
+            )
+            for s, W, V in zip(self.samples, self.window, self.chain_variables())
+        ]
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
         from ..noise import as_noise_source
 
         source = as_noise_source(seed)
-        return self.propagate_given(X, self._drawn_members(num_samples, source), num_samples, source)
+        return self.propagate_given(
+            X, self._drawn_members(num_samples, source), num_samples, source
+        )

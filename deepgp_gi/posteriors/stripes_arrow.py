@@ -9,6 +9,7 @@ storage".
 Shapes: ``S`` samples, ``N`` data points, ``M`` inducing points, ``tau`` the hidden width,
 ``T = tau (L - 1) + 1`` units.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -111,7 +112,14 @@ class StripesArrowPosterior(StructuredPosterior):
         of restoring blocks of the wrong size; build with ``offdiagonal_step=1.0`` to restore one.
     """
 
-    options = ("whiten", "inner_scale", "stripes", "arrow", "precondition_offdiagonal", "offdiagonal_step")
+    options = (
+        "whiten",
+        "inner_scale",
+        "stripes",
+        "arrow",
+        "precondition_offdiagonal",
+        "offdiagonal_step",
+    )
     summary = "stripes-and-arrow coupled Gaussian (Lindinger et al. 2020)"
 
     def __init__(
@@ -126,7 +134,9 @@ class StripesArrowPosterior(StructuredPosterior):
         name: Optional[str] = None,
     ):
         super().__init__(layers, whiten, inner_scale, name)
-        self.precondition_offdiagonal = check_bool(precondition_offdiagonal, "precondition_offdiagonal")
+        self.precondition_offdiagonal = check_bool(
+            precondition_offdiagonal, "precondition_offdiagonal"
+        )
         widths = self.widths
         if widths[-1] != 1:
             raise ValueError(
@@ -164,9 +174,7 @@ class StripesArrowPosterior(StructuredPosterior):
             if self.use_stripes
             else None
         )
-        self.arrow = (
-            self._offdiagonal_parameter(tau * (L - 1), "arrow") if self.use_arrow else None
-        )
+        self.arrow = self._offdiagonal_parameter(tau * (L - 1), "arrow") if self.use_arrow else None
 
     def _offdiagonal_parameter(self, count: int, name: str) -> gpflow.Parameter:
         """``count`` stored off-diagonal blocks ``[count, M, M]``, zero, with Adam's steps scaled by
@@ -178,7 +186,10 @@ class StripesArrowPosterior(StructuredPosterior):
         step = tfp.bijectors.Scale(tf.constant(self.offdiagonal_step, self.dtype))
         layout = tfp.bijectors.Reshape(event_shape_out=shape, event_shape_in=[1] + shape)
         return gpflow.Parameter(
-            np.zeros(shape), transform=tfp.bijectors.Chain([step, layout]), dtype=self.dtype, name=name
+            np.zeros(shape),
+            transform=tfp.bijectors.Chain([step, layout]),
+            dtype=self.dtype,
+            name=name,
         )
 
     # ---------------------------------------------------------------- dense views (tests, tools)
@@ -200,12 +211,17 @@ class StripesArrowPosterior(StructuredPosterior):
                 chols = inducing_choleskies(self.layers)
             if stripes is not None:
                 row_layer = [l for l in range(L - 1) for _ in range(l) for _ in range(tau)]
-                stripes = tf.stack([
-                    chols[l] @ stripes[i] / self._offdiagonal_count(l) ** 0.5
-                    for i, l in enumerate(row_layer)
-                ])
+                stripes = tf.stack(
+                    [
+                        chols[l] @ stripes[i] / self._offdiagonal_count(l) ** 0.5
+                        for i, l in enumerate(row_layer)
+                    ]
+                )
             if arrow is not None:
-                arrow = tf.einsum("mk,bkj->bmj", chols[L - 1], arrow) / self._offdiagonal_count(L - 1) ** 0.5
+                arrow = (
+                    tf.einsum("mk,bkj->bmj", chols[L - 1], arrow)
+                    / self._offdiagonal_count(L - 1) ** 0.5
+                )
         blocks = [[zero] * T for _ in range(T)]
         for i in range(T):
             blocks[i][i] = diag[i]
@@ -284,7 +300,9 @@ class StripesArrowPosterior(StructuredPosterior):
 
     def _kl(self, chols):
         diag = tf.convert_to_tensor(self.diag)
-        white_diag, white_mu, prior_log_det = self._white_units(chols, None, diag, tf.convert_to_tensor(self.q_mu))
+        white_diag, white_mu, prior_log_det = self._white_units(
+            chols, None, diag, tf.convert_to_tensor(self.q_mu)
+        )
         stripes, arrow = self._white_offdiagonals(chols)
         white = [white_mu, white_diag] + [t for t in stripes + [arrow] if t is not None]
         return self._blockwise_kl(self._log_det_sqrt(diag), white, prior_log_det)
@@ -314,13 +332,17 @@ class StripesArrowPosterior(StructuredPosterior):
         diag = tf.convert_to_tensor(self.diag)
         track = self.use_stripes or self.use_arrow  # whether later layers condition on this one
         samples: List[tf.Tensor] = []
-        projected: List[List[tf.Tensor]] = []  # per hidden layer, b^l_k [S, N, tau, M] for k = first .. l
+        projected: List[
+            List[tf.Tensor]
+        ] = []  # per hidden layer, b^l_k [S, N, tau, M] for k = first .. l
         inverse = None  # [S, N, tau, l, l], the inverse of the per-position factor
         eps_prev = None  # [S, N, tau, l]
         # one batched factorisation per step, with the inverses for solve-free gradients
         factors, stack = inducing_factors(self.layers, stacked=True)
         prior_chols = [Lk for Lk, _ in factors]
-        white_diag, white_mu, prior_log_det = self._white_units(prior_chols, stack, diag, tf.convert_to_tensor(self.q_mu))
+        white_diag, white_mu, prior_log_det = self._white_units(
+            prior_chols, stack, diag, tf.convert_to_tensor(self.q_mu)
+        )
         stripes, arrow = self._white_offdiagonals(prior_chols)
         # per layer: own blocks [N_l, M, M] and means [N_l, M], given a leading axis of 1 where
         # they multiply A [S, M, N], so that their products' gradients need no sum over samples
@@ -329,15 +351,22 @@ class StripesArrowPosterior(StructuredPosterior):
         for l in range(L - 1):
             terms = layer_terms(self.layers[l], F, *factors[l])
             own = tf.expand_dims(own_blocks[l], 0)  # [1, tau, M, M]
-            rows = own if stripes[l] is None else tf.concat([stripes[l], own], axis=0)  # [K, tau, M, M]
+            rows = (
+                own if stripes[l] is None else tf.concat([stripes[l], own], axis=0)
+            )  # [K, tau, M, M]
             b = project_rows(terms.A, rows)  # K x [S, N, tau, M]
             mean = terms.mean + tf.linalg.matmul(
-                terms.A, tf.expand_dims(unit_means[l], 0), transpose_a=True, transpose_b=True)
+                terms.A, tf.expand_dims(unit_means[l], 0), transpose_a=True, transpose_b=True
+            )
             var = tf.add_n([squared_norms(b_k) for b_k in b]) + tf.expand_dims(terms.prior_var, -1)
             Gt = None
             if self.use_stripes and l > 0:
-                cross = tf.stack([block_dots(b, projected[lp]) for lp in range(l)], axis=-1)  # [S, N, tau, l]
-                Gt, shift = whiten_by_inverse(inverse, tf.expand_dims(cross, -1), eps_prev)  # [..., l, 1]
+                cross = tf.stack(
+                    [block_dots(b, projected[lp]) for lp in range(l)], axis=-1
+                )  # [S, N, tau, l]
+                Gt, shift = whiten_by_inverse(
+                    inverse, tf.expand_dims(cross, -1), eps_prev
+                )  # [..., l, 1]
                 mean = mean + tf.squeeze(shift, -1)
                 var = var - tf.reduce_sum(tf.square(Gt), axis=[-2, -1])
             sd = tf.sqrt(tf.maximum(var, 0.0) + jitter)
@@ -347,7 +376,9 @@ class StripesArrowPosterior(StructuredPosterior):
             projected.append(b)
             if not track:
                 continue
-            inverse_sd = tf.expand_dims(tf.expand_dims(tf.math.reciprocal(sd), -1), -1)  # [S, N, tau, 1, 1]
+            inverse_sd = tf.expand_dims(
+                tf.expand_dims(tf.math.reciprocal(sd), -1), -1
+            )  # [S, N, tau, 1, 1]
             if inverse is None:
                 inverse, eps_prev = inverse_sd, tf.expand_dims(eps, -1)
             else:
@@ -357,17 +388,23 @@ class StripesArrowPosterior(StructuredPosterior):
 
         terms = layer_terms(self.layers[L - 1], F, *factors[L - 1])
         mean = terms.mean + tf.linalg.matmul(
-            terms.A, tf.expand_dims(unit_means[-1], 0), transpose_a=True, transpose_b=True)  # [S, N, 1]
+            terms.A, tf.expand_dims(unit_means[-1], 0), transpose_a=True, transpose_b=True
+        )  # [S, N, 1]
         b_own = tf.linalg.matmul(terms.A, own_blocks[-1], transpose_a=True)  # [S, N, M]
         var = tf.reduce_sum(tf.square(b_own), axis=-1) + terms.prior_var  # [S, N]
         if self.use_arrow:
             b_out = project_rows(terms.A, arrow)  # L-1 x [S, N, tau, M]
             var = var + tf.reduce_sum(tf.add_n([squared_norms(b_k) for b_k in b_out]), axis=-1)
-            cross = tf.stack([
-                block_dots(b_out[self._first_block_layer(lp) : lp + 1], projected[lp])
-                for lp in range(L - 1)
-            ], axis=-1)  # [S, N, tau, L-1]
-            Gt, shift = whiten_by_inverse(inverse, tf.expand_dims(cross, -1), eps_prev)  # [..., L-1, 1]
+            cross = tf.stack(
+                [
+                    block_dots(b_out[self._first_block_layer(lp) : lp + 1], projected[lp])
+                    for lp in range(L - 1)
+                ],
+                axis=-1,
+            )  # [S, N, tau, L-1]
+            Gt, shift = whiten_by_inverse(
+                inverse, tf.expand_dims(cross, -1), eps_prev
+            )  # [..., L-1, 1]
             mean = mean + tf.reduce_sum(tf.squeeze(shift, -1), axis=-1, keepdims=True)
             var = var - tf.reduce_sum(tf.square(Gt), axis=[-3, -2, -1])
         var = tf.expand_dims(tf.maximum(var, 0.0), -1)

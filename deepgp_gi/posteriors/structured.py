@@ -26,6 +26,7 @@ the linear algebra is in :mod:`.structured_linalg`.
 Shapes: ``S`` samples, ``N`` data points, ``N_l`` width of layer ``l`` (0-based here),
 ``M`` (or ``M_l``) inducing points, ``T = sum_l N_l`` units, ``tau`` the STAR hidden width.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -41,7 +42,12 @@ from ..linalg import cholesky_with_inverse
 from ..noise import NoiseSource
 from ..validation import check_bool
 from .base import DeepPosterior, Propagation
-from .conditionals import inducing_cholesky, inducing_choleskies, inducing_factors, require_local_inducing
+from .conditionals import (
+    inducing_cholesky,
+    inducing_choleskies,
+    inducing_factors,
+    require_local_inducing,
+)
 from .draws import InducingDraw, unit_rows_variance
 from .structured_linalg import (
     append_to_cholesky,
@@ -73,7 +79,6 @@ __all__ = [
 class StructuredPosterior(DeepPosterior):
     """Validation and initial values shared by the fully-coupled and STAR posteriors."""
 
-
     @classmethod
     def initial_inducing_inputs(cls, X, num_inducing, seed):
         """The DSVI prior's inducing inputs: ``num_inducing`` k-means centres of ``X``."""
@@ -100,18 +105,27 @@ class StructuredPosterior(DeepPosterior):
                 return block
             Lk = chols[l]
             return tf.linalg.triangular_solve(
-                tf.broadcast_to(Lk, tf.concat([tf.shape(block)[:-2], tf.shape(Lk)], 0)), block, lower=True)
+                tf.broadcast_to(Lk, tf.concat([tf.shape(block)[:-2], tf.shape(Lk)], 0)),
+                block,
+                lower=True,
+            )
 
         weights = []
         for l, layer in enumerate(self.layers):
             M, P = layer.num_inducing, layer.output_dim
-            u = tf.reshape(f[:, offsets[l]:offsets[l + 1]], [S, P, M])  # unit-major, then inducing index
+            u = tf.reshape(
+                f[:, offsets[l] : offsets[l + 1]], [S, P, M]
+            )  # unit-major, then inducing index
             weights.append(white(l, tf.linalg.matrix_transpose(u)))  # [S, M, P]
         L_, M_, P_ = self.depth - 1, self.layers[-1].num_inducing, self.layers[-1].output_dim
-        R_last = tf.reshape(R[offsets[L_]:, offsets[L_]:], [P_, M_, P_ * M_])  # rows of unit p: [M, P M]
+        R_last = tf.reshape(
+            R[offsets[L_] :, offsets[L_] :], [P_, M_, P_ * M_]
+        )  # rows of unit p: [M, P M]
         R_last = white(L_, R_last)
         kl = tf.fill([S], self.kl_divergence(chols))
-        return InducingDraw([layer.Z for layer in self.layers], chols, weights, unit_rows_variance(R_last), kl)
+        return InducingDraw(
+            [layer.Z for layer in self.layers], chols, weights, unit_rows_variance(R_last), kl
+        )
 
     def __init__(
         self, layers: Sequence[GPLayer], whiten: bool, inner_scale: float, name: Optional[str]
@@ -173,14 +187,25 @@ class StructuredPosterior(DeepPosterior):
         if self.whiten:
             return None
         units = [float(w) for w in self.widths]
-        if len(chols) > 1 and len({tuple(Lk.shape.as_list()) for Lk in chols}) == 1 and chols[0].shape.is_fully_defined():
-            log_dets = tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(tf.stack(list(chols))))), -1)  # [L]
+        if (
+            len(chols) > 1
+            and len({tuple(Lk.shape.as_list()) for Lk in chols}) == 1
+            and chols[0].shape.is_fully_defined()
+        ):
+            log_dets = tf.reduce_sum(
+                tf.math.log(tf.abs(tf.linalg.diag_part(tf.stack(list(chols))))), -1
+            )  # [L]
             return tf.reduce_sum(tf.constant(units, self.dtype) * log_dets)
-        return tf.add_n([u * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
-                         for u, Lk in zip(units, chols)])
+        return tf.add_n(
+            [
+                u * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(Lk))))
+                for u, Lk in zip(units, chols)
+            ]
+        )
 
-    def _blockwise_kl(self, log_det_q: tf.Tensor, white: Sequence[tf.Tensor],
-                      prior_log_det: Optional[tf.Tensor]) -> tf.Tensor:
+    def _blockwise_kl(
+        self, log_det_q: tf.Tensor, white: Sequence[tf.Tensor], prior_log_det: Optional[tf.Tensor]
+    ) -> tf.Tensor:
         """Blockwise KL ``-TM/2 - log|diag R| + sum_l N_l log|L_K^l| + |white|_F^2 / 2``, where
         ``white`` holds the whitened unit means and every non-zero block of ``R`` whitened by its
         row unit's ``L_K`` (any split into tensors: the squared norms are summed over all of them
@@ -272,7 +297,9 @@ class FullyCoupledPosterior(StructuredPosterior):
         name: Optional[str] = None,
     ):
         super().__init__(layers, whiten, inner_scale, name)
-        self.precondition_offdiagonal = check_bool(precondition_offdiagonal, "precondition_offdiagonal")
+        self.precondition_offdiagonal = check_bool(
+            precondition_offdiagonal, "precondition_offdiagonal"
+        )
         offsets = [0]
         for width, m in zip(self.widths, self.inducing_counts):
             offsets.append(offsets[-1] + width * m)
@@ -298,8 +325,14 @@ class FullyCoupledPosterior(StructuredPosterior):
                 "natural gradients need FullyCoupledPosterior(precondition_offdiagonal=False): the "
                 "preconditioned q_sqrt is not the Cholesky factor of q's covariance"
             )
-        return [(_GaussianBlockView(self.q_mu, [self.num_latent, 1], None),
-                 _GaussianBlockView(self.q_sqrt, [1, self.num_latent, self.num_latent], self.q_sqrt.transform))]
+        return [
+            (
+                _GaussianBlockView(self.q_mu, [self.num_latent, 1], None),
+                _GaussianBlockView(
+                    self.q_sqrt, [1, self.num_latent, self.num_latent], self.q_sqrt.transform
+                ),
+            )
+        ]
 
     @property
     def num_latent(self) -> int:
@@ -389,7 +422,10 @@ class FullyCoupledPosterior(StructuredPosterior):
         unit_means = tf.reshape(mu, [T, M])
         if self.precondition_offdiagonal:
             own_mask, off_mask = self._unit_masks()
-            own, off = units * tf.constant(own_mask, R.dtype), units * tf.constant(off_mask, R.dtype)
+            own, off = (
+                units * tf.constant(own_mask, R.dtype),
+                units * tf.constant(off_mask, R.dtype),
+            )
         else:
             own, off = units, None
         prior_log_det = None
@@ -398,7 +434,9 @@ class FullyCoupledPosterior(StructuredPosterior):
                 stack = tf.stack(list(chols))
             layer_of_unit = [l for l, width in enumerate(self.widths) for _ in range(width)]
             Lk = tf.gather(stack, layer_of_unit)  # [T, M, M]
-            solved = tf.linalg.triangular_solve(Lk, tf.concat([own, tf.expand_dims(unit_means, -1)], axis=-1), lower=True)
+            solved = tf.linalg.triangular_solve(
+                Lk, tf.concat([own, tf.expand_dims(unit_means, -1)], axis=-1), lower=True
+            )
             own, unit_means = tf.split(solved, [total, 1], axis=-1)
             unit_means = tf.squeeze(unit_means, -1)
             prior_log_det = self._log_det_sqrt(Lk)  # sum over units = sum_l N_l log|diag L_K^l|
@@ -456,17 +494,23 @@ class FullyCoupledPosterior(StructuredPosterior):
         mu = tf.convert_to_tensor(self.q_mu)
         samples: List[tf.Tensor] = []
         projected: List[tf.Tensor] = []  # B^l of the earlier layers
-        inverse = None  # [S, N, T_<l, T_<l], the inverse of the per-point factor of the earlier layers
+        inverse = (
+            None  # [S, N, T_<l, T_<l], the inverse of the per-point factor of the earlier layers
+        )
         eps_prev = None  # [S, N, T_<l]
         last = self.depth - 1
         # one batched factorisation per step, with the inverses for solve-free gradients
         factors, stack = inducing_factors(self.layers, stacked=True)
         prior_chols = [Lk for Lk, _ in factors]
-        white_rows, white_means, white, prior_log_det = self._white_blocks(R, mu, prior_chols, stack)  # KL parts too
+        white_rows, white_means, white, prior_log_det = self._white_blocks(
+            R, mu, prior_chols, stack
+        )  # KL parts too
         for l, layer in enumerate(self.layers):
             terms = layer_terms(layer, F, *factors[l])
             rows, mu_l = white_rows[l], white_means[l]  # [N_l, M_l, off_{l+1}], [N_l, M_l]
-            B, shift_mean = project_rows_and_means(terms.A, rows, mu_l)  # [S, N, N_l, off_{l+1}], [S, N, N_l]
+            B, shift_mean = project_rows_and_means(
+                terms.A, rows, mu_l
+            )  # [S, N, N_l, off_{l+1}], [S, N, N_l]
             mean = terms.mean + shift_mean
             Gt = None  # G^T [S, N, T_<l, N_l]
             if l > 0:
@@ -490,7 +534,9 @@ class FullyCoupledPosterior(StructuredPosterior):
                 cov = cov - tf.linalg.matmul(Gt, Gt, transpose_a=True)
             # + prior variance on the diagonal, clamped, + jitter; factor and inverse elementwise
             chol_new, inverse_new = cholesky_with_inverse(
-                with_diagonal(cov, terms.prior_var, jitter), unrolled=True, name=f"conditional covariance of layer {l}"
+                with_diagonal(cov, terms.prior_var, jitter),
+                unrolled=True,
+                name=f"conditional covariance of layer {l}",
             )
             eps = source.normal(f"f/{l}", tf.shape(mean), dtype)
             F = mean + tf.linalg.matvec(chol_new, eps)

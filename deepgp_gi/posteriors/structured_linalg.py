@@ -15,6 +15,7 @@ on any device.
 
 Shapes: ``S`` samples, ``N`` data points, ``M`` inducing points, ``K`` the size of a factor.
 """
+
 from __future__ import annotations
 
 from typing import List, NamedTuple, Optional, Sequence
@@ -119,14 +120,18 @@ def whiten_by_inverse(inverse: tf.Tensor, cross_t: tf.Tensor, eps: tf.Tensor):
     "inverse_new: [batch..., P, P]",
     "return: [batch..., KP, KP]",
 )
-def append_to_inverse(inverse: tf.Tensor, Gt: Optional[tf.Tensor], inverse_new: tf.Tensor) -> tf.Tensor:
+def append_to_inverse(
+    inverse: tf.Tensor, Gt: Optional[tf.Tensor], inverse_new: tf.Tensor
+) -> tf.Tensor:
     """The inverse of :func:`append_to_cholesky`'s grown factor ``[[chol, 0], [G, chol_new]]``
     from ``inverse = chol^{-1}``, ``G^T`` (``Gt``, as :func:`whiten_by_inverse` returns it; None
     for ``G = 0``) and ``inverse_new = chol_new^{-1}``:
     ``[[chol^{-1}, 0], [-chol_new^{-1} G chol^{-1}, chol_new^{-1}]]`` (``KP = K + P``); two products,
     nothing inverted."""
     if Gt is None:
-        lower_left = tf.zeros(tf.concat([tf.shape(inverse_new)[:-1], tf.shape(inverse)[-1:]], 0), inverse.dtype)
+        lower_left = tf.zeros(
+            tf.concat([tf.shape(inverse_new)[:-1], tf.shape(inverse)[-1:]], 0), inverse.dtype
+        )
     else:
         lower_left = -tf.linalg.matmul(inverse_new, tf.linalg.matmul(Gt, inverse, transpose_a=True))
     zeros = tf.zeros_like(tf.linalg.matrix_transpose(lower_left))  # [..., K, P]
@@ -172,8 +177,12 @@ class LayerTerms(NamedTuple):
     mean: tf.Tensor  # [S, N, N_l]  m_l(F)
 
 
-def layer_terms(layer: GPLayer, F: tf.Tensor, Lk: Optional[tf.Tensor] = None,
-                inverse: Optional[tf.Tensor] = None) -> LayerTerms:
+def layer_terms(
+    layer: GPLayer,
+    F: tf.Tensor,
+    Lk: Optional[tf.Tensor] = None,
+    inverse: Optional[tf.Tensor] = None,
+) -> LayerTerms:
     """The per-point quantities of Theorem 1 for one layer with inputs ``F`` ``[S, N, D]``.
 
     Only the whitened projection ``A = L_K^{-1} K_uf`` is formed (one data-sized solve). The
@@ -212,7 +221,9 @@ def project_rows(A: tf.Tensor, rows: tf.Tensor) -> List[tf.Tensor]:
     # products' gradients in W need no sum over a broadcast axis when S = 1
     W = tf.reshape(tf.transpose(rows, [0, 2, 1, 3]), [K, 1, M, tau * M])
     out_shape = tf.concat([tf.shape(A)[:1], tf.shape(A)[2:], [tau, M]], axis=0)
-    return [tf.reshape(tf.linalg.matmul(A, W_k, transpose_a=True), out_shape) for W_k in tf.unstack(W)]
+    return [
+        tf.reshape(tf.linalg.matmul(A, W_k, transpose_a=True), out_shape) for W_k in tf.unstack(W)
+    ]
 
 
 @tf.custom_gradient
@@ -295,7 +306,9 @@ def draw_and_copy(chol: tf.Tensor, eps: tf.Tensor):
     draw = tf.linalg.matvec(chol, eps)
 
     def grad(g_draw, g_copy):
-        neg_outer = tf.linalg.matmul(tf.expand_dims(-g_draw, -1), tf.expand_dims(eps, -1), transpose_b=True)
+        neg_outer = tf.linalg.matmul(
+            tf.expand_dims(-g_draw, -1), tf.expand_dims(eps, -1), transpose_b=True
+        )
         d_chol = -neg_outer if g_copy is None else g_copy - neg_outer
         return d_chol, tf.linalg.matvec(chol, g_draw, adjoint_a=True)
 

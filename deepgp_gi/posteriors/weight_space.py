@@ -16,6 +16,7 @@ column, ``P`` = the layer's width; weights are ``[S, D, P]`` (column ``lambda`` 
 ``lambda``). Factorised means are stored times ``sqrt(D)`` and variances as ``log(D sigma^2)``
 (O&A App. H).
 """
+
 from __future__ import annotations
 
 from typing import List, NamedTuple, Optional
@@ -143,7 +144,9 @@ class FactorisedWeights(gpflow.Module):
             raise ValueError("factorised weight variances must be positive")
         self.fan_in = D
         self.mean_scaled = gpflow.Parameter(mean * np.sqrt(D), name="weight_mean_scaled")
-        self.log_variance_scaled = gpflow.Parameter(np.log(variance * D), name="weight_log_variance_scaled")
+        self.log_variance_scaled = gpflow.Parameter(
+            np.log(variance * D), name="weight_log_variance_scaled"
+        )
 
     def moments(self):
         """Mean and variance ``[D, P]`` of the weights."""
@@ -156,13 +159,18 @@ class FactorisedWeights(gpflow.Module):
         return mean + tf.sqrt(var) * z
 
 
-def factorised_weights(layers, means, variances, rng: np.random.Generator) -> List[FactorisedWeights]:
+def factorised_weights(
+    layers, means, variances, rng: np.random.Generator
+) -> List[FactorisedWeights]:
     """Per-layer :class:`FactorisedWeights` with their initial values; defaults: means
     ``N(0, 1/D)`` (NealPrior draws from ``rng``) and variances ``1e-3 / D`` (O&A code,
     docs/algorithms.md, "Paper versus reference code", item 3)."""
     out = []
-    for layer, mean, var in zip(layers, per_layer_list(means, "means", len(layers)),
-                                per_layer_list(variances, "variances", len(layers))):
+    for layer, mean, var in zip(
+        layers,
+        per_layer_list(means, "means", len(layers)),
+        per_layer_list(variances, "variances", len(layers)),
+    ):
         D, P = layer.fan_in, layer.output_dim
         default_mean = rng.standard_normal((D, P)) / np.sqrt(D)
         mean = default_mean if mean is None else np.asarray(mean, dtype=np.float64)
@@ -195,8 +203,15 @@ class WeightSpaceStep(NamedTuple):
     var: Optional[tf.Tensor]
 
 
-def weight_space_layer(pseudo: PseudoData, Phi: tf.Tensor, num_inducing: int, prior_precision: tf.Tensor,
-                       z: tf.Tensor, kl_mode: str, marginal: bool = False) -> WeightSpaceStep:
+def weight_space_layer(
+    pseudo: PseudoData,
+    Phi: tf.Tensor,
+    num_inducing: int,
+    prior_precision: tf.Tensor,
+    z: tf.Tensor,
+    kl_mode: str,
+    marginal: bool = False,
+) -> WeightSpaceStep:
     """One weight-space inducing layer: the pseudo-data posterior of the weights on the first
     ``num_inducing`` rows of ``Phi`` ``[S, M + N, D]``, a weight sample from ``z`` ``[S, D, P]``,
     and the rows pushed through it. With ``marginal``, also the rows' Gaussian marginal with the
@@ -204,7 +219,9 @@ def weight_space_layer(pseudo: PseudoData, Phi: tf.Tensor, num_inducing: int, pr
     :class:`WeightSpaceStep`).
     """
     L, mean = pseudo.posterior(Phi[:, :num_inducing], prior_precision)
-    W, log_ratio, kl = draw_weights(L, mean, z, prior_precision, analytic=kl_mode == "analytic" or marginal)
+    W, log_ratio, kl = draw_weights(
+        L, mean, z, prior_precision, analytic=kl_mode == "analytic" or marginal
+    )
     rows_mean = rows_var = None
     if marginal:
         Phi_rows = Phi[:, num_inducing:]

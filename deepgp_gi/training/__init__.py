@@ -18,6 +18,7 @@ Layout (each piece can be replaced without touching the others):
 * :mod:`.sampling` — :func:`collect_samples`, the sample set of a sampling family (SGHMC);
 * :mod:`.loop` — argument checks and the loop that ties them together (:func:`fit`).
 """
+
 from .batches import batch_indices
 from .history import History
 from .optimizers import adam
@@ -25,5 +26,13 @@ from .loop import fit
 from .sampling import collect_samples
 from .tempering import KLSchedule, LinearSchedule, PaperSchedule
 
-__all__ = ["fit", "collect_samples", "adam", "History", "batch_indices", "KLSchedule", "PaperSchedule",
-           "LinearSchedule"]
+__all__ = [
+    "fit",
+    "collect_samples",
+    "adam",
+    "History",
+    "batch_indices",
+    "KLSchedule",
+    "PaperSchedule",
+    "LinearSchedule",
+]

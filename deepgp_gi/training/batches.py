@@ -3,6 +3,7 @@
 Both pipelines yield ``(step, X_b, Y_b)`` for ``step = start .. steps-1``, so a resumed run sees
 exactly the batches an uninterrupted one would have seen from ``start`` on.
 """
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -44,7 +45,9 @@ def step_noise(seed: int, step: tf.Tensor) -> SeededNoise:
     step seed is folded in with Philox, whose integer output XLA reproduces).
     """
     stream = tf.constant([seed, _NOISE_STREAM], tf.int64)
-    return SeededNoise(tf.random.experimental.stateless_fold_in(stream, tf.cast(step, tf.int64), alg="philox"))
+    return SeededNoise(
+        tf.random.experimental.stateless_fold_in(stream, tf.cast(step, tf.int64), alg="philox")
+    )
 
 
 def array_batches(X, Y, start: int, steps: int, batch_size: int, seed: int) -> tf.data.Dataset:
@@ -58,7 +61,9 @@ def array_batches(X, Y, start: int, steps: int, batch_size: int, seed: int) -> t
     return tf.data.Dataset.range(start, steps).map(take).prefetch(2)
 
 
-def dataset_batches(data: tf.data.Dataset, start: int, steps: int, dtype: tf.DType) -> tf.data.Dataset:
+def dataset_batches(
+    data: tf.data.Dataset, start: int, steps: int, dtype: tf.DType
+) -> tf.data.Dataset:
     """``(step, X_b, Y_b)`` for steps ``start`` to ``steps - 1`` of a user's dataset of batches.
 
     The dataset is repeated *before* the ``start`` batches already used are skipped, so a resume

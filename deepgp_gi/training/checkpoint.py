@@ -6,6 +6,7 @@ see :mod:`.batches`), so a resumed call with the same arguments replays exactly 
 uninterrupted run would have done. A checkpoint is only written after the run's Cholesky-failure
 flag and ELBO have been checked (see :mod:`.loop`), so a broken state is never saved.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,9 @@ class Checkpointer:
         self.every = every
         self.step = step
         self._checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
-        self._manager = tf.train.CheckpointManager(self._checkpoint, self.directory, max_to_keep=max_to_keep)
+        self._manager = tf.train.CheckpointManager(
+            self._checkpoint, self.directory, max_to_keep=max_to_keep
+        )
 
     def restore(self, history: History, log_every: int) -> int:
         """Restore the latest checkpoint, if any, into the model, optimiser, step and ``history``.
@@ -72,7 +75,11 @@ class Checkpointer:
             history.elbo = [saved.elbo[i] for i in keep]
             history.wall_time = [saved.wall_time[i] for i in keep]
             # a history.json written before KL tempering existed has no weights: those runs used 1
-            weights = saved.kl_weight if len(saved.kl_weight) == len(saved.step) else [1.0] * len(saved.step)
+            weights = (
+                saved.kl_weight
+                if len(saved.kl_weight) == len(saved.step)
+                else [1.0] * len(saved.step)
+            )
             history.kl_weight = [weights[i] for i in keep]
         history.resumed_from = done
         return done

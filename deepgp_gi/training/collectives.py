@@ -17,6 +17,7 @@ and still agree on every key. Keys a strategy draws outside ``fit`` before its f
 ``MultiWorkerMirroredStrategy`` broadcasting initial values while a model is built) are drawn
 before any move and cannot be kept apart this way.
 """
+
 from __future__ import annotations
 
 import threading
@@ -36,9 +37,17 @@ def _collective_keys(strategy: tf.distribute.Strategy) -> list:
     ``CollectiveAllReduce`` has its own), each once; none for a strategy without collectives."""
     extended = strategy.extended
     found = []
-    for owner in (extended, getattr(extended, "_cross_device_ops", None), getattr(extended, "_collective_ops", None)):
+    for owner in (
+        extended,
+        getattr(extended, "_cross_device_ops", None),
+        getattr(extended, "_collective_ops", None),
+    ):
         keys = getattr(owner, "_collective_keys", None)
-        if hasattr(keys, "_instance_key_table") and hasattr(keys, "_lock") and all(keys is not k for k in found):
+        if (
+            hasattr(keys, "_instance_key_table")
+            and hasattr(keys, "_lock")
+            and all(keys is not k for k in found)
+        ):
             found.append(keys)
     return found
 

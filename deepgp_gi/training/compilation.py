@@ -9,6 +9,7 @@ faster than the plain one (``benchmarks/speed.py --only xla``; the table and the
 ``docs/performance.md``); every other pair runs plain. A pair enters the set only with a
 measurement.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -30,8 +31,13 @@ def device_kind() -> str:
     return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
 
 
-def resolve_jit_compile(jit_compile: Union[bool, str], model, *, natgrad: bool = False,
-                        strategy: Optional[tf.distribute.Strategy] = None) -> bool:
+def resolve_jit_compile(
+    jit_compile: Union[bool, str],
+    model,
+    *,
+    natgrad: bool = False,
+    strategy: Optional[tf.distribute.Strategy] = None,
+) -> bool:
     """``fit``'s ``jit_compile`` as a bool: ``True`` / ``False`` as given; ``"auto"`` is True
     exactly when ``(type(model.posterior).__name__, device_kind())`` is in :data:`XLA_FASTER` and
     the step is a plain one (no natural-gradient step, no ``tf.distribute`` strategy: neither

@@ -1,4 +1,5 @@
 """What ``fit`` records."""
+
 from __future__ import annotations
 
 import json

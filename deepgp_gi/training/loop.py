@@ -1,4 +1,5 @@
 """``fit``: argument checks, then the pieces of :mod:`deepgp_gi.training` tied together."""
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,9 @@ class FitPlan:
     objective: str = "elbo"
 
 
-def check_fit_arguments(model, data, *, steps, batch_size, learning_rate, num_samples, seed, log_every) -> FitPlan:
+def check_fit_arguments(
+    model, data, *, steps, batch_size, learning_rate, num_samples, seed, log_every
+) -> FitPlan:
     """``fit``'s common arguments checked into a :class:`FitPlan` (also :func:`~deepgp_gi.collect_samples`'s)."""
     if not isinstance(model, DeepGP):
         raise TypeError(f"model must be a deepgp_gi.DeepGP, got {type(model).__name__}")
@@ -53,16 +56,28 @@ def check_fit_arguments(model, data, *, steps, batch_size, learning_rate, num_sa
     log_every = check_positive_int(log_every, "log_every")
     learning_rate = _check_learning_rate(learning_rate)
     seed = resolve_seed(seed, "seed")
-    common = dict(steps=steps, num_samples=num_samples, log_every=log_every, learning_rate=learning_rate, seed=seed)
+    common = dict(
+        steps=steps,
+        num_samples=num_samples,
+        log_every=log_every,
+        learning_rate=learning_rate,
+        seed=seed,
+    )
 
     if isinstance(data, tf.data.Dataset):
         if batch_size is not None:
             raise ValueError("batch_size is only for array data; batch the tf.data.Dataset itself")
         if model.num_data is None:
-            raise ValueError("model.num_data must be set to train on a tf.data.Dataset of minibatches")
+            raise ValueError(
+                "model.num_data must be set to train on a tf.data.Dataset of minibatches"
+            )
         length = int(data.cardinality())  # negative: infinite or unknown
-        return FitPlan(num_data=model.num_data, batch_size=None, steps_per_epoch=length if length > 0 else None,
-                     **common)
+        return FitPlan(
+            num_data=model.num_data,
+            batch_size=None,
+            steps_per_epoch=length if length > 0 else None,
+            **common,
+        )
 
     X, Y = model.check_data(data)
     N = int(X.shape[0])
@@ -72,10 +87,14 @@ def check_fit_arguments(model, data, *, steps, batch_size, learning_rate, num_sa
     if batch_size > N:
         raise ValueError(f"batch_size={batch_size} exceeds the number of data points N={N}")
     if batch_size < N and model.num_data is None:
-        raise ValueError("model.num_data is None but batch_size < N: build the model with num_data=N")
+        raise ValueError(
+            "model.num_data is None but batch_size < N: build the model with num_data=N"
+        )
     if model.num_data is not None and model.num_data != N:
         raise ValueError(f"model.num_data={model.num_data} but the data has N={N} rows")
-    return FitPlan(num_data=N, batch_size=batch_size, steps_per_epoch=-(-N // batch_size), X=X, Y=Y, **common)
+    return FitPlan(
+        num_data=N, batch_size=batch_size, steps_per_epoch=-(-N // batch_size), X=X, Y=Y, **common
+    )
 
 
 LearningRateSchedule = gpflow.keras.tf_keras.optimizers.schedules.LearningRateSchedule
@@ -87,7 +106,9 @@ def _check_learning_rate(learning_rate):
         return check_positive_float(learning_rate, "learning_rate")
     first = float(learning_rate(0))
     if not (math.isfinite(first) and first > 0):
-        raise ValueError(f"learning_rate is a schedule whose value at step 0 is {first}; it must be positive and finite")
+        raise ValueError(
+            f"learning_rate is a schedule whose value at step 0 is {first}; it must be positive and finite"
+        )
     return learning_rate
 
 
@@ -132,11 +153,15 @@ def _check_sampler_options(model, *, natgrad_gamma, kl_schedule, strategy) -> No
         return
     family = type(model.posterior).__name__
     if natgrad_gamma is not None:
-        raise ValueError(f"natgrad_gamma does not apply to a sampling posterior ({family}): its inducing outputs "
-                         "are sampled by SGHMC, not a Gaussian q(U); leave natgrad_gamma=None")
+        raise ValueError(
+            f"natgrad_gamma does not apply to a sampling posterior ({family}): its inducing outputs "
+            "are sampled by SGHMC, not a Gaussian q(U); leave natgrad_gamma=None"
+        )
     if kl_schedule is not None:
-        raise ValueError(f"kl_schedule does not apply to a sampling posterior ({family}): tempering its prior "
-                         "would change the distribution it samples; leave kl_schedule=None")
+        raise ValueError(
+            f"kl_schedule does not apply to a sampling posterior ({family}): tempering its prior "
+            "would change the distribution it samples; leave kl_schedule=None"
+        )
     if strategy is not None:
         raise ValueError(f"strategy is not supported for a sampling posterior ({family}) yet")
 
@@ -152,8 +177,10 @@ def _check_importance_samples(model, importance_samples, *, strategy) -> Optiona
         return None
     K = check_positive_int(importance_samples, "importance_samples")
     if not latent:
-        raise ValueError(f"importance_samples={K} needs a latent-variable model (build_deep_gp(..., latent_dim=...)); "
-                         f"this {type(model).__name__} has no latent input to draw K times")
+        raise ValueError(
+            f"importance_samples={K} needs a latent-variable model (build_deep_gp(..., latent_dim=...)); "
+            f"this {type(model).__name__} has no latent input to draw K times"
+        )
     return K
 
 
@@ -169,11 +196,15 @@ def _check_objective(model, objective) -> str:
 
     objective = check_choice(objective, "objective", OBJECTIVES)
     if objective == "predictive" and _is_sampler(model):
-        raise ValueError("objective='predictive' is for a variational family; a sampling posterior draws its "
-                         "inducing outputs by SGHMC and has no q(U) to fit")
+        raise ValueError(
+            "objective='predictive' is for a variational family; a sampling posterior draws its "
+            "inducing outputs by SGHMC and has no q(U) to fit"
+        )
     if objective == "predictive" and isinstance(model, LatentDeepGP):
-        raise ValueError("objective='predictive' is not available for a latent-variable model; train it on the "
-                         "importance-weighted bound (importance_samples=K)")
+        raise ValueError(
+            "objective='predictive' is not available for a latent-variable model; train it on the "
+            "importance-weighted bound (importance_samples=K)"
+        )
     return objective
 
 
@@ -284,27 +315,63 @@ def fit(
     :raises FloatingPointError: the ELBO became NaN or infinite.
     """
     plan = check_fit_arguments(
-        model, data, steps=steps, batch_size=batch_size, learning_rate=learning_rate,
-        num_samples=num_samples, seed=seed, log_every=log_every,
+        model,
+        data,
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        num_samples=num_samples,
+        seed=seed,
+        log_every=log_every,
     )
     if natgrad_gamma is None and not (isinstance(natgrad_layers, str) and natgrad_layers == "all"):
-        raise ValueError(f"natgrad_layers={natgrad_layers!r} needs natgrad_gamma (the natural-gradient step size)")
-    jit_compile = resolve_jit_compile(jit_compile, model, natgrad=natgrad_gamma is not None, strategy=strategy)
-    _check_sampler_options(model, natgrad_gamma=natgrad_gamma, kl_schedule=kl_schedule, strategy=strategy)
-    plan.importance_samples = _check_importance_samples(model, importance_samples, strategy=strategy)
+        raise ValueError(
+            f"natgrad_layers={natgrad_layers!r} needs natgrad_gamma (the natural-gradient step size)"
+        )
+    jit_compile = resolve_jit_compile(
+        jit_compile, model, natgrad=natgrad_gamma is not None, strategy=strategy
+    )
+    _check_sampler_options(
+        model, natgrad_gamma=natgrad_gamma, kl_schedule=kl_schedule, strategy=strategy
+    )
+    plan.importance_samples = _check_importance_samples(
+        model, importance_samples, strategy=strategy
+    )
     plan.objective = _check_objective(model, objective)
-    schedule = resolve_kl_schedule(kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch)
+    schedule = resolve_kl_schedule(
+        kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch
+    )
     if strategy is None:
-        return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
-                    natgrad_layers=natgrad_layers, strategy=None, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-                    progress=progress)
+        return _fit(
+            model,
+            data,
+            plan,
+            schedule,
+            jit_compile=jit_compile,
+            natgrad_gamma=natgrad_gamma,
+            natgrad_layers=natgrad_layers,
+            strategy=None,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            progress=progress,
+        )
     _check_strategy(model, strategy)
     # the optimiser's slots, the step counter and the failure record are created under the
     # strategy too, whether or not the caller is inside its scope already
     with strategy.scope():
-        return _fit(model, data, plan, schedule, jit_compile=jit_compile, natgrad_gamma=natgrad_gamma,
-                    natgrad_layers=natgrad_layers, strategy=strategy, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-                    progress=progress)
+        return _fit(
+            model,
+            data,
+            plan,
+            schedule,
+            jit_compile=jit_compile,
+            natgrad_gamma=natgrad_gamma,
+            natgrad_layers=natgrad_layers,
+            strategy=strategy,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            progress=progress,
+        )
 
 
 def _check_strategy(model, strategy) -> None:
@@ -314,7 +381,9 @@ def _check_strategy(model, strategy) -> None:
         raise TypeError(f"strategy must be a tf.distribute.Strategy, got {type(strategy).__name__}")
     if tf.distribute.has_strategy() and tf.distribute.get_strategy() is not strategy:
         raise ValueError("fit(..., strategy=s) was called inside another strategy's scope")
-    foreign = [v.name for v in model.variables if not strategy.extended.variable_created_in_scope(v)]
+    foreign = [
+        v.name for v in model.variables if not strategy.extended.variable_created_in_scope(v)
+    ]
     if foreign:
         raise ValueError(
             f"strategy: the model's variables were not created under this strategy ({len(foreign)} of them, e.g. "
@@ -322,8 +391,20 @@ def _check_strategy(model, strategy) -> None:
         )
 
 
-def _fit(model, data, plan: FitPlan, schedule, *, jit_compile, natgrad_gamma, natgrad_layers, strategy, checkpoint_dir,
-         checkpoint_every, progress) -> History:
+def _fit(
+    model,
+    data,
+    plan: FitPlan,
+    schedule,
+    *,
+    jit_compile,
+    natgrad_gamma,
+    natgrad_layers,
+    strategy,
+    checkpoint_dir,
+    checkpoint_every,
+    progress,
+) -> History:
     """``fit`` after its checks (under the strategy's scope when there is one)."""
 
     blocks = []
@@ -331,7 +412,11 @@ def _fit(model, data, plan: FitPlan, schedule, *, jit_compile, natgrad_gamma, na
     if natgrad_gamma is not None:
         natgrad_gamma = check_positive_float(natgrad_gamma, "natgrad_gamma")
         blocks = _select_natgrad_blocks(model, natgrad_layers)
-        taken = {id(v) for q_mu, q_sqrt in blocks for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)}
+        taken = {
+            id(v)
+            for q_mu, q_sqrt in blocks
+            for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)
+        }
         variables = [v for v in variables if id(v) not in taken]
     optimizer = adam(plan.learning_rate, variables)
     step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
@@ -342,27 +427,58 @@ def _fit(model, data, plan: FitPlan, schedule, *, jit_compile, natgrad_gamma, na
     if checkpoint_dir is not None:
         every = max(100, plan.steps // 20) if checkpoint_every is None else checkpoint_every
         every = check_positive_int(every, "checkpoint_every")
-        checkpointer = Checkpointer(checkpoint_dir, model=model, optimizer=optimizer, step=step_counter, every=every)
+        checkpointer = Checkpointer(
+            checkpoint_dir, model=model, optimizer=optimizer, step=step_counter, every=every
+        )
         start = checkpointer.restore(history, plan.log_every)
         _check_resumed_kl_weights(history, schedule, checkpoint_dir)
     if start >= plan.steps:
         return history
 
     batches = plan_batches(plan, data, start, model.dtype)
-    options = dict(num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile,
-                   importance_samples=plan.importance_samples, objective=plan.objective)
+    options = dict(
+        num_samples=plan.num_samples,
+        seed=plan.seed,
+        jit_compile=jit_compile,
+        importance_samples=plan.importance_samples,
+        objective=plan.objective,
+    )
     if strategy is not None:
-        train_step = DistributedStep(model, optimizer, variables, step_counter, strategy=strategy,
-                                     natgrad_blocks=blocks, gamma=natgrad_gamma, **options)
+        train_step = DistributedStep(
+            model,
+            optimizer,
+            variables,
+            step_counter,
+            strategy=strategy,
+            natgrad_blocks=blocks,
+            gamma=natgrad_gamma,
+            **options,
+        )
     elif _is_sampler(model):
         model.posterior.clear_samples()  # drawn under the hyperparameters this run changes
         train_step = SamplerStep(model, optimizer, variables, step_counter, **options)
     elif natgrad_gamma is None:
         train_step = TrainStep(model, optimizer, variables, step_counter, **options)
     else:
-        train_step = NaturalGradientStep(model, optimizer, variables, step_counter, natgrad_blocks=blocks,
-                                         gamma=natgrad_gamma, **options)
-    _run(plan, batches, train_step, history, checkpointer, start, progress, _KLWeights(schedule, train_step))
+        train_step = NaturalGradientStep(
+            model,
+            optimizer,
+            variables,
+            step_counter,
+            natgrad_blocks=blocks,
+            gamma=natgrad_gamma,
+            **options,
+        )
+    _run(
+        plan,
+        batches,
+        train_step,
+        history,
+        checkpointer,
+        start,
+        progress,
+        _KLWeights(schedule, train_step),
+    )
     return history
 
 
@@ -371,8 +487,10 @@ def _takes_steps(block) -> bool:
     both keeps it fixed under natural gradients too); one trainable half alone is refused."""
     flags = [_is_trainable(half.unconstrained_variable) for half in block]
     if flags[0] != flags[1]:
-        raise ValueError("natgrad_gamma: a Gaussian block has one of q_mu, q_sqrt trainable and the other not; "
-                         "natural gradients update both together (set both trainable or neither)")
+        raise ValueError(
+            "natgrad_gamma: a Gaussian block has one of q_mu, q_sqrt trainable and the other not; "
+            "natural gradients update both together (set both trainable or neither)"
+        )
     return flags[0]
 
 
@@ -383,15 +501,21 @@ def _select_natgrad_blocks(model, natgrad_layers) -> list:
         if natgrad_layers == "all":
             return [block for block in blocks if _takes_steps(block)]
         if natgrad_layers != "last":
-            raise ValueError(f"natgrad_layers must be 'all', 'last' or a sequence of layer indices, got {natgrad_layers!r}")
+            raise ValueError(
+                f"natgrad_layers must be 'all', 'last' or a sequence of layer indices, got {natgrad_layers!r}"
+            )
         layers = [-1]
     else:
         try:
             layers = [operator.index(k) for k in natgrad_layers]
         except TypeError:
-            raise TypeError(f"natgrad_layers must be 'all', 'last' or a sequence of ints, got {natgrad_layers!r}") from None
+            raise TypeError(
+                f"natgrad_layers must be 'all', 'last' or a sequence of ints, got {natgrad_layers!r}"
+            ) from None
         if not layers:
-            raise ValueError("natgrad_layers is empty: name at least one layer, or leave natgrad_gamma=None")
+            raise ValueError(
+                "natgrad_layers is empty: name at least one layer, or leave natgrad_gamma=None"
+            )
     depth = model.posterior.depth
     if len(blocks) != depth:
         raise ValueError(
@@ -405,7 +529,9 @@ def _select_natgrad_blocks(model, natgrad_layers) -> list:
         if k % depth in picked:
             raise ValueError(f"natgrad_layers names layer {k % depth} twice")
         if not _takes_steps(blocks[k]):
-            raise ValueError(f"natgrad_layers names layer {k % depth}, whose q_mu and q_sqrt are not trainable")
+            raise ValueError(
+                f"natgrad_layers names layer {k % depth}, whose q_mu and q_sqrt are not trainable"
+            )
         picked.append(k % depth)
     return [blocks[k] for k in sorted(picked)]
 
@@ -437,8 +563,16 @@ class _KLWeights:
         return self.value, self.tensor
 
 
-def _run(plan: FitPlan, batches, train_step: TrainStep, history: History, checkpointer, start: int, progress: bool,
-         kl_weights: _KLWeights):
+def _run(
+    plan: FitPlan,
+    batches,
+    train_step: TrainStep,
+    history: History,
+    checkpointer,
+    start: int,
+    progress: bool,
+    kl_weights: _KLWeights,
+):
     """The loop: step, log every ``log_every`` steps, checkpoint; the checks precede both."""
     steps, N = plan.steps, plan.num_data
     bar = tqdm(total=steps, initial=start, disable=not progress, desc="fit", dynamic_ncols=True)
@@ -474,5 +608,7 @@ def _run(plan: FitPlan, batches, train_step: TrainStep, history: History, checkp
     finally:
         bar.close()
     if t < steps:
-        raise ValueError(f"the data ran out after step {t} of {steps}: the tf.data.Dataset yielded no more batches")
+        raise ValueError(
+            f"the data ran out after step {t} of {steps}: the tf.data.Dataset yielded no more batches"
+        )
     train_step.raise_if_failed()

@@ -17,6 +17,7 @@ left to the first ``apply_gradients``, they would be created inside the first tr
 compiled step, and ``tf.function`` traces a step that creates variables twice. Built up front,
 they are in every checkpoint from the first save and a restore matches them one to one.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -27,7 +28,9 @@ import tensorflow as tf
 __all__ = ["adam"]
 
 
-def adam(learning_rate, variables: Sequence[tf.Variable]) -> "gpflow.keras.tf_keras.optimizers.legacy.Adam":
+def adam(
+    learning_rate, variables: Sequence[tf.Variable]
+) -> "gpflow.keras.tf_keras.optimizers.legacy.Adam":
     """Adam with TensorFlow's fused update (``ResourceApplyAdam``: one kernel per variable).
 
     :param learning_rate: a positive float or a Keras learning-rate schedule.

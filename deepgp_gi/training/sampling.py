@@ -1,4 +1,5 @@
 """``collect_samples``: continue a sampling family's chain and keep thinned samples."""
+
 from __future__ import annotations
 
 from typing import List, Optional
@@ -67,11 +68,28 @@ def collect_samples(
     if not isinstance(jit_compile, bool):
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
     steps = num_samples * thin
-    plan = check_fit_arguments(model, data, steps=steps, batch_size=batch_size, learning_rate=1.0,
-                            num_samples=num_hidden_samples, seed=seed, log_every=1)
+    plan = check_fit_arguments(
+        model,
+        data,
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=1.0,
+        num_samples=num_hidden_samples,
+        seed=seed,
+        log_every=1,
+    )
     posterior = model.posterior
-    step = SamplerStep(model, None, [], tf.Variable(0, dtype=tf.int64, trainable=False), adapt=False,
-                       stream=_COLLECT_STREAM, num_samples=plan.num_samples, seed=plan.seed, jit_compile=jit_compile)
+    step = SamplerStep(
+        model,
+        None,
+        [],
+        tf.Variable(0, dtype=tf.int64, trainable=False),
+        adapt=False,
+        stream=_COLLECT_STREAM,
+        num_samples=plan.num_samples,
+        seed=plan.seed,
+        jit_compile=jit_compile,
+    )
     kept: List[List[tf.Tensor]] = [[] for _ in posterior.chain_variables()]
     bar = tqdm(total=steps, disable=not progress, desc="collect_samples", dynamic_ncols=True)
     done = 0
@@ -83,15 +101,19 @@ def collect_samples(
                 step.raise_if_failed()
                 value = float(log_joint.numpy())
                 if not np.isfinite(value):
-                    raise FloatingPointError(f"the log joint became {value} at collection step {done}")
+                    raise FloatingPointError(
+                        f"the log joint became {value} at collection step {done}"
+                    )
                 for store, V in zip(kept, posterior.chain_variables()):
                     store.append(tf.identity(V.read_value()))
             bar.update(1)
     finally:
         bar.close()
     if done < steps:
-        raise ValueError(f"the data ran out after step {done} of {steps}: the tf.data.Dataset yielded no more batches")
+        raise ValueError(
+            f"the data ran out after step {done} of {steps}: the tf.data.Dataset yielded no more batches"
+        )
     step.raise_if_failed()
     samples = [tf.stack(store) for store in kept]
     posterior.store_samples(samples)  # the whole chain state (BSGP: V, Z and hyperparameters)
-    return samples[:len(posterior.inducing_outputs)]
+    return samples[: len(posterior.inducing_outputs)]

@@ -19,6 +19,7 @@ model's dtype, so a schedule that changes it every step never retraces the compi
 ``mean_s[ell_s - kl_s]`` from the same draws, whatever ``beta`` is. With ``beta = 1`` the loss
 is the one without tempering to the last bit.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,14 +75,18 @@ class TrainStep:
         self.step_counter = step_counter
         self.num_samples = num_samples
         self.seed = seed
-        self.elbo_options = {} if importance_samples is None else {"importance_samples": importance_samples}
+        self.elbo_options = (
+            {} if importance_samples is None else {"importance_samples": importance_samples}
+        )
         if objective != "elbo":
             self.elbo_options["objective"] = objective
         self.jit_compile = jit_compile
         # int64, not int32: TensorFlow keeps int32 variables in host memory on a GPU, which an
         # XLA-compiled step on the GPU cannot read (fit(jit_compile=True) failed there)
         self.failure_code = tf.Variable(0, dtype=tf.int64, trainable=False, name="cholesky_failure")
-        self.failure_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="cholesky_failure_step")
+        self.failure_step = tf.Variable(
+            -1, dtype=tf.int64, trainable=False, name="cholesky_failure_step"
+        )
         # Traced per batch shape in both modes (at most two: full batches and an epoch's smaller
         # last batch). XLA compiles one program per concrete shape anyway; in the plain graph a
         # static batch size lets the shape arithmetic of every broadcast's gradient fold at trace
@@ -105,7 +110,9 @@ class TrainStep:
         """``(loss, elbo)`` for one minibatch with step ``step``'s noise: the loss is
         ``-(mean_s[ell_s - kl_weight * kl_s] + log prior)``, the ELBO ``mean_s[ell_s - kl_s]``."""
         # the noise source is the third positional argument (the keyword is seed=)
-        ell, kl = self.model.elbo_terms((X_b, Y_b), self.num_samples, step_noise(self.seed, step), **self.elbo_options)
+        ell, kl = self.model.elbo_terms(
+            (X_b, Y_b), self.num_samples, step_noise(self.seed, step), **self.elbo_options
+        )
         return tempered_loss(ell, kl, kl_weight, self.model.log_prior_density())
 
     def loss_and_gradients(self, step, X_b, Y_b, kl_weight=None):
@@ -164,7 +171,9 @@ class NaturalGradientStep(TrainStep):
         model in one step).
     """
 
-    def __init__(self, model, optimizer, variables, step_counter, *, natgrad_blocks, gamma, **kwargs):
+    def __init__(
+        self, model, optimizer, variables, step_counter, *, natgrad_blocks, gamma, **kwargs
+    ):
         import gpflow
 
         self.blocks = list(natgrad_blocks)
@@ -189,7 +198,11 @@ class NaturalGradientStep(TrainStep):
 
 def block_variables(blocks) -> list:
     """The unconstrained variables of ``(q_mu, q_sqrt)`` blocks, two per block in block order."""
-    return [v for q_mu, q_sqrt in blocks for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)]
+    return [
+        v
+        for q_mu, q_sqrt in blocks
+        for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)
+    ]
 
 
 def apply_natural_gradients(natgrad, blocks, grads) -> None:
@@ -250,7 +263,17 @@ class SamplerStep(TrainStep):
     :param stream: ``None`` for ``fit``'s noise stream; an int selects another stream of ``seed``.
     """
 
-    def __init__(self, model, optimizer, variables, step_counter, *, adapt: bool = True, stream=None, **kwargs):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        variables,
+        step_counter,
+        *,
+        adapt: bool = True,
+        stream=None,
+        **kwargs,
+    ):
         self.adapt = bool(adapt)
         self.stream = stream
         super().__init__(model, optimizer, variables, step_counter, **kwargs)
@@ -263,7 +286,9 @@ class SamplerStep(TrainStep):
             source = step_noise(self.seed, step)
         else:
             stream = tf.constant([self.seed, self.stream], tf.int64)
-            seed = tf.random.experimental.stateless_fold_in(stream, tf.cast(step, tf.int64), alg="philox")
+            seed = tf.random.experimental.stateless_fold_in(
+                stream, tf.cast(step, tf.int64), alg="philox"
+            )
             source = SeededNoise(seed)
         return _Renamed(source, "chain/"), _Renamed(source, "hyper/")
 
@@ -279,8 +304,9 @@ class SamplerStep(TrainStep):
 
         X, Y = self.model.check_data((X_b, Y_b))
         with shared_parameter_reads():  # each kernel parameter read once per pass
-            prop = self.model.posterior.propagate_given(X, V, self.num_samples, noise, fixed=fixed,
-                                                        gaussian_prior=gaussian_prior)
+            prop = self.model.posterior.propagate_given(
+                X, V, self.num_samples, noise, fixed=fixed, gaussian_prior=gaussian_prior
+            )
         ll = tf.reduce_sum(self.model.sample_log_density(X, Y, prop), axis=-1)
         batch = tf.cast(tf.shape(X)[0], ll.dtype)
         return ll * (self.num_data(X) / batch), prop.kl
@@ -293,8 +319,9 @@ class SamplerStep(TrainStep):
 
     def objective(self, step, X_b, Y_b, kl_weight=1.0):
         """``(loss, log joint)`` of the hyperparameter step with the chain's current state."""
-        ll, neg_log_prior = self.log_joint_terms(X_b, Y_b, self.model.posterior.chain_variables(),
-                                                 self.step_sources(step)[1])
+        ll, neg_log_prior = self.log_joint_terms(
+            X_b, Y_b, self.model.posterior.chain_variables(), self.step_sources(step)[1]
+        )
         return tempered_loss(ll, neg_log_prior, 1.0, self.model.log_prior_density())
 
     def _step(self, step, X_b, Y_b, kl_weight):
@@ -316,20 +343,30 @@ class SamplerStep(TrainStep):
             state = [tf.convert_to_tensor(v) for v in posterior.chain_variables()]  # read once
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(state)
-                ll, neg_log_prior = self.log_joint_terms(X_b, Y_b, state, chain_noise, fixed, gaussian_prior=False)
-                log_likelihood = tf.reduce_mean(ll - neg_log_prior)  # and the prior's non-Gaussian factors
+                ll, neg_log_prior = self.log_joint_terms(
+                    X_b, Y_b, state, chain_noise, fixed, gaussian_prior=False
+                )
+                log_likelihood = tf.reduce_mean(
+                    ll - neg_log_prior
+                )  # and the prior's non-Gaussian factors
                 per_point_loss = -log_likelihood / N
-            grads = tape.gradient(per_point_loss, state, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            grads = tape.gradient(
+                per_point_loss, state, unconnected_gradients=tf.UnconnectedGradients.ZERO
+            )
             theta = posterior.flat_state(state)
             log_prior, neg_prior_grad = posterior.gaussian_log_prior(theta)
             log_joint = log_likelihood + log_prior
             if fixed is None:  # the move assigns what the block may have read (BSGP's kernels)
                 reads.close()
-            posterior.sghmc_move(theta, posterior.flat_state(grads) + neg_prior_grad / N, chain_noise, N, self.adapt)
+            posterior.sghmc_move(
+                theta, posterior.flat_state(grads) + neg_prior_grad / N, chain_noise, N, self.adapt
+            )
             if hyper:
                 member = posterior.window_member(hyper_noise.normal("sghmc/window", [], self.dtype))
                 # the prior of the member's state does not depend on the hyperparameters
-                ll_h, nlp_h = self.log_joint_terms(X_b, Y_b, member, hyper_noise, fixed, gaussian_prior=False)
+                ll_h, nlp_h = self.log_joint_terms(
+                    X_b, Y_b, member, hyper_noise, fixed, gaussian_prior=False
+                )
                 loss, _ = tempered_loss(ll_h, nlp_h, 1.0, self.model.log_prior_density())
         if hyper:
             hyper_grads = hyper_tape.gradient(loss, self.variables)
@@ -366,8 +403,18 @@ class DistributedStep(TrainStep):
     (:func:`~.collectives.separate_collective_keys`), so several strategies train in one process.
     """
 
-    def __init__(self, model, optimizer, variables, step_counter, *, strategy, natgrad_blocks=(), gamma=None,
-                 **kwargs):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        variables,
+        step_counter,
+        *,
+        strategy,
+        natgrad_blocks=(),
+        gamma=None,
+        **kwargs,
+    ):
         self.strategy = strategy
         self.blocks = list(natgrad_blocks)
         self.natgrad = None
@@ -383,7 +430,9 @@ class DistributedStep(TrainStep):
         self._compiled = tf.function(self._step, autograph=False)
         self._replica_xla = None
         if self.jit_compile:
-            self._replica_xla = tf.function(self._replica_gradients, autograph=False, jit_compile=True)
+            self._replica_xla = tf.function(
+                self._replica_gradients, autograph=False, jit_compile=True
+            )
 
     def _replica_gradients(self, step, X_b, Y_b, kl_weight, replica=None):
         """This replica's ``(share of the ELBO, gradients of its share of the loss, status)``: the
@@ -407,9 +456,16 @@ class DistributedStep(TrainStep):
         with cholesky_checks() as checks:
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(watched)
-                ell, kl = self.model.elbo_terms((X_b[start:stop], Y_b[start:stop]), self.num_samples, noise,
-                                                batch_size=B, **self.elbo_options)
-                loss, share = tempered_loss(ell, kl / R, kl_weight, self.model.log_prior_density() / R)
+                ell, kl = self.model.elbo_terms(
+                    (X_b[start:stop], Y_b[start:stop]),
+                    self.num_samples,
+                    noise,
+                    batch_size=B,
+                    **self.elbo_options,
+                )
+                loss, share = tempered_loss(
+                    ell, kl / R, kl_weight, self.model.log_prior_density() / R
+                )
             grads = tape.gradient(loss, watched)
         # every replica must all-reduce the same list: a variable its rows do not reach (e.g. an
         # empty block of a small last batch) gets an explicit zero gradient, not None
@@ -422,8 +478,10 @@ class DistributedStep(TrainStep):
             return self._replica_gradients(step, X_b, Y_b, kl_weight)
         replica = tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
         if replica is None:
-            raise ValueError("jit_compile=True under this strategy: its replica index is not known when the step "
-                             "is traced, so a replica's row block cannot be compiled; use jit_compile=False")
+            raise ValueError(
+                "jit_compile=True under this strategy: its replica index is not known when the step "
+                "is traced, so a replica's row block cannot be compiled; use jit_compile=False"
+            )
         return self._replica_xla(step, X_b, Y_b, kl_weight, int(replica))
 
     def _replica(self, step, X_b, Y_b, kl_weight):
@@ -432,7 +490,9 @@ class DistributedStep(TrainStep):
         if n:
             self.update(grads[:n])  # the optimiser all-reduces (sums) the replicas' gradients
         if self.blocks:  # one batched all-reduce; every replica updates its copy from the sum
-            summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads[n:])
+            summed = tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, grads[n:]
+            )
             apply_natural_gradients(self.natgrad, self.blocks, summed)
         return share, status
 
@@ -443,9 +503,13 @@ class DistributedStep(TrainStep):
 
         @tf.function(autograph=False)
         def run(step, X_b, Y_b, kl_weight):
-            shares, grads, _ = self.strategy.run(self._replica_terms, args=(step, X_b, Y_b, kl_weight))
+            shares, grads, _ = self.strategy.run(
+                self._replica_terms, args=(step, X_b, Y_b, kl_weight)
+            )
             total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, shares, axis=None)
-            return total, [self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None) for g in grads[:n]]
+            return total, [
+                self.strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None) for g in grads[:n]
+            ]
 
         return run(step, X_b, Y_b, self.kl_weight_tensor(kl_weight))
 

@@ -14,6 +14,7 @@ is always the untempered one (``beta = 1``). A schedule is any callable ``step -
 The weight is a function of the global step only, so a resumed run continues the schedule where
 the checkpoint left it.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -48,11 +49,19 @@ class PaperSchedule(KLSchedule):
     :param steps_per_epoch: optimisation steps per pass over the data (``ceil(N / batch_size)``).
     """
 
-    def __init__(self, steps_per_epoch: int, zero_epochs: int = 10, step_epochs: int = 10, increment: float = 0.1):
+    def __init__(
+        self,
+        steps_per_epoch: int,
+        zero_epochs: int = 10,
+        step_epochs: int = 10,
+        increment: float = 0.1,
+    ):
         self.steps_per_epoch = check_positive_int(steps_per_epoch, "steps_per_epoch")
         self.zero_epochs = check_positive_int(zero_epochs, "zero_epochs", minimum=0)
         self.step_epochs = check_positive_int(step_epochs, "step_epochs")
-        if isinstance(increment, bool) or not isinstance(increment, (int, float, np.integer, np.floating)):
+        if isinstance(increment, bool) or not isinstance(
+            increment, (int, float, np.integer, np.floating)
+        ):
             raise TypeError(f"increment must be a number in (0, 1], got {increment!r}")
         if not (np.isfinite(increment) and 0 < increment <= 1):
             raise ValueError(f"increment must be a number in (0, 1], got {increment!r}")
@@ -66,8 +75,10 @@ class PaperSchedule(KLSchedule):
         return min(1.0, raises * self.increment)
 
     def __repr__(self) -> str:
-        return (f"PaperSchedule(steps_per_epoch={self.steps_per_epoch}, zero_epochs={self.zero_epochs}, "
-                f"step_epochs={self.step_epochs}, increment={self.increment})")
+        return (
+            f"PaperSchedule(steps_per_epoch={self.steps_per_epoch}, zero_epochs={self.zero_epochs}, "
+            f"step_epochs={self.step_epochs}, increment={self.increment})"
+        )
 
 
 class LinearSchedule(KLSchedule):
@@ -99,7 +110,9 @@ class LinearSchedule(KLSchedule):
         return f"LinearSchedule(warmup_steps={self.warmup_steps}, start={self.start}, delay_steps={self.delay_steps})"
 
 
-def resolve_kl_schedule(kl_schedule, *, steps: int, steps_per_epoch: Optional[int]) -> Optional[Callable[[int], float]]:
+def resolve_kl_schedule(
+    kl_schedule, *, steps: int, steps_per_epoch: Optional[int]
+) -> Optional[Callable[[int], float]]:
     """``fit``'s ``kl_schedule`` argument as a callable (``None`` stays ``None``: no tempering).
 
     ``"paper"`` is :class:`PaperSchedule` with ``steps_per_epoch`` (``ceil(N / batch_size)`` for
@@ -120,7 +133,9 @@ def resolve_kl_schedule(kl_schedule, *, steps: int, steps_per_epoch: Optional[in
         elif kl_schedule == "linear":
             schedule = LinearSchedule(-(-steps // LINEAR_WARMUP_DIVISOR))
         else:
-            raise ValueError(f"unknown kl_schedule {kl_schedule!r}; choose 'paper', 'linear', a schedule or a callable")
+            raise ValueError(
+                f"unknown kl_schedule {kl_schedule!r}; choose 'paper', 'linear', a schedule or a callable"
+            )
     elif callable(kl_schedule):
         schedule = kl_schedule
     else:
@@ -137,7 +152,9 @@ def kl_weight_at(schedule: Callable[[int], float], step: int) -> float:
     (``ValueError`` otherwise); both errors name ``kl_schedule`` and the step."""
     value = schedule(step)
     if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"kl_schedule returned {value!r} at step {step}; it must return a number in [0, 1]")
+        raise TypeError(
+            f"kl_schedule returned {value!r} at step {step}; it must return a number in [0, 1]"
+        )
     try:
         arr = np.asarray(value)
     except Exception:  # pragma: no cover - anything numpy cannot hold is not a number
@@ -148,5 +165,7 @@ def kl_weight_at(schedule: Callable[[int], float], step: int) -> float:
         )
     value = float(arr)
     if not (np.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ValueError(f"kl_schedule gave {value} at step {step}; a KL weight must be finite and in [0, 1]")
+        raise ValueError(
+            f"kl_schedule gave {value} at step {step}; a KL weight must be finite and in [0, 1]"
+        )
     return value
