@@ -29,36 +29,7 @@ import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 
 import deepgp_gi as dg  # noqa: E402
-
-rng = np.random.default_rng(0)
-X = rng.normal(size=(21, 2))
-Y = np.sin(X[:, :1]) + 0.1 * rng.normal(size=(21, 1))
-images = rng.normal(size=(16, 8, 8, 1))
-image_labels = rng.integers(0, 3, size=(16, 1)).astype(float)
-
-
-def deep_gp():
-    return dg.build_deep_gp(
-        X, Y, depth=2, posterior="mean_field", num_inducing=5, inner_width=2, seed=0
-    ), (X, Y)
-
-
-def bnn():
-    return dg.build_bnn(X, Y, hidden=(4,), posterior="global", num_inducing=5, seed=0), (X, Y)
-
-
-def conv_bnn():
-    return dg.build_conv_bnn(
-        images,
-        image_labels,
-        architecture="lenet",
-        posterior="global",
-        num_inducing=4,
-        channels=(2, 2),
-        hidden=(6,),
-        seed=0,
-    ), (images, image_labels)
-
+from distributed_models import bnn, conv_bnn, deep_gp  # noqa: E402
 
 # name: (builder, fit options); batches of 6 from 21 rows (16 images): a last batch of 3 (4) rows,
 # so one worker holds 1 row and the other 2 in the deep GP's and dense BNN's last step
