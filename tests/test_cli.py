@@ -226,8 +226,8 @@ def test_validation_is_parsed_and_bad_values_are_refused(capsys):
 def test_objective_is_parsed(capsys):
     parse = cli.build_parser().parse_args
     assert parse(["uci", "--dataset", "yacht"]).objective is None
-    assert parse(["uci", "--dataset", "yacht", "--posterior", "dspp", "--objective", "predictive"]).objective == (
-        "predictive")
+    argv = ["uci", "--dataset", "yacht", "--posterior", "dspp", "--objective", "predictive"]
+    assert parse(argv).objective == "predictive"
     with pytest.raises(SystemExit):
         parse(["uci", "--dataset", "yacht", "--objective", "likelihood"])
     assert "--objective" in capsys.readouterr().err
