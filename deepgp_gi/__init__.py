@@ -75,10 +75,10 @@ if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .builders import build_deep_gp  # noqa: F401
     from .conv_bnn import build_conv_bnn  # noqa: F401
     from .kernels import WeightKernel  # noqa: F401
+    from .latent import LatentDeepGP  # noqa: F401
     from .layers import DenseLayer, GPLayer  # noqa: F401
     from .linalg import safe_cholesky  # noqa: F401
     from .models import DeepGP  # noqa: F401
-    from .latent import LatentDeepGP  # noqa: F401
     from .posteriors.counting import parameter_count, parameter_table  # noqa: F401
     from .saving import load, save  # noqa: F401
     from .training import (  # noqa: F401

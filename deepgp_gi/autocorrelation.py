@@ -118,7 +118,8 @@ def patch_cross(
 
 
 def _lag_index(k: int) -> np.ndarray:
-    """``[k*k, k*k]`` flat index into the ``(2k-1) x (2k-1)`` lag table of offsets ``delta - delta'``."""
+    """``[k*k, k*k]`` flat index into the ``(2k-1) x (2k-1)`` lag table of offsets
+    ``delta - delta'``."""
     a = np.arange(k * k) // k
     b = np.arange(k * k) % k
     rows = a[:, None] - a[None, :] + k - 1

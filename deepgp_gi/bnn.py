@@ -11,11 +11,11 @@ import gpflow
 import numpy as np
 
 from .families import check_options
-from .posteriors.registry import BNN_FAMILIES, family_class
 from .initialisation import pseudo_targets, weight_prior_factory
 from .kernels import ACTIVATIONS
 from .layers import DenseLayer
 from .models import DeepGP
+from .posteriors.registry import BNN_FAMILIES, family_class
 from .priors import WeightPrior
 from .validation import as_data_array, check_data_pair, check_positive_int, check_seed
 
@@ -69,10 +69,12 @@ def build_bnn(
         ensemble of point-mass weights).
     :param prior: ``"standard"`` (N(0,1)), ``"neal"`` (N(0, 1/fan_in)), ``"scale"`` (learned
         Gamma scale), ``"spatial_iw"`` (the spatial inverse-Wishart prior, ``p = 1`` on dense
-        layers: precision ``fan_in * L``, ``L ~ InvGamma(1, 1)``, learned ``q(L)``), or a :class:`~deepgp_gi.priors.WeightPrior` instance used as a template
-        (each layer gets its own deep copy).
+        layers: precision ``fan_in * L``, ``L ~ InvGamma(1, 1)``, learned ``q(L)``), or
+        a :class:`~deepgp_gi.priors.WeightPrior` instance used as a template (each layer gets its
+        own deep copy).
     :param num_inducing: M, the number of global inducing points (gi, fac->gi, rand->gi), or the
-        size of the inducing weights (ffg_u, ensemble_u: ``min(M, d_out) x min(M, d_in)`` per layer).
+        size of the inducing weights (ffg_u, ensemble_u: ``min(M, d_out) x min(M, d_in)`` per
+        layer).
     :param activation: hidden nonlinearity, a name in :data:`deepgp_gi.kernels.ACTIVATIONS` or a
         callable.
     :param likelihood: a GPflow likelihood; default Gaussian with variance ``exp(-3)``.
@@ -96,7 +98,8 @@ def build_bnn(
     prior_factory = weight_prior_factory(prior)
     if not callable(activation) and activation not in ACTIVATIONS:
         raise ValueError(
-            f"unknown activation {activation!r}; choose one of {', '.join(map(repr, ACTIVATIONS))} or pass a callable"
+            f"unknown activation {activation!r}; choose one of {', '.join(map(repr, ACTIVATIONS))} "
+            "or pass a callable"
         )
     hidden = _check_hidden(hidden)
     num_inducing = check_positive_int(num_inducing, "num_inducing")

@@ -8,7 +8,8 @@ ARD squared-exponential kernels with variance 2 and lengthscales 2, between-laye
 likelihood with variance 0.01. The posterior family changes the variational parameters and how
 they are initialised, and the transform of those positive hyperparameters: GPflow's softplus for
 the DSVI and Lindinger families, exp (log-parameterised, as bayesfunc's kernels) for O&A's global
-and local inducing (the family class's ``positive_transform``; ``positive_transform=`` overrides it).
+and local inducing (the family class's ``positive_transform``; ``positive_transform=`` overrides
+it).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import numpy as np
 
 from .families import check_options
 from .initialisation import kmeans_inducing_inputs, pseudo_targets
-from .layers import GPLayer
 from .latent import LatentDeepGP, check_latent_family, with_latent_columns
+from .layers import GPLayer
 from .layers.latent import LatentVariableLayer
 from .models import DeepGP
 from .posteriors.registry import family_class
@@ -155,8 +156,8 @@ def build_deep_gp(
     :param X: training inputs ``[N, D]``.
     :param Y: training targets ``[N, P]``.
     :param depth: number of GP layers (1 = a single sparse GP).
-    :param posterior: a name in :data:`~deepgp_gi.posteriors.registry.DEEP_GP_FAMILIES` (``"mean_field"``,
-        ``"fully_coupled"``, ``"stripes_arrow"``, ``"global"``, ``"local"``).
+    :param posterior: a name in :data:`~deepgp_gi.posteriors.registry.DEEP_GP_FAMILIES`
+        (``"mean_field"``, ``"fully_coupled"``, ``"stripes_arrow"``, ``"global"``, ``"local"``).
     :param num_inducing: M, per layer (local families) or at the input (global inducing).
     :param likelihood: a GPflow likelihood; default Gaussian with variance 0.01.
     :param inner_width: width of the inner layers; default ``min(30, D)`` (``min(30, D + D_w)`` with
@@ -176,8 +177,8 @@ def build_deep_gp(
         importance-weighted bound with ``fit(..., importance_samples=K)``. The inducing inputs get
         ``D_w`` more columns, ``N(0, 1)`` draws (learned); the inner layers are ``D + D_w`` wide by
         default and the first one's mean function passes ``w`` on (it drops ``w`` when they are
-        narrower). Families: :data:`~deepgp_gi.latent.LATENT_FAMILIES` (a sampling family is refused,
-        saying why).
+        narrower). Families: :data:`~deepgp_gi.latent.LATENT_FAMILIES` (a sampling family is
+        refused, saying why).
     :param encoder: the ``tf.Module`` computing ``q(w | x, y)`` (contract:
         :mod:`deepgp_gi.layers.latent`); default the paper's MLP (two hidden layers of 20 tanh
         units). Needs ``latent_dim``.

@@ -41,7 +41,8 @@ _TABLE_NAMES = ("GP_POSTERIORS", "BNN_POSTERIORS", "BNN_PRIORS")
 
 
 def _tables() -> Tuple[Tuple[str, ...], Tuple[str, ...], Tuple[str, ...]]:
-    """The deep GP families, BNN families and BNN priors, read from the tables (imports TensorFlow)."""
+    """The deep GP families, BNN families and BNN priors, read from the tables (imports
+    TensorFlow)."""
     from .families import BNN_FAMILIES, DEEP_GP_FAMILIES
     from .priors import PRIORS
 
@@ -66,9 +67,10 @@ def _is_tf_log_line(line: str, level: int) -> bool:
 
 @contextlib.contextmanager
 def _filtered_stderr(level: int):
-    """Send file descriptor 2 to a temporary file for the block, then write back to it every line but
-    the TensorFlow log lines below ``level`` (TensorFlow's shared libraries log as they load, before
-    TensorFlow reads TF_CPP_MIN_LOG_LEVEL). A Python error or warning printed meanwhile is kept."""
+    """Send file descriptor 2 to a temporary file for the block, then write back to it every line
+    but the TensorFlow log lines below ``level`` (TensorFlow's shared libraries log as they load,
+    before TensorFlow reads TF_CPP_MIN_LOG_LEVEL). A Python error or warning printed meanwhile is
+    kept."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -125,7 +127,8 @@ def parse_splits(text: str, n_splits: int) -> List[int]:
     bad = [s for s in splits if not 0 <= s < n_splits]
     if bad or not splits:
         raise ValueError(
-            f"--splits {text!r} selects no valid split (the data set has {n_splits}: 0 to {n_splits - 1})"
+            f"--splits {text!r} selects no valid split (the data set has {n_splits}: 0 to "
+            f"{n_splits - 1})"
         )
     return splits
 
@@ -192,7 +195,8 @@ def _cmd_uci(args) -> int:
     posterior = args.posterior or ("global" if model == "bnn" else "mean_field")
     if posterior not in choices:
         raise SystemExit(
-            f"deepgp-gi uci: unknown --posterior {posterior!r} for --model {model}; choose one of {', '.join(choices)}"
+            f"deepgp-gi uci: unknown --posterior {posterior!r} for --model {model}; choose one of "
+            f"{', '.join(choices)}"
         )
     _, _, n_splits = datasets.load_uci_raw(args.dataset)
     splits = parse_splits(args.splits, n_splits)
@@ -278,7 +282,8 @@ def _cmd_demo(args) -> int:
     ll = metrics.test_log_likelihood(model, data.X_test, data.Y_test, data.y_std, num_samples=100)
     err = metrics.rmse(model, data.X_test, data.Y_test, data.y_std, num_samples=100)
     print(
-        f"training ELBO per data point: {history.elbo_per_datapoint[-1]:.4f} ({history.wall_time[-1]:.0f} s)"
+        f"training ELBO per data point: {history.elbo_per_datapoint[-1]:.4f} "
+        f"({history.wall_time[-1]:.0f} s)"
     )
     print(f"test log-likelihood: {ll:.4f} nats per point (original units)")
     print(f"test RMSE: {err:.4f} (original units)")
@@ -331,8 +336,8 @@ _VERBOSE_HELP = (
 
 
 def build_parser(tables: bool = True) -> argparse.ArgumentParser:
-    """The argument parser; ``tables=False`` leaves out the ``uci`` command's arguments (they list the
-    family tables, which import TensorFlow) for parsing anything but a ``uci`` command."""
+    """The argument parser; ``tables=False`` leaves out the ``uci`` command's arguments (they list
+    the family tables, which import TensorFlow) for parsing anything but a ``uci`` command."""
     parser = argparse.ArgumentParser(
         prog="deepgp-gi", description="Deep GPs and BNNs with structured posteriors."
     )
@@ -369,7 +374,8 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
     uci.add_argument(
         "--posterior",
         default=None,
-        help=f"gp: {', '.join(GP_POSTERIORS)} (default mean_field); bnn: {', '.join(BNN_POSTERIORS)} (default global)",
+        help=f"gp: {', '.join(GP_POSTERIORS)} (default mean_field); bnn: "
+        f"{', '.join(BNN_POSTERIORS)} (default global)",
     )
     uci.add_argument(
         "--depth", type=int, default=2, help="number of GP layers (gp only; default 2)"
@@ -398,7 +404,8 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
         type=_lr_decay,
         default=None,
         metavar="RATE,EVERY",
-        help="multiply the learning rate by RATE every EVERY steps, e.g. 0.9,1000 (default: constant)",
+        help="multiply the learning rate by RATE every EVERY steps, e.g. 0.9,1000 (default: "
+        "constant)",
     )
     uci.add_argument(
         "--num-inducing", type=int, default=100, help="inducing points M (default 100)"
@@ -422,8 +429,8 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
         "--protocol",
         choices=("random", "extrapolation"),
         default="random",
-        help="random: the standard 90/10 splits (default); extrapolation: Lindinger et al.'s 50/50 split "
-        "along a random 1-D projection of the inputs",
+        help="random: the standard 90/10 splits (default); extrapolation: Lindinger et al.'s 50/50 "
+        "split along a random 1-D projection of the inputs",
     )
     uci.add_argument(
         "--positive-transform",
@@ -442,9 +449,9 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
         "--last-layer",
         choices=("marginal", "sampled"),
         default=None,
-        help="a global-inducing last layer (gp global; bnn global, factorised_global, random_global): "
-        "integrate its inducing outputs or weights out of the ELBO (marginal; the default) or "
-        "sample them (sampled; O&A's algorithm)",
+        help="a global-inducing last layer (gp global; bnn global, factorised_global, "
+        "random_global): integrate its inducing outputs or weights out of the ELBO (marginal; the "
+        "default) or sample them (sampled; O&A's algorithm)",
     )
     uci.add_argument(
         "--validation",
@@ -461,8 +468,8 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
         "--objective",
         choices=("elbo", "predictive"),
         default=None,
-        help="what a deep GP trains on: the ELBO (default) or the predictive objective (variational "
-        "families without a latent input; meant for posterior dspp)",
+        help="what a deep GP trains on: the ELBO (default) or the predictive objective "
+        "(variational families without a latent input; meant for posterior dspp)",
     )
     uci.add_argument(
         "--out",

@@ -22,7 +22,6 @@ import gpflow
 import numpy as np
 
 from .families import check_options
-from .posteriors.registry import CONV_BNN_FAMILIES, family_class
 from .initialisation import pseudo_targets, weight_prior_factory
 from .layers import (
     Activation,
@@ -35,6 +34,7 @@ from .layers import (
     ResidualBlock,
 )
 from .models import DeepGP
+from .posteriors.registry import CONV_BNN_FAMILIES, family_class
 from .priors import WeightPrior
 from .validation import (
     as_data_array,
@@ -164,8 +164,9 @@ def build_conv_bnn(
         :class:`~deepgp_gi.priors.WeightPrior` template (each layer gets a deep copy).
     :param num_inducing: M, the number of global inducing images (global, factorised_global):
         the first M images of a seeded shuffle of X; the last layer's pseudo-outputs are their
-        one-hot labels (O&A App. O); for M > N the policy of :mod:`deepgp_gi.initialisation`. For ffg_u and ensemble_u, the size of
-        every layer's inducing weights (``min(M, C_out) x min(M, d_in)``).
+        one-hot labels (O&A App. O); for M > N the policy of :mod:`deepgp_gi.initialisation`. For
+        ffg_u and ensemble_u, the size of every layer's inducing weights
+        (``min(M, C_out) x min(M, d_in)``).
     :param likelihood: default ``gpflow.likelihoods.Softmax(C)`` with ``C = max(Y) + 1``.
     :param channels: lenet: the two conv widths (``(6, 16)``); resnet: the width (32).
     :param hidden: lenet's dense hidden widths (``(120, 84)``).

@@ -114,7 +114,8 @@ class ExportedModel(tf.Module):
         self._check_transform(model, transform)
         # every variable the functions read, tracked so that the SavedModel holds their values
         self.model_variables = list(model.variables)
-        # the model itself is not a dependency: the SavedModel keeps its variables and functions only
+        # the model itself is not a dependency: the SavedModel keeps its variables and
+        # functions only
         object.__setattr__(self, "_model", model)
         self._transform = transform
         self._kind = classification_kind(model.likelihood)
@@ -130,7 +131,8 @@ class ExportedModel(tf.Module):
             return
         if not isinstance(transform, Standardisation):
             raise TypeError(
-                f"transform must be a deepgp_gi.transforms.Standardisation, got {type(transform).__name__}"
+                "transform must be a deepgp_gi.transforms.Standardisation, got "
+                f"{type(transform).__name__}"
             )
         if len(model.input_shape) != 1:
             raise ValueError(

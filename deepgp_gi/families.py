@@ -34,11 +34,13 @@ def posterior_class(name: str, layers) -> type:
     kind, table = _table_for(layers)
     if not isinstance(name, str) or name not in table:
         raise ValueError(
-            f"unknown posterior {name!r} for {kind} layers; choose one of {', '.join(map(repr, table))}"
+            f"unknown posterior {name!r} for {kind} layers; choose one of "
+            f"{', '.join(map(repr, table))}"
         )
     return table[name]
 
 
 def check_options(name: str, cls: type, options: dict) -> None:
-    """Refuse ``options`` family ``name`` (class ``cls``) does not take, naming the ones it accepts."""
+    """Refuse ``options`` family ``name`` (class ``cls``) does not take, naming the ones it
+    accepts."""
     cls.check_options(options, name)

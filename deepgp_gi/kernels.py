@@ -36,7 +36,8 @@ __all__ = [
 ]
 
 SUPPORTED_KERNELS = (
-    "gpflow.kernels.IsotropicStationary (SquaredExponential, Matern12/32/52, RationalQuadratic, ...)",
+    "gpflow.kernels.IsotropicStationary (SquaredExponential, Matern12/32/52, RationalQuadratic, "
+    "...)",
     "gpflow.kernels.White",
     "gpflow.kernels.Constant",
     "gpflow.kernels.Linear",
@@ -280,7 +281,8 @@ ACTIVATIONS = {
 
 
 def get_activation(activation: Union[None, str, Callable]) -> Callable:
-    """The elementwise function for a name in :data:`ACTIVATIONS`, ``None`` (identity) or a callable."""
+    """The elementwise function for a name in :data:`ACTIVATIONS`, ``None`` (identity) or a
+    callable."""
     if activation is None:
         return _identity
     if callable(activation):
@@ -352,7 +354,8 @@ class WeightKernel(gpflow.kernels.Kernel):
         return self._scale(PX.dtype) * tf.linalg.matmul(PX, PZ, transpose_b=True)
 
     def K(self, X, X2=None):
-        """GPflow semantics: ``[..., N, D] x [..., M, D] -> [..., N, ..., M]`` (outer over batches)."""
+        """GPflow semantics: ``[..., N, D] x [..., M, D] -> [..., N, ..., M]`` (outer over
+        batches)."""
         PX = self.features(X)
         PZ = PX if X2 is None else self.features(X2)
         if PX.shape.rank == 2 and PZ.shape.rank == 2:

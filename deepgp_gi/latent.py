@@ -88,9 +88,9 @@ def latent_families() -> tuple:
 LATENT_FAMILIES = latent_families()
 
 _SAMPLER_REASON = (
-    "a sampling family draws its inducing outputs by SGHMC from log p(V) + log p(y | V); with a latent "
-    "input w that log-likelihood is an integral over w with no closed form, so the chain has no target, "
-    "and the importance-weighted bound is an objective for a variational q(U)"
+    "a sampling family draws its inducing outputs by SGHMC from log p(V) + log p(y | V); with a "
+    "latent input w that log-likelihood is an integral over w with no closed form, so the chain "
+    "has no target, and the importance-weighted bound is an objective for a variational q(U)"
 )
 
 
@@ -245,8 +245,8 @@ class LatentDeepGP(DeepGP):
             raise ValueError("a latent-variable model takes GP layers only")
         if latent.output_dim != self.layers[0].input_dim:
             raise ValueError(
-                f"the first layer takes {self.layers[0].input_dim} inputs but the latent layer gives "
-                f"{latent.data_dim} + latent_dim {latent.latent_dim} = {latent.output_dim}"
+                f"the first layer takes {self.layers[0].input_dim} inputs but the latent layer "
+                f"gives {latent.data_dim} + latent_dim {latent.latent_dim} = {latent.output_dim}"
             )
         if getattr(posterior, "is_sampler", False):
             raise ValueError(
@@ -376,7 +376,8 @@ class LatentDeepGP(DeepGP):
         """``(ell [S], kl [S])`` of the importance-weighted bound: ``ell`` is
         ``sum_n (logsumexp_k l_nk - log K)`` (rescaled by ``num_data / batch`` when ``num_data`` is
         set; ``batch_size`` as in :meth:`DeepGP.elbo_terms`), with ``l_nk`` the expected
-        log-likelihood of draw k plus its ``log p(w) - log q(w)``; ``kl`` the family's regulariser."""
+        log-likelihood of draw k plus its ``log p(w) - log q(w)``; ``kl`` the family's
+        regulariser."""
         X, Y = self.check_data(data)
         K = check_positive_int(importance_samples, "importance_samples")
         g = self.grouped_propagate(X, num_samples, K, seed, Y=Y)

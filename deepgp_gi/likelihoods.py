@@ -50,7 +50,8 @@ def expected_log_likelihood(likelihood, X, mean, var, Y) -> tf.Tensor:
     """``E_{N(f; mean, var)}[log p(Y | f)]`` per sample and point, ``[S, N]``.
 
     Analytic for the Gaussian likelihood; GPflow's quadrature (or its own closed form) otherwise.
-    ``mean``/``var`` are ``[S, N, P]``; ``X`` ``[N, D]`` and ``Y`` ``[N, P_y]`` are shared by the samples.
+    ``mean``/``var`` are ``[S, N, P]``; ``X`` ``[N, D]`` and ``Y`` ``[N, P_y]`` are shared by the
+    samples.
     """
     return _over_samples(likelihood.variational_expectations, X, mean, var, Y)
 
@@ -94,7 +95,8 @@ def check_targets(likelihood, Y: np.ndarray, name: str = "Y") -> None:
         if bad.any():
             row = int(np.nonzero(bad.any(axis=-1))[0][0])
             raise ValueError(
-                f"{name} must hold 0/1 labels for a Bernoulli likelihood; row {row} has {Y[row].tolist()}"
+                f"{name} must hold 0/1 labels for a Bernoulli likelihood; row {row} has "
+                f"{Y[row].tolist()}"
             )
     elif isinstance(likelihood, (gpflow.likelihoods.Softmax, gpflow.likelihoods.MultiClass)):
         C = likelihood.num_classes
@@ -102,7 +104,8 @@ def check_targets(likelihood, Y: np.ndarray, name: str = "Y") -> None:
         if bad.any():
             row = int(np.nonzero(bad.any(axis=-1))[0][0])
             raise ValueError(
-                f"{name} must hold class labels 0..{C - 1} for a {C}-class likelihood; row {row} has {Y[row].tolist()}"
+                f"{name} must hold class labels 0..{C - 1} for a {C}-class likelihood; row {row} "
+                f"has {Y[row].tolist()}"
             )
     elif isinstance(likelihood, gpflow.likelihoods.Poisson):
         if (Y < 0).any() or (np.round(Y) != Y).any():

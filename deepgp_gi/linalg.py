@@ -283,8 +283,8 @@ def compiled_ladder(max_tries: int) -> List[int]:
 @contextlib.contextmanager
 def accelerator_branch() -> Iterator[None]:
     """Within this context, :func:`safe_cholesky` is traced on its accelerator branch (the
-    branch-free jitter ladder a GPU step runs, plain or XLA) even when no GPU is visible: to count on a
-    CPU the ops a GPU step runs (``benchmarks/gpu.py --accelerator-branch``) and to test that
+    branch-free jitter ladder a GPU step runs, plain or XLA) even when no GPU is visible: to count
+    on a CPU the ops a GPU step runs (``benchmarks/gpu.py --accelerator-branch``) and to test that
     branch. Functions traced inside keep the branch; the setting is per thread."""
     previous = getattr(_ACTIVE, "accelerator", False)
     _ACTIVE.accelerator = True
@@ -595,10 +595,11 @@ def _inverse_backward(
     """Reverse-mode derivative ``dA`` of ``L = chol(A)`` and ``Y = L^{-1} Z`` (``Z`` constant) from
     the upstream ``dL`` and ``dY`` (either may be None), written with ``T = L^{-1}``: products only.
 
-    ``Y`` adds ``-T^T dY Y^T`` to ``dL``; then ``dA = T^T (P + P^T) T`` with ``P`` the lower triangle
-    of ``L^T dL`` halved below the diagonal and quartered on it, which is :func:`_cholesky_backward`
-    with its two triangular solves replaced by products with ``T``. Only the lower triangle of
-    ``dL`` enters (``L^T`` is upper triangular), as in TensorFlow's own Cholesky gradient."""
+    ``Y`` adds ``-T^T dY Y^T`` to ``dL``; then ``dA = T^T (P + P^T) T`` with ``P`` the lower
+    triangle of ``L^T dL`` halved below the diagonal and quartered on it, which
+    is :func:`_cholesky_backward` with its two triangular solves replaced by products with ``T``.
+    Only the lower triangle of ``dL`` enters (``L^T`` is upper triangular), as in TensorFlow's own
+    Cholesky gradient."""
     if d_solved is not None:
         correction = tf.linalg.matmul(
             T, tf.linalg.matmul(d_solved, solved, transpose_b=True), transpose_a=True
@@ -643,9 +644,10 @@ def cholesky_with_inverse(
     except that with a GPU visible the plain factorisation is the ladder's first rung, all in one
     batched factorisation (``_escalated_in_one_pass``), and that ``max_tries=0`` (for matrices
     positive definite by construction, such as ``I + C^T C``) factorises once, with no ladder and
-    no ``tf.cond``, still reporting a failure. The inverse is one triangular solve against ``I``. The reverse-mode derivative is written with the inverse (products only,
-    ``_inverse_backward``) where :func:`safe_cholesky`'s takes two triangular solves. Solves by
-    ``L`` whose gradient should use the inverse: :func:`triangular_solve_with_inverse`, or
+    no ``tf.cond``, still reporting a failure. The inverse is one triangular solve against ``I``.
+    The reverse-mode derivative is written with the inverse (products only, ``_inverse_backward``)
+    where :func:`safe_cholesky`'s takes two triangular solves. Solves by ``L`` whose gradient should
+    use the inverse: :func:`triangular_solve_with_inverse`, or
     :func:`cholesky_and_solve` for a right-hand side known with ``A``.
 
     ``unrolled=True`` (a static, small ``N``, e.g. a covariance per data point): factor and
@@ -693,9 +695,10 @@ def cholesky_and_solve(
     A: tf.Tensor, rhs: tf.Tensor, *, max_tries: int = 6, name: str = "matrix"
 ) -> Tuple[tf.Tensor, tf.Tensor]:
     """``(L, L^{-1} rhs)`` with ``L`` the factor of ``A`` (with the ladder and report of
-    :func:`cholesky_with_inverse`), from one triangular solve of ``[I | rhs]``: the inverse ``L^{-1}`` it also gives is kept for the gradient, which is
-    then products only (``_inverse_backward``), where :func:`safe_cholesky` followed by a
-    solve takes three triangular solves. The values of ``L^{-1} rhs`` are those of the solve.
+    :func:`cholesky_with_inverse`), from one triangular solve of ``[I | rhs]``: the inverse
+    ``L^{-1}`` it also gives is kept for the gradient, which is then products only
+    (``_inverse_backward``), where :func:`safe_cholesky` followed by a solve takes three triangular
+    solves. The values of ``L^{-1} rhs`` are those of the solve.
 
     :param A: symmetric matrices ``[batch..., N, N]``.
     :param rhs: right-hand sides ``[batch..., N, K]`` (``A``'s batch shape).

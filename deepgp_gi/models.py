@@ -17,9 +17,9 @@ from .layers import GPLayer, ShapedLayer, check_layer_chain
 from .likelihoods import (
     check_targets,
     expected_log_likelihood,
+    log_mean_exp,
     mixture_log_density,
     predict_mean_and_var,
-    log_mean_exp,
     predictive_log_density,
 )
 from .noise import NoiseLike
@@ -37,8 +37,8 @@ DEFAULT_POSTERIOR = "global"
 #: :mod:`deepgp_gi.metrics`). Training uses ``num_samples=1`` unless told otherwise.
 DEFAULT_PREDICT_SAMPLES = 100
 
-#: The training objectives of :meth:`DeepGP.elbo_terms` (``fit(..., objective=...)``): the ELBO, and the
-#: predictive objective (the log predictive density of the training rows under the propagated
+#: The training objectives of :meth:`DeepGP.elbo_terms` (``fit(..., objective=...)``): the ELBO, and
+#: the predictive objective (the log predictive density of the training rows under the propagated
 #: mixture, minus the KL; Jankowiak et al. 2020).
 OBJECTIVES = ("elbo", "predictive")
 
@@ -87,7 +87,8 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         super().__init__(name=name)
         if not isinstance(likelihood, gpflow.likelihoods.Likelihood):
             raise TypeError(
-                f"likelihood must be a gpflow.likelihoods.Likelihood, got {type(likelihood).__name__}"
+                "likelihood must be a gpflow.likelihoods.Likelihood, got "
+                f"{type(likelihood).__name__}"
             )
         if isinstance(posterior, str):
             from .families import posterior_class
@@ -108,8 +109,8 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         latent = getattr(likelihood, "latent_dim", None)
         if latent is not None and latent != layers[-1].output_dim:
             raise ValueError(
-                f"the likelihood expects {latent} latent functions but the last layer has output_dim "
-                f"{layers[-1].output_dim}"
+                f"the likelihood expects {latent} latent functions but the last layer has "
+                f"output_dim {layers[-1].output_dim}"
             )
         if num_data is not None:
             num_data = check_positive_int(num_data, "num_data")
@@ -153,7 +154,8 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
         return self.output_dim
 
     def check_inputs(self, X, name: str = "Xnew") -> tf.Tensor:
-        """Validate inputs ``[N, D]`` (``[N, H, W, C]`` for images) and convert them to the model's dtype."""
+        """Validate inputs ``[N, D]`` (``[N, H, W, C]`` for images) and convert them to the model's
+        dtype."""
         return as_data_array(X, name, self.dtype, **self._input_spec())
 
     def _input_spec(self) -> dict:

@@ -202,9 +202,9 @@ def stateless_gamma(
 ) -> tf.Tensor:
     """Gamma(alpha, 1) draws that compile with XLA and agree between plain and compiled code.
 
-    Marsaglia & Tsang's method on :func:`counter_normal` / :func:`counter_uniform` with a fixed number of
-    proposals (no loop), boosted by ``U^(1/alpha)`` for ``alpha < 1``; gradients with respect to
-    ``alpha`` are the implicit reparameterisation gradients (as ``tf.random.gamma``'s).
+    Marsaglia & Tsang's method on :func:`counter_normal` / :func:`counter_uniform` with a fixed
+    number of proposals (no loop), boosted by ``U^(1/alpha)`` for ``alpha < 1``; gradients with
+    respect to ``alpha`` are the implicit reparameterisation gradients (as ``tf.random.gamma``'s).
     ``alpha`` broadcasts against ``shape``. Its three sub-draws use the Philox streams
     ``stream + 1 .. stream + 3`` of ``key`` (:class:`SeededNoise` spaces names' streams by 4).
     """

@@ -125,11 +125,13 @@ class ScalePrior(WeightPrior):
         super().__init__(name=name)
         if not (prior_concentration > 0 and prior_rate > 0):
             raise ValueError(
-                f"prior_concentration and prior_rate must be positive, got {prior_concentration}, {prior_rate}"
+                f"prior_concentration and prior_rate must be positive, got {prior_concentration}, "
+                f"{prior_rate}"
             )
         if prior_concentration - power <= 0:
             raise ValueError(
-                f"power {power} needs prior_concentration > power for a finite prior weight variance"
+                f"power {power} needs prior_concentration > power for a finite prior weight "
+                "variance"
             )
         self.prior_concentration = float(prior_concentration)
         self.prior_rate = float(prior_rate)

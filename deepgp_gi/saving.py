@@ -149,7 +149,8 @@ def _record(
         output_names = [f"y{j}" for j in range(description["target_dim"])]
     if class_names is not None and not description["classifier"]:
         raise ValueError(
-            f"class_names apply to a classifier; this model has a {description['likelihood']} likelihood"
+            f"class_names apply to a classifier; this model has a {description['likelihood']} "
+            "likelihood"
         )
     class_names = _names(class_names, "class_names", description["num_classes"] or 0)
     if class_names is None and description["classifier"]:
@@ -328,14 +329,15 @@ def read_record(path) -> dict:
         raise ValueError(f"{given!r}: its {RECORD_FILE} cannot be read ({err})") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT_NAME:
         raise ValueError(
-            f"{given!r} is not a deepgp_gi saved model: its {RECORD_FILE} is not a {FORMAT_NAME!r} record"
+            f"{given!r} is not a deepgp_gi saved model: its {RECORD_FILE} is not a {FORMAT_NAME!r} "
+            "record"
         )
     saved_by = record.get("deepgp_gi_version", "unknown")
     version = record.get("format_version")
     if version != FORMAT_VERSION:
         raise ValueError(
-            f"{given!r} was saved in format version {version!r} by deepgp_gi {saved_by}; this release "
-            f"(deepgp_gi {__version__}) reads format version {FORMAT_VERSION} only"
+            f"{given!r} was saved in format version {version!r} by deepgp_gi {saved_by}; this "
+            f"release (deepgp_gi {__version__}) reads format version {FORMAT_VERSION} only"
         )
     try:
         too_old = _release(saved_by) < _release(OLDEST_READABLE_RELEASE)
@@ -343,8 +345,8 @@ def read_record(path) -> dict:
         too_old = True
     if too_old:
         raise ValueError(
-            f"{given!r} was saved by deepgp_gi {saved_by}, older than {OLDEST_READABLE_RELEASE}, the "
-            f"oldest release whose models deepgp_gi {__version__} reads"
+            f"{given!r} was saved by deepgp_gi {saved_by}, older than {OLDEST_READABLE_RELEASE}, "
+            f"the oldest release whose models deepgp_gi {__version__} reads"
         )
     return record
 
@@ -495,6 +497,6 @@ class LoadedModel:
         return self._predict(Xnew, num_samples, seed)["probabilities"]
 
     def serve(self, Xnew) -> Dict[str, tf.Tensor]:
-        """What the ``serving_default`` signature returns for ``Xnew`` (the fixed number of samples and
-        seed of the record's ``serving`` entry)."""
+        """What the ``serving_default`` signature returns for ``Xnew`` (the fixed number of samples
+        and seed of the record's ``serving`` entry)."""
         return self._signatures["serving_default"](inputs=self._inputs(Xnew))

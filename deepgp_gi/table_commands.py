@@ -172,7 +172,8 @@ def _check_draws(args) -> None:
 
 
 def _chunks(model, num_rows: int, args, fn) -> List:
-    """``fn(rows, num_samples, seed)`` over the table's rows in chunks (a slice each; module docs)."""
+    """``fn(rows, num_samples, seed)`` over the table's rows in chunks (a slice each; module
+    docs)."""
     from .metrics import chunk_seed
 
     S = model.serving_samples if args.num_samples is None else args.num_samples
@@ -330,7 +331,8 @@ def add_table_commands(sub, verbose_help: str) -> None:
     fit.add_argument(
         "--classes",
         action="store_true",
-        help="fit a classifier (robust-max likelihood): the target holds labels 0..C-1 or class names",
+        help="fit a classifier (robust-max likelihood): the target holds labels 0..C-1 or class "
+        "names",
     )
     fit.add_argument(
         "--posterior", default="mean_field", help="a deep-GP family (default mean_field)"

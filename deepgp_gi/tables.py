@@ -1,4 +1,5 @@
-"""A user's data table: read, checked column by column, and written (the ``deepgp-gi`` table commands).
+"""A user's data table: read, checked column by column, and written (the ``deepgp-gi`` table
+commands).
 
 A table is a CSV file with a header row, or a Parquet file (``.parquet`` or ``.pq``; reading and
 writing it needs ``pyarrow``). Rows are counted from 1, the header excluded, in every message.
@@ -110,7 +111,8 @@ class Table:
             text = "" if cell is None else str(cell).strip()
             if not text:
                 raise TableError(
-                    f"{self.path}: column {name!r}, row {i + 1} is empty; every cell must hold a label"
+                    f"{self.path}: column {name!r}, row {i + 1} is empty; every cell must hold a "
+                    "label"
                 )
             out.append(text)
         return out
@@ -131,8 +133,8 @@ def _read_csv(path: str) -> Dict[str, np.ndarray]:
                 continue
             if len(row) != len(names):
                 raise TableError(
-                    f"{path}: row {len(rows) + 1} (line {line}) has {len(row)} cells but the header "
-                    f"has {len(names)} columns"
+                    f"{path}: row {len(rows) + 1} (line {line}) has {len(row)} cells but the "
+                    f"header has {len(names)} columns"
                 )
             rows.append(row)
     _check_names(path, names)
@@ -255,8 +257,8 @@ class ClassLabels:
             names = unique
         if len(names) < 2:
             raise TableError(
-                f"{path}: column {column!r} holds one class only ({names[0]!r}); a classifier needs two "
-                "or more"
+                f"{path}: column {column!r} holds one class only ({names[0]!r}); a classifier "
+                "needs two or more"
             )
         return cls(names)
 
@@ -273,8 +275,8 @@ class ClassLabels:
                 c = None if number is None else self._index.get(str(number))
             if c is None:
                 raise TableError(
-                    f"{path}: column {column!r}, row {i + 1} holds {cell!r}, which is not one of the "
-                    f"model's classes {', '.join(map(repr, self.names))}"
+                    f"{path}: column {column!r}, row {i + 1} holds {cell!r}, which is not one of "
+                    f"the model's classes {', '.join(map(repr, self.names))}"
                 )
             out[i, 0] = c
         return out

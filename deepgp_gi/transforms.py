@@ -81,8 +81,8 @@ class Standardisation:
 
     @classmethod
     def fit(cls, X, Y=None) -> "Standardisation":
-        """The column means and standard deviations of ``X`` ``[N, D]`` (and ``Y`` ``[N, P]``; ``None``
-        for a classifier). A constant column gets scale 1 (it is only centred).
+        """The column means and standard deviations of ``X`` ``[N, D]`` (and ``Y`` ``[N, P]``;
+        ``None`` for a classifier). A constant column gets scale 1 (it is only centred).
 
         :raises ValueError: ``X`` or ``Y`` not 2-D, empty or not finite.
         """

@@ -12,14 +12,15 @@ result records of one configuration are matched.
 * ``elbo_per_datapoint``: the final ELBO divided by N, estimated on the full training set from
   independent Monte Carlo draws until its standard error is below ``elbo_se_target``
   (``elbo_se_per_datapoint`` and ``elbo_samples`` say how far that went); NaN for a sampling
-  family (``posterior="sghmc"`` or ``"bsgp"``), which has no ELBO: after training, :data:`SAMPLER_COLLECT` says
-  how its sample set is collected (recorded as ``collected``, timed as ``collect_time_s``);
+  family (``posterior="sghmc"`` or ``"bsgp"``), which has no ELBO: after
+  training, :data:`SAMPLER_COLLECT` says how its sample set is collected (recorded as ``collected``,
+  timed as ``collect_time_s``);
 * ``test_ll`` and ``rmse`` in the original units of the targets, from ``test_samples`` samples of
   the predictive mixture (the papers use S = 100);
 * with ``validation`` (a share of the training rows held out, :func:`deepgp_gi.datasets.load_uci`'s
   ``validation``): the model fits the remaining rows, and the record adds ``valid_ll`` and
-  ``valid_rmse`` (the same metrics on the held-out rows, seeded by the split's seed) and ``n_valid``;
-  ``n_train`` is then the number of rows fitted;
+  ``valid_rmse`` (the same metrics on the held-out rows, seeded by the split's seed) and
+  ``n_valid``; ``n_train`` is then the number of rows fitted;
 * ``train_time_s`` (the whole training, every process of a resumed run included), ``ms_per_step``
   (training wall time per Adam step after the first logged step, i.e. without
   tracing/compilation) and ``eval_time_s``;
@@ -121,7 +122,8 @@ GLOBAL_LAST_LAYER = {
     ("bnn", "random_global"),
 }
 
-#: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up to 10,000.
+#: Defaults of the papers' protocol (DSVI / O&A deep GPs): M = 100, Adam 0.01, full batch up
+#: to 10,000.
 DEFAULTS = dict(
     model="gp",
     posterior="mean_field",
@@ -157,22 +159,23 @@ def normalise_config(cfg: Dict) -> Dict:
     not given, so a line records the transform it was trained with. ``protocol`` is the split
     protocol of :func:`deepgp_gi.datasets.load_uci` (``"random"`` or ``"extrapolation"``).
     ``offdiagonal`` (STAR and fully-coupled, else ``None``) is ``"preconditioned"`` or ``"plain"``
-    (defaults: :data:`OFFDIAGONAL_DEFAULTS`): their ``precondition_offdiagonal`` option. ``last_layer`` (posteriors with
-    a global-inducing last layer, :data:`GLOBAL_LAST_LAYER`, else ``None``) is ``"marginal"``
-    (the default) or ``"sampled"``: their ``last_layer`` option. ``learning_rate_decay`` is ``None``
-    (a constant learning rate) or ``[rate, every]``: the learning rate is multiplied by ``rate``
-    every ``every`` steps (a staircase, as Lindinger et al.'s 0.98 every 1,000 steps; see
-    :func:`learning_rate_of`). ``latent_dim`` (deep GPs only) is ``None`` (a plain deep GP) or ``D_w >= 1``:
-    a latent-variable deep GP (``build_deep_gp(..., latent_dim=D_w)``), trained on the importance-weighted
-    bound with ``importance_samples`` (K, default 1) draws per point; a plain model has
-    ``importance_samples = None``. Lines written before these keys read as plain models (both ``None``).
-    ``validation`` is ``None`` (train on the whole training split) or the share of the training rows
-    held out for validation, a float in (0, 1) (``True`` means
-    :data:`~deepgp_gi.datasets.uci.VALIDATION_FRACTION`, 0.1; ``False`` means ``None``); lines written
-    before the key read as ``None``. ``objective`` is ``None`` (train on the ELBO; ``"elbo"`` is stored
-    as ``None``) or ``"predictive"`` (``fit(..., objective="predictive")``, the predictive objective of
-    Jankowiak et al. 2020, for the variational deep-GP families: not a BNN, a sampling family or a
-    latent-variable model); lines written before the key read as ``None``.
+    (defaults: :data:`OFFDIAGONAL_DEFAULTS`): their ``precondition_offdiagonal`` option.
+    ``last_layer`` (posteriors with a global-inducing last layer, :data:`GLOBAL_LAST_LAYER`, else
+    ``None``) is ``"marginal"`` (the default) or ``"sampled"``: their ``last_layer`` option.
+    ``learning_rate_decay`` is ``None`` (a constant learning rate) or ``[rate, every]``: the
+    learning rate is multiplied by ``rate`` every ``every`` steps (a staircase, as Lindinger et
+    al.'s 0.98 every 1,000 steps; see :func:`learning_rate_of`). ``latent_dim`` (deep GPs only) is
+    ``None`` (a plain deep GP) or ``D_w >= 1``: a latent-variable deep GP
+    (``build_deep_gp(..., latent_dim=D_w)``), trained on the importance-weighted bound with
+    ``importance_samples`` (K, default 1) draws per point; a plain model has
+    ``importance_samples = None``. Lines written before these keys read as plain models (both
+    ``None``). ``validation`` is ``None`` (train on the whole training split) or the share of the
+    training rows held out for validation, a float in (0, 1) (``True`` means
+    :data:`~deepgp_gi.datasets.uci.VALIDATION_FRACTION`, 0.1; ``False`` means ``None``); lines
+    written before the key read as ``None``. ``objective`` is ``None`` (train on the ELBO;
+    ``"elbo"`` is stored as ``None``) or ``"predictive"`` (``fit(..., objective="predictive")``, the
+    predictive objective of Jankowiak et al. 2020, for the variational deep-GP families: not a BNN,
+    a sampling family or a latent-variable model); lines written before the key read as ``None``.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -272,8 +275,8 @@ def _normalise_latent(out: Dict) -> None:
     if out["latent_dim"] is None:
         if out["importance_samples"] is not None:
             raise ValueError(
-                f"importance_samples={out['importance_samples']!r} needs a latent-variable deep GP: "
-                "set latent_dim too"
+                f"importance_samples={out['importance_samples']!r} needs a latent-variable deep "
+                "GP: set latent_dim too"
             )
         return
     if out["model"] != "gp":
@@ -286,14 +289,15 @@ def _normalise_latent(out: Dict) -> None:
 
 
 def check_learning_rate_decay(decay) -> list:
-    """``[rate, every]`` with ``rate`` in (0, 1] and ``every`` a positive integer number of steps, as
-    floats and ints; anything else is a ``ValueError`` naming ``learning_rate_decay``."""
+    """``[rate, every]`` with ``rate`` in (0, 1] and ``every`` a positive integer number of steps,
+    as floats and ints; anything else is a ``ValueError`` naming ``learning_rate_decay``."""
     if not (isinstance(decay, (list, tuple)) and len(decay) == 2):
         raise ValueError(f"learning_rate_decay must be [rate, every], got {decay!r}")
     rate, every = float(decay[0]), int(decay[1])
     if not (0.0 < rate <= 1.0) or every < 1 or every != decay[1]:
         raise ValueError(
-            f"learning_rate_decay must be [rate in (0, 1], every >= 1 steps (an integer)], got {decay!r}"
+            "learning_rate_decay must be [rate in (0, 1], every >= 1 steps (an integer)], got "
+            f"{decay!r}"
         )
     return [rate, every]
 
@@ -396,7 +400,8 @@ def layer_variances_on_training_rows(model, data, cfg: Dict, split: int):
 
 def training_device() -> str:
     """Where this process trains: ``"GPU: <name>"`` when TensorFlow sees a GPU (it places the step
-    there), else ``"CPU"``. A record's ``ms_per_step`` only compares with records of the same device."""
+    there), else ``"CPU"``. A record's ``ms_per_step`` only compares with records of the same
+    device."""
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -415,7 +420,8 @@ def run_split(
     elbo_se_target: float = 0.01,
     trace_points: int = 200,
 ) -> Dict:
-    """Fit configuration ``cfg`` (see :func:`normalise_config`) on UCI split ``split``; return the record."""
+    """Fit configuration ``cfg`` (see :func:`normalise_config`) on UCI split ``split``; return the
+    record."""
     from . import metrics
     from .families import BNN_FAMILIES, DEEP_GP_FAMILIES
     from .training import fit

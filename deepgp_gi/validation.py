@@ -75,7 +75,8 @@ def as_data_array(
     if isinstance(value, (tf.Tensor, tf.Variable)):
         if value.dtype.is_floating and value.dtype != dtype:
             raise TypeError(
-                f"{name} is a {value.dtype.name} tensor but the model uses {dtype.name}; cast it explicitly"
+                f"{name} is a {value.dtype.name} tensor but the model uses {dtype.name}; cast it "
+                "explicitly"
             )
         arr = value.numpy()
     else:
@@ -159,7 +160,8 @@ def check_bool(value, name: str) -> bool:
 
 
 def check_seed(seed, name: str = "seed") -> Optional[int]:
-    """``None`` or an integer that fits in int64 (bools rejected); returned as ``int`` or ``None``."""
+    """``None`` or an integer that fits in int64 (bools rejected); returned as ``int`` or
+    ``None``."""
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):

@@ -30,7 +30,6 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from .linalg import safe_cholesky
-
 from .noise import NoiseSource
 
 __all__ = [
@@ -188,9 +187,9 @@ def bartlett_factor(
     """``S`` Bartlett factors ``A`` ``[S, m, m]`` of ``W(I, nu)``: ``A A^T ~ W(I_m, nu)``.
 
     ``A_jj = sqrt(2 g_j)`` with ``g_j ~ Gamma((nu - j + 1)/2, 1)`` (so ``A_jj^2`` is chi-squared
-    with ``nu - j + 1`` degrees of freedom) and ``A_jk ~ N(0, 1)`` below the diagonal. Valid for real
-    ``nu > m - 1``; the Gamma draws are reparameterised (implicit gradients), so gradients reach
-    ``dof``. For a scale ``V = C C^T``, ``C A`` is a Bartlett factor of ``W(V, nu)``.
+    with ``nu - j + 1`` degrees of freedom) and ``A_jk ~ N(0, 1)`` below the diagonal. Valid for
+    real ``nu > m - 1``; the Gamma draws are reparameterised (implicit gradients), so gradients
+    reach ``dof``. For a scale ``V = C C^T``, ``C A`` is a Bartlett factor of ``W(V, nu)``.
 
     Noise names: ``f"{name}/chi"`` -- the Gamma draws ``g`` ``[S, m]`` (column ``j - 1`` has shape
     ``(nu - j + 1)/2``); ``f"{name}/normal"`` -- the ``m(m-1)/2`` below-diagonal normals
@@ -271,7 +270,8 @@ def bartlett_inverse_wishart_log_prob(
 
     :param A: Bartlett factors ``[batch..., m, m]`` (from :func:`bartlett_factor`).
     :param transform_tril: ``C`` ``[m, m]``, lower-triangular with positive diagonal.
-    :param dof: the density's degrees of freedom ``nu`` (not necessarily those ``A`` was drawn with).
+    :param dof: the density's degrees of freedom ``nu`` (not necessarily those ``A`` was drawn
+        with).
     :param scale_tril: ``B`` ``[m, m]``; default ``C``.
     """
     A = tf.convert_to_tensor(A)

@@ -1,11 +1,13 @@
-"""Image classification data: the bundled 8x8 handwritten digits, and readers for MNIST and CIFAR-10.
+"""Image classification data: the bundled 8x8 handwritten digits, and readers for MNIST and
+CIFAR-10.
 
 Each loader returns a :class:`~deepgp_gi.datasets.UCIDataset` with inputs ``[N, H, W, C]`` in
 [0, 1] and integer class labels ``[N, 1]``. The digits are bundled as ``deepgp_gi/data/digits/``
 (see ``LICENSE.md`` there), with 20 seeded stratified splits (:func:`load_digits`);
 :func:`read_mnist_idx` and :func:`load_cifar10` read files the user already has: nothing is
 downloaded (:func:`~deepgp_gi.datasets.load_mnist` also reads the arrays ``tools/fetch_mnist.py``
-fetches, see :mod:`.mnist`). :func:`standardise_images` is the input scaling of the image benchmarks.
+fetches, see :mod:`.mnist`). :func:`standardise_images` is the input scaling of the image
+benchmarks.
 
 Plain NumPy (float64); nothing here touches TensorFlow.
 """
@@ -216,12 +218,13 @@ def read_mnist_idx(path: PathLike) -> UCIDataset:
     """Read MNIST from the four IDX files in folder ``path``; the official 60,000/10,000 split.
 
     :func:`~deepgp_gi.datasets.load_mnist` calls this for a folder of IDX files (and with no
-    argument reads the arrays ``tools/fetch_mnist.py`` wrote instead). Nothing is downloaded: ``path`` must hold ``train-images-idx3-ubyte``,
-    ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``, each
-    possibly gzip-compressed with a ``.gz`` suffix (the uncompressed file is used when both
-    exist). The IDX headers are checked (magic numbers 0x00000803 for images and 0x00000801 for
-    labels, dimensions against the file size), images must be 28 x 28 and labels 0..9. Any file
-    set in this layout loads, whatever its number of images.
+    argument reads the arrays ``tools/fetch_mnist.py`` wrote instead). Nothing is downloaded:
+    ``path`` must hold ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+    ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``, each possibly gzip-compressed with a
+    ``.gz`` suffix (the uncompressed file is used when both exist). The IDX headers are checked
+    (magic numbers 0x00000803 for images and 0x00000801 for labels, dimensions against the file
+    size), images must be 28 x 28 and labels 0..9. Any file set in this layout loads, whatever its
+    number of images.
 
     Pixels 0..255 are divided by 255 (``x_mean = 0``, ``x_std = 255``); the targets are the
     labels as float64 in one column (``y_mean = 0``, ``y_std = 1``), for

@@ -5,7 +5,8 @@ the 60,000 training and 10,000 test images as CSV), verifies it and writes the f
 uint8 to ``mnist.npz`` in the data directory: ``$DEEPGP_GI_DATA`` if set, else
 ``$XDG_CACHE_HOME/deepgp_gi`` (``~/.cache/deepgp_gi`` when ``XDG_CACHE_HOME`` is unset).
 :func:`load_mnist` with no argument reads that file; given a path, it reads an ``.npz`` of the
-same layout or a folder of the original IDX files (:func:`~deepgp_gi.datasets.images.read_mnist_idx`).
+same layout or a folder of the original IDX files
+(:func:`~deepgp_gi.datasets.images.read_mnist_idx`).
 
 Plain NumPy; nothing here touches TensorFlow.
 """
@@ -59,7 +60,8 @@ def data_home() -> Path:
 
 
 def default_mnist_path() -> Path:
-    """``data_home() / "mnist.npz"``: where the fetch script writes MNIST and :func:`load_mnist` looks."""
+    """``data_home() / "mnist.npz"``: where the fetch script writes MNIST and :func:`load_mnist`
+    looks."""
     return data_home() / MNIST_FILE
 
 
@@ -86,7 +88,8 @@ def check_mnist_arrays(
                 )
         if x.shape[1:] != (28, 28):
             raise ValueError(
-                f"{where}: x_{part} holds images of {x.shape[1]} x {x.shape[2]} pixels, expected 28 x 28"
+                f"{where}: x_{part} holds images of {x.shape[1]} x {x.shape[2]} pixels, expected "
+                "28 x 28"
             )
         if len(x) != len(y):
             raise ValueError(
@@ -146,12 +149,13 @@ def load_mnist(path: Optional[PathLike] = None) -> UCIDataset:
     folder of the four original IDX files (:func:`~deepgp_gi.datasets.images.read_mnist_idx`).
 
     Pixels 0..255 are divided by 255 (``x_mean = 0``, ``x_std = 255``); the targets are the labels
-    as float64 in one column (``y_mean = 0``, ``y_std = 1``), for ``gpflow.likelihoods.Softmax(10)``.
-    The full set takes about 440 MB as float64.
+    as float64 in one column (``y_mean = 0``, ``y_std = 1``), for
+    ``gpflow.likelihoods.Softmax(10)``. The full set takes about 440 MB as float64.
 
     :param path: ``None`` (the fetched file), an ``.npz`` file, or a folder.
-    :return: a :class:`UCIDataset` named ``"mnist"``, split 0 of 1, with X_train [N_train, 28, 28, 1],
-        Y_train [N_train, 1], X_test [N_test, 28, 28, 1], Y_test [N_test, 1], all float64.
+    :return: a :class:`UCIDataset` named ``"mnist"``, split 0 of 1, with
+        X_train [N_train, 28, 28, 1], Y_train [N_train, 1], X_test [N_test, 28, 28, 1], Y_test
+        [N_test, 1], all float64.
     :raises FileNotFoundError: no argument and nothing fetched yet (the message names the fetch
         command), or ``path`` does not exist or misses a file.
     :raises ValueError: a file whose arrays or headers are not MNIST's layout.
@@ -160,9 +164,9 @@ def load_mnist(path: Optional[PathLike] = None) -> UCIDataset:
         file = default_mnist_path()
         if not file.is_file():
             raise FileNotFoundError(
-                f"load_mnist: MNIST has not been fetched: no {file}. Run `{MNIST_FETCH_COMMAND}` once (it downloads "
-                f"and verifies MNIST and writes it there; set {DATA_ENV} to choose another folder), or pass path="
-                "a folder of the original IDX files"
+                f"load_mnist: MNIST has not been fetched: no {file}. Run `{MNIST_FETCH_COMMAND}` "
+                f"once (it downloads and verifies MNIST and writes it there; set {DATA_ENV} to "
+                "choose another folder), or pass path=a folder of the original IDX files"
             )
         return _dataset(_read_npz(file))
     given = Path(path)

@@ -4,8 +4,8 @@ The data sets are bundled as ``deepgp_gi/data/uci/<name>.npz`` (see ``LICENSE.md
 sources and licence); a folder in the original layout can be read instead. :func:`load_uci`
 returns one split normalised with the training points' mean and standard deviation, as in the
 deep GP / BNN literature, under the standard random 90/10 splits or Lindinger et al.'s
-extrapolation protocol (:func:`extrapolation_split`). ``load_uci(..., validation=0.1)`` also carves a
-validation set out of the training rows (:func:`validation_rows`) and returns a
+extrapolation protocol (:func:`extrapolation_split`). ``load_uci(..., validation=0.1)`` also carves
+a validation set out of the training rows (:func:`validation_rows`) and returns a
 :class:`UCIValidationSplit`. :func:`load_uci_raw` gives a whole data set un-normalised.
 
 Plain NumPy (float64); nothing here touches TensorFlow.
@@ -165,8 +165,9 @@ def extrapolation_split(X: np.ndarray, split: int) -> tuple[np.ndarray, np.ndarr
 #: The share of a split's training rows that ``load_uci(..., validation=True)`` holds out.
 VALIDATION_FRACTION = 0.1
 
-#: The validation rows of split ``k`` come from ``numpy.random.default_rng(VALIDATION_SEED_OFFSET + k)``
-#: (:func:`validation_rows`): apart from the seeds the splits' models train with (``seed + k``).
+#: The validation rows of split ``k`` come from
+#: ``numpy.random.default_rng(VALIDATION_SEED_OFFSET + k)`` (:func:`validation_rows`): apart from
+#: the seeds the splits' models train with (``seed + k``).
 VALIDATION_SEED_OFFSET = 1000
 
 
@@ -197,8 +198,9 @@ def validation_rows(
 
     The rule: draw a permutation of ``range(n_train)`` from
     ``numpy.random.default_rng(VALIDATION_SEED_OFFSET + split)``; its first
-    ``n_valid = floor(fraction * n_train + 0.5)`` entries (``fraction * n_train`` rounded, halves up)
-    are the validation rows, the others the rows a model fits. Both parts must keep at least one row.
+    ``n_valid = floor(fraction * n_train + 0.5)`` entries (``fraction * n_train`` rounded, halves
+    up) are the validation rows, the others the rows a model fits. Both parts must keep at least one
+    row.
 
     :param n_train: number of training rows of the split.
     :param split: the split number (seeds the permutation: each split holds out other rows).
@@ -221,11 +223,12 @@ def validation_rows(
 
 @dataclass(frozen=True, eq=False, repr=False)
 class UCIValidationSplit(UCIDataset):
-    """A :class:`UCIDataset` whose training rows were split once more (``load_uci(..., validation=f)``):
-    ``X_train``/``Y_train`` are the rows a model fits, ``X_valid``/``Y_valid`` the held-out share
-    ``validation`` of the split's training rows (:func:`validation_rows`), and the test rows are the
-    split's own. The normalisation statistics (``x_mean``, ``x_std``, ``y_mean``, ``y_std``) are
-    those of the fitted rows alone, so nothing of the validation rows reaches the model.
+    """A :class:`UCIDataset` whose training rows were split once more
+    (``load_uci(..., validation=f)``): ``X_train``/``Y_train`` are the rows a model fits,
+    ``X_valid``/``Y_valid`` the held-out share ``validation`` of the split's training rows
+    (:func:`validation_rows`), and the test rows are the split's own. The normalisation statistics
+    (``x_mean``, ``x_std``, ``y_mean``, ``y_std``) are those of the fitted rows alone, so nothing of
+    the validation rows reaches the model.
 
     Attributes (beyond :class:`UCIDataset`'s):
         X_valid: [N_valid, D] validation inputs, normalised like the others.
@@ -239,8 +242,9 @@ class UCIValidationSplit(UCIDataset):
 
     def __repr__(self) -> str:
         return (
-            f"UCIValidationSplit(name={self.name!r}, split={self.split}, X_train={self.X_train.shape}, "
-            f"X_valid={self.X_valid.shape}, X_test={self.X_test.shape})"
+            f"UCIValidationSplit(name={self.name!r}, split={self.split}, "
+            f"X_train={self.X_train.shape}, X_valid={self.X_valid.shape}, "
+            f"X_test={self.X_test.shape})"
         )
 
 

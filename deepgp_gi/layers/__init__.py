@@ -16,8 +16,10 @@ A layer holds no variational parameters; those belong to the posterior object
 (:mod:`deepgp_gi.posteriors`).
 """
 
+from . import convolutional as _convolutional
+from . import network as _network
 from .base import Layer, WeightedLayer, check_layer_chain
-from .convolutional import (
+from .convolutional import (  # noqa: F401 (re-exported: __all__ takes convolutional.__all__)
     Activation,
     AveragePool2D,
     Conv2DLayer,
@@ -30,7 +32,7 @@ from .convolutional import (
 )
 from .dense import DenseLayer
 from .gp import GPLayer
-from .network import (
+from .network import (  # noqa: F401 (re-exported: __all__ takes network.__all__)
     apply_weights,
     check_network,
     is_convolution,
@@ -38,9 +40,6 @@ from .network import (
     run_layers,
     weighted_layers,
 )
-
-from . import convolutional as _convolutional
-from . import network as _network
 
 #: The base classes, the GP and dense layers, then every public name of
 #: :mod:`~deepgp_gi.layers.convolutional` and :mod:`~deepgp_gi.layers.network`.

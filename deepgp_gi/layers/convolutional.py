@@ -192,7 +192,8 @@ class DeterministicLayer(ShapedLayer):
 
 
 class Activation(DeterministicLayer):
-    """An elementwise nonlinearity (a name in :data:`deepgp_gi.kernels.ACTIVATIONS` or a callable)."""
+    """An elementwise nonlinearity (a name in :data:`deepgp_gi.kernels.ACTIVATIONS` or a
+    callable)."""
 
     def __init__(
         self,

@@ -21,7 +21,8 @@ __all__ = ["GPLayer"]
 
 
 class GPLayer(Layer):
-    """One layer of a deep GP: ``output_dim`` independent GPs sharing ``kernel`` and a mean function.
+    """One layer of a deep GP: ``output_dim`` independent GPs sharing ``kernel`` and a mean
+    function.
 
     :param kernel: a GPflow kernel on ``input_dim`` inputs (see :mod:`deepgp_gi.kernels` for the
         kernels with a sample-batched evaluation).
@@ -90,7 +91,8 @@ class GPLayer(Layer):
         return self.mean_function(F)
 
     def K(self, X, Z=None):
-        """Covariance with the sample axis paired: ``K(X)`` is ``[S,N,N]``, ``K(X, Z)`` ``[S,N,M]``."""
+        """Covariance with the sample axis paired: ``K(X)`` is ``[S,N,N]``, ``K(X, Z)``
+        ``[S,N,M]``."""
         if Z is None:
             return batched_K_sym(self.kernel, X)
         return batched_K(self.kernel, X, Z)

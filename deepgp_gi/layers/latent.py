@@ -145,7 +145,10 @@ class LatentVariableLayer(Layer):
 
     def _encode(self, inputs: tf.Tensor, rows=None) -> Tuple[tf.Tensor, tf.Tensor]:
         out = self.encoder(inputs)
-        expected = f"a pair (mean, scale) of shape [N, {self.latent_dim}] each (latent_dim={self.latent_dim})"
+        expected = (
+            f"a pair (mean, scale) of shape [N, {self.latent_dim}] each "
+            f"(latent_dim={self.latent_dim})"
+        )
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise ValueError(f"encoder must return {expected}, got {type(out).__name__}")
         mean, scale = (tf.convert_to_tensor(t) for t in out)
@@ -163,7 +166,8 @@ class LatentVariableLayer(Layer):
                 )
             if t.dtype != inputs.dtype:
                 raise ValueError(
-                    f"encoder returned a {what} of dtype {t.dtype.name} for {inputs.dtype.name} inputs"
+                    f"encoder returned a {what} of dtype {t.dtype.name} for {inputs.dtype.name} "
+                    "inputs"
                 )
         return mean, scale
 

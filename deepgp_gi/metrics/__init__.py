@@ -12,9 +12,10 @@ training trace.
   within-sample variance (a deep GP whose output layer stopped following its inputs).
 """
 
+from . import predictive as _predictive
 from .elbo import estimate_elbo
 from .layers import LayerVariances, layer_variances
-from .predictive import (
+from .predictive import (  # noqa: F401 (re-exported: __all__ takes predictive.__all__)
     accuracy,
     calibration_curve,
     categorical_entropy,
@@ -33,8 +34,6 @@ from .predictive import (
     top1_accuracy,
 )
 from .traces import smooth_trace, steps_to_fraction
-
-from . import predictive as _predictive
 
 #: Every public name of :mod:`~deepgp_gi.metrics.predictive`, then those of the other modules.
 __all__ = [

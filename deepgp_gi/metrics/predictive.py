@@ -96,8 +96,8 @@ def test_log_likelihood(
 
 
 def constant_gaussian_test_ll(Y_train, Y_test, y_std: float = 1.0) -> float:
-    """The test LL of the model that ignores the inputs: one Gaussian with the training targets' mean
-    and (maximum-likelihood) variance, per test point in the original units of Y (as
+    """The test LL of the model that ignores the inputs: one Gaussian with the training targets'
+    mean and (maximum-likelihood) variance, per test point in the original units of Y (as
     :func:`test_log_likelihood`, for targets standardised with ``y_std``).
 
     A deep GP whose fit collapsed to the noise scores this number: it is the floor any regression
@@ -143,7 +143,8 @@ def pointwise_log_density(
 def predictive_cdf(
     model, X_test, Y_test, num_samples: int = 100, chunk_size: int = 1000, seed=None
 ) -> np.ndarray:
-    """``[N]``: the predictive mixture's CDF at each test target (its probability integral transform).
+    """``[N]``: the predictive mixture's CDF at each test target (its probability integral
+    transform).
 
     For a Gaussian likelihood the predictive is the equal-weight mixture over ``num_samples``
     samples of ``N(mean_s, var_s + noise)``, so the CDF is ``mean_s Phi((y - mean_s) / sd_s)``
@@ -155,7 +156,8 @@ def predictive_cdf(
     seed = check_seed(seed, "seed")
     if not isinstance(model.likelihood, gpflow.likelihoods.Gaussian):
         raise TypeError(
-            f"predictive_cdf needs a Gaussian likelihood, the model has {type(model.likelihood).__name__}"
+            "predictive_cdf needs a Gaussian likelihood, the model has "
+            f"{type(model.likelihood).__name__}"
         )
     X, Y = model.check_data((X_test, Y_test), names=("X_test", "Y_test"))
     if Y.shape[-1] != 1:
@@ -414,8 +416,9 @@ def _classification_kind(model) -> str:
     if isinstance(likelihood, gpflow.likelihoods.Bernoulli):
         return "bernoulli"
     raise TypeError(
-        "class probabilities need a model with a Softmax, MultiClass or Bernoulli likelihood; this model has "
-        f"{type(likelihood).__name__} (for regression use test_log_likelihood and rmse)"
+        "class probabilities need a model with a Softmax, MultiClass or Bernoulli likelihood; "
+        f"this model has {type(likelihood).__name__} (for regression use test_log_likelihood and "
+        "rmse)"
     )
 
 
@@ -447,7 +450,8 @@ def _check_probabilities(probs, name: str = "probs") -> np.ndarray:
     if off.any():
         row = int(np.nonzero(off)[0][0])
         raise ValueError(
-            f"{name} rows must sum to 1 within {tolerance:g}; row {row} sums to {probs[row].sum()!r}"
+            f"{name} rows must sum to 1 within {tolerance:g}; row {row} sums to "
+            f"{probs[row].sum()!r}"
         )
     return probs
 

@@ -11,7 +11,8 @@ __all__ = ["smooth_trace", "steps_to_fraction"]
 
 
 def smooth_trace(steps: Sequence[int], values: Sequence[float], points: int = 200):
-    """Average a logged trace over ``points`` consecutive blocks (fewer when the trace is shorter)."""
+    """Average a logged trace over ``points`` consecutive blocks (fewer when the trace is
+    shorter)."""
     steps = np.asarray(steps, dtype=float)
     values = np.asarray(values, dtype=float)
     if len(steps) == 0:
@@ -25,8 +26,8 @@ def steps_to_fraction(
 ) -> Optional[int]:
     """First step at which a (smoothed) ELBO trace has made ``fraction`` of its total improvement.
 
-    "Reaching 99% of the final ELBO" is read as ``elbo(t) >= e0 + 0.99 (e_final - e0)`` with ``e0`` the
-    first and ``e_final`` the last value of the trace (ELBOs change sign, so a plain ratio is
+    "Reaching 99% of the final ELBO" is read as ``elbo(t) >= e0 + 0.99 (e_final - e0)`` with ``e0``
+    the first and ``e_final`` the last value of the trace (ELBOs change sign, so a plain ratio is
     meaningless). ``e_final`` is the mean of the last 5% of the trace, to damp Monte Carlo noise.
     """
     v = np.asarray(values, dtype=float)

@@ -26,8 +26,9 @@ inducing, deep GPs and BNNs), :mod:`.factorised` (BNN factorised, fac->gi, rand-
 :mod:`.convolutional` (convolutional BNNs), :mod:`.inducing_weights` (FFG-U, Ensemble-U,
 Ensemble-W; Ritter et al. 2021) and :mod:`.sghmc` (SGHMC samples of a deep GP's inducing outputs,
 Havasi et al. 2018: a sampler, not a variational family), :mod:`.dspp` (deep sigma point
-processes, Jankowiak et al. 2020: mean-field with learned sigma-point paths), and :mod:`.bsgp` (BSGP, Rossi et al. 2021:
-SGHMC's sampler over the inducing inputs and kernel hyperparameters too, a subclass of SGHMC's).
+processes, Jankowiak et al. 2020: mean-field with learned sigma-point paths), and :mod:`.bsgp`
+(BSGP, Rossi et al. 2021: SGHMC's sampler over the inducing inputs and kernel hyperparameters too, a
+subclass of SGHMC's).
 
 The name tables (``"mean_field"`` -> class) and :func:`register`, which adds a family defined
 outside the package, are in :mod:`.registry`.
@@ -35,7 +36,6 @@ outside the package, are in :mod:`.registry`.
 
 from .base import DeepPosterior, Propagation
 from .bsgp import BSGPPosterior
-from .factorised import FactorisedGlobalPosterior, FactorisedWeightPosterior, RandomGlobalPosterior
 from .convolutional import (
     ConvNetPosterior,
     FactorisedConvPosterior,
@@ -45,6 +45,7 @@ from .convolutional import (
 )
 from .draws import InducingDraw
 from .dspp import DSPPPosterior
+from .factorised import FactorisedGlobalPosterior, FactorisedWeightPosterior, RandomGlobalPosterior
 from .inducing import (
     GlobalInducingBNNPosterior,
     GlobalInducingPosterior,

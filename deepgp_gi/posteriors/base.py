@@ -23,8 +23,8 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..noise import NoiseLike, NoiseSource, as_noise_source
 from ..layers import check_layer_chain
+from ..noise import NoiseLike, NoiseSource, as_noise_source
 
 __all__ = ["Propagation", "DeepPosterior", "float_dtype"]
 
@@ -74,7 +74,8 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
     """
 
     # Layers belong to the model; do not track them twice.
-    # the model's layers (and a weight-space posterior's weighted subset of them): tracked by the model
+    # the model's layers (and a weight-space posterior's weighted subset of them): tracked by
+    # the model
     _TF_MODULE_IGNORED_PROPERTIES = gpflow.Module._TF_MODULE_IGNORED_PROPERTIES | frozenset(
         {"_layers", "_weighted"}
     )
@@ -113,7 +114,8 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
             accepted = ", ".join(cls.options) if cls.options else "none"
             label = repr(name) if name is not None else cls.__name__
             raise ValueError(
-                f"posterior {label} does not accept option(s) {', '.join(unknown)}; accepted options: {accepted}"
+                f"posterior {label} does not accept option(s) {', '.join(unknown)}; accepted "
+                f"options: {accepted}"
             )
 
     @classmethod
@@ -174,8 +176,8 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
         (:class:`~deepgp_gi.LatentDeepGP`) propagates its grouped rows with. The default
         raises: the family takes no latent input."""
         raise ValueError(
-            f"a latent-variable model cannot use {type(self).__name__}: the family does not draw its "
-            "inducing outputs as a whole (it implements no inducing_draw)"
+            f"a latent-variable model cannot use {type(self).__name__}: the family does not draw "
+            "its inducing outputs as a whole (it implements no inducing_draw)"
         )
 
     @property
@@ -224,8 +226,9 @@ class DeepPosterior(gpflow.Module, metaclass=abc.ABCMeta):
         """The ``(q_mu [M, P], q_sqrt [P, M, M])`` Gaussian blocks that natural gradients can
         update (``fit(..., natgrad_gamma=...)``). A family without such blocks raises."""
         raise ValueError(
-            f"{type(self).__name__} has no Gaussian (mean, square-root covariance) blocks, so natural "
-            "gradients do not apply; train it with Adam (natgrad_gamma=None). The mean-field family has them."
+            f"{type(self).__name__} has no Gaussian (mean, square-root covariance) blocks, so "
+            "natural gradients do not apply; train it with Adam (natgrad_gamma=None). The "
+            "mean-field family has them."
         )
 
     def _start(

@@ -16,11 +16,12 @@ those too and samples all of them with the same chain: the state of layer ``l`` 
 
 The target is ``log p(V, Z, theta) + (N / B) sum_batch log p(y | V, Z, theta)``, with the same
 likelihood term as SGHMC (the last layer's ``f`` integrated out, the hidden layers sampled). Each
-of the ``4 L`` state variables moves by the scale-adapted update of :func:`~.sghmc.scale_adapted_sghmc`
-with its own segment of the flat momentum and adaptation statistics
-(:meth:`~.sghmc.SGHMCPosterior.sghmc_step`; the update is SGHMC's, not a copy). Only what is left, the likelihood's parameters (and any trainable
-mean-function parameters; the builders' are fixed), goes through Adam, with the whole state set to
-a uniformly drawn window member (moving-window MCEM, as SGHMC).
+of the ``4 L`` state variables moves by the scale-adapted update
+of :func:`~.sghmc.scale_adapted_sghmc` with its own segment of the flat momentum and adaptation
+statistics (:meth:`~.sghmc.SGHMCPosterior.sghmc_step`; the update is SGHMC's, not a copy). Only what
+is left, the likelihood's parameters (and any trainable mean-function parameters; the builders' are
+fixed), goes through Adam, with the whole state set to a uniformly drawn window member
+(moving-window MCEM, as SGHMC).
 
 **Where the state lives.** The chain moves the layers' own GPflow parameters: ``Z_l`` is
 ``layer.inducing_variable.Z`` and the log hyperparameters are the unconstrained variables of
@@ -34,11 +35,11 @@ sees a chain variable (:meth:`sampler_variables` lists them).
 **Kernels.** One isotropic stationary kernel per layer whose shape in the scaled distance is
 known here (SquaredExponential, Matern12/32/52), optionally plus ``White`` terms (the builders'
 small nugget on the hidden layers: on the diagonal of ``K(Z, Z)`` and in ``k(x, x)`` as in every
-other family; the posterior sets them non-trainable, so they are neither sampled nor trained). Predictions mix
-over samples with different hyperparameters, so the covariances are evaluated from the sampled
-values, one kernel per sample (``[S, M, M]`` factorisations). A pass factorises every layer's
-``K_uu`` at once (they depend on the state only, not on the rows): one batched factorisation of
-the ``[L, (S,) M, M]`` stack with its inverse (:func:`~deepgp_gi.linalg.cholesky_with_inverse`),
+other family; the posterior sets them non-trainable, so they are neither sampled nor trained).
+Predictions mix over samples with different hyperparameters, so the covariances are evaluated from
+the sampled values, one kernel per sample (``[S, M, M]`` factorisations). A pass factorises every
+layer's ``K_uu`` at once (they depend on the state only, not on the rows): one batched factorisation
+of the ``[L, (S,) M, M]`` stack with its inverse (:func:`~deepgp_gi.linalg.cholesky_with_inverse`),
 which the gradients of the factorisation and of the layers' projections use instead of solves.
 
 **Where the paper and the code differ, and what is followed here.**
@@ -127,18 +128,18 @@ def _split_kernel(kernel, where: str) -> Tuple[gpflow.kernels.Kernel, List[gpflo
     if len(stationary) != 1 or len(stationary) + len(whites) != len(parts):
         raise TypeError(
             f"{where}.kernel is {type(kernel).__name__}"
-            f"{'(' + ', '.join(type(k).__name__ for k in parts) + ')' if len(parts) > 1 else ''}; BSGP samples the "
-            "lengthscales and variance of one SquaredExponential, Matern12, Matern32 or Matern52 kernel per layer "
-            "(optionally plus White terms, kept fixed)"
+            f"{'(' + ', '.join(type(k).__name__ for k in parts) + ')' if len(parts) > 1 else ''}; "
+            "BSGP samples the lengthscales and variance of one SquaredExponential, Matern12, "
+            "Matern32 or Matern52 kernel per layer (optionally plus White terms, kept fixed)"
         )
     k = stationary[0]
     for name in ("lengthscales", "variance"):
         transform = getattr(k, name).transform
         if type(transform).__name__ != "Exp":
             raise ValueError(
-                f"{where}.kernel.{name} has the transform {type(transform).__name__}; BSGP samples log "
-                "hyperparameters and needs the exp transform (build with positive_transform='exp', the "
-                "family's default)"
+                f"{where}.kernel.{name} has the transform {type(transform).__name__}; BSGP samples "
+                "log hyperparameters and needs the exp transform (build with "
+                "positive_transform='exp', the family's default)"
             )
     return k, whites
 
@@ -170,7 +171,8 @@ class BSGPPosterior(SGHMCPosterior):
     :param layers: GP layers, each with ``inducing_inputs`` and a kernel as in the module docs.
     :param step_size: ``eps`` (default 0.01, as SGHMC).
     :param momentum_decay: ``alpha`` in ``(0, 1]`` (default 0.05).
-    :param window_size: states kept for the likelihood's Adam steps (default 64, Rossi et al.'s code).
+    :param window_size: states kept for the likelihood's Adam steps (default 64, Rossi et al.'s
+        code).
     :param inducing_prior: ``"normal"`` (default), ``"uniform"`` or ``"determinantal"``.
     :param log_lengthscale_prior: ``(mean, sd)`` of the normal prior on every log lengthscale.
     :param log_variance_prior: ``(mean, sd)`` of the normal prior on the log kernel variance.
@@ -340,7 +342,8 @@ class BSGPPosterior(SGHMCPosterior):
         )
 
     def fixed_terms(self, X, num_samples: int = 1) -> Optional[FixedTerms]:
-        """None: every term of a pass depends on the state (``Z`` and the hyperparameters are sampled)."""
+        """None: every term of a pass depends on the state (``Z`` and the hyperparameters are
+        sampled)."""
         return None
 
     def _determinantal_log_prior(
@@ -361,8 +364,8 @@ class BSGPPosterior(SGHMCPosterior):
     def log_prior(
         self, state: Sequence, choleskies: Optional[Sequence[tf.Tensor]] = None
     ) -> tf.Tensor:
-        """``log p(V, Z, theta)`` of a chain state (module docs): a scalar for one state, ``[S]`` for
-        per-sample values with a leading axis. ``choleskies`` (the states' ``L_K``) saves their
+        """``log p(V, Z, theta)`` of a chain state (module docs): a scalar for one state, ``[S]``
+        for per-sample values with a leading axis. ``choleskies`` (the states' ``L_K``) saves their
         recomputation for the determinantal prior."""
         V, Z, log_ell, log_var = self.split_state([tf.convert_to_tensor(s) for s in state])
         batched = V[0].shape.rank == 3

@@ -55,8 +55,8 @@ def require_local_inducing(posterior) -> None:
     for i, layer in enumerate(posterior.layers):
         if getattr(layer, "inducing_variable", None) is None:
             raise ValueError(
-                f"layers[{i}] ({layer.name}) has no inducing_inputs; {type(posterior).__name__} needs "
-                "local inducing inputs on every layer"
+                f"layers[{i}] ({layer.name}) has no inducing_inputs; {type(posterior).__name__} "
+                "needs local inducing inputs on every layer"
             )
 
 
@@ -218,7 +218,8 @@ def sample_rows(mean: tf.Tensor, var: tf.Tensor, eps: tf.Tensor, jitter: float =
 
 
 def layer_mean(layer, H: tf.Tensor, use_mean_function: bool = True) -> tf.Tensor:
-    """The layer's mean function on ``H`` ``[..., D]`` (zeros of the layer's width if switched off)."""
+    """The layer's mean function on ``H`` ``[..., D]`` (zeros of the layer's width if switched
+    off)."""
     if use_mean_function:
         return layer.mean(H)
     shape = tf.concat([tf.shape(H)[:-1], [layer.output_dim]], axis=0)

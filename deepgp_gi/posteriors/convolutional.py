@@ -40,6 +40,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
+from ..initialisation import global_inducing_rows, local_inducing_images
 from ..layers import apply_weights, check_network, is_convolution, run_layers, weighted_layers
 from ..noise import NoiseLike, NoiseSource
 from ..validation import (
@@ -49,7 +50,6 @@ from ..validation import (
     per_layer_floats,
     per_layer_list,
 )
-from ..initialisation import global_inducing_rows, local_inducing_images
 from .base import DeepPosterior, Propagation
 from .prior_scales import PriorPrecisions
 from .pseudo_data import KL_MODES, PRECISIONS, PseudoData, draw_weights, gram_posterior, regulariser

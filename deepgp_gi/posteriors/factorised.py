@@ -78,8 +78,8 @@ class FactorisedWeightPosterior(WeightSpacePosterior):
 
     @classmethod
     def from_data(cls, layers, X, Y, *, num_inducing, seed, **options):
-        """Factorised Gaussian weights: the posterior draws its initial means ``N(0, 1/fan_in)`` (variances
-        ``1e-3/fan_in``) from ``seed``; ``X``, ``Y`` and ``num_inducing``
+        """Factorised Gaussian weights: the posterior draws its initial means ``N(0, 1/fan_in)``
+        (variances ``1e-3/fan_in``) from ``seed``; ``X``, ``Y`` and ``num_inducing``
         are not used."""
         return cls(layers, seed=seed, **options)
 
@@ -165,7 +165,8 @@ class FactorisedGlobalPosterior(WeightSpacePosterior):
         return cls(layers, U0, V_top, log_precision_init=0.0, seed=seed, **options)
 
     LOWER = ("factorised", "prior")
-    #: ``pseudo_data`` is the last layer's (read by :func:`~deepgp_gi.posteriors.counting.parameter_count`).
+    #: ``pseudo_data`` is the last layer's (read
+    #: by :func:`~deepgp_gi.posteriors.counting.parameter_count`).
     _LAYER_OF_ATTRIBUTE = {"pseudo_data": -1}
 
     def __init__(

@@ -20,12 +20,13 @@ linear regression:
   are the regression weights on the features ``L_K = chol(K_uu)`` under ``N(0, I)``; the data rows
   get the GP conditional given ``U`` (noise names ``"u/{l}"`` ``[S, M, N_l]`` and ``"f/{l}"``
   ``[S, N, N_l]``).
-* **weight space** (a layer with a finite feature map, i.e. a BNN :class:`~deepgp_gi.layers.DenseLayer`):
-  the layer's weights ``W`` ``[D_l, N_l]`` are the regression weights on the features
-  ``Phi(U_prev)`` under the weight prior, and every row, inducing or data, is ``Phi W`` (noise
-  ``"w/{l}"`` ``[S, D_l, N_l]``, and ``"s/{l}"`` for a random-scale prior). This is the same
-  distribution over the inducing outputs as function space with the weight-induced kernel, the
-  exact BNN joint over the data rows, and costs ``O(D_l^3)`` instead of ``O(M^3)``.
+* **weight space** (a layer with a finite feature map, i.e. a
+  BNN :class:`~deepgp_gi.layers.DenseLayer`): the layer's weights ``W`` ``[D_l, N_l]`` are the
+  regression weights on the features ``Phi(U_prev)`` under the weight prior, and every row, inducing
+  or data, is ``Phi W`` (noise ``"w/{l}"`` ``[S, D_l, N_l]``, and ``"s/{l}"`` for a random-scale
+  prior). This is the same distribution over the inducing outputs as function space with the
+  weight-induced kernel, the exact BNN joint over the data rows, and costs ``O(D_l^3)`` instead of
+  ``O(M^3)``.
 
 ``space="auto"`` (default) takes weight space exactly for the layers with a finite feature map;
 ``"function"`` forces function space (for a BNN layer this treats the network as the deep GP
@@ -63,8 +64,8 @@ from ..validation import (
 from .base import DeepPosterior, Propagation
 from .conditionals import (
     conditional_mean,
-    inducing_cholesky,
     inducing_choleskies,
+    inducing_cholesky,
     inducing_factors,
     layer_mean,
     residual_variance,
@@ -117,7 +118,8 @@ class _InducingPosterior(DeepPosterior, PriorPrecisions):
         inducing, each layer's own inputs for local inducing."""
         if any(self.weight_space):
             raise ValueError(
-                "a latent-variable model takes GP layers only (the posterior has weight-space layers)"
+                "a latent-variable model takes GP layers only (the posterior has weight-space "
+                "layers)"
             )
         marginal_last = (self.last_layer == "marginal") if is_global else self.kl_mode == "analytic"
         inputs, chols, weights, terms = [], [], [], []
@@ -240,7 +242,8 @@ class GlobalInducingPropagation(NamedTuple):
     :ivar inducing: ``[S, M, N_l]`` sampled inducing rows ``U_1 .. U_L`` (``inducing[l]`` is
         the output of layer ``l``).
     :ivar log_ratio: ``[L, S]`` per-layer ``log P(U_l|U_{l-1}) - log Q(U_l|U_{l-1})``.
-    :ivar conditional_kl: ``[L, S]`` per-layer analytic conditional KL (``kl="analytic"``; else None).
+    :ivar conditional_kl: ``[L, S]`` per-layer analytic conditional KL (``kl="analytic"``; else
+        None).
     """
 
     samples: List[tf.Tensor]
@@ -276,10 +279,10 @@ class GlobalInducingPosterior(_InducingPosterior):
         full in function space, diagonal (per unit) in weight space.
     :param kl: ``"sampled"`` (default: the per-sample log-ratio, as in the paper) or
         ``"analytic"`` (the conditional KL given ``U_{l-1}``, per sample).
-    :param last_layer: ``"marginal"`` or ``"sampled"``. ``"sampled"`` is O&A's Alg. 1. Each Monte Carlo
-        sample draws the last layer's inducing outputs ``U_L``, conditions the data rows on them
-        and adds their log-ratio. ``"marginal"`` integrates ``U_L`` out of both ELBO terms given
-        the sample of the layers below. The data rows get the Gaussian marginal (mean
+    :param last_layer: ``"marginal"`` or ``"sampled"``. ``"sampled"`` is O&A's Alg. 1. Each Monte
+        Carlo sample draws the last layer's inducing outputs ``U_L``, conditions the data rows on
+        them and adds their log-ratio. ``"marginal"`` integrates ``U_L`` out of both ELBO terms
+        given the sample of the layers below. The data rows get the Gaussian marginal (mean
         ``m(F) + A^T a_mean``, variance ``k_ff - |A|^2 + |L_B^{-1} A|^2``) and the last layer's
         regulariser is its analytic conditional KL. The estimator is then the expectation of the
         sampled one over ``U_L`` (Rao-Blackwellised): the same ELBO, with less noise in the
@@ -337,8 +340,8 @@ class GlobalInducingPosterior(_InducingPosterior):
         P = layers[-1].output_dim
         if Ya.shape[1] != P or Ya.shape[0] != Xa.shape[0]:
             raise ValueError(
-                f"Y must have shape [{Xa.shape[0]}, {P}] (one column per output of the last layer) to "
-                f"initialise the last pseudo-outputs, got {list(Ya.shape)}"
+                f"Y must have shape [{Xa.shape[0]}, {P}] (one column per output of the last layer) "
+                f"to initialise the last pseudo-outputs, got {list(Ya.shape)}"
             )
         M = check_positive_int(num_inducing, "num_inducing")
         lp_hidden = check_float(log_precision_hidden, "log_precision_hidden")
@@ -384,8 +387,8 @@ class GlobalInducingPosterior(_InducingPosterior):
                 or getattr(layer, "inducing_features", None) is not None
             ):
                 raise ValueError(
-                    f"layers[{i}] has local inducing_inputs; the global-inducing posterior propagates "
-                    "its inducing inputs from U_0 and needs layers built without them "
+                    f"layers[{i}] has local inducing_inputs; the global-inducing posterior "
+                    "propagates its inducing inputs from U_0 and needs layers built without them "
                     "(use LocalInducingPosterior for per-layer inducing inputs)"
                 )
         self._init_common(
@@ -436,8 +439,8 @@ class GlobalInducingPosterior(_InducingPosterior):
         U = tf.broadcast_to(
             tf.expand_dims(inducing_inputs, 0), tf.concat([[S], tf.shape(inducing_inputs)], 0)
         )  # [S, M, D]
-        # the rows [U; F] as one tensor only where a weight-space layer needs them (a GP layer uses U
-        # and F apart, and the concatenation, its slices and their gradients would be extra ops)
+        # the rows [U; F] as one tensor only where a weight-space layer needs them (a GP layer uses
+        # U and F apart, and the concatenation, its slices and their gradients would be extra ops)
         H = None
         jitter = gpflow.config.default_jitter()
         samples, inducing, log_ratios, kls = [], [], [], []
@@ -600,8 +603,9 @@ class LocalInducingPosterior(_InducingPosterior):
             ):
                 raise ValueError(
                     f"layers[{i}] has no inducing_inputs; the local-inducing posterior needs local "
-                    "inducing inputs on every layer (inducing_inputs on a GPLayer, inducing_features on a "
-                    "DenseLayer; use GlobalInducingPosterior for layers without)"
+                    "inducing inputs on every layer (inducing_inputs on a GPLayer, "
+                    "inducing_features on a DenseLayer; use GlobalInducingPosterior for layers "
+                    "without)"
                 )
         self._init_common(
             precision, kl, residual_mean, check_positive_float(rho, "rho"), "auto", seed
@@ -704,15 +708,17 @@ class LocalInducingPosterior(_InducingPosterior):
             if self.kl_mode == "analytic":
                 mean = conditional_mean(A, a_mean, prior_mean)
                 if stacked is None:
-                    # the sample axis of 1 broadcasts (no slices, whose gradients would be extra ops)
+                    # the sample axis of 1 broadcasts (no slices, whose gradients would be extra
+                    # ops)
                     regularisers.append(tf.broadcast_to(analytic_kl(L_B1, a_mean), [S]))
                     L_B = tf.broadcast_to(L_B1, tf.concat([[S], tf.shape(L_B1)[1:]], 0))
                     var = tf.expand_dims(residual_variance(layer, F, A), -1) + marginal_variance(
                         L_B, A, P
                     )
                 else:
-                    # |L_B^{-1} A|^2 by a product with the stack's inverse factor; [S, N, 1] broadcasts
-                    # over the units (no repeat, whose gradient would be another reduction)
+                    # |L_B^{-1} A|^2 by a product with the stack's inverse factor; [S, N, 1]
+                    # broadcasts over the units (no repeat, whose gradient would be another
+                    # reduction)
                     X = tf.linalg.matmul(tf.expand_dims(inverse_factors[l], 0), A)  # [S, M, N]
                     var = tf.expand_dims(
                         residual_variance(layer, F, A) + tf.reduce_sum(tf.square(X), axis=-2), -1

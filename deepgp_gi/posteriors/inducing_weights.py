@@ -233,7 +233,8 @@ def conditional_projections(Z_r, Z_c, D_r, D_c, jitter: float = 0.0):
 
 def matheron_noise_shapes(d_out: int, d_in: int, M_out: int, M_in: int):
     """Shapes (without the sample axis) of ``E1..E4``: ``[d_out, d_in]``, ``[K_r, M_in]``,
-    ``[M_out, K_c]``, ``[M_out, M_in]`` with ``K_r = min(M_out, d_out)``, ``K_c = min(M_in, d_in)``."""
+    ``[M_out, K_c]``, ``[M_out, M_in]`` with ``K_r = min(M_out, d_out)``,
+    ``K_c = min(M_in, d_in)``."""
     K_r, K_c = min(M_out, d_out), min(M_in, d_in)
     return (d_out, d_in), (K_r, M_in), (M_out, K_c), (M_out, M_in)
 
@@ -447,9 +448,10 @@ class _SampledWeightPosterior(WeightSpacePosterior):
         for j, layer in enumerate(self.weighted):
             if is_convolution(layer) and getattr(layer.prior, "is_spatial", False):
                 raise ValueError(
-                    f"prior {type(layer.prior).__name__} of weighted layer {j} ({layer.name}) gives a convolution "
-                    f"correlated weights; the {self.family_name!r} family needs an isotropic prior N(0, sigma^2 I) "
-                    "(prior 'standard', 'neal' or 'scale')"
+                    f"prior {type(layer.prior).__name__} of weighted layer {j} ({layer.name}) "
+                    f"gives a convolution correlated weights; the {self.family_name!r} family "
+                    "needs an isotropic prior N(0, sigma^2 I) (prior 'standard', 'neal' or "
+                    "'scale')"
                 )
 
     def _members(self, S, source, dtype):
@@ -687,8 +689,8 @@ class EnsembleWeightPosterior(_SampledWeightPosterior):
 
     @classmethod
     def from_data(cls, layers, X, Y, *, num_inducing, seed, **options):
-        """Point-mass members: the posterior draws its members from the prior from ``seed``; ``X``, ``Y`` and ``num_inducing``
-        are not used."""
+        """Point-mass members: the posterior draws its members from the prior from ``seed``; ``X``,
+        ``Y`` and ``num_inducing`` are not used."""
         return cls(layers, seed=seed, **options)
 
     family_name = "ensemble_w"

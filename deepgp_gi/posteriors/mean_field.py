@@ -21,8 +21,8 @@ from ..noise import NoiseSource
 from .base import DeepPosterior, Propagation
 from .conditionals import (
     conditional_mean,
-    inducing_cholesky,
     inducing_choleskies,
+    inducing_cholesky,
     require_local_inducing,
     residual_variance,
     sample_rows,
@@ -150,7 +150,8 @@ class MeanFieldPosterior(DeepPosterior):
 
     @check_shapes("F: [S, N, D]", "return[0]: [S, N, P]", "return[1]: [S, N, P]")
     def layer_marginals(self, l: int, F: tf.Tensor, Lk: Optional[tf.Tensor] = None, white=None):
-        """Mean and variance ``[S, N, N_l]`` of layer ``l``'s outputs given its inputs F ``[S,N,D]``.
+        """Mean and variance ``[S, N, N_l]`` of layer ``l``'s outputs given its inputs F
+        ``[S,N,D]``.
 
         Both parameterisations use one data-sized solve, ``A = L_K^{-1} K_uf``:
         mean = ``A^T m' + m_l(F)``, var = ``k_ff - ||A||^2 + ||R'^T A||^2`` per unit, with

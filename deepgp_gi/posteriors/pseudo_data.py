@@ -6,7 +6,8 @@ posterior of a layer as the posterior of a Bayesian linear regression (docs/algo
 pseudo-outputs ``V`` ``[M, P]`` observed with noise precisions ``Lambda`` at M rows whose
 *features* are ``Phi`` ``[S, M, D]``, under the prior ``w_lambda ~ N(0, p^{-1} I_D)``:
 
-    Prec_lambda = p I + Phi^T Lambda_lambda Phi,   mean_lambda = Prec_lambda^{-1} Phi^T Lambda_lambda v_lambda.
+    Prec_lambda = p I + Phi^T Lambda_lambda Phi,
+    mean_lambda = Prec_lambda^{-1} Phi^T Lambda_lambda v_lambda.
 
 * **Function space** (any kernel): the features are ``Phi = L_K = chol(K_uu)`` and ``p = 1``; the
   weights are the whitened inducing outputs ``a`` with ``U - m(U_prev) = L_K a``. ``Prec`` is then
@@ -146,7 +147,8 @@ class PseudoData(gpflow.Module):
                 lp = np.full((Q, M), float(lp))
             if lp.shape != (Q, M) or not np.all(np.isfinite(lp)):
                 raise ValueError(
-                    f"log_precision_init must be a finite number or have shape {(Q, M)}, got {lp.shape}"
+                    f"log_precision_init must be a finite number or have shape {(Q, M)}, got "
+                    f"{lp.shape}"
                 )
             self.precision = _rescaled_log_parameter(lp, self.rho, "precision")
 
@@ -314,7 +316,6 @@ def gram_statistics(
     if (full_factor is None) == (diag_precision is None):
         raise ValueError("give exactly one of full_factor and diag_precision")
     Phi = features
-    dtype = Phi.dtype
     S, M, D = tf.shape(Phi)[0], tf.shape(Phi)[1], tf.shape(Phi)[2]
     # The sample-free operands get a batch axis of 1: a product whose batch shapes differ reduces
     # its gradients over the broadcast axes (two more ops), one whose shapes agree (S = 1) does not.
@@ -545,8 +546,9 @@ def regulariser(log_ratio_term: tf.Tensor, kl: Optional[tf.Tensor]) -> tf.Tensor
 def marginal_variance(
     L: tf.Tensor, A: tf.Tensor, num_units: int, inverse: Optional[tf.Tensor] = None
 ) -> tf.Tensor:
-    """``diag(A^T Prec^{-1} A)`` per unit: the variance ``f = A^T w`` gets from ``q(w)``, ``[S, N, P]``
-    (``|L^{-1} A|^2``: a product with ``inverse``, ``L^{-1}``, when given, else a solve)."""
+    """``diag(A^T Prec^{-1} A)`` per unit: the variance ``f = A^T w`` gets from ``q(w)``,
+    ``[S, N, P]`` (``|L^{-1} A|^2``: a product with ``inverse``, ``L^{-1}``, when given, else a
+    solve)."""
     if L.shape.rank == 3:
         X = (
             tf.linalg.triangular_solve(L, A, lower=True)

@@ -144,7 +144,8 @@ def register(
         taken = MODEL_KINDS[kind].get(name)
         if taken is not None and taken is not cls and not replace:
             raise ValueError(
-                f"the {kind} family {name!r} is already {taken.__name__}; pass replace=True to replace it"
+                f"the {kind} family {name!r} is already {taken.__name__}; pass replace=True to "
+                "replace it"
             )
     for kind in kinds:
         MODEL_KINDS[kind][name] = cls

@@ -8,9 +8,10 @@ stochastic-gradient Hamiltonian Monte Carlo (Springenberg et al. 2016), and the 
 integrated out by GPflow's ``predict_log_density`` (in closed form for a Gaussian likelihood,
 ``log N(y | mu, s + sigma^2)``; by its closed form or Gauss-Hermite quadrature for the other
 likelihoods), except for Monte Carlo likelihoods (Softmax), which see the last layer's sampled
-``f`` (``log p(y | f)``, the model's usual Monte Carlo path); the hidden layers' outputs are sampled (one draw per step and sample, as in the paper, so for
-depth > 1 the gradient is that of ``log p(y | V, F_hidden)``, the paper's estimator). The
-minibatch term is an unbiased estimate of the full-data sum.
+``f`` (``log p(y | f)``, the model's usual Monte Carlo path); the hidden layers' outputs are sampled
+(one draw per step and sample, as in the paper, so for depth > 1 the gradient is that of
+``log p(y | V, F_hidden)``, the paper's estimator). The minibatch term is an unbiased estimate of
+the full-data sum.
 
 **The update** (:func:`scale_adapted_sghmc`; Springenberg et al. 2016, eqs. 10-13, as the
 reference code writes it). For each layer's ``theta = V_l`` with momentum-like ``p``, adaptation
@@ -131,9 +132,10 @@ class FixedTerms(NamedTuple):
 
 
 class FlatGaussianPrior(NamedTuple):
-    """The Gaussian factors of a chain's prior over its flat state (:meth:`SGHMCPosterior.flat_gaussian_prior`):
-    ``log p_G(theta) = constant - 0.5 sum precision (theta - loc)^2``, NumPy ``[n]`` vectors over the
-    flat state (``None``: all zeros for ``loc``, all ones for ``precision``; a precision of 0
+    """The Gaussian factors of a chain's prior over its flat state
+    (:meth:`SGHMCPosterior.flat_gaussian_prior`):
+    ``log p_G(theta) = constant - 0.5 sum precision (theta - loc)^2``, NumPy ``[n]`` vectors over
+    the flat state (``None``: all zeros for ``loc``, all ones for ``precision``; a precision of 0
     marks an entry no Gaussian factor covers)."""
 
     loc: Optional[np.ndarray]
@@ -301,8 +303,8 @@ class SGHMCPosterior(DeepPosterior):
         return [tf.gather(W, i) for W in self.window]
 
     def store_samples(self, samples: Sequence) -> None:
-        """Keep ``samples`` (one ``[S, ...]`` per chain variable; SGHMC: ``[S, M, D_l]`` per layer) as
-        the sample set predictions use."""
+        """Keep ``samples`` (one ``[S, ...]`` per chain variable; SGHMC: ``[S, M, D_l]`` per layer)
+        as the sample set predictions use."""
         for var, value in zip(self.samples, samples):
             var.assign(tf.cast(value, var.dtype))
 
@@ -312,8 +314,9 @@ class SGHMCPosterior(DeepPosterior):
             var.assign(tf.zeros([0] + var.shape[1:].as_list(), var.dtype))
 
     def sample_set(self) -> List[tf.Tensor]:
-        """What predictions mix over, one ``[K, ...]`` tensor per chain variable: the stored samples, or
-        (before :func:`~deepgp_gi.collect_samples`) the filled window, or the current state."""
+        """What predictions mix over, one ``[K, ...]`` tensor per chain variable: the stored
+        samples, or (before :func:`~deepgp_gi.collect_samples`) the filled window, or the current
+        state."""
         if self.num_stored:
             return [tf.convert_to_tensor(s) for s in self.samples]
         filled = int(self.window_filled().numpy()) if tf.executing_eagerly() else None
@@ -323,7 +326,8 @@ class SGHMCPosterior(DeepPosterior):
 
     def flat_state(self, values: Sequence) -> tf.Tensor:
         """The chain state ``values`` (one per chain variable, :meth:`chain_variables`' order, no
-        sample axis) flattened and concatenated, ``[n]``: the layout of the momenta and statistics."""
+        sample axis) flattened and concatenated, ``[n]``: the layout of the momenta and
+        statistics."""
         return tf.concat([tf.reshape(v, [-1]) for v in values], axis=0)
 
     def sghmc_step(self, grads: Sequence[tf.Tensor], noise, num_data, adapt: bool) -> None:
@@ -335,10 +339,10 @@ class SGHMCPosterior(DeepPosterior):
         )
 
     def sghmc_move(self, theta: tf.Tensor, grad: tf.Tensor, noise, num_data, adapt: bool) -> None:
-        """:meth:`sghmc_step` on the flat state ``theta`` ``[n]`` (the chain variables' current values,
-        :meth:`flat_state`) and its flat per-point-loss gradient ``grad`` ``[n]``. The update runs
-        once over every chain variable, with one draw ``"sghmc/move"`` of length ``n`` from
-        ``noise``; the new values are assigned and pushed into the window as computed (not read
+        """:meth:`sghmc_step` on the flat state ``theta`` ``[n]`` (the chain variables' current
+        values, :meth:`flat_state`) and its flat per-point-loss gradient ``grad`` ``[n]``. The
+        update runs once over every chain variable, with one draw ``"sghmc/move"`` of length ``n``
+        from ``noise``; the new values are assigned and pushed into the window as computed (not read
         back). A variable that :meth:`chain_moves` marks as held keeps its value and statistics."""
         variables, moves = self.chain_variables(), self.chain_moves()
         sizes = [v.shape.num_elements() for v in variables]
@@ -381,7 +385,8 @@ class SGHMCPosterior(DeepPosterior):
         self.push_window(values)
 
     def flat_gaussian_prior(self) -> FlatGaussianPrior:
-        """The prior's Gaussian factors over the flat state: SGHMC's ``N(0, I)`` on every ``V_l``."""
+        """The prior's Gaussian factors over the flat state: SGHMC's ``N(0, I)`` on every
+        ``V_l``."""
         n = sum(v.shape.num_elements() for v in self.chain_variables())
         return FlatGaussianPrior(None, None, -0.5 * n * math.log(2.0 * math.pi))
 
@@ -421,8 +426,9 @@ class SGHMCPosterior(DeepPosterior):
     def _projection(
         self, l: int, F: tf.Tensor, L_K: tf.Tensor, inverse: Optional[tf.Tensor] = None
     ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Layer ``l``'s ``(A = L_K^{-1} K(Z, F) [S, M, N], m(F) [S, N, D], k(f, f) - |A|^2 [S, N])``
-        (``inverse``: ``L_K^{-1}``, for a gradient without solves)."""
+        """Layer ``l``'s
+        ``(A = L_K^{-1} K(Z, F) [S, M, N], m(F) [S, N, D], k(f, f) - |A|^2 [S, N])`` (``inverse``:
+        ``L_K^{-1}``, for a gradient without solves)."""
         layer = self.layers[l]
         A = whitened_projection(L_K, layer.K(layer.Z, F), inverse=inverse)
         return A, layer.mean(F), residual_variance(layer, F, A)
@@ -471,8 +477,8 @@ class SGHMCPosterior(DeepPosterior):
 
     def _drawn_members(self, num_samples: int, source) -> List[tf.Tensor]:
         """``S`` uniform draws from the sample set (stored samples, else the filled window, else the
-        current state), one ``[S, ...]`` per chain variable; branch-free (no ``tf.cond``), so a traced
-        step holds no host-synchronising op."""
+        current state), one ``[S, ...]`` per chain variable; branch-free (no ``tf.cond``), so a
+        traced step holds no host-synchronising op."""
         stored = tf.shape(self.samples[0])[0]
         filled = self.window_filled()
         cap = tf.shape(self.window[0])[0]

@@ -328,13 +328,12 @@ class StripesArrowPosterior(StructuredPosterior):
         source, F = self._start(X, S, seed)
         dtype = F.dtype
         jitter = gpflow.config.default_jitter()
-        tau, L = self.tau, self.depth
+        L = self.depth
         diag = tf.convert_to_tensor(self.diag)
         track = self.use_stripes or self.use_arrow  # whether later layers condition on this one
         samples: List[tf.Tensor] = []
-        projected: List[
-            List[tf.Tensor]
-        ] = []  # per hidden layer, b^l_k [S, N, tau, M] for k = first .. l
+        # per hidden layer, b^l_k [S, N, tau, M] for k = first .. l
+        projected: List[List[tf.Tensor]] = []
         inverse = None  # [S, N, tau, l, l], the inverse of the per-position factor
         eps_prev = None  # [S, N, tau, l]
         # one batched factorisation per step, with the inverses for solve-free gradients

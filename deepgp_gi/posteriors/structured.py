@@ -43,8 +43,8 @@ from ..noise import NoiseSource
 from ..validation import check_bool
 from .base import DeepPosterior, Propagation
 from .conditionals import (
-    inducing_cholesky,
     inducing_choleskies,
+    inducing_cholesky,
     inducing_factors,
     require_local_inducing,
 )
@@ -397,7 +397,10 @@ class FullyCoupledPosterior(StructuredPosterior):
         """The masks of :meth:`_own_and_offdiagonal_masks` over every unit's full row,
         ``[T, 1, TM]`` each (zero beyond a layer's columns, where ``R`` is zero anyway)."""
         total = self.num_latent
-        pad = lambda mask: np.pad(mask, [(0, 0), (0, 0), (0, total - mask.shape[-1])])
+
+        def pad(mask):
+            return np.pad(mask, [(0, 0), (0, 0), (0, total - mask.shape[-1])])
+
         return tuple(np.concatenate([pad(masks[i]) for masks in self._row_masks]) for i in (0, 1))
 
     def _white_blocks(self, R: tf.Tensor, mu: tf.Tensor, chols, stack: Optional[tf.Tensor] = None):

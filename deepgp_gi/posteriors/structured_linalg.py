@@ -126,8 +126,8 @@ def append_to_inverse(
     """The inverse of :func:`append_to_cholesky`'s grown factor ``[[chol, 0], [G, chol_new]]``
     from ``inverse = chol^{-1}``, ``G^T`` (``Gt``, as :func:`whiten_by_inverse` returns it; None
     for ``G = 0``) and ``inverse_new = chol_new^{-1}``:
-    ``[[chol^{-1}, 0], [-chol_new^{-1} G chol^{-1}, chol_new^{-1}]]`` (``KP = K + P``); two products,
-    nothing inverted."""
+    ``[[chol^{-1}, 0], [-chol_new^{-1} G chol^{-1}, chol_new^{-1}]]`` (``KP = K + P``); two
+    products, nothing inverted."""
     if Gt is None:
         lower_left = tf.zeros(
             tf.concat([tf.shape(inverse_new)[:-1], tf.shape(inverse)[-1:]], 0), inverse.dtype

@@ -26,8 +26,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..layers import check_network, is_convolution
-from ..layers import WeightedLayer
+from ..layers import WeightedLayer, check_network, is_convolution
 from ..linalg import safe_cholesky
 from ..validation import check_finite_array, per_layer_list
 from .base import DeepPosterior
@@ -76,8 +75,8 @@ class WeightSpacePosterior(DeepPosterior, PriorPrecisions):
             for i, layer in enumerate(self.layers):
                 if not has_feature_map(layer) or is_convolution(layer):
                     raise TypeError(
-                        f"layers[{i}] is a {type(layer).__name__}; weight-space posteriors need DenseLayer "
-                        "layers (a feature map and a weight prior)"
+                        f"layers[{i}] is a {type(layer).__name__}; weight-space posteriors need "
+                        "DenseLayer layers (a feature map and a weight prior)"
                     )
             weighted = self.layers
         else:

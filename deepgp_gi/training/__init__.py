@@ -21,8 +21,8 @@ Layout (each piece can be replaced without touching the others):
 
 from .batches import batch_indices
 from .history import History
-from .optimizers import adam
 from .loop import fit
+from .optimizers import adam
 from .sampling import collect_samples
 from .tempering import KLSchedule, LinearSchedule, PaperSchedule
 

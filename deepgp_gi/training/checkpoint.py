@@ -58,17 +58,19 @@ class Checkpointer:
             self._checkpoint.restore(latest).assert_existing_objects_matched()
         except (AssertionError, ValueError) as err:
             raise ValueError(
-                f"checkpoint_dir {self.directory}: the checkpoint {latest} does not match this run's model "
-                "and optimiser (another model, or a checkpoint written with another optimiser state: "
-                "fit's Adam keeps the legacy Keras slots m and v since it uses the fused update); "
-                f"use a new checkpoint_dir. ({type(err).__name__}: {str(err)[:500]})"
+                f"checkpoint_dir {self.directory}: the checkpoint {latest} does not match this "
+                "run's model and optimiser (another model, or a checkpoint written with another "
+                "optimiser state: fit's Adam keeps the legacy Keras slots m and v since it uses "
+                f"the fused update); use a new checkpoint_dir. ({type(err).__name__}: "
+                f"{str(err)[:500]})"
             ) from err
         done = int(self.step.numpy())
         saved = self._load_history()
         if saved is not None:
             if saved.seed != history.seed:
                 raise ValueError(
-                    f"checkpoint_dir {self.directory} holds a run with seed {saved.seed}, not {history.seed}"
+                    f"checkpoint_dir {self.directory} holds a run with seed {saved.seed}, not "
+                    f"{history.seed}"
                 )
             keep = [i for i, s in enumerate(saved.step) if s <= done and s % log_every == 0]
             history.step = [saved.step[i] for i in keep]

@@ -48,7 +48,8 @@ class FitPlan:
 def check_fit_arguments(
     model, data, *, steps, batch_size, learning_rate, num_samples, seed, log_every
 ) -> FitPlan:
-    """``fit``'s common arguments checked into a :class:`FitPlan` (also :func:`~deepgp_gi.collect_samples`'s)."""
+    """``fit``'s common arguments checked into a :class:`FitPlan`
+    (also :func:`~deepgp_gi.collect_samples`'s)."""
     if not isinstance(model, DeepGP):
         raise TypeError(f"model must be a deepgp_gi.DeepGP, got {type(model).__name__}")
     steps = check_positive_int(steps, "steps")
@@ -101,13 +102,15 @@ LearningRateSchedule = gpflow.keras.tf_keras.optimizers.schedules.LearningRateSc
 
 
 def _check_learning_rate(learning_rate):
-    """A positive float, or a Keras learning-rate schedule whose first value is positive and finite."""
+    """A positive float, or a Keras learning-rate schedule whose first value is positive and
+    finite."""
     if not isinstance(learning_rate, LearningRateSchedule):
         return check_positive_float(learning_rate, "learning_rate")
     first = float(learning_rate(0))
     if not (math.isfinite(first) and first > 0):
         raise ValueError(
-            f"learning_rate is a schedule whose value at step 0 is {first}; it must be positive and finite"
+            f"learning_rate is a schedule whose value at step 0 is {first}; it must be positive "
+            "and finite"
         )
     return learning_rate
 
@@ -154,8 +157,8 @@ def _check_sampler_options(model, *, natgrad_gamma, kl_schedule, strategy) -> No
     family = type(model.posterior).__name__
     if natgrad_gamma is not None:
         raise ValueError(
-            f"natgrad_gamma does not apply to a sampling posterior ({family}): its inducing outputs "
-            "are sampled by SGHMC, not a Gaussian q(U); leave natgrad_gamma=None"
+            f"natgrad_gamma does not apply to a sampling posterior ({family}): its inducing "
+            "outputs are sampled by SGHMC, not a Gaussian q(U); leave natgrad_gamma=None"
         )
     if kl_schedule is not None:
         raise ValueError(
@@ -167,7 +170,8 @@ def _check_sampler_options(model, *, natgrad_gamma, kl_schedule, strategy) -> No
 
 
 def _check_importance_samples(model, importance_samples, *, strategy) -> Optional[int]:
-    """``importance_samples`` (K) needs a latent-variable model; ``None`` leaves the model's default (K = 1)."""
+    """``importance_samples`` (K) needs a latent-variable model; ``None`` leaves the model's default
+    (K = 1)."""
     from ..latent import LatentDeepGP
 
     latent = isinstance(model, LatentDeepGP)
@@ -178,8 +182,8 @@ def _check_importance_samples(model, importance_samples, *, strategy) -> Optiona
     K = check_positive_int(importance_samples, "importance_samples")
     if not latent:
         raise ValueError(
-            f"importance_samples={K} needs a latent-variable model (build_deep_gp(..., latent_dim=...)); "
-            f"this {type(model).__name__} has no latent input to draw K times"
+            f"importance_samples={K} needs a latent-variable model (build_deep_gp(..., "
+            f"latent_dim=...)); this {type(model).__name__} has no latent input to draw K times"
         )
     return K
 
@@ -299,10 +303,10 @@ def fit(
         ``history.kl_weight`` records the weight of each logged step. The weight depends on the
         global step only, so a resumed run continues the schedule; resuming with a schedule whose
         values differ from the recorded ones is an error.
-    :param importance_samples: K, for a latent-variable model (``build_deep_gp(..., latent_dim=...)``,
-        :class:`~deepgp_gi.latent.LatentDeepGP`): train the importance-weighted bound with K draws of
-        the latent variable per data point (the history records that bound); ``None`` or 1 is the ELBO.
-        A plain model refuses it.
+    :param importance_samples: K, for a latent-variable model
+        (``build_deep_gp(..., latent_dim=...)``, :class:`~deepgp_gi.latent.LatentDeepGP`): train
+        the importance-weighted bound with K draws of the latent variable per data point (the
+        history records that bound); ``None`` or 1 is the ELBO. A plain model refuses it.
     :param objective: ``"elbo"`` (default) or ``"predictive"``: the predictive objective of
         Jankowiak et al. (2020), the log predictive density of each training row under the mixture
         of the propagated samples minus the KL (:meth:`~deepgp_gi.DeepGP.elbo_terms`); the history
@@ -326,7 +330,8 @@ def fit(
     )
     if natgrad_gamma is None and not (isinstance(natgrad_layers, str) and natgrad_layers == "all"):
         raise ValueError(
-            f"natgrad_layers={natgrad_layers!r} needs natgrad_gamma (the natural-gradient step size)"
+            f"natgrad_layers={natgrad_layers!r} needs natgrad_gamma (the natural-gradient step "
+            "size)"
         )
     jit_compile = resolve_jit_compile(
         jit_compile, model, natgrad=natgrad_gamma is not None, strategy=strategy
@@ -386,8 +391,8 @@ def _check_strategy(model, strategy) -> None:
     ]
     if foreign:
         raise ValueError(
-            f"strategy: the model's variables were not created under this strategy ({len(foreign)} of them, e.g. "
-            f"{foreign[0]}); build the model inside `with strategy.scope():`"
+            f"strategy: the model's variables were not created under this strategy ({len(foreign)} "
+            f"of them, e.g. {foreign[0]}); build the model inside `with strategy.scope():`"
         )
 
 
@@ -495,14 +500,16 @@ def _takes_steps(block) -> bool:
 
 
 def _select_natgrad_blocks(model, natgrad_layers) -> list:
-    """The trainable Gaussian blocks of the layers ``natgrad_layers`` names (``fit``'s docstring)."""
+    """The trainable Gaussian blocks of the layers ``natgrad_layers`` names (``fit``'s
+    docstring)."""
     blocks = model.posterior.natural_gradient_blocks()
     if isinstance(natgrad_layers, str):
         if natgrad_layers == "all":
             return [block for block in blocks if _takes_steps(block)]
         if natgrad_layers != "last":
             raise ValueError(
-                f"natgrad_layers must be 'all', 'last' or a sequence of layer indices, got {natgrad_layers!r}"
+                "natgrad_layers must be 'all', 'last' or a sequence of layer indices, got "
+                f"{natgrad_layers!r}"
             )
         layers = [-1]
     else:
@@ -510,7 +517,8 @@ def _select_natgrad_blocks(model, natgrad_layers) -> list:
             layers = [operator.index(k) for k in natgrad_layers]
         except TypeError:
             raise TypeError(
-                f"natgrad_layers must be 'all', 'last' or a sequence of ints, got {natgrad_layers!r}"
+                "natgrad_layers must be 'all', 'last' or a sequence of ints, got "
+                f"{natgrad_layers!r}"
             ) from None
         if not layers:
             raise ValueError(
@@ -519,8 +527,9 @@ def _select_natgrad_blocks(model, natgrad_layers) -> list:
     depth = model.posterior.depth
     if len(blocks) != depth:
         raise ValueError(
-            f"natgrad_layers={natgrad_layers!r}: {type(model.posterior).__name__} has one Gaussian block over all "
-            f"{depth} layers, so its natural-gradient step cannot be split by layer; use natgrad_layers='all'"
+            f"natgrad_layers={natgrad_layers!r}: {type(model.posterior).__name__} has one Gaussian "
+            f"block over all {depth} layers, so its natural-gradient step cannot be split by "
+            "layer; use natgrad_layers='all'"
         )
     picked = []
     for k in layers:
@@ -543,8 +552,9 @@ def _check_resumed_kl_weights(history: History, schedule, checkpoint_dir) -> Non
         expected = 1.0 if schedule is None else kl_weight_at(schedule, logged - 1)
         if abs(expected - recorded) > 1e-12:
             raise ValueError(
-                f"checkpoint_dir {os.fspath(checkpoint_dir)} holds a run whose KL weight at step {logged} was "
-                f"{recorded}, but kl_schedule gives {expected}; resume with the run's kl_schedule"
+                f"checkpoint_dir {os.fspath(checkpoint_dir)} holds a run whose KL weight at step "
+                f"{logged} was {recorded}, but kl_schedule gives {expected}; resume with the run's "
+                "kl_schedule"
             )
 
 
@@ -592,7 +602,8 @@ def _run(
                 value = float(elbo.numpy())
                 if not np.isfinite(value):
                     raise FloatingPointError(
-                        f"the ELBO became {value} at step {t}; lower the learning rate or check the data"
+                        f"the ELBO became {value} at step {t}; lower the learning rate or check "
+                        "the data"
                     )
                 history.step.append(t)
                 history.elbo.append(value)
@@ -609,6 +620,7 @@ def _run(
         bar.close()
     if t < steps:
         raise ValueError(
-            f"the data ran out after step {t} of {steps}: the tf.data.Dataset yielded no more batches"
+            f"the data ran out after step {t} of {steps}: the tf.data.Dataset yielded no more "
+            "batches"
         )
     train_step.raise_if_failed()

@@ -37,10 +37,11 @@ def collect_samples(
 
     The hyperparameters are frozen and the preconditioner and friction no longer adapt (the
     statistics ``fit`` adapted are used as they are), so the chain is a fixed SGHMC kernel whose
-    stationary distribution is the posterior of the inducing outputs (:mod:`deepgp_gi.posteriors.sghmc`).
-    The samples are stored on ``model.posterior`` (``posterior.samples``); ``predict_f``,
-    ``predict_y``, ``predict_log_density``, ``sample_layers`` and the metrics then mix over them
-    (before, they use the window of the last training states). A later ``fit`` discards them.
+    stationary distribution is the posterior of the inducing outputs
+    (:mod:`deepgp_gi.posteriors.sghmc`). The samples are stored on ``model.posterior``
+    (``posterior.samples``); ``predict_f``, ``predict_y``, ``predict_log_density``,
+    ``sample_layers`` and the metrics then mix over them (before, they use the window of the last
+    training states). A later ``fit`` discards them.
 
     :param model: a :class:`~deepgp_gi.DeepGP` with a sampling posterior.
     :param data: ``(X, Y)`` arrays (or a ``tf.data.Dataset`` of batches, as for ``fit``).
@@ -111,7 +112,8 @@ def collect_samples(
         bar.close()
     if done < steps:
         raise ValueError(
-            f"the data ran out after step {done} of {steps}: the tf.data.Dataset yielded no more batches"
+            f"the data ran out after step {done} of {steps}: the tf.data.Dataset yielded no more "
+            "batches"
         )
     step.raise_if_failed()
     samples = [tf.stack(store) for store in kept]

@@ -37,7 +37,8 @@ __all__ = ["TrainStep", "NaturalGradientStep", "DistributedStep", "SamplerStep",
 
 def tempered_loss(ell, kl, kl_weight, log_prior):
     """``(loss, elbo)`` from the ELBO's terms per joint sample (``ell [S]``, ``kl [S]``): the loss
-    ``-(mean_s[ell_s - kl_weight * kl_s] + log_prior)`` and the untempered ``mean_s[ell_s - kl_s]``."""
+    ``-(mean_s[ell_s - kl_weight * kl_s] + log_prior)`` and the untempered
+    ``mean_s[ell_s - kl_s]``."""
     elbo = tf.reduce_mean(ell - kl)
     tempered = tf.reduce_mean(ell - kl_weight * kl)
     return -(tempered + log_prior), elbo
@@ -48,9 +49,9 @@ class TrainStep:
     ``kl_weight`` (default 1: no tempering); it returns the (untempered) ELBO estimate.
 
     ``importance_samples``: K of a latent-variable model's importance-weighted bound
-    (:class:`~deepgp_gi.latent.LatentDeepGP`), passed to its ``elbo_terms``; ``None`` for a plain model.
-    ``objective``: ``"elbo"`` (default) or ``"predictive"``, passed to ``elbo_terms`` (the step then
-    returns the predictive objective where it would return the ELBO)."""
+    (:class:`~deepgp_gi.latent.LatentDeepGP`), passed to its ``elbo_terms``; ``None`` for a plain
+    model. ``objective``: ``"elbo"`` (default) or ``"predictive"``, passed to ``elbo_terms`` (the
+    step then returns the predictive objective where it would return the ELBO)."""
 
     def __init__(
         self,
@@ -93,7 +94,8 @@ class TrainStep:
         # time, so fewer ops run per step (depth 3, M = 100: mean-field 1000 instead of 1192, SGHMC
         # 1271 instead of 1599; docs/performance.md). Static shapes also keep gradients such as
         # set_diag's from building zeros of a run-time-rank shape, which XLA cannot compile.
-        # autograph off: the step has no Python control flow on tensor values (tracing is 3-4x faster)
+        # autograph off: the step has no Python control flow on tensor values (tracing is 3-4x
+        # faster)
         self._compiled = tf.function(self._step, autograph=False, jit_compile=jit_compile)
 
     def __call__(self, step, X_b, Y_b, kl_weight=None) -> tf.Tensor:
@@ -257,7 +259,8 @@ class SamplerStep(TrainStep):
     hidden-layer draws and the window member, ``"hyper/sghmc/window"``); every draw is stateless
     in ``(seed, t)``.
 
-    :param optimizer: Adam on ``variables``, or ``None``: no hyperparameter step (sample collection).
+    :param optimizer: Adam on ``variables``, or ``None``: no hyperparameter step (sample
+        collection).
     :param adapt: adapt the preconditioner and friction statistics (burn-in: ``fit``) or keep them
         (``collect_samples``).
     :param stream: ``None`` for ``fit``'s noise stream; an int selects another stream of ``seed``.
@@ -279,7 +282,8 @@ class SamplerStep(TrainStep):
         super().__init__(model, optimizer, variables, step_counter, **kwargs)
 
     def step_sources(self, step):
-        """``(chain noise, hyperparameter noise)`` of step ``step``: two name spaces of one source."""
+        """``(chain noise, hyperparameter noise)`` of step ``step``: two name spaces of one
+        source."""
         from ..noise import SeededNoise
 
         if self.stream is None:
@@ -479,8 +483,8 @@ class DistributedStep(TrainStep):
         replica = tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
         if replica is None:
             raise ValueError(
-                "jit_compile=True under this strategy: its replica index is not known when the step "
-                "is traced, so a replica's row block cannot be compiled; use jit_compile=False"
+                "jit_compile=True under this strategy: its replica index is not known when the "
+                "step is traced, so a replica's row block cannot be compiled; use jit_compile=False"
             )
         return self._replica_xla(step, X_b, Y_b, kl_weight, int(replica))
 

@@ -76,8 +76,9 @@ class PaperSchedule(KLSchedule):
 
     def __repr__(self) -> str:
         return (
-            f"PaperSchedule(steps_per_epoch={self.steps_per_epoch}, zero_epochs={self.zero_epochs}, "
-            f"step_epochs={self.step_epochs}, increment={self.increment})"
+            f"PaperSchedule(steps_per_epoch={self.steps_per_epoch}, "
+            f"zero_epochs={self.zero_epochs}, step_epochs={self.step_epochs}, "
+            f"increment={self.increment})"
         )
 
 
@@ -107,7 +108,10 @@ class LinearSchedule(KLSchedule):
         return self.start + (1.0 - self.start) * max(fraction, 0.0)
 
     def __repr__(self) -> str:
-        return f"LinearSchedule(warmup_steps={self.warmup_steps}, start={self.start}, delay_steps={self.delay_steps})"
+        return (
+            f"LinearSchedule(warmup_steps={self.warmup_steps}, start={self.start}, "
+            f"delay_steps={self.delay_steps})"
+        )
 
 
 def resolve_kl_schedule(
@@ -126,22 +130,25 @@ def resolve_kl_schedule(
         if kl_schedule == "paper":
             if steps_per_epoch is None:
                 raise ValueError(
-                    "kl_schedule='paper' needs the number of steps per epoch, which this tf.data.Dataset "
-                    "does not tell (infinite or unknown length); pass PaperSchedule(steps_per_epoch=...)"
+                    "kl_schedule='paper' needs the number of steps per epoch, which this "
+                    "tf.data.Dataset does not tell (infinite or unknown length); pass "
+                    "PaperSchedule(steps_per_epoch=...)"
                 )
             schedule = PaperSchedule(steps_per_epoch)
         elif kl_schedule == "linear":
             schedule = LinearSchedule(-(-steps // LINEAR_WARMUP_DIVISOR))
         else:
             raise ValueError(
-                f"unknown kl_schedule {kl_schedule!r}; choose 'paper', 'linear', a schedule or a callable"
+                f"unknown kl_schedule {kl_schedule!r}; choose 'paper', 'linear', a schedule or a "
+                "callable"
             )
     elif callable(kl_schedule):
         schedule = kl_schedule
     else:
         raise TypeError(
-            "kl_schedule must be None, 'paper', 'linear', a KLSchedule or a callable step -> weight, "
-            f"got {type(kl_schedule).__name__} {kl_schedule!r} (for a constant weight b use lambda step: b)"
+            "kl_schedule must be None, 'paper', 'linear', a KLSchedule or a callable step -> "
+            f"weight, got {type(kl_schedule).__name__} {kl_schedule!r} (for a constant weight b "
+            "use lambda step: b)"
         )
     kl_weight_at(schedule, 0)
     return schedule
@@ -161,7 +168,8 @@ def kl_weight_at(schedule: Callable[[int], float], step: int) -> float:
         arr = np.asarray(None)
     if arr.ndim != 0 or arr.dtype.kind not in "fiu":
         raise TypeError(
-            f"kl_schedule returned {type(value).__name__} {value!r} at step {step}; it must return a number in [0, 1]"
+            f"kl_schedule returned {type(value).__name__} {value!r} at step {step}; it must return "
+            "a number in [0, 1]"
         )
     value = float(arr)
     if not (np.isfinite(value) and 0.0 <= value <= 1.0):
