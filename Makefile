@@ -9,7 +9,7 @@ export TF_USE_LEGACY_KERAS := 1
 # environment sets one; 2 would still let `E0000 ... cuInit` through without a GPU), and the test
 # suite, benchmarks and notebook runner each default to 2.
 
-.PHONY: demo test test-all test-slow test-gpu bench notebooks docs install clean
+.PHONY: demo test test-all test-slow test-gpu bench notebooks docs lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -60,6 +60,11 @@ notebooks: install
 $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/python -m pip install -e ".[docs]"
 	touch $@
+
+# The linter: ruff (pyproject.toml's [tool.ruff]: pycodestyle with the 100-column limit, pyflakes,
+# import order) over the package, the tests, the benchmarks and the notebooks' sources.
+lint: install
+	$(BIN)/ruff check deepgp_gi tests benchmarks notebooks
 
 docs: $(VENV)/.docs-installed
 	rm -rf docs/api
