@@ -26,6 +26,7 @@ between its two generated-block marker lines. Rows trained with a validation spl
 90 % of the training rows) are their own rows in the tables, and stay out of the decision table and
 of the rows picked by their test LL.
 """
+
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
@@ -129,11 +130,17 @@ def _family(s: Dict, with_schedule: bool = True) -> str:
     (``with_schedule``) the training schedule where it
     is not the sweep's: a decaying learning rate's factor (``global+decay0.9``: Adam's rate times
     0.9 every ``every`` steps) and a medium-set row's step count (``global+steps200000``)."""
-    latent = f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
+    latent = (
+        f"+w{s['latent_dim']}K{s.get('importance_samples') or 1}" if s.get("latent_dim") else ""
+    )
     batch = f"+b{b}" if (b := _other_batch(s)) else ""
     inducing = f"+M{m}" if (m := _other_num_inducing(s)) else ""
     samples = f"+s{n}" if (n := _other_samples(s)) else ""
-    decay = f"+decay{s['learning_rate_decay'][0]:g}" if with_schedule and s.get("learning_rate_decay") else ""
+    decay = (
+        f"+decay{s['learning_rate_decay'][0]:g}"
+        if with_schedule and s.get("learning_rate_decay")
+        else ""
+    )
     steps = f"+steps{n}" if with_schedule and (n := _other_steps(s)) else ""
     valid = f"+valid{s['validation']:g}" if s.get("validation") else ""
     objective = f"+{s['objective']}" if s.get("objective") else ""
@@ -186,7 +193,7 @@ def first_step_at(trace: Dict, target: float, window: float = TRACE_WINDOW) -> O
     steps, elbo = trace["step"], np.asarray(trace["elbo_per_datapoint"], dtype=float)
     width = max(1, int(round(window * len(steps))))
     for i in range(width - 1, len(steps)):
-        if elbo[i - width + 1:i + 1].mean() >= target:
+        if elbo[i - width + 1 : i + 1].mean() >= target:
             return int(steps[i])
     return None
 
@@ -198,12 +205,28 @@ def same_passes(records: List[Dict], costs: Dict) -> List[str]:
     :func:`load_minibatch_costs`; its recorded ms per step where that step was not timed), and how
     many passes and how long its training trace took to come within ``PASSES_TOLERANCE`` of the
     lower of the pair's final ELBOs."""
-    plain = [r for r in records if r.get("model") == "gp" and r.get("protocol", "random") == "random"
-             and not r.get("latent_dim") and not r.get("learning_rate_decay") and r.get("train_samples", 1) == 1
-             and r.get("trace") and r["dataset"] in MEDIUM]
+    plain = [
+        r
+        for r in records
+        if r.get("model") == "gp"
+        and r.get("protocol", "random") == "random"
+        and not r.get("latent_dim")
+        and not r.get("learning_rate_decay")
+        and r.get("train_samples", 1) == 1
+        and r.get("trace")
+        and r["dataset"] in MEDIUM
+    ]
     by_rows = defaultdict(list)
     for r in plain:
-        by_rows[(r["dataset"], r["posterior"], r["depth"], r["split"], r["batch_size_used"] * r["steps"])].append(r)
+        by_rows[
+            (
+                r["dataset"],
+                r["posterior"],
+                r["depth"],
+                r["split"],
+                r["batch_size_used"] * r["steps"],
+            )
+        ].append(r)
     out = []
     for (dataset, posterior, depth, split, rows_read), runs in sorted(by_rows.items()):
         if len({r["batch_size_used"] for r in runs}) < 2:
@@ -214,23 +237,36 @@ def same_passes(records: List[Dict], costs: Dict) -> List[str]:
             timed = ms is not None
             ms = ms if timed else r["ms_per_step"]
             step = first_step_at(r["trace"], target)
-            there = (f"{step * r['batch_size_used'] / r['n_train']:,.0f} | {ms * step / 60000:.0f} min"
-                     if step is not None else "— | —")
-            out.append(f"| {dataset} | {posterior}-{depth} | {split} | {r['batch_size_used']:,} | {r['steps']:,} | "
-                       f"{rows_read / r['n_train']:,.0f} | {r['test_ll']:.2f} | {r['elbo_per_datapoint']:.3f} | "
-                       f"{ms:.1f}{'' if timed else ' (recorded)'} | {ms * r['steps'] / 60000:.0f} min | {there} |")
+            there = (
+                f"{step * r['batch_size_used'] / r['n_train']:,.0f} | {ms * step / 60000:.0f} min"
+                if step is not None
+                else "— | —"
+            )
+            out.append(
+                f"| {dataset} | {posterior}-{depth} | {split} | {r['batch_size_used']:,} | {r['steps']:,} | "
+                f"{rows_read / r['n_train']:,.0f} | {r['test_ll']:.2f} | {r['elbo_per_datapoint']:.3f} | "
+                f"{ms:.1f}{'' if timed else ' (recorded)'} | {ms * r['steps'] / 60000:.0f} min | {there} |"
+            )
     if not out:
         return []
-    return (["## The same passes over the data: a larger minibatch or more steps", "",
-             "Runs that read as many rows (minibatch times steps) at two minibatches. ms/step: the step timed alone "
-             "at that minibatch (`benchmarks/speed.py --only medium_minibatch --threads 1`; \"recorded\" where it "
-             "was not timed); training time: that times the steps. The last two columns: the passes over the "
-             "training set, and the time at the timed step, after which the running mean of the run's training "
-             f"ELBO trace (over {TRACE_WINDOW:.0%} of its logged points) first came within {PASSES_TOLERANCE} nats "
-             "per point of the lower of the two final ELBOs.", "",
-             "| data set | family | split | minibatch | steps | passes | test LL | ELBO/N | ms/step | training time "
-             f"| passes to ELBO − {PASSES_TOLERANCE} | time to it |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-            + out + [""])
+    return (
+        [
+            "## The same passes over the data: a larger minibatch or more steps",
+            "",
+            "Runs that read as many rows (minibatch times steps) at two minibatches. ms/step: the step timed alone "
+            'at that minibatch (`benchmarks/speed.py --only medium_minibatch --threads 1`; "recorded" where it '
+            "was not timed); training time: that times the steps. The last two columns: the passes over the "
+            "training set, and the time at the timed step, after which the running mean of the run's training "
+            f"ELBO trace (over {TRACE_WINDOW:.0%} of its logged points) first came within {PASSES_TOLERANCE} nats "
+            "per point of the lower of the two final ELBOs.",
+            "",
+            "| data set | family | split | minibatch | steps | passes | test LL | ELBO/N | ms/step | training time "
+            f"| passes to ELBO − {PASSES_TOLERANCE} | time to it |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        + out
+        + [""]
+    )
 
 
 def add_step_costs(rows: List[Dict], costs: Dict) -> List[Dict]:
@@ -243,8 +279,11 @@ def add_step_costs(rows: List[Dict], costs: Dict) -> List[Dict]:
         ms = costs.get((_step_family(s), s["depth"])) if s["dataset"] in MEDIUM else None
         s["cost_timed"] = ms is not None
         s["cost_ms_per_step"] = ms if ms is not None else s["ms_per_step"]
-        s["cost_time_s"] = (ms * (s["steps"] + s.get("collect_steps", 0)) / 1000.0 if ms is not None
-                            else s["train_time_s"])
+        s["cost_time_s"] = (
+            ms * (s["steps"] + s.get("collect_steps", 0)) / 1000.0
+            if ms is not None
+            else s["train_time_s"]
+        )
     return rows
 
 
@@ -268,12 +307,16 @@ def _train_time(rows: List[Dict]) -> float:
 
 def summaries(records: List[Dict], reference: Dict) -> List[Dict]:
     """Deep-GP rows on the random splits (uci.summarise), with the median training wall time."""
-    records = [r for r in records if r.get("model") == "gp" and r.get("protocol", "random") == "random"]
+    records = [
+        r for r in records if r.get("model") == "gp" and r.get("protocol", "random") == "random"
+    ]
     runs = uci.select_runs(records)
     out = uci.summarise(records, reference)
     for s, rows in zip(out, runs.values()):
         s["train_time_s"] = _train_time(rows)
-        collected = [r["collected"] for r in rows if r.get("collected")]  # a sampling family's sample set
+        collected = [
+            r["collected"] for r in rows if r.get("collected")
+        ]  # a sampling family's sample set
         s["collect_steps"] = collected[0]["num_samples"] * collected[0]["thin"] if collected else 0
         s["label"] = _label(s)
     return out
@@ -291,15 +334,20 @@ def _paper(p) -> str:
 def _method(s: Dict) -> str:
     """The row's family with its protocol where it differs from the sweep's usual one, e.g.
     ``mean_field (latent 1, K=5)``."""
-    marks = (uci._protocol_marks(s) + ([f"batch {b:,}"] if (b := _other_batch(s)) else [])
-             + ([f"M = {m}"] if (m := _other_num_inducing(s)) else []))
+    marks = (
+        uci._protocol_marks(s)
+        + ([f"batch {b:,}"] if (b := _other_batch(s)) else [])
+        + ([f"M = {m}"] if (m := _other_num_inducing(s)) else [])
+    )
     return f"{s['posterior']} ({', '.join(marks)})" if marks else s["posterior"]
 
 
 _published_name = uci.published_name
 
 
-def _best_published(dataset: str, published: List[Dict], protocol: Optional[str] = None) -> Optional[Dict]:
+def _best_published(
+    dataset: str, published: List[Dict], protocol: Optional[str] = None
+) -> Optional[Dict]:
     return uci.best_published(dataset, published, protocol)
 
 
@@ -311,7 +359,11 @@ def _our_best(dataset: str, rows: List[Dict], min_splits: int = 1) -> Optional[D
     """Our row with the best mean test LL on ``dataset`` among those with ``min_splits`` splits or more,
     trained on the whole training splits (a row trained with a validation split is left out): the
     row picked on test data."""
-    ours = [s for s in rows if s["dataset"] == dataset and len(s["splits"]) >= min_splits and not s.get("validation")]
+    ours = [
+        s
+        for s in rows
+        if s["dataset"] == dataset and len(s["splits"]) >= min_splits and not s.get("validation")
+    ]
     return max(ours, key=lambda s: s["test_ll"][0]) if ours else None
 
 
@@ -338,23 +390,36 @@ def constant_baseline(dataset: str, splits=BASELINE_SPLITS) -> float:
 
 def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> List[str]:
     lines = [f"### {dataset}", ""]
-    ours = sorted((s for s in rows if s["dataset"] == dataset), key=lambda s: (_method(s), s["depth"]))
+    ours = sorted(
+        (s for s in rows if s["dataset"] == dataset), key=lambda s: (_method(s), s["depth"])
+    )
     if not ours:
         lines += ["No finished runs yet.", ""]
     else:
-        lines += ["| family | depth | splits | steps | batch | test LL | O&A Tab. 10 | within 2 SE | RMSE | ELBO/N | "
-                  "O&A ELBO/N | ms/step | train time |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| family | depth | splits | steps | batch | test LL | O&A Tab. 10 | within 2 SE | RMSE | ELBO/N | "
+            "O&A ELBO/N | ms/step | train time |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for s in ours:
             paper_txt = _paper(s.get("paper_test_ll"))
             ok = s.get("ok_test_ll")
-            verdict = "—" if ok is None else ("yes" if ok else (
-                "no: above" if s["test_ll"][0] > s["paper_test_ll"][0] else "**no**")
-            ) + uci._one_split_mark(len(s["splits"]))
+            verdict = (
+                "—"
+                if ok is None
+                else (
+                    "yes"
+                    if ok
+                    else ("no: above" if s["test_ll"][0] > s["paper_test_ll"][0] else "**no**")
+                )
+                + uci._one_split_mark(len(s["splits"]))
+            )
             lines.append(
                 f"| {_method(s)} | {s['depth']} | {len(s['splits'])} | {s['steps']:,} | {s['batch_size'] or 'full'} | "
                 f"{_fmt(s['test_ll'])} | {paper_txt} | {verdict} | {_fmt(s['rmse'], 3)} | "
                 f"{_fmt(s['elbo_per_datapoint'])} | {_paper(s.get('paper_elbo_per_datapoint'))} | {s['ms_per_step']:.1f} | "
-                f"{s['train_time_s'] / 60:.1f} min |")
+                f"{s['train_time_s'] / 60:.1f} min |"
+            )
         lines.append("")
     pub = [p for p in published if p["dataset"] == dataset]
     if pub:
@@ -362,17 +427,21 @@ def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> Lis
         cells = ", ".join(f"{_published_name(p)} {p['test_ll']:.2f}" for p in pub)
         lines.append(f"Published deep-GP test LL ({dataset}): {cells}.")
         lines.append("")
-        lines.append(f"Floor: one Gaussian fit to the training targets, ignoring the inputs, scores "
-                     f"{constant_baseline(dataset):.2f} (mean over splits {BASELINE_SPLITS[0]}-{BASELINE_SPLITS[-1]}; "
-                     "`deepgp_gi.metrics.constant_gaussian_test_ll`); a deep GP whose fit collapsed to the noise "
-                     "scores this.")
+        lines.append(
+            f"Floor: one Gaussian fit to the training targets, ignoring the inputs, scores "
+            f"{constant_baseline(dataset):.2f} (mean over splits {BASELINE_SPLITS[0]}-{BASELINE_SPLITS[-1]}; "
+            "`deepgp_gi.metrics.constant_gaussian_test_ll`); a deep GP whose fit collapsed to the noise "
+            "scores this."
+        )
         lines.append("")
         top = _our_best(dataset, ours)
         if top is not None:
             gap = top["test_ll"][0] - best["test_ll"]
-            lines.append(f"Best published: {_published_name(best)} {best['test_ll']:.2f} ({best['protocol']}); "
-                         f"our best so far ({uci.PICKED_ON_TEST}): {top['label']} {top['test_ll'][0]:.2f} "
-                         f"({'at or above' if gap >= 0 else f'{-gap:.2f} below'}).")
+            lines.append(
+                f"Best published: {_published_name(best)} {best['test_ll']:.2f} ({best['protocol']}); "
+                f"our best so far ({uci.PICKED_ON_TEST}): {top['label']} {top['test_ll'][0]:.2f} "
+                f"({'at or above' if gap >= 0 else f'{-gap:.2f} below'})."
+            )
             lines.append("")
     return lines
 
@@ -381,7 +450,9 @@ def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> Lis
 SMALL = ("boston", "concrete", "energy", "wine", "yacht")
 
 
-def best_against_published(rows: List[Dict], published: List[Dict], records: List[Dict] = ()) -> List[str]:
+def best_against_published(
+    rows: List[Dict], published: List[Dict], records: List[Dict] = ()
+) -> List[str]:
     """Per data set: our best row by mean test LL (``picked on test data``) beside the best published
     deep-GP number, and the gap between them, then the same for our best row with at least
     :data:`MIN_SPLITS` splits (a dash while there is none); and, where ``records`` hold lines trained
@@ -393,17 +464,25 @@ def best_against_published(rows: List[Dict], published: List[Dict], records: Lis
     chosen = uci.choose_on_validation(records)
     candidates = uci.validation_candidates(records)
     k = uci.VALIDATION_SPLITS
-    lines = [f"| data set | how chosen | our row | its test LL | splits | best published deep GP | protocol | gap | "
-             f"our best on {MIN_SPLITS}+ splits | its gap |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| data set | how chosen | our row | its test LL | splits | best published deep GP | protocol | gap | "
+        f"our best on {MIN_SPLITS}+ splits | its gap |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for dataset in MEDIUM + tuple(d for d in SMALL if d in candidates):
         top, best = _our_best(dataset, rows), _best_published(dataset, published)
         if top is not None and best is not None:
             firm = _our_best(dataset, rows, MIN_SPLITS)
-            firm_cells = (f"{firm['label']} {_fmt(firm['test_ll'])} ({len(firm['splits'])}) | {_gap(firm, best)}"
-                          if firm else "— | —")
-            lines.append(f"| {dataset} | {uci.PICKED_ON_TEST} | {top['label']} | {_fmt(top['test_ll'])} | "
-                         f"{len(top['splits'])} | {_published_name(best)} {best['test_ll']:.2f} | {best['protocol']} | "
-                         f"{_gap(top, best)} | {firm_cells} |")
+            firm_cells = (
+                f"{firm['label']} {_fmt(firm['test_ll'])} ({len(firm['splits'])}) | {_gap(firm, best)}"
+                if firm
+                else "— | —"
+            )
+            lines.append(
+                f"| {dataset} | {uci.PICKED_ON_TEST} | {top['label']} | {_fmt(top['test_ll'])} | "
+                f"{len(top['splits'])} | {_published_name(best)} {best['test_ll']:.2f} | {best['protocol']} | "
+                f"{_gap(top, best)} | {firm_cells} |"
+            )
         if dataset not in candidates:
             continue
         how = f"{uci.CHOSEN_ON_VALIDATION} (splits 0-{k - 1})"
@@ -412,9 +491,15 @@ def best_against_published(rows: List[Dict], published: List[Dict], records: Lis
             lines.append(f"| {dataset} | {how} | none eligible yet | — | — | — | — | — | — | — |")
             continue
         same = _best_published(dataset, published, uci.RANDOM_PROTOCOL)
-        pub = f"{_published_name(same)} {same['test_ll']:.2f} | {same['protocol']}" if same else "— | —"
-        lines.append(f"| {dataset} | {how} | {_label(c['config'])} | {_fmt(c['test_ll'])} | {len(c['runs'])} | {pub} | "
-                     f"{uci.gap_text(c['test_ll'][0], same)} | — | — |")
+        pub = (
+            f"{_published_name(same)} {same['test_ll']:.2f} | {same['protocol']}"
+            if same
+            else "— | —"
+        )
+        lines.append(
+            f"| {dataset} | {how} | {_label(c['config'])} | {_fmt(c['test_ll'])} | {len(c['runs'])} | {pub} | "
+            f"{uci.gap_text(c['test_ll'][0], same)} | — | — |"
+        )
     return lines
 
 
@@ -422,12 +507,15 @@ def validation_note(records: List[Dict]) -> str:
     """One line under the best-against-published table: how its two kinds of rows were chosen, and
     whether any data set has validation lines yet."""
     k = uci.VALIDATION_SPLITS
-    return (f"*{uci.PICKED_ON_TEST}*: the row with the best mean test LL, which picked it; "
-            f"*{uci.CHOSEN_ON_VALIDATION}*: among the configurations trained on 90 % of each training split with "
-            f"a validation line on each of splits 0-{k - 1}, the best mean LL on the held-out 10 % (the rule: "
-            "`docs/choosing_a_posterior.md`); its test LL is the mean over all its splits and its gap is to the best "
-            "published number on the random 90/10 splits"
-            + ("" if uci.validation_candidates(records) else "; no data set has validation lines yet") + ".")
+    return (
+        f"*{uci.PICKED_ON_TEST}*: the row with the best mean test LL, which picked it; "
+        f"*{uci.CHOSEN_ON_VALIDATION}*: among the configurations trained on 90 % of each training split with "
+        f"a validation line on each of splits 0-{k - 1}, the best mean LL on the held-out 10 % (the rule: "
+        "`docs/choosing_a_posterior.md`); its test LL is the mean over all its splits and its gap is to the best "
+        "published number on the random 90/10 splits"
+        + ("" if uci.validation_candidates(records) else "; no data set has validation lines yet")
+        + "."
+    )
 
 
 def _size_class(s: Dict) -> str:
@@ -446,12 +534,18 @@ def decision_table(rows: List[Dict]) -> List[str]:
         if s.get("validation"):
             continue
         groups[(_size_class(s), s["depth"])].append(s)
-    lines = ["| data size | depth | training budget | best test LL (wins / data sets) | best ELBO (wins / data sets) | "
-             "their ms/step | families compared |", "|---|---|---|---|---|---|---|"]
-    for (size, depth) in sorted(groups, key=lambda k: (k[0], k[1])):
+    lines = [
+        "| data size | depth | training budget | best test LL (wins / data sets) | best ELBO (wins / data sets) | "
+        "their ms/step | families compared |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size, depth in sorted(groups, key=lambda k: (k[0], k[1])):
         cands = groups[(size, depth)]
         budgeted = [s for s in cands if s["dataset"] not in MEDIUM or s.get("cost_timed", True)]
-        fits = [cands if math.isinf(budget) else [s for s in budgeted if _cost_time(s) <= budget] for budget in BUDGETS_S]
+        fits = [
+            cands if math.isinf(budget) else [s for s in budgeted if _cost_time(s) <= budget]
+            for budget in BUDGETS_S
+        ]
         for i, (budget, fit) in enumerate(zip(BUDGETS_S, fits)):
             datasets = sorted({s["dataset"] for s in fit})
             # a budget holding the same rows as the next larger one says nothing the larger one does not
@@ -468,8 +562,13 @@ def decision_table(rows: List[Dict]) -> List[str]:
                     picks[metric] = ("—", 0)
                     continue
                 # ties: the cheaper family (median ms per step)
-                family = max(wins, key=lambda f: (wins[f], -np.median([_cost_ms(s) for s in fit
-                                                                        if _family(s) == f])))
+                family = max(
+                    wins,
+                    key=lambda f: (
+                        wins[f],
+                        -np.median([_cost_ms(s) for s in fit if _family(s) == f]),
+                    ),
+                )
                 picks[metric] = (family, wins[family])
             cost = []
             for family in {picks["test_ll"][0], picks["elbo_per_datapoint"][0]} - {"—"}:
@@ -477,9 +576,11 @@ def decision_table(rows: List[Dict]) -> List[str]:
                 cost.append(f"{family} {np.median(ms):.0f}")
             budget_txt = "any" if math.isinf(budget) else f"≤ {budget / 60:.0f} min"
             families = ", ".join(sorted({_family(s) for s in fit}))
-            lines.append(f"| {size} | {depth} | {budget_txt} | {picks['test_ll'][0]} ({picks['test_ll'][1]} / "
-                         f"{len(datasets)}) | {picks['elbo_per_datapoint'][0]} ({picks['elbo_per_datapoint'][1]} / "
-                         f"{len(datasets)}) | {', '.join(sorted(cost))} | {families} |")
+            lines.append(
+                f"| {size} | {depth} | {budget_txt} | {picks['test_ll'][0]} ({picks['test_ll'][1]} / "
+                f"{len(datasets)}) | {picks['elbo_per_datapoint'][0]} ({picks['elbo_per_datapoint'][1]} / "
+                f"{len(datasets)}) | {', '.join(sorted(cost))} | {families} |"
+            )
     return lines
 
 
@@ -500,24 +601,40 @@ def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
     for ax, dataset in zip(axes.ravel(), MEDIUM):
         for s in (s for s in medium if s["dataset"] == dataset):
             m, se = s["test_ll"]
-            ax.errorbar(_cost_time(s) / 60, m, yerr=0 if not np.isfinite(se) else se, fmt=markers.get(s["depth"], "x"),
-                        color=colours[_family(s)], capsize=3, markersize=7,
-                        mfc=colours[_family(s)] if s.get("cost_timed", True) else "none")
+            ax.errorbar(
+                _cost_time(s) / 60,
+                m,
+                yerr=0 if not np.isfinite(se) else se,
+                fmt=markers.get(s["depth"], "x"),
+                color=colours[_family(s)],
+                capsize=3,
+                markersize=7,
+                mfc=colours[_family(s)] if s.get("cost_timed", True) else "none",
+            )
         best = _best_published(dataset, published)
         title = dataset
-        if best:  # the best published number as a dashed line, named in the title (not over the data)
+        if (
+            best
+        ):  # the best published number as a dashed line, named in the title (not over the data)
             ax.axhline(best["test_ll"], color="grey", ls="--", lw=1)
-            title += (f"\n(dashed: best published, {_published_name(best)} "
-                      f"{best['test_ll']:.2f}, {best['protocol'].replace('random ', '')} splits)")
+            title += (
+                f"\n(dashed: best published, {_published_name(best)} "
+                f"{best['test_ll']:.2f}, {best['protocol'].replace('random ', '')} splits)"
+            )
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("training time (min, 1 thread): timed step x steps")
         ax.set_ylabel("test log-likelihood")
         ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=colours[f], marker="o", ls="", label=f) for f in families]
-    handles += [plt.Line2D([], [], color="k", marker=mk, ls="", label=f"depth {d}") for d, mk in markers.items()
-                if any(s["depth"] == d for s in medium)]
+    handles += [
+        plt.Line2D([], [], color="k", marker=mk, ls="", label=f"depth {d}")
+        for d, mk in markers.items()
+        if any(s["depth"] == d for s in medium)
+    ]
     if not all(s.get("cost_timed", True) for s in medium):
-        handles.append(plt.Line2D([], [], color="k", marker="o", mfc="none", ls="", label="recorded wall time"))
+        handles.append(
+            plt.Line2D([], [], color="k", marker="o", mfc="none", ls="", label="recorded wall time")
+        )
     ncol = min(len(handles), 5)
     legend_rows = -(-len(handles) // ncol)
     fig.set_size_inches(10, 8 + 0.25 * legend_rows)
@@ -535,14 +652,20 @@ def cost_note(rows: List[Dict]) -> str:
     if not timed:
         return "Times: each row's recorded median training wall time and ms per step."
     untimed = sorted({_label(s) for s in medium if not s.get("cost_timed")})
-    return (f"Times of the medium rows: the step of the row's family and depth timed alone (`benchmarks/speed.py "
-            f"--only {STEP_COST_SECTION} --threads 1`, kin8nm's inputs, `benchmarks/results/speed.md`) times the "
-            "steps the row ran (a sampling family: plus its collection steps), not the row's recorded wall time, "
-            "which depends on what ran beside it" + (f"; rows whose step was not timed ({', '.join(untimed)}) keep "
-                                                      "their recorded time and count only without a budget (that "
-                                                      "time is of whatever machine and load they ran on)"
-                                                      if untimed else "") +
-            ". Small sets: the recorded median wall time.")
+    return (
+        f"Times of the medium rows: the step of the row's family and depth timed alone (`benchmarks/speed.py "
+        f"--only {STEP_COST_SECTION} --threads 1`, kin8nm's inputs, `benchmarks/results/speed.md`) times the "
+        "steps the row ran (a sampling family: plus its collection steps), not the row's recorded wall time, "
+        "which depends on what ran beside it"
+        + (
+            f"; rows whose step was not timed ({', '.join(untimed)}) keep "
+            "their recorded time and count only without a budget (that "
+            "time is of whatever machine and load they ran on)"
+            if untimed
+            else ""
+        )
+        + ". Small sets: the recorded median wall time."
+    )
 
 
 def contention_note(rows: List[Dict]) -> str:
@@ -550,13 +673,22 @@ def contention_note(rows: List[Dict]) -> str:
     depth 2, the sweep's minibatch: the learning rate's schedule does not change the step) varies
     between the medium rows, which ran beside a varying number of other sweeps; empty with fewer
     than two such rows."""
-    same = [s["ms_per_step"] for s in rows if s["posterior"] == "global" and s["depth"] == 2
-            and not s.get("latent_dim") and not _other_batch(s) and np.isfinite(s["ms_per_step"])]
+    same = [
+        s["ms_per_step"]
+        for s in rows
+        if s["posterior"] == "global"
+        and s["depth"] == 2
+        and not s.get("latent_dim")
+        and not _other_batch(s)
+        and np.isfinite(s["ms_per_step"])
+    ]
     if len(same) < 2:
         return ""
-    return (f" Why not the recorded times: the runs shared the two cores with one to three other sweeps, so "
-            f"those say as much about what ran beside them as about the family (the same global-2 step is "
-            f"recorded at {min(same):.0f} to {max(same):.0f} ms).")
+    return (
+        f" Why not the recorded times: the runs shared the two cores with one to three other sweeps, so "
+        f"those say as much about what ran beside them as about the family (the same global-2 step is "
+        f"recorded at {min(same):.0f} to {max(same):.0f} ms)."
+    )
 
 
 def run_cost_s(cfg: Dict, costs: Dict) -> Optional[float]:
@@ -590,16 +722,22 @@ def groups_to_run(sweep: str, records: List[Dict], costs: Optional[Dict] = None)
     costs = costs or {}
     for name, n_done, todo in uci.group_progress(sweep, records):
         if todo:
-            labels = ", ".join(f"{cfg['dataset']} {_label(cfg)} split {split}" for cfg, split in todo)
-            lines.append(f"- `{name}`: {n_done} of {n_done + len(todo)} runs done{_hours(todo, costs)}; "
-                         f"to run: {labels}.")
+            labels = ", ".join(
+                f"{cfg['dataset']} {_label(cfg)} split {split}" for cfg, split in todo
+            )
+            lines.append(
+                f"- `{name}`: {n_done} of {n_done + len(todo)} runs done{_hours(todo, costs)}; "
+                f"to run: {labels}."
+            )
             everything += todo
     for name, reason in uci.pending_groups(sweep):
         lines.append(f"- `{name}` (pending): {reason}.")
     total = _hours(everything, costs)
     if total:
-        lines.append(f"\nIn all {len(everything)} runs{total}; the sweep runs one "
-                     "TensorFlow thread per process, so a machine with more cores runs as many processes side by side.")
+        lines.append(
+            f"\nIn all {len(everything)} runs{total}; the sweep runs one "
+            "TensorFlow thread per process, so a machine with more cores runs as many processes side by side."
+        )
     return lines or ["Every group of the sweep has run."]
 
 
@@ -613,14 +751,19 @@ def cmd_report(args) -> int:
     small_records = [r for r in _records(args.small) if r["dataset"] not in MEDIUM]
     small = summaries(small_records, reference)
     # the small sets' published numbers are the papers' in paper_reference.csv (O&A, Lindinger, Rossi)
-    published_all = published + [p for p in uci.published_from_reference(reference) if p["dataset"] not in MEDIUM]
+    published_all = published + [
+        p for p in uci.published_from_reference(reference) if p["dataset"] not in MEDIUM
+    ]
     best_table = best_against_published(rows + small, published_all, medium_records + small_records)
     best_block = best_table + ["", validation_note(medium_records + small_records)]
     on_gpu = [r for r in medium_records if uci.record_device(r) != "CPU"]
-    gpu_note = (f"{len(on_gpu)} runs trained on "
-                f"{', '.join(sorted({uci.record_device(r).removeprefix('GPU: ') for r in on_gpu}))}: "
-                + ", ".join(f"{r['dataset']} {_label(r)} split {r['split']}" for r in on_gpu)
-                if on_gpu else "none so far")
+    gpu_note = (
+        f"{len(on_gpu)} runs trained on "
+        f"{', '.join(sorted({uci.record_device(r).removeprefix('GPU: ') for r in on_gpu}))}: "
+        + ", ".join(f"{r['dataset']} {_label(r)} split {r['split']}" for r in on_gpu)
+        if on_gpu
+        else "none so far"
+    )
     lines = [
         "# Medium UCI sets: kin8nm, naval, power, protein",
         "",
@@ -628,8 +771,8 @@ def cmd_report(args) -> int:
         "`python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml --out benchmarks/results/medium/medium.jsonl "
         "--threads 1`). Protocol: the bundled random 90/10 splits, M = 100, Adam 0.01, one training sample, "
         "minibatch 1,000 (the papers: 10,000; see the sweep file for why), the papers' 20,000 steps unless a row "
-        "says otherwise; test LL with 100 samples; ELBO/N estimated on the training set to SE 0.01. \"Within 2 SE\" "
-        "compares the test LL with O&A's (\"no: above\": more than two SE above it; \"*\": one split of ours, "
+        'says otherwise; test LL with 100 samples; ELBO/N estimated on the training set to SE 0.01. "Within 2 SE" '
+        'compares the test LL with O&A\'s ("no: above": more than two SE above it; "*": one split of ours, '
         "judged against O&A's split-to-split spread, their SE times the square root of their split count). Times: one "
         "TensorFlow thread on a 2-core CPU shared with other work, so ms/step is an upper bound. Runs whose "
         "`commit` predates c534228 also carry about 8 ms per step of Python work in `fit`'s step call (the "
@@ -645,11 +788,16 @@ def cmd_report(args) -> int:
     for dataset in MEDIUM:
         lines += render_dataset(dataset, rows, published)
     lines += ["## Our best row against the best published number", ""] + best_block
-    lines += ["", "Gap: our best mean test LL minus the best published deep-GP test LL on that data set (the published "
-              "numbers average 5-20 splits; Rossi et al.'s BSGP uses 80/20 splits). The last two columns do the same for "
-              f"our best row with at least {MIN_SPLITS} splits, the issue's minimum per row.", ""]
-    validation = uci.render_validation([r for r in medium_records if r.get("protocol", "random") == "random"],
-                                       published, COMMAND)
+    lines += [
+        "",
+        "Gap: our best mean test LL minus the best published deep-GP test LL on that data set (the published "
+        "numbers average 5-20 splits; Rossi et al.'s BSGP uses 80/20 splits). The last two columns do the same for "
+        f"our best row with at least {MIN_SPLITS} splits, the issue's minimum per row.",
+        "",
+    ]
+    validation = uci.render_validation(
+        [r for r in medium_records if r.get("protocol", "random") == "random"], published, COMMAND
+    )
     if validation:
         lines += validation.strip("\n").splitlines() + [""]
     latent = uci.render_latent_comparison(medium_records, COMMAND)
@@ -660,11 +808,16 @@ def cmd_report(args) -> int:
     lines += ["", "## Which posterior to pick", ""]
     table = decision_table(rows + small)
     lines += table
-    lines += ["", "Rows: for the data sets of that size and the depth, the family whose row has the best mean test LL "
-              "(resp. ELBO) on most data sets, among the rows whose training time fits the budget (a budget that "
-              "admits the same rows as the next larger one is left out); a tie "
-              "goes to the cheaper family (median ms per step). Small sets: `benchmarks/results/uci` (5,000 full-batch steps); medium sets: this "
-              "sweep. Groups of the sweep not yet run are missing from the comparison (see above). " + cost_note(rows), ""]
+    lines += [
+        "",
+        "Rows: for the data sets of that size and the depth, the family whose row has the best mean test LL "
+        "(resp. ELBO) on most data sets, among the rows whose training time fits the budget (a budget that "
+        "admits the same rows as the next larger one is left out); a tie "
+        "goes to the cheaper family (median ms per step). Small sets: `benchmarks/results/uci` (5,000 full-batch steps); medium sets: this "
+        "sweep. Groups of the sweep not yet run are missing from the comparison (see above). "
+        + cost_note(rows),
+        "",
+    ]
     os.makedirs(args.out_dir, exist_ok=True)
     # the figure has a point per medium row: with none it is not drawn (nor named)
     if any(s["dataset"] in MEDIUM for s in rows):
@@ -673,22 +826,44 @@ def cmd_report(args) -> int:
         lines += ["![test LL against training time](test_ll_vs_time.png)", ""]
     with open(os.path.join(args.out_dir, "medium.md"), "w") as fh:
         fh.write("\n".join(lines))
-    doc = ["# Choosing a posterior", "", "Generated by `" + COMMAND + "` from the UCI result files "
-           "(`benchmarks/results/uci/*.jsonl`, `benchmarks/results/medium/*.jsonl`); the full tables are in "
-           "`benchmarks/results/medium/medium.md` and `benchmarks/results/uci/uci.md`.", ""] + table + [
-           "", "Budgets are training time on a 2-core CPU with one TensorFlow thread; a family missing from a "
-           "row was not run there, or its run has not finished (`medium.md` lists the groups still to run). "
-           + cost_note(rows) + contention_note(rows), ""]
-    doc += ["## Chosen on validation data", "",
+    doc = (
+        [
+            "# Choosing a posterior",
+            "",
+            "Generated by `" + COMMAND + "` from the UCI result files "
+            "(`benchmarks/results/uci/*.jsonl`, `benchmarks/results/medium/*.jsonl`); the full tables are in "
+            "`benchmarks/results/medium/medium.md` and `benchmarks/results/uci/uci.md`.",
+            "",
+        ]
+        + table
+        + [
+            "",
+            "Budgets are training time on a 2-core CPU with one TensorFlow thread; a family missing from a "
+            "row was not run there, or its run has not finished (`medium.md` lists the groups still to run). "
+            + cost_note(rows)
+            + contention_note(rows),
+            "",
+        ]
+    )
+    doc += (
+        [
+            "## Chosen on validation data",
+            "",
             "Which configuration a data set's validation data choose, beside the row picked by its own test LL and "
-            "the best published numbers (the table of the README's results section):", ""] + best_table + [
-            "", uci.validation_rule_text(), ""]
+            "the best published numbers (the table of the README's results section):",
+            "",
+        ]
+        + best_table
+        + ["", uci.validation_rule_text(), ""]
+    )
     doc += gpu_cost_table(read_lines(args.gpu) if args.gpu else [])
     with open(args.decision_doc, "w") as fh:
         fh.write("\n".join(doc))
     if args.readme:  # the README carries the summary; the decision table lives in the decision doc
         replace_between_markers(args.readme, "\n".join(best_block), BEST_MARKERS)
-    print(f"wrote {os.path.join(args.out_dir, 'medium.md')} and {args.decision_doc} ({len(rows)} medium rows)")
+    print(
+        f"wrote {os.path.join(args.out_dir, 'medium.md')} and {args.decision_doc} ({len(rows)} medium rows)"
+    )
     return 0
 
 
@@ -699,37 +874,53 @@ GPFLUX = "gpflux DSVI"
 def gpu_cost_table(lines: List[Dict]) -> List[str]:
     """What each family's plain float64 training step costs on a GPU, from ``benchmarks/gpu.py``'s
     lines: ms per step and the ratio to GPflux's DSVI step of the same run and batch size."""
-    plain = [l for l in lines if l.get("mode") == "plain" and l.get("ms_per_step")
-             and l["config"]["dtype"] == "float64"]
+    plain = [
+        l
+        for l in lines
+        if l.get("mode") == "plain" and l.get("ms_per_step") and l["config"]["dtype"] == "float64"
+    ]
     if not plain:
         return []
     gpflux = {l["config"]["batch"]: l["ms_per_step"] for l in plain if l["family"] == GPFLUX}
     batches = sorted(b for b in {l["config"]["batch"] for l in plain} if b in gpflux)
     families = list(dict.fromkeys(l["family"] for l in plain if l["family"] != GPFLUX))
     configs = sorted({(l["config"]["depth"], l["config"]["M"]) for l in plain})
-    out = ["## Step cost on a GPU", "",
-           f"From `benchmarks/results/gpu.md` ({'; '.join(sorted({l['device'] for l in plain}))}; depth and M: "
-           f"{', '.join(f'{d} and {m}' for d, m in configs)}; plain float64 step): ms per step, and in brackets "
-           "the ratio to GPflux's DSVI step in the same run. On a GPU the step is bound by kernel launches up to "
-           "batch 10,000, so these ratios, not the CPU's, are what a GPU user pays.", "",
-           "| family | " + " | ".join(f"batch {b:,}" for b in batches) + " |", "|---|" + "---|" * len(batches)]
+    out = [
+        "## Step cost on a GPU",
+        "",
+        f"From `benchmarks/results/gpu.md` ({'; '.join(sorted({l['device'] for l in plain}))}; depth and M: "
+        f"{', '.join(f'{d} and {m}' for d, m in configs)}; plain float64 step): ms per step, and in brackets "
+        "the ratio to GPflux's DSVI step in the same run. On a GPU the step is bound by kernel launches up to "
+        "batch 10,000, so these ratios, not the CPU's, are what a GPU user pays.",
+        "",
+        "| family | " + " | ".join(f"batch {b:,}" for b in batches) + " |",
+        "|---|" + "---|" * len(batches),
+    ]
     for family in families + [GPFLUX]:
         cells = []
         for b in batches:
-            ms = [l["ms_per_step"] for l in plain if l["config"]["batch"] == b and l["family"] == family]
+            ms = [
+                l["ms_per_step"]
+                for l in plain
+                if l["config"]["batch"] == b and l["family"] == family
+            ]
             cells.append(f"{ms[0]:.1f} ({ms[0] / gpflux[b]:.2f})" if ms else "—")
         out.append(f"| {family} | " + " | ".join(cells) + " |")
     return out + [""]
 
 
 #: The README's generated block: the report replaces what lies between these two lines.
-README_MARKERS = ("<!-- decision table: generated by `python benchmarks/medium.py report` -->",
-                  "<!-- end of the generated decision table -->")
+README_MARKERS = (
+    "<!-- decision table: generated by `python benchmarks/medium.py report` -->",
+    "<!-- end of the generated decision table -->",
+)
 
 
 #: The README's second generated block: our best medium row per data set against the best published one.
-BEST_MARKERS = ("<!-- best against published: generated by `python benchmarks/medium.py report` -->",
-                "<!-- end of the generated best-against-published table -->")
+BEST_MARKERS = (
+    "<!-- best against published: generated by `python benchmarks/medium.py report` -->",
+    "<!-- end of the generated best-against-published table -->",
+)
 
 
 def replace_between_markers(path: str, text: str, markers=README_MARKERS) -> None:
@@ -752,13 +943,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     rep.add_argument("--small", default=DEFAULT_SMALL)
     rep.add_argument("--out-dir", default=DEFAULT_RESULTS)
     rep.add_argument("--decision-doc", default=DECISION_DOC)
-    rep.add_argument("--speed", default=SPEED_LINES,
-                     help=f"benchmarks/speed.py's result lines, for the timed steps of section {STEP_COST_SECTION} "
-                          "('' to budget with the recorded wall times)")
-    rep.add_argument("--gpu", default=GPU_LINES, help="benchmarks/gpu.py's result lines ('' to leave them out)")
-    rep.add_argument("--readme", default=os.path.join(ROOT, "README.md"),
-                     help="the README whose generated best-against-published block is rewritten ('' to skip)")
-    rep.add_argument("--no-plots", action="store_true", help="tables only (test_ll_vs_time.png is left as it is)")
+    rep.add_argument(
+        "--speed",
+        default=SPEED_LINES,
+        help=f"benchmarks/speed.py's result lines, for the timed steps of section {STEP_COST_SECTION} "
+        "('' to budget with the recorded wall times)",
+    )
+    rep.add_argument(
+        "--gpu", default=GPU_LINES, help="benchmarks/gpu.py's result lines ('' to leave them out)"
+    )
+    rep.add_argument(
+        "--readme",
+        default=os.path.join(ROOT, "README.md"),
+        help="the README whose generated best-against-published block is rewritten ('' to skip)",
+    )
+    rep.add_argument(
+        "--no-plots", action="store_true", help="tables only (test_ll_vs_time.png is left as it is)"
+    )
     rep.set_defaults(func=cmd_report)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -1,5 +1,6 @@
 """benchmarks/uci.py: a sweep and a report end to end on one tiny configuration, and the report's
 arithmetic on synthetic lines."""
+
 import json
 import math
 import os
@@ -27,10 +28,34 @@ steps = 20
 splits = [0]
 """
 
-SCHEMA = {"model", "dataset", "posterior", "depth", "prior", "hidden", "num_inducing", "steps", "batch_size",
-          "learning_rate", "train_samples", "test_samples", "seed", "split", "seed_used", "commit", "group",
-          "command", "train_time_s", "ms_per_step", "elbo_per_datapoint", "elbo_se_per_datapoint", "elbo_samples",
-          "test_ll", "rmse", "trace"}
+SCHEMA = {
+    "model",
+    "dataset",
+    "posterior",
+    "depth",
+    "prior",
+    "hidden",
+    "num_inducing",
+    "steps",
+    "batch_size",
+    "learning_rate",
+    "train_samples",
+    "test_samples",
+    "seed",
+    "split",
+    "seed_used",
+    "commit",
+    "group",
+    "command",
+    "train_time_s",
+    "ms_per_step",
+    "elbo_per_datapoint",
+    "elbo_se_per_datapoint",
+    "elbo_samples",
+    "test_ll",
+    "rmse",
+    "trace",
+}
 
 
 @pytest.mark.slow  # trains one configuration end to end: `make test-all`
@@ -38,18 +63,42 @@ def test_sweep_and_report_end_to_end(tmp_path, capsys):
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(TINY)
     out = tmp_path / "res" / "uci.jsonl"
-    argv = ["sweep", str(sweep), "--out", str(out), "--threads", "1", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    argv = [
+        "sweep",
+        str(sweep),
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+    ]
     assert uci.main(argv) == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 1
     r = lines[0]
     assert SCHEMA <= set(r), SCHEMA - set(r)
-    assert (r["dataset"], r["model"], r["posterior"], r["depth"], r["steps"], r["split"]) == ("yacht", "gp", "mean_field", 2, 20, 0)
-    assert r["test_samples"] == 100 and r["num_inducing"] == 8 and r["batch_size_used"] == r["n_train"] == 277
+    assert (r["dataset"], r["model"], r["posterior"], r["depth"], r["steps"], r["split"]) == (
+        "yacht",
+        "gp",
+        "mean_field",
+        2,
+        20,
+        0,
+    )
+    assert (
+        r["test_samples"] == 100
+        and r["num_inducing"] == 8
+        and r["batch_size_used"] == r["n_train"] == 277
+    )
     assert r["elbo_se_per_datapoint"] < 0.01
-    assert all(math.isfinite(r[k]) for k in ("test_ll", "rmse", "elbo_per_datapoint", "ms_per_step"))
+    assert all(
+        math.isfinite(r[k]) for k in ("test_ll", "rmse", "elbo_per_datapoint", "ms_per_step")
+    )
     assert r["rmse"] > 0 and r["trace"]["step"][-1] == 20
-    assert len(r["trace"]["step"]) == len(r["trace"]["elbo_per_datapoint"]) == 2  # logged every 10 steps
+    assert (
+        len(r["trace"]["step"]) == len(r["trace"]["elbo_per_datapoint"]) == 2
+    )  # logged every 10 steps
     assert not os.listdir(tmp_path / "ckpt")  # a finished task's checkpoint is removed
     # a second run finds the line and appends nothing
     capsys.readouterr()
@@ -57,24 +106,55 @@ def test_sweep_and_report_end_to_end(tmp_path, capsys):
     assert "1 already in" in capsys.readouterr().out
     assert len(out.read_text().splitlines()) == 1
     # report: tables and plots from the real line
-    assert uci.main(["report", "--results", str(out.parent), "--out-dir", str(tmp_path / "rep")]) == 0
+    assert (
+        uci.main(["report", "--results", str(out.parent), "--out-dir", str(tmp_path / "rep")]) == 0
+    )
     md = (tmp_path / "rep" / "uci.md").read_text()
     assert uci.REPORT_COMMAND in md
-    assert f"| yacht | mean_field | 2 | 8 | 20 | 1 | {r['test_ll']:.2f} (1 split) | -0.40 ± 0.03 |" in md
+    assert (
+        f"| yacht | mean_field | 2 | 8 | 20 | 1 | {r['test_ll']:.2f} (1 split) | -0.40 ± 0.03 |"
+        in md
+    )
     # the one-split verdict uses the paper's spread 0.03 * sqrt(20)
-    ok = abs(r["test_ll"] + 0.40) <= 2 * math.sqrt(0.03 ** 2 * 20 + 0.03 ** 2)
+    ok = abs(r["test_ll"] + 0.40) <= 2 * math.sqrt(0.03**2 * 20 + 0.03**2)
     assert f"| -0.40 ± 0.03 | {'yes*' if ok else '**no***'} |" in md
     for png in ("test_ll_yacht.png", "elbo_yacht.png"):  # one figure per data set
         assert (tmp_path / "rep" / png).stat().st_size > 1000
 
 
 def _line(split, lr, ll, elbo, rmse, dataset="boston", posterior="global", steps=100, **extra):
-    return dict(model="gp", dataset=dataset, posterior=posterior, depth=2, prior=None, hidden=None, num_inducing=100,
-                steps=steps, batch_size=None, learning_rate=lr, train_samples=1, test_samples=100, seed=0,
-                positive_transform="exp" if posterior in ("global", "local") else "softplus", protocol="random",
-                last_layer="marginal" if posterior == "global" else None, split=split, test_ll=ll, rmse=rmse, elbo_per_datapoint=elbo, elbo_se_per_datapoint=0.005,
-                ms_per_step=10.0, commit="abc1234",
-                trace={"step": [10, 20, 30, 40, 50], "elbo_per_datapoint": [-3.0, -1.0, -0.2, -0.15, -0.1]}) | extra
+    return (
+        dict(
+            model="gp",
+            dataset=dataset,
+            posterior=posterior,
+            depth=2,
+            prior=None,
+            hidden=None,
+            num_inducing=100,
+            steps=steps,
+            batch_size=None,
+            learning_rate=lr,
+            train_samples=1,
+            test_samples=100,
+            seed=0,
+            positive_transform="exp" if posterior in ("global", "local") else "softplus",
+            protocol="random",
+            last_layer="marginal" if posterior == "global" else None,
+            split=split,
+            test_ll=ll,
+            rmse=rmse,
+            elbo_per_datapoint=elbo,
+            elbo_se_per_datapoint=0.005,
+            ms_per_step=10.0,
+            commit="abc1234",
+            trace={
+                "step": [10, 20, 30, 40, 50],
+                "elbo_per_datapoint": [-3.0, -1.0, -0.2, -0.15, -0.1],
+            },
+        )
+        | extra
+    )
 
 
 def test_report_mean_se_against_hand_computation(tmp_path):
@@ -89,13 +169,30 @@ def test_report_mean_se_against_hand_computation(tmp_path):
     used_ll = [ll[0], ll[1], -2.60, ll[3]]
     res = tmp_path / "res"
     res.mkdir()
-    (res / "synthetic.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"truncated": ')
+    (res / "synthetic.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in lines) + '{"truncated": '
+    )
     ref = tmp_path / "ref.csv"
-    ref.write_text("# comment\nmodel,dataset,posterior,depth,prior,metric,mean,se,source\n"
-                   "gp,boston,global,2,,test_ll,-2.42,0.05,test\n"
-                   "gp,boston,global,2,,elbo_per_datapoint,0.50,0.01,test\n")
-    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--reference", str(ref),
-                     "--no-plots"]) == 0
+    ref.write_text(
+        "# comment\nmodel,dataset,posterior,depth,prior,metric,mean,se,source\n"
+        "gp,boston,global,2,,test_ll,-2.42,0.05,test\n"
+        "gp,boston,global,2,,elbo_per_datapoint,0.50,0.01,test\n"
+    )
+    assert (
+        uci.main(
+            [
+                "report",
+                "--results",
+                str(res),
+                "--out-dir",
+                str(tmp_path / "rep"),
+                "--reference",
+                str(ref),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     md = (tmp_path / "rep" / "uci.md").read_text()
 
     mean = sum(used_ll) / 4
@@ -108,7 +205,9 @@ def test_report_mean_se_against_hand_computation(tmp_path):
     s_e = np.std(used_elbo, ddof=1) / 2
     assert f"| {m_e:.2f} ± {s_e:.2f} | 0.50 ± 0.01 | **no** |" in md
     # no reference number for RMSE: a dash, not a verdict
-    assert re.search(r"\| boston \| global \| 2 \| 100 \| 100 \| 4 \| 2\.\d\d ± 0\.\d\d \| — \| — \|", md)
+    assert re.search(
+        r"\| boston \| global \| 2 \| 100 \| 100 \| 4 \| 2\.\d\d ± 0\.\d\d \| — \| — \|", md
+    )
     # steps to 99% of the improvement from -3.0 to -0.1: threshold -0.129, first reached at step 50
     # and within 0.05 of the final -0.1 (>= -0.15) first at step 40
     assert "| boston | global | 2 | 100 | 4 | 50 | 40 |" in md
@@ -119,9 +218,14 @@ def test_a_latent_variable_row_is_not_compared_with_the_plain_models_paper_numbe
     gets a dash, not a verdict, while the plain row beside it keeps its comparison."""
     reference = {("gp", "boston", "global", 2, None): {"test_ll": (-2.42, 0.05, "test", 20)}}
     plain = [_line(k, 0.01, -2.40, -0.3, 3.0) for k in range(2)]
-    latent = [_line(k, 0.01, -2.30, -0.3, 3.0, latent_dim=1, importance_samples=5) for k in range(2)]
+    latent = [
+        _line(k, 0.01, -2.30, -0.3, 3.0, latent_dim=1, importance_samples=5) for k in range(2)
+    ]
     rows = {bool(s["latent_dim"]): s for s in uci.summarise(plain + latent, reference)}
-    assert rows[False]["paper_test_ll"] == (-2.42, 0.05, "test", 20) and rows[False]["ok_test_ll"] is True
+    assert (
+        rows[False]["paper_test_ll"] == (-2.42, 0.05, "test", 20)
+        and rows[False]["ok_test_ll"] is True
+    )
     assert rows[True]["paper_test_ll"] is None and rows[True]["ok_test_ll"] is None
 
 
@@ -129,16 +233,28 @@ def test_a_decaying_learning_rate_is_its_own_row_not_a_learning_rate_choice():
     """Lines at the same rate, one constant and one decayed, are two rows (the ELBO choice between
     learning rates must not swallow the constant run); the decayed row is marked."""
     constant = [_line(k, 0.01, 6.7, 2.3, 0.001, dataset="naval") for k in range(2)]
-    decayed = [_line(k, 0.01, 8.3, 3.9, 0.001, dataset="naval", learning_rate_decay=[0.9, 1000]) for k in range(2)]
+    decayed = [
+        _line(k, 0.01, 8.3, 3.9, 0.001, dataset="naval", learning_rate_decay=[0.9, 1000])
+        for k in range(2)
+    ]
     rows = {json.dumps(s["learning_rate_decay"]): s for s in uci.summarise(constant + decayed, {})}
     assert set(rows) == {"null", "[0.9, 1000]"}
-    assert rows["null"]["test_ll"][0] == pytest.approx(6.7) and rows["[0.9, 1000]"]["test_ll"][0] == pytest.approx(8.3)
-    assert uci._protocol_marks(rows["[0.9, 1000]"]) == ["lr 0.01 x0.9/1000"] and uci._protocol_marks(rows["null"]) == []
+    assert rows["null"]["test_ll"][0] == pytest.approx(6.7) and rows["[0.9, 1000]"]["test_ll"][
+        0
+    ] == pytest.approx(8.3)
+    assert (
+        uci._protocol_marks(rows["[0.9, 1000]"]) == ["lr 0.01 x0.9/1000"]
+        and uci._protocol_marks(rows["null"]) == []
+    )
 
 
 def test_mean_se_and_two_se_rule():
     m, se, n = uci.mean_se([1.0, 2.0, 4.0])
-    assert n == 3 and m == pytest.approx(7 / 3) and se == pytest.approx(np.std([1, 2, 4], ddof=1) / math.sqrt(3))
+    assert (
+        n == 3
+        and m == pytest.approx(7 / 3)
+        and se == pytest.approx(np.std([1, 2, 4], ddof=1) / math.sqrt(3))
+    )
     assert math.isnan(uci.mean_se([1.0])[1])
     assert uci.within_two_se(-2.41, 0.03, -2.50, 0.04) is True  # 0.09 <= 2 * 0.05
     assert uci.within_two_se(-2.39, 0.03, -2.50, 0.04) is False
@@ -154,9 +270,14 @@ def test_mean_se_and_two_se_rule():
 def test_sweep_file_order_and_validation(tmp_path):
     tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "uci.toml"))
     first = [t for t in tasks if t[0] == "dgp-d2-split0"]
-    assert len(first) == 10 and tasks[:10] == first  # split 0 of every deep-GP (dataset, family) first
+    assert (
+        len(first) == 10 and tasks[:10] == first
+    )  # split 0 of every deep-GP (dataset, family) first
     assert {(c["dataset"], c["posterior"]) for _, c, _ in first} == {
-        (d, p) for d in ("boston", "concrete", "energy", "wine", "yacht") for p in ("mean_field", "global")}
+        (d, p)
+        for d in ("boston", "concrete", "energy", "wine", "yacht")
+        for p in ("mean_field", "global")
+    }
     keys = [(uci.config_key(c), s) for _, c, s in tasks]
     assert len(keys) == len(set(keys))
     bad = tmp_path / "bad.toml"
@@ -181,11 +302,22 @@ def test_lines_written_before_a_config_key_existed(tmp_path):
     done = uci.done_set(str(path))
     cfg = {k: old[k] for k in uci.CONFIG_KEYS if k in old}
     assert (uci.config_key(uci.normalise_config(cfg)), 0) not in done  # global now defaults to exp
-    assert (uci.config_key(uci.normalise_config(dict(cfg, positive_transform="softplus"))), 0) in done
+    assert (
+        uci.config_key(uci.normalise_config(dict(cfg, positive_transform="softplus"))),
+        0,
+    ) in done
     mf_cfg = {k: mf[k] for k in uci.CONFIG_KEYS if k in mf}
-    assert (uci.config_key(uci.normalise_config(mf_cfg)), 0) in done  # mean-field's default is softplus
+    assert (
+        uci.config_key(uci.normalise_config(mf_cfg)),
+        0,
+    ) in done  # mean-field's default is softplus
     path.write_text("".join(json.dumps(x) + "\n" for x in (old, mf, new)))
-    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
+    assert (
+        uci.main(
+            ["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]
+        )
+        == 0
+    )
     md = (tmp_path / "rep" / "uci.md").read_text()
     assert "| boston | global (softplus) | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
     assert "| boston | global | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
@@ -194,11 +326,16 @@ def test_lines_written_before_a_config_key_existed(tmp_path):
     assert "| boston | 2 | 100 | 1 | -0.50 (1 split) | -0.30 (1 split) | yes |" in md
 
 
-@pytest.mark.parametrize("posterior, key, default, legacy, other", [
-    ("stripes_arrow", "offdiagonal", "preconditioned", "plain", "mean_field"),
-    ("global", "last_layer", "marginal", "sampled", "local"),
-])
-def test_lines_before_a_family_key_count_as_its_legacy_value(tmp_path, posterior, key, default, legacy, other):
+@pytest.mark.parametrize(
+    "posterior, key, default, legacy, other",
+    [
+        ("stripes_arrow", "offdiagonal", "preconditioned", "plain", "mean_field"),
+        ("global", "last_layer", "marginal", "sampled", "local"),
+    ],
+)
+def test_lines_before_a_family_key_count_as_its_legacy_value(
+    tmp_path, posterior, key, default, legacy, other
+):
     """A STAR line without ``offdiagonal`` was trained with plain off-diagonal blocks, a global
     deep-GP line without ``last_layer`` with its last layer sampled: the sweep reruns them with the
     current default, the report shows them as their own rows, and other families never carry
@@ -224,7 +361,12 @@ def test_lines_before_a_family_key_count_as_its_legacy_value(tmp_path, posterior
         uci.normalise_config({"dataset": "boston", "posterior": posterior, key: "sideways"})
     new = _line(0, 0.01, -2.3, -0.3, 2.9, posterior=posterior, **{key: default})
     path.write_text("".join(json.dumps(x) + "\n" for x in (old, new)))
-    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
+    assert (
+        uci.main(
+            ["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]
+        )
+        == 0
+    )
     md = (tmp_path / "rep" / "uci.md").read_text()
     mark = {"offdiagonal": "plain", "last_layer": "U_L sampled"}[key]
     assert f"| boston | {posterior} ({mark}) | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
@@ -241,14 +383,21 @@ def test_fully_coupled_lines_with_a_null_offdiagonal_are_plain(tmp_path):
     res.mkdir()
     path = res / "lines.jsonl"
     path.write_text(json.dumps(old) + "\n")
-    cfg = uci.normalise_config({k: v for k, v in old.items() if k in uci.CONFIG_KEYS and k != "offdiagonal"})
+    cfg = uci.normalise_config(
+        {k: v for k, v in old.items() if k in uci.CONFIG_KEYS and k != "offdiagonal"}
+    )
     assert cfg["offdiagonal"] == "preconditioned"
     assert (uci.config_key(cfg), 0) not in uci.done_set(str(path))
     plain = uci.normalise_config(dict(cfg, offdiagonal="plain"))
     assert (uci.config_key(plain), 0) in uci.done_set(str(path))
     new = _line(0, 0.01, -2.3, -0.3, 2.9, posterior="fully_coupled", offdiagonal="preconditioned")
     path.write_text("".join(json.dumps(x) + "\n" for x in (old, new)))
-    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
+    assert (
+        uci.main(
+            ["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]
+        )
+        == 0
+    )
     md = (tmp_path / "rep" / "uci.md").read_text()
     assert "| boston | fully_coupled (plain) | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
     assert "| boston | fully_coupled | 2 | 100 | 100 | 1 | -2.30 (1 split) |" in md
@@ -263,14 +412,37 @@ def test_extrapolation_section_against_hand_computation(tmp_path):
             pts = rng.normal(size=50)
             (star_pts if post == "stripes_arrow" else mf_pts)[split] = pts
             extra = {"offdiagonal": "preconditioned"} if post == "stripes_arrow" else {}
-            lines.append(_line(split, 0.01, float(pts.mean()), -0.5, 3.0, dataset="kin8nm", posterior=post,
-                               protocol="extrapolation", test_ll_points=pts.tolist(),
-                               test_pit=rng.uniform(size=50).tolist(), **extra))
+            lines.append(
+                _line(
+                    split,
+                    0.01,
+                    float(pts.mean()),
+                    -0.5,
+                    3.0,
+                    dataset="kin8nm",
+                    posterior=post,
+                    protocol="extrapolation",
+                    test_ll_points=pts.tolist(),
+                    test_pit=rng.uniform(size=50).tolist(),
+                    **extra,
+                )
+            )
     # a STAR line written before the offdiagonal key: plain blocks, its own row
     plain_pts = rng.normal(size=50)
-    lines.append(_line(0, 0.01, float(plain_pts.mean()), -0.5, 3.0, dataset="kin8nm", posterior="stripes_arrow",
-                       protocol="extrapolation", test_ll_points=plain_pts.tolist(),
-                       test_pit=rng.uniform(size=50).tolist()))
+    lines.append(
+        _line(
+            0,
+            0.01,
+            float(plain_pts.mean()),
+            -0.5,
+            3.0,
+            dataset="kin8nm",
+            posterior="stripes_arrow",
+            protocol="extrapolation",
+            test_ll_points=plain_pts.tolist(),
+            test_pit=rng.uniform(size=50).tolist(),
+        )
+    )
     lines.append(_line(0, 0.01, -2.3, -0.3, 2.9))  # a random-protocol line stays in the main tables
     res = tmp_path / "res"
     res.mkdir()
@@ -281,12 +453,24 @@ def test_extrapolation_section_against_hand_computation(tmp_path):
     assert "kin8nm" not in main and "| boston | global |" in main
     freqs = [np.mean(star_pts[s] > mf_pts[s]) for s in (0, 1)]
     m, se = np.mean(freqs), np.std(freqs, ddof=1) / np.sqrt(2)
-    assert f"| kin8nm | 2 | 100 | stripes_arrow | mean_field | 2 | {m:.2f} ± {se:.2f} | 0.36 ± 0.03 |" in extra
+    assert (
+        f"| kin8nm | 2 | 100 | stripes_arrow | mean_field | 2 | {m:.2f} ± {se:.2f} | 0.36 ± 0.03 |"
+        in extra
+    )
     f_plain = np.mean(plain_pts > mf_pts[0])
-    assert f"| kin8nm | 2 | 100 | stripes_arrow (plain) | mean_field | 1 | {f_plain:.2f} (1 split) | 0.36 ± 0.03 |" in extra
-    assert f"| kin8nm | stripes_arrow (plain) | 2 | 100 | 1 | {plain_pts.mean():.2f} (1 split) |" in extra
+    assert (
+        f"| kin8nm | 2 | 100 | stripes_arrow (plain) | mean_field | 1 | {f_plain:.2f} (1 split) | 0.36 ± 0.03 |"
+        in extra
+    )
+    assert (
+        f"| kin8nm | stripes_arrow (plain) | 2 | 100 | 1 | {plain_pts.mean():.2f} (1 split) |"
+        in extra
+    )
     ll = [star_pts[s].mean() for s in (0, 1)]
-    assert f"| kin8nm | stripes_arrow | 2 | 100 | 2 | {np.mean(ll):.2f} ± {np.std(ll, ddof=1) / np.sqrt(2):.2f} |" in extra
+    assert (
+        f"| kin8nm | stripes_arrow | 2 | 100 | 2 | {np.mean(ll):.2f} ± {np.std(ll, ddof=1) / np.sqrt(2):.2f} |"
+        in extra
+    )
     assert (tmp_path / "rep" / "calibration.png").stat().st_size > 1000
     # per-point lines of different lengths cannot be compared
     bad = dict(lines[0], test_ll_points=[0.0])
@@ -294,18 +478,37 @@ def test_extrapolation_section_against_hand_computation(tmp_path):
         uci.star_beats_frequency(bad, lines[1])
 
 
-def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paired_among_themselves(tmp_path):
+def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paired_among_themselves(
+    tmp_path,
+):
     rng = np.random.default_rng(1)
     pts = {}
     lines = []
     for protocol in ("ours", "lindinger"):
-        extra = {"train_samples": 5, "learning_rate_decay": [0.98, 1000]} if protocol == "lindinger" else {}
+        extra = (
+            {"train_samples": 5, "learning_rate_decay": [0.98, 1000]}
+            if protocol == "lindinger"
+            else {}
+        )
         for post in ("stripes_arrow", "mean_field"):
             pts[protocol, post] = rng.normal(size=40)
             off = {"offdiagonal": "preconditioned"} if post == "stripes_arrow" else {}
-            lines.append(_line(0, 0.005, float(pts[protocol, post].mean()), -0.5, 3.0, dataset="concrete",
-                               posterior=post, protocol="extrapolation", test_ll_points=pts[protocol, post].tolist(),
-                               test_pit=rng.uniform(size=40).tolist(), **extra, **off))
+            lines.append(
+                _line(
+                    0,
+                    0.005,
+                    float(pts[protocol, post].mean()),
+                    -0.5,
+                    3.0,
+                    dataset="concrete",
+                    posterior=post,
+                    protocol="extrapolation",
+                    test_ll_points=pts[protocol, post].tolist(),
+                    test_pit=rng.uniform(size=40).tolist(),
+                    **extra,
+                    **off,
+                )
+            )
     res = tmp_path / "res"
     res.mkdir()
     (res / "x.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -314,8 +517,10 @@ def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paire
     mark = "5 samples, lr 0.005 x0.98/1000"
     for protocol, suffix in (("ours", ""), ("lindinger", f" ({mark})")):
         f = np.mean(pts[protocol, "stripes_arrow"] > pts[protocol, "mean_field"])
-        assert (f"| concrete | 2 | 100 | stripes_arrow{suffix} | mean_field{suffix} | 1 | {f:.2f} (1 split) | "
-                "0.57 ± 0.04 |") in extra
+        assert (
+            f"| concrete | 2 | 100 | stripes_arrow{suffix} | mean_field{suffix} | 1 | {f:.2f} (1 split) | "
+            "0.57 ± 0.04 |"
+        ) in extra
     # no row pairs one protocol's STAR with the other's mean-field
     assert f"| stripes_arrow | mean_field ({mark}) |" not in extra
     assert f"| stripes_arrow ({mark}) | mean_field |" not in extra
@@ -334,50 +539,93 @@ def test_calibration_plot_draws_each_configuration_once(tmp_path, monkeypatch):
     lines = []
     for dataset in ("concrete", "kin8nm"):
         for steps in (2000, 10000):
-            for post, extra in (("mean_field", {}), ("stripes_arrow", {"offdiagonal": "preconditioned"}),
-                                ("stripes_arrow", {"offdiagonal": "plain"})):
+            for post, extra in (
+                ("mean_field", {}),
+                ("stripes_arrow", {"offdiagonal": "preconditioned"}),
+                ("stripes_arrow", {"offdiagonal": "plain"}),
+            ):
                 for split in (0, 1):
-                    lines.append(_line(split, 0.01, -1.0, -0.5, 3.0, dataset=dataset, posterior=post, steps=steps,
-                                       depth=3, protocol="extrapolation", test_ll_points=[0.0],
-                                       test_pit=rng.uniform(size=40).tolist(), **extra))
-    lines = [r for r in lines if not (r["dataset"] == "kin8nm" and r["steps"] == 2000 and r.get("offdiagonal") == "plain")]
+                    lines.append(
+                        _line(
+                            split,
+                            0.01,
+                            -1.0,
+                            -0.5,
+                            3.0,
+                            dataset=dataset,
+                            posterior=post,
+                            steps=steps,
+                            depth=3,
+                            protocol="extrapolation",
+                            test_ll_points=[0.0],
+                            test_pit=rng.uniform(size=40).tolist(),
+                            **extra,
+                        )
+                    )
+    lines = [
+        r
+        for r in lines
+        if not (r["dataset"] == "kin8nm" and r["steps"] == 2000 and r.get("offdiagonal") == "plain")
+    ]
     figures = []
     monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
-    assert uci.plot_calibration([uci.with_legacy_values(r) for r in lines], str(tmp_path / "calibration.png"))
+    assert uci.plot_calibration(
+        [uci.with_legacy_values(r) for r in lines], str(tmp_path / "calibration.png")
+    )
     (fig,) = figures
     colours, drawn = {}, []
     for ax in fig.axes:
         handles, labels = ax.get_legend_handles_labels()
-        configs = [label.rsplit(" (", 1)[0] for label in labels if label != "calibrated"]  # e.g. mean_field-3
+        configs = [
+            label.rsplit(" (", 1)[0] for label in labels if label != "calibrated"
+        ]  # e.g. mean_field-3
         assert len(configs) == len(set(configs)), labels  # no configuration twice in a panel
         steps = [s for s in (2000, 10000) if f"{s} steps" in ax.get_title()]
         assert len(steps) == 1, ax.get_title()
         for handle, label in zip(handles, labels):
             if label != "calibrated":
                 drawn.append((ax.get_title().split(",")[0], steps[0], label))
-                colours.setdefault(label.rsplit(" (", 1)[0], set()).add(matplotlib.colors.to_hex(handle.get_color()))
-    expected = {(r["dataset"], r["steps"], r["posterior"] + (" (plain)" if r.get("offdiagonal") == "plain" else ""))
-                for r in lines}
+                colours.setdefault(label.rsplit(" (", 1)[0], set()).add(
+                    matplotlib.colors.to_hex(handle.get_color())
+                )
+    expected = {
+        (
+            r["dataset"],
+            r["steps"],
+            r["posterior"] + (" (plain)" if r.get("offdiagonal") == "plain" else ""),
+        )
+        for r in lines
+    }
     assert len(drawn) == len(expected) == 11  # each configuration once
     assert {(d, s, label.split("-3 (")[0]) for d, s, label in drawn} == expected
     assert all(label.endswith("-3 (2 splits)") for _, _, label in drawn)
-    assert all(len(c) == 1 for c in colours.values()), colours  # one colour per method in every panel
+    assert all(len(c) == 1 for c in colours.values()), (
+        colours
+    )  # one colour per method in every panel
     assert len({c for cs in colours.values() for c in cs}) == 3
 
 
 def test_latent_comparison_pairs_the_plain_family_split_by_split():
     """Δ test LL is the mean over the common splits of latent minus plain, with its SE; a plain
     split without a latent partner is left out, and the cost is the ratio of median ms/step."""
-    plain = [_line(k, 0.01, ll, -0.3, 3.0, posterior="mean_field") for k, ll in enumerate([-2.50, -2.40, -2.60, -9.0])]
-    latent = [_line(k, 0.01, ll, -0.3, 2.5, posterior="mean_field", latent_dim=1, importance_samples=5) | {"ms_per_step": 30.0}
-              for k, ll in enumerate([-2.30, -2.25, -2.35])]
+    plain = [
+        _line(k, 0.01, ll, -0.3, 3.0, posterior="mean_field")
+        for k, ll in enumerate([-2.50, -2.40, -2.60, -9.0])
+    ]
+    latent = [
+        _line(k, 0.01, ll, -0.3, 2.5, posterior="mean_field", latent_dim=1, importance_samples=5)
+        | {"ms_per_step": 30.0}
+        for k, ll in enumerate([-2.30, -2.25, -2.35])
+    ]
     text = uci.render_latent_comparison(plain + latent)
     row = [line for line in text.splitlines() if line.startswith("| boston | mean_field |")]
     assert len(row) == 1
     cells = [c.strip() for c in row[0].strip("|").split("|")]
     diffs = np.array([0.20, 0.15, 0.25])
     assert cells[5] == "3"
-    assert cells[6] == uci._fmt(np.mean([-2.50, -2.40, -2.60]), np.std([-2.50, -2.40, -2.60], ddof=1) / math.sqrt(3))
+    assert cells[6] == uci._fmt(
+        np.mean([-2.50, -2.40, -2.60]), np.std([-2.50, -2.40, -2.60], ddof=1) / math.sqrt(3)
+    )
     assert cells[8] == uci._fmt(diffs.mean(), diffs.std(ddof=1) / math.sqrt(3))
     assert cells[9] == "3.00 / 2.50"
     assert cells[10] == "3.0"
@@ -397,15 +645,24 @@ def test_layers_reads_the_checkpoint_of_a_run_in_training(tmp_path, capsys):
 
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(TINY)
-    (group, cfg, split), = uci.load_sweep(str(sweep))
+    ((group, cfg, split),) = uci.load_sweep(str(sweep))
     ckdir = tmp_path / "ckpt"
-    assert uci.main(["layers", str(sweep), "--checkpoint-dir", str(ckdir)]) == 1  # nothing to read yet
+    assert (
+        uci.main(["layers", str(sweep), "--checkpoint-dir", str(ckdir)]) == 1
+    )  # nothing to read yet
     capsys.readouterr()
 
     model, data = build_model(cfg, split)
     _, untrained = layer_variances_on_training_rows(model, data, cfg, split)
-    fit(model, (data.X_train, data.Y_train), steps=30, learning_rate=0.05, seed=0,
-        checkpoint_dir=uci._task_dir(str(ckdir), cfg, split), checkpoint_every=30)
+    fit(
+        model,
+        (data.X_train, data.Y_train),
+        steps=30,
+        learning_rate=0.05,
+        seed=0,
+        checkpoint_dir=uci._task_dir(str(ckdir), cfg, split),
+        checkpoint_every=30,
+    )
     rows, trained = layer_variances_on_training_rows(model, data, cfg, split)
     assert trained != untrained
 
@@ -414,22 +671,31 @@ def test_layers_reads_the_checkpoint_of_a_run_in_training(tmp_path, capsys):
         return [[float(v) for v in ln.strip("|").split("|")[1:]] for ln in table]
 
     out_md = tmp_path / "layers.md"
-    assert uci.main(["layers", str(sweep), "--checkpoint-dir", str(ckdir), "--out", str(out_md)]) == 0
+    assert (
+        uci.main(["layers", str(sweep), "--checkpoint-dir", str(ckdir), "--out", str(out_md)]) == 0
+    )
     text = capsys.readouterr().out
     assert "checkpoint at step 30" in text and f"first {rows} training rows" in text
-    np.testing.assert_allclose(printed(text), np.c_[trained.between_rows, trained.within_samples], rtol=1e-3)
+    np.testing.assert_allclose(
+        printed(text), np.c_[trained.between_rows, trained.within_samples], rtol=1e-3
+    )
     assert "Command: `" in out_md.read_text() and printed(out_md.read_text()) == printed(text)
 
     assert uci.main(["layers", str(sweep), "--untrained"]) == 0
-    np.testing.assert_allclose(printed(capsys.readouterr().out), np.c_[untrained.between_rows, untrained.within_samples],
-                               rtol=1e-3)
+    np.testing.assert_allclose(
+        printed(capsys.readouterr().out),
+        np.c_[untrained.between_rows, untrained.within_samples],
+        rtol=1e-3,
+    )
 
 
 def test_sweep_filters_select_runs_within_a_group_and_a_typo_is_an_error(tmp_path, capsys):
     sweep = tmp_path / "two.toml"
-    sweep.write_text(TINY.replace('datasets = ["yacht"]', 'datasets = ["yacht", "energy"]')
-                     .replace('posteriors = ["mean_field"]', 'posteriors = ["mean_field", "global"]')
-                     .replace("splits = [0]", "splits = [0, 1]"))
+    sweep.write_text(
+        TINY.replace('datasets = ["yacht"]', 'datasets = ["yacht", "energy"]')
+        .replace('posteriors = ["mean_field"]', 'posteriors = ["mean_field", "global"]')
+        .replace("splits = [0]", "splits = [0, 1]")
+    )
     out = tmp_path / "res.jsonl"
 
     def dry(*extra):
@@ -440,14 +706,23 @@ def test_sweep_filters_select_runs_within_a_group_and_a_typo_is_an_error(tmp_pat
 
     code, runs, _ = dry()
     assert code == 0 and len(runs) == 8
-    code, runs, _ = dry("--only", "tiny", "--dataset", "energy", "--posterior", "global", "--split", "1")
-    assert code == 0 and runs == ["tiny: energy gp global depth 2 prior None lr 0.01 steps 20 split 1"]
+    code, runs, _ = dry(
+        "--only", "tiny", "--dataset", "energy", "--posterior", "global", "--split", "1"
+    )
+    assert code == 0 and runs == [
+        "tiny: energy gp global depth 2 prior None lr 0.01 steps 20 split 1"
+    ]
     code, runs, _ = dry("--depth", "2", "--split", "0")
     assert code == 0 and len(runs) == 4 and all(r.endswith("split 0") for r in runs)
-    for extra, message in ((("--only", "tiny,tinny"), "--only: no group 'tinny'"),
-                           (("--dataset", "yaht"), "--dataset 'yaht' matches no task of the selection (it has: energy, yacht)"),
-                           (("--depth", "3"), "--depth 3 matches no task"),
-                           (("--split", "2"), "--split 2 matches no task")):
+    for extra, message in (
+        (("--only", "tiny,tinny"), "--only: no group 'tinny'"),
+        (
+            ("--dataset", "yaht"),
+            "--dataset 'yaht' matches no task of the selection (it has: energy, yacht)",
+        ),
+        (("--depth", "3"), "--depth 3 matches no task"),
+        (("--split", "2"), "--split 2 matches no task"),
+    ):
         code, runs, err = dry(*extra)
         assert code == 2 and not runs and message in err, (extra, err)
 
@@ -455,8 +730,22 @@ def test_sweep_filters_select_runs_within_a_group_and_a_typo_is_an_error(tmp_pat
 # ------------------------------------------------------------------ the choice on validation data
 def _vline(split, posterior, valid_ll, test_ll, dataset="boston", depth=2, ms=10.0, **extra):
     """A result line trained with a validation split (10 % of the training rows held out)."""
-    return _line(split, 0.01, test_ll, -0.3, 3.0, dataset=dataset, posterior=posterior, validation=0.1,
-                 valid_ll=valid_ll, valid_rmse=2.5, n_valid=46, depth=depth, ms_per_step=ms, **extra)
+    return _line(
+        split,
+        0.01,
+        test_ll,
+        -0.3,
+        3.0,
+        dataset=dataset,
+        posterior=posterior,
+        validation=0.1,
+        valid_ll=valid_ll,
+        valid_rmse=2.5,
+        n_valid=46,
+        depth=depth,
+        ms_per_step=ms,
+        **extra,
+    )
 
 
 def _records(lines):
@@ -484,9 +773,11 @@ def test_the_validation_key_is_normalised_and_older_lines_have_none():
 
 def test_a_sweep_group_with_validation_runs_as_its_own_tasks(tmp_path):
     sweep = tmp_path / "v.toml"
-    sweep.write_text('[defaults]\nsteps = 10\n[[group]]\nname = "plain"\nmodel = "gp"\ndatasets = ["yacht"]\n'
-                     'posteriors = ["global"]\nsplits = [0]\n[[group]]\nname = "valid"\nmodel = "gp"\n'
-                     'validation = true\ndatasets = ["yacht"]\nposteriors = ["global"]\nsplits = [0]\n')
+    sweep.write_text(
+        '[defaults]\nsteps = 10\n[[group]]\nname = "plain"\nmodel = "gp"\ndatasets = ["yacht"]\n'
+        'posteriors = ["global"]\nsplits = [0]\n[[group]]\nname = "valid"\nmodel = "gp"\n'
+        'validation = true\ndatasets = ["yacht"]\nposteriors = ["global"]\nsplits = [0]\n'
+    )
     tasks = uci.load_sweep(str(sweep))
     assert [(g, c["validation"]) for g, c, _ in tasks] == [("plain", None), ("valid", 0.1)]
 
@@ -494,7 +785,9 @@ def test_a_sweep_group_with_validation_runs_as_its_own_tasks(tmp_path):
 def test_the_choice_goes_by_validation_not_test():
     """global has the better mean validation LL over splits 0-2, mean_field the better test LL: the
     rule picks global and reports its test LL over all its splits (split 3 included)."""
-    lines = [_vline(s, "global", -2.30 + 0.01 * s, -2.60) for s in range(3)] + [_vline(3, "global", -9.0, -2.20)]
+    lines = [_vline(s, "global", -2.30 + 0.01 * s, -2.60) for s in range(3)] + [
+        _vline(3, "global", -9.0, -2.20)
+    ]
     lines += [_vline(s, "mean_field", -2.40, -2.10) for s in range(3)]
     chosen = uci.choose_on_validation(_records(lines))
     c = chosen["boston"]
@@ -507,13 +800,25 @@ def test_the_choice_goes_by_validation_not_test():
 def test_a_configuration_missing_one_of_the_first_splits_is_not_eligible():
     lines = [_vline(s, "global", -2.0, -2.0) for s in (0, 1, 3)]  # the best scores, but no split 2
     lines += [_vline(s, "mean_field", -2.5, -2.5) for s in (0, 1, 2)]
-    lines += [_vline(0, "sghmc", float("nan"), -2.4), _vline(1, "sghmc", -1.0, -2.4), _vline(2, "sghmc", -1.0, -2.4)]
-    cands = {c["config"]["posterior"]: c for c in uci.validation_candidates(_records(lines))["boston"]}
+    lines += [
+        _vline(0, "sghmc", float("nan"), -2.4),
+        _vline(1, "sghmc", -1.0, -2.4),
+        _vline(2, "sghmc", -1.0, -2.4),
+    ]
+    cands = {
+        c["config"]["posterior"]: c for c in uci.validation_candidates(_records(lines))["boston"]
+    }
     assert not cands["global"]["eligible"] and cands["global"]["missing"] == [2]
-    assert not cands["sghmc"]["eligible"] and cands["sghmc"]["missing"] == [0]  # a NaN validation LL
-    assert uci.choose_on_validation(_records(lines))["boston"]["config"]["posterior"] == "mean_field"
+    assert not cands["sghmc"]["eligible"] and cands["sghmc"]["missing"] == [
+        0
+    ]  # a NaN validation LL
+    assert (
+        uci.choose_on_validation(_records(lines))["boston"]["config"]["posterior"] == "mean_field"
+    )
     # with K = 2 the global configuration is eligible and chosen
-    assert uci.choose_on_validation(_records(lines), k=2)["boston"]["config"]["posterior"] == "global"
+    assert (
+        uci.choose_on_validation(_records(lines), k=2)["boston"]["config"]["posterior"] == "global"
+    )
     # no eligible configuration: the data set has no choice
     assert "boston" not in uci.choose_on_validation(_records(lines[:3]))
 
@@ -531,32 +836,61 @@ def test_a_tie_goes_to_the_cheaper_configuration_then_the_key_order():
 def test_lines_without_a_validation_split_are_no_candidates_and_data_sets_are_apart():
     lines = [_line(s, 0.01, -1.0, -0.1, 2.0) for s in range(3)]  # the old lines: no validation
     lines += [_vline(s, "global", -2.5, -2.6, dataset="yacht") for s in range(3)]
-    lines += [_vline(s, "mean_field", -2.4, -2.7, dataset="yacht", protocol="extrapolation") for s in range(3)]
+    lines += [
+        _vline(s, "mean_field", -2.4, -2.7, dataset="yacht", protocol="extrapolation")
+        for s in range(3)
+    ]
     cands = uci.validation_candidates(_records(lines))
-    assert list(cands) == ["yacht"] and len(cands["yacht"]) == 1  # extrapolation lines are not candidates
+    assert (
+        list(cands) == ["yacht"] and len(cands["yacht"]) == 1
+    )  # extrapolation lines are not candidates
     assert uci.choose_on_validation(_records(lines))["yacht"]["config"]["posterior"] == "global"
 
 
 def test_the_report_has_the_validation_section_with_the_choice_and_the_test_picked_row(tmp_path):
     lines = [_vline(s, "global", -2.30, -2.50) for s in range(3)]
     lines += [_vline(s, "mean_field", -2.40, -2.20, depth=3) for s in range(2)]  # lacks split 2
-    lines += [_line(s, 0.01, -2.35, -0.3, 3.0, posterior="mean_field") for s in range(3)]  # whole training splits
+    lines += [
+        _line(s, 0.01, -2.35, -0.3, 3.0, posterior="mean_field") for s in range(3)
+    ]  # whole training splits
     res = tmp_path / "res"
     res.mkdir()
     (res / "v.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     ref = tmp_path / "ref.csv"
-    ref.write_text("model,dataset,posterior,depth,prior,metric,mean,se,source,n_splits\n"
-                   "gp,boston,global,2,,test_ll,-2.42,0.05,O&A Tab. 8-10,20\n"
-                   "gp,boston,bsgp,2,,test_ll,-2.10,0.05,Rossi supp. Tab. 2 (80/20 splits),\n")
-    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--reference", str(ref),
-                     "--no-plots"]) == 0
+    ref.write_text(
+        "model,dataset,posterior,depth,prior,metric,mean,se,source,n_splits\n"
+        "gp,boston,global,2,,test_ll,-2.42,0.05,O&A Tab. 8-10,20\n"
+        "gp,boston,bsgp,2,,test_ll,-2.10,0.05,Rossi supp. Tab. 2 (80/20 splits),\n"
+    )
+    assert (
+        uci.main(
+            [
+                "report",
+                "--results",
+                str(res),
+                "--out-dir",
+                str(tmp_path / "rep"),
+                "--reference",
+                str(ref),
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     md = (tmp_path / "rep" / "uci.md").read_text()
     assert "## Chosen on validation data" in md and "numpy.random.default_rng(1000 + split)" in md
     # the choice, against the best 90/10 number (O&A's GI-2, not Rossi's 80/20 BSGP), beside the test-picked row
-    assert ("| boston | 1 of 2 | global | 2 | 100 | -2.30 | -2.50 ± 0.00 | 3 | O&A GI-2 -2.42 | -0.08 | "
-            "mean_field, depth 2, 100 steps, 3 splits | -2.35 ± 0.00 |") in md
-    assert "| boston | global | 2 | 100 | 0, 1, 2 | -2.30 | 2.5 | -2.50 ± 0.00 | 3 | **yes** |" in md
-    assert "| boston | mean_field | 3 | 100 | 0, 1 | not eligible: lacks split 2 | — | -2.20 ± 0.00 | 2 |  |" in md
+    assert (
+        "| boston | 1 of 2 | global | 2 | 100 | -2.30 | -2.50 ± 0.00 | 3 | O&A GI-2 -2.42 | -0.08 | "
+        "mean_field, depth 2, 100 steps, 3 splits | -2.35 ± 0.00 |"
+    ) in md
+    assert (
+        "| boston | global | 2 | 100 | 0, 1, 2 | -2.30 | 2.5 | -2.50 ± 0.00 | 3 | **yes** |" in md
+    )
+    assert (
+        "| boston | mean_field | 3 | 100 | 0, 1 | not eligible: lacks split 2 | — | -2.20 ± 0.00 | 2 |  |"
+        in md
+    )
     # the full tables keep the validation rows apart, marked
     assert "| boston | global (validation 10%) | 2 | 100 | 100 | 3 | -2.50 ± 0.00 |" in md
 
@@ -564,7 +898,10 @@ def test_the_report_has_the_validation_section_with_the_choice_and_the_test_pick
 def test_published_rows_from_the_reference_name_the_paper_and_protocol():
     pub = uci.published_from_reference(uci.load_reference())
     boston = {(p["source"], p["method"], p["depth"]): p for p in pub if p["dataset"] == "boston"}
-    assert boston[("O&A", "GI", 5)]["protocol"] == "random 90/10" and boston[("O&A", "GI", 5)]["n_splits"] == 20
+    assert (
+        boston[("O&A", "GI", 5)]["protocol"] == "random 90/10"
+        and boston[("O&A", "GI", 5)]["n_splits"] == 20
+    )
     assert boston[("Rossi", "BSGP", 2)]["protocol"] == "80/20"
     assert boston[("Lindinger", "STAR", 3)]["test_ll"] == pytest.approx(-2.43)
     assert not [p for p in pub if p["method"] in ("fac", "gi")]  # the BNN numbers are not deep GPs
@@ -575,10 +912,12 @@ def test_published_rows_from_the_reference_name_the_paper_and_protocol():
 
 def test_the_validation_sweep_holds_out_rows_in_every_run_and_runs_the_leaders_first():
     tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "uci_validation.toml"))
-    assert all(c["validation"] == 0.1 and c["steps"] == 20000 and s in (0, 1, 2) for _, c, s in tasks)
+    assert all(
+        c["validation"] == 0.1 and c["steps"] == 20000 and s in (0, 1, 2) for _, c, s in tasks
+    )
     assert {c["dataset"] for _, c, _ in tasks} == {"boston", "concrete", "energy", "wine", "yacht"}
     leaders = [t for t in tasks if t[0].startswith("valid-leaders")]
-    assert tasks[:len(leaders)] == leaders
+    assert tasks[: len(leaders)] == leaders
     # after the leaders every set has two configurations on each of splits 0-2
     for d in ("boston", "concrete", "energy", "wine", "yacht"):
         configs = {uci.config_key(c) for _, c, _ in leaders if c["dataset"] == d}
@@ -588,23 +927,35 @@ def test_the_validation_sweep_holds_out_rows_in_every_run_and_runs_the_leaders_f
 def test_the_objective_key_is_normalised_refused_where_it_cannot_train_and_marked(tmp_path):
     assert uci.normalise_config({"dataset": "boston"})["objective"] is None
     assert uci.normalise_config({"dataset": "boston", "objective": "elbo"})["objective"] is None
-    cfg = uci.normalise_config({"dataset": "boston", "posterior": "dspp", "objective": "predictive"})
+    cfg = uci.normalise_config(
+        {"dataset": "boston", "posterior": "dspp", "objective": "predictive"}
+    )
     assert cfg["objective"] == "predictive"
     assert uci.config_key(cfg) != uci.config_key(dict(cfg, objective=None))
-    for bad in ({"posterior": "sghmc"}, {"model": "bnn", "posterior": "global"},
-                {"posterior": "global", "latent_dim": 1}):
+    for bad in (
+        {"posterior": "sghmc"},
+        {"model": "bnn", "posterior": "global"},
+        {"posterior": "global", "latent_dim": 1},
+    ):
         with pytest.raises(ValueError, match="objective"):
             uci.normalise_config({"dataset": "boston", "objective": "predictive", **bad})
     with pytest.raises(ValueError, match="objective"):
         uci.normalise_config({"dataset": "boston", "objective": "likelihood"})
     old = _line(0, 0.01, -2.4, -0.3, 3.0)  # written before the key: the ELBO
     assert uci.config_key(old) == uci.config_key(dict(old, objective=None))
-    lines = [_line(0, 0.01, -2.4, -0.3, 3.0, posterior="dspp"),
-             _line(0, 0.01, -2.2, -0.4, 3.0, posterior="dspp", objective="predictive")]
+    lines = [
+        _line(0, 0.01, -2.4, -0.3, 3.0, posterior="dspp"),
+        _line(0, 0.01, -2.2, -0.4, 3.0, posterior="dspp", objective="predictive"),
+    ]
     res = tmp_path / "res"
     res.mkdir()
     (res / "l.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert uci.main(["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]) == 0
+    assert (
+        uci.main(
+            ["report", "--results", str(res), "--out-dir", str(tmp_path / "rep"), "--no-plots"]
+        )
+        == 0
+    )
     md = (tmp_path / "rep" / "uci.md").read_text()
     assert "| boston | dspp | 2 | 100 | 100 | 1 | -2.40 (1 split) |" in md
     assert "| boston | dspp (predictive objective) | 2 | 100 | 100 | 1 | -2.20 (1 split) |" in md
