@@ -1,30 +1,29 @@
 """The medium UCI sets (kin8nm, naval, power, protein): tables beside the published deep-GP numbers,
 test LL against wall time, and the "which posterior to pick" decision table.
 
-    python benchmarks/medium.py report [--results benchmarks/results/medium] [--small benchmarks/results/uci]
-        [--out-dir benchmarks/results/medium] [--no-plots]
+    python benchmarks/medium.py report [--results benchmarks/results/medium] \
+        [--small benchmarks/results/uci] [--out-dir benchmarks/results/medium] [--no-plots]
 
 The runs come from the sweep (``benchmarks/sweeps/medium.toml``, see its header for the protocol):
 
-    python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml --out benchmarks/results/medium/medium.jsonl --threads 1
+    python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml \
+        --out benchmarks/results/medium/medium.jsonl --threads 1
 
-``report`` reads every ``*.jsonl`` under ``--results`` (the medium runs) and ``--small`` (the small-set
-sweep), and writes ``medium.md`` (per data set: our rows beside O&A Table 10 with the two-SE verdict,
-then every published deep-GP number in ``published.csv`` and the gap of our best row to the best of
-them; our best row per data set against the best published one, and beside it the configuration the
-validation data choose where a data set has lines trained with a validation split
+``report`` reads every ``*.jsonl`` under ``--results`` (the medium runs) and ``--small`` (the
+small-set sweep), and writes ``medium.md`` (per data set: our rows beside O&A Table 10 with the
+two-SE verdict, then every published deep-GP number in ``published.csv`` and the gap of our best row
+to the best of them; our best row per data set against the best published one, and beside it the
+configuration the validation data choose where a data set has lines trained with a validation split
 (:func:`benchmarks.uci.choose_on_validation`; small sets too, against the papers' numbers in
 ``benchmarks/results/uci/paper_reference.csv``); the latent-variable rows against the plain family;
 the sweep's groups still to run, with the runs they lack; the decision table over both sweeps) and
-``test_ll_vs_time.png``.
-The medium rows' training times in the decision table and the figure are the timed step of their
-family and depth (``benchmarks/speed.py --only medium_step --threads 1``, read from ``--speed``)
-times their steps. The
-decision table and the best-against-published table are also written to
-``docs/choosing_a_posterior.md``; the best-against-published table also goes into the README,
-between its two generated-block marker lines. Rows trained with a validation split (the model fitted
-90 % of the training rows) are their own rows in the tables, and stay out of the decision table and
-of the rows picked by their test LL.
+``test_ll_vs_time.png``. The medium rows' training times in the decision table and the figure are
+the timed step of their family and depth (``benchmarks/speed.py --only medium_step --threads 1``,
+read from ``--speed``) times their steps. The decision table and the best-against-published table
+are also written to ``docs/choosing_a_posterior.md``; the best-against-published table also goes
+into the README, between its two generated-block marker lines. Rows trained with a validation split
+(the model fitted 90 % of the training rows) are their own rows in the tables, and stay out of the
+decision table and of the rows picked by their test LL.
 """
 
 from __future__ import annotations
@@ -58,10 +57,12 @@ PUBLISHED = os.path.join(DEFAULT_RESULTS, "published.csv")
 DECISION_DOC = os.path.join(ROOT, "docs", "choosing_a_posterior.md")
 GPU_LINES = os.path.join(HERE, "results", "gpu.jsonl")
 SPEED_LINES = os.path.join(HERE, "results", "speed.jsonl")
-#: benchmarks/speed.py's section of the medium sweep's steps timed at the sweep's settings (its MEDIUM_STEP).
+#: benchmarks/speed.py's section of the medium sweep's steps timed at the sweep's settings (its
+#: MEDIUM_STEP).
 STEP_COST_SECTION = "medium_step"
 COMMAND = "python benchmarks/medium.py report"
-#: Wall-time budgets (training, on this 2-core machine, one TensorFlow thread) of the decision table.
+#: Wall-time budgets (training, on this 2-core machine, one TensorFlow thread) of the decision
+#: table.
 BUDGETS_S = (300.0, 600.0, 1800.0, math.inf)
 
 
@@ -110,7 +111,8 @@ def _other_steps(s: Dict) -> Optional[int]:
 
 
 def _other_num_inducing(s: Dict) -> Optional[int]:
-    """The row's inducing points per layer where it is a medium-set row with another than the sweep's."""
+    """The row's inducing points per layer where it is a medium-set row with another than the
+    sweep's."""
     return _medium_other(s, "num_inducing", SWEEP_NUM_INDUCING)
 
 
@@ -170,14 +172,16 @@ def load_step_costs(lines: List[Dict]) -> Dict:
 
 #: benchmarks/speed.py's section of the medium steps timed at the sweep's and the papers' minibatch.
 MINIBATCH_COST_SECTION = "medium_minibatch"
-#: How near its pair's final ELBO a run's training trace must come to count as there (nats per point).
+#: How near its pair's final ELBO a run's training trace must come to count as there (nats per
+#: point).
 PASSES_TOLERANCE = 0.01
 #: The share of a trace's logged points its running mean covers (the trace is a minibatch estimate).
 TRACE_WINDOW = 0.05
 
 
 def load_minibatch_costs(lines: List[Dict]) -> Dict:
-    """``{(family, depth, minibatch): ms per step}`` from benchmarks/speed.py's minibatch section."""
+    """``{(family, depth, minibatch): ms per step}`` from benchmarks/speed.py's minibatch
+    section."""
     costs = {}
     for line in lines:
         if line.get("section") == MINIBATCH_COST_SECTION:
@@ -243,9 +247,10 @@ def same_passes(records: List[Dict], costs: Dict) -> List[str]:
                 else "— | —"
             )
             out.append(
-                f"| {dataset} | {posterior}-{depth} | {split} | {r['batch_size_used']:,} | {r['steps']:,} | "
-                f"{rows_read / r['n_train']:,.0f} | {r['test_ll']:.2f} | {r['elbo_per_datapoint']:.3f} | "
-                f"{ms:.1f}{'' if timed else ' (recorded)'} | {ms * r['steps'] / 60000:.0f} min | {there} |"
+                f"| {dataset} | {posterior}-{depth} | {split} | {r['batch_size_used']:,} | "
+                f"{r['steps']:,} | {rows_read / r['n_train']:,.0f} | {r['test_ll']:.2f} | "
+                f"{r['elbo_per_datapoint']:.3f} | {ms:.1f}{'' if timed else ' (recorded)'} | "
+                f"{ms * r['steps'] / 60000:.0f} min | {there} |"
             )
     if not out:
         return []
@@ -253,15 +258,16 @@ def same_passes(records: List[Dict], costs: Dict) -> List[str]:
         [
             "## The same passes over the data: a larger minibatch or more steps",
             "",
-            "Runs that read as many rows (minibatch times steps) at two minibatches. ms/step: the step timed alone "
-            'at that minibatch (`benchmarks/speed.py --only medium_minibatch --threads 1`; "recorded" where it '
-            "was not timed); training time: that times the steps. The last two columns: the passes over the "
-            "training set, and the time at the timed step, after which the running mean of the run's training "
-            f"ELBO trace (over {TRACE_WINDOW:.0%} of its logged points) first came within {PASSES_TOLERANCE} nats "
+            "Runs that read as many rows (minibatch times steps) at two minibatches. ms/step: the "
+            "step timed alone at that minibatch (`benchmarks/speed.py --only medium_minibatch "
+            '--threads 1`; "recorded" where it was not timed); training time: that times the '
+            "steps. The last two columns: the passes over the training set, and the time at the "
+            "timed step, after which the running mean of the run's training ELBO trace (over "
+            f"{TRACE_WINDOW:.0%} of its logged points) first came within {PASSES_TOLERANCE} nats "
             "per point of the lower of the two final ELBOs.",
             "",
-            "| data set | family | split | minibatch | steps | passes | test LL | ELBO/N | ms/step | training time "
-            f"| passes to ELBO − {PASSES_TOLERANCE} | time to it |",
+            "| data set | family | split | minibatch | steps | passes | test LL | ELBO/N | ms/step "
+            f"| training time | passes to ELBO − {PASSES_TOLERANCE} | time to it |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         + out
@@ -351,14 +357,15 @@ def _best_published(
     return uci.best_published(dataset, published, protocol)
 
 
-#: The issue's minimum number of splits per row: the best-row table also names our best row among these.
+#: The issue's minimum number of splits per row: the best-row table also names our best row among
+#: these.
 MIN_SPLITS = 3
 
 
 def _our_best(dataset: str, rows: List[Dict], min_splits: int = 1) -> Optional[Dict]:
-    """Our row with the best mean test LL on ``dataset`` among those with ``min_splits`` splits or more,
-    trained on the whole training splits (a row trained with a validation split is left out): the
-    row picked on test data."""
+    """Our row with the best mean test LL on ``dataset`` among those with ``min_splits`` splits or
+    more, trained on the whole training splits (a row trained with a validation split is left out):
+    the row picked on test data."""
     ours = [
         s
         for s in rows
@@ -376,8 +383,9 @@ BASELINE_SPLITS = (0, 1, 2, 3, 4)
 
 
 def constant_baseline(dataset: str, splits=BASELINE_SPLITS) -> float:
-    """The mean over ``splits`` of :func:`deepgp_gi.metrics.constant_gaussian_test_ll`: the test LL of
-    one Gaussian fit to the training targets, which ignores the inputs (a collapsed fit's score)."""
+    """The mean over ``splits`` of :func:`deepgp_gi.metrics.constant_gaussian_test_ll`: the test LL
+    of one Gaussian fit to the training targets, which ignores the inputs (a collapsed fit's
+    score)."""
     from deepgp_gi import datasets
     from deepgp_gi.metrics import constant_gaussian_test_ll
 
@@ -397,8 +405,8 @@ def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> Lis
         lines += ["No finished runs yet.", ""]
     else:
         lines += [
-            "| family | depth | splits | steps | batch | test LL | O&A Tab. 10 | within 2 SE | RMSE | ELBO/N | "
-            "O&A ELBO/N | ms/step | train time |",
+            "| family | depth | splits | steps | batch | test LL | O&A Tab. 10 | within 2 SE | "
+            "RMSE | ELBO/N | O&A ELBO/N | ms/step | train time |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in ours:
@@ -415,9 +423,10 @@ def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> Lis
                 + uci._one_split_mark(len(s["splits"]))
             )
             lines.append(
-                f"| {_method(s)} | {s['depth']} | {len(s['splits'])} | {s['steps']:,} | {s['batch_size'] or 'full'} | "
-                f"{_fmt(s['test_ll'])} | {paper_txt} | {verdict} | {_fmt(s['rmse'], 3)} | "
-                f"{_fmt(s['elbo_per_datapoint'])} | {_paper(s.get('paper_elbo_per_datapoint'))} | {s['ms_per_step']:.1f} | "
+                f"| {_method(s)} | {s['depth']} | {len(s['splits'])} | {s['steps']:,} | "
+                f"{s['batch_size'] or 'full'} | {_fmt(s['test_ll'])} | {paper_txt} | {verdict} | "
+                f"{_fmt(s['rmse'], 3)} | {_fmt(s['elbo_per_datapoint'])} | "
+                f"{_paper(s.get('paper_elbo_per_datapoint'))} | {s['ms_per_step']:.1f} | "
                 f"{s['train_time_s'] / 60:.1f} min |"
             )
         lines.append("")
@@ -428,19 +437,20 @@ def render_dataset(dataset: str, rows: List[Dict], published: List[Dict]) -> Lis
         lines.append(f"Published deep-GP test LL ({dataset}): {cells}.")
         lines.append("")
         lines.append(
-            f"Floor: one Gaussian fit to the training targets, ignoring the inputs, scores "
-            f"{constant_baseline(dataset):.2f} (mean over splits {BASELINE_SPLITS[0]}-{BASELINE_SPLITS[-1]}; "
-            "`deepgp_gi.metrics.constant_gaussian_test_ll`); a deep GP whose fit collapsed to the noise "
-            "scores this."
+            "Floor: one Gaussian fit to the training targets, ignoring the inputs, scores "
+            f"{constant_baseline(dataset):.2f} (mean over splits "
+            f"{BASELINE_SPLITS[0]}-{BASELINE_SPLITS[-1]}; "
+            "`deepgp_gi.metrics.constant_gaussian_test_ll`); a deep GP whose fit collapsed to the "
+            "noise scores this."
         )
         lines.append("")
         top = _our_best(dataset, ours)
         if top is not None:
             gap = top["test_ll"][0] - best["test_ll"]
             lines.append(
-                f"Best published: {_published_name(best)} {best['test_ll']:.2f} ({best['protocol']}); "
-                f"our best so far ({uci.PICKED_ON_TEST}): {top['label']} {top['test_ll'][0]:.2f} "
-                f"({'at or above' if gap >= 0 else f'{-gap:.2f} below'})."
+                f"Best published: {_published_name(best)} {best['test_ll']:.2f} "
+                f"({best['protocol']}); our best so far ({uci.PICKED_ON_TEST}): {top['label']} "
+                f"{top['test_ll'][0]:.2f} ({'at or above' if gap >= 0 else f'{-gap:.2f} below'})."
             )
             lines.append("")
     return lines
@@ -453,20 +463,20 @@ SMALL = ("boston", "concrete", "energy", "wine", "yacht")
 def best_against_published(
     rows: List[Dict], published: List[Dict], records: List[Dict] = ()
 ) -> List[str]:
-    """Per data set: our best row by mean test LL (``picked on test data``) beside the best published
-    deep-GP number, and the gap between them, then the same for our best row with at least
-    :data:`MIN_SPLITS` splits (a dash while there is none); and, where ``records`` hold lines trained
-    with a validation split, the configuration the validation data choose
+    """Per data set: our best row by mean test LL (``picked on test data``) beside the best
+    published deep-GP number, and the gap between them, then the same for our best row with at least
+    :data:`MIN_SPLITS` splits (a dash while there is none); and, where ``records`` hold lines
+    trained with a validation split, the configuration the validation data choose
     (:func:`benchmarks.uci.choose_on_validation`, ``chosen on validation data``) with its test LL
     over all its splits and its gap to the best published number of the same protocol (the random
-    90/10 splits). The medium sets always; a small set only where it has validation lines. A markdown
-    table (:func:`validation_note` says how its rows were chosen)."""
+    90/10 splits). The medium sets always; a small set only where it has validation lines. A
+    markdown table (:func:`validation_note` says how its rows were chosen)."""
     chosen = uci.choose_on_validation(records)
     candidates = uci.validation_candidates(records)
     k = uci.VALIDATION_SPLITS
     lines = [
-        f"| data set | how chosen | our row | its test LL | splits | best published deep GP | protocol | gap | "
-        f"our best on {MIN_SPLITS}+ splits | its gap |",
+        "| data set | how chosen | our row | its test LL | splits | best published deep GP | "
+        f"protocol | gap | our best on {MIN_SPLITS}+ splits | its gap |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for dataset in MEDIUM + tuple(d for d in SMALL if d in candidates):
@@ -474,14 +484,15 @@ def best_against_published(
         if top is not None and best is not None:
             firm = _our_best(dataset, rows, MIN_SPLITS)
             firm_cells = (
-                f"{firm['label']} {_fmt(firm['test_ll'])} ({len(firm['splits'])}) | {_gap(firm, best)}"
+                f"{firm['label']} {_fmt(firm['test_ll'])} ({len(firm['splits'])}) | "
+                f"{_gap(firm, best)}"
                 if firm
                 else "— | —"
             )
             lines.append(
                 f"| {dataset} | {uci.PICKED_ON_TEST} | {top['label']} | {_fmt(top['test_ll'])} | "
-                f"{len(top['splits'])} | {_published_name(best)} {best['test_ll']:.2f} | {best['protocol']} | "
-                f"{_gap(top, best)} | {firm_cells} |"
+                f"{len(top['splits'])} | {_published_name(best)} {best['test_ll']:.2f} | "
+                f"{best['protocol']} | {_gap(top, best)} | {firm_cells} |"
             )
         if dataset not in candidates:
             continue
@@ -497,8 +508,8 @@ def best_against_published(
             else "— | —"
         )
         lines.append(
-            f"| {dataset} | {how} | {_label(c['config'])} | {_fmt(c['test_ll'])} | {len(c['runs'])} | {pub} | "
-            f"{uci.gap_text(c['test_ll'][0], same)} | — | — |"
+            f"| {dataset} | {how} | {_label(c['config'])} | {_fmt(c['test_ll'])} | "
+            f"{len(c['runs'])} | {pub} | {uci.gap_text(c['test_ll'][0], same)} | — | — |"
         )
     return lines
 
@@ -509,10 +520,10 @@ def validation_note(records: List[Dict]) -> str:
     k = uci.VALIDATION_SPLITS
     return (
         f"*{uci.PICKED_ON_TEST}*: the row with the best mean test LL, which picked it; "
-        f"*{uci.CHOSEN_ON_VALIDATION}*: among the configurations trained on 90 % of each training split with "
-        f"a validation line on each of splits 0-{k - 1}, the best mean LL on the held-out 10 % (the rule: "
-        "`docs/choosing_a_posterior.md`); its test LL is the mean over all its splits and its gap is to the best "
-        "published number on the random 90/10 splits"
+        f"*{uci.CHOSEN_ON_VALIDATION}*: among the configurations trained on 90 % of each training "
+        f"split with a validation line on each of splits 0-{k - 1}, the best mean LL on the "
+        "held-out 10 % (the rule: `docs/choosing_a_posterior.md`); its test LL is the mean over "
+        "all its splits and its gap is to the best published number on the random 90/10 splits"
         + ("" if uci.validation_candidates(records) else "; no data set has validation lines yet")
         + "."
     )
@@ -535,8 +546,8 @@ def decision_table(rows: List[Dict]) -> List[str]:
             continue
         groups[(_size_class(s), s["depth"])].append(s)
     lines = [
-        "| data size | depth | training budget | best test LL (wins / data sets) | best ELBO (wins / data sets) | "
-        "their ms/step | families compared |",
+        "| data size | depth | training budget | best test LL (wins / data sets) | best ELBO (wins "
+        "/ data sets) | their ms/step | families compared |",
         "|---|---|---|---|---|---|---|",
     ]
     for size, depth in sorted(groups, key=lambda k: (k[0], k[1])):
@@ -548,7 +559,8 @@ def decision_table(rows: List[Dict]) -> List[str]:
         ]
         for i, (budget, fit) in enumerate(zip(BUDGETS_S, fits)):
             datasets = sorted({s["dataset"] for s in fit})
-            # a budget holding the same rows as the next larger one says nothing the larger one does not
+            # a budget holding the same rows as the next larger one says nothing the larger one does
+            # not
             if not fit or (i + 1 < len(fits) and len(fits[i + 1]) == len(fit)):
                 continue
             picks = {}
@@ -577,9 +589,10 @@ def decision_table(rows: List[Dict]) -> List[str]:
             budget_txt = "any" if math.isinf(budget) else f"≤ {budget / 60:.0f} min"
             families = ", ".join(sorted({_family(s) for s in fit}))
             lines.append(
-                f"| {size} | {depth} | {budget_txt} | {picks['test_ll'][0]} ({picks['test_ll'][1]} / "
-                f"{len(datasets)}) | {picks['elbo_per_datapoint'][0]} ({picks['elbo_per_datapoint'][1]} / "
-                f"{len(datasets)}) | {', '.join(sorted(cost))} | {families} |"
+                f"| {size} | {depth} | {budget_txt} | {picks['test_ll'][0]} ({picks['test_ll'][1]} "
+                f"/ {len(datasets)}) | {picks['elbo_per_datapoint'][0]} "
+                f"({picks['elbo_per_datapoint'][1]} / {len(datasets)}) | {', '.join(sorted(cost))} "
+                f"| {families} |"
             )
     return lines
 
@@ -653,10 +666,10 @@ def cost_note(rows: List[Dict]) -> str:
         return "Times: each row's recorded median training wall time and ms per step."
     untimed = sorted({_label(s) for s in medium if not s.get("cost_timed")})
     return (
-        f"Times of the medium rows: the step of the row's family and depth timed alone (`benchmarks/speed.py "
-        f"--only {STEP_COST_SECTION} --threads 1`, kin8nm's inputs, `benchmarks/results/speed.md`) times the "
-        "steps the row ran (a sampling family: plus its collection steps), not the row's recorded wall time, "
-        "which depends on what ran beside it"
+        "Times of the medium rows: the step of the row's family and depth timed alone "
+        f"(`benchmarks/speed.py --only {STEP_COST_SECTION} --threads 1`, kin8nm's inputs, "
+        "`benchmarks/results/speed.md`) times the steps the row ran (a sampling family: plus its "
+        "collection steps), not the row's recorded wall time, which depends on what ran beside it"
         + (
             f"; rows whose step was not timed ({', '.join(untimed)}) keep "
             "their recorded time and count only without a budget (that "
@@ -685,9 +698,9 @@ def contention_note(rows: List[Dict]) -> str:
     if len(same) < 2:
         return ""
     return (
-        f" Why not the recorded times: the runs shared the two cores with one to three other sweeps, so "
-        f"those say as much about what ran beside them as about the family (the same global-2 step is "
-        f"recorded at {min(same):.0f} to {max(same):.0f} ms)."
+        " Why not the recorded times: the runs shared the two cores with one to three other "
+        "sweeps, so those say as much about what ran beside them as about the family (the same "
+        f"global-2 step is recorded at {min(same):.0f} to {max(same):.0f} ms)."
     )
 
 
@@ -736,7 +749,8 @@ def groups_to_run(sweep: str, records: List[Dict], costs: Optional[Dict] = None)
     if total:
         lines.append(
             f"\nIn all {len(everything)} runs{total}; the sweep runs one "
-            "TensorFlow thread per process, so a machine with more cores runs as many processes side by side."
+            "TensorFlow thread per process, so a machine with more cores runs as many processes "
+            "side by side."
         )
     return lines or ["Every group of the sweep has run."]
 
@@ -750,7 +764,8 @@ def cmd_report(args) -> int:
     rows = add_step_costs(summaries(medium_records, reference), costs)
     small_records = [r for r in _records(args.small) if r["dataset"] not in MEDIUM]
     small = summaries(small_records, reference)
-    # the small sets' published numbers are the papers' in paper_reference.csv (O&A, Lindinger, Rossi)
+    # the small sets' published numbers are the papers' in paper_reference.csv (O&A, Lindinger,
+    # Rossi)
     published_all = published + [
         p for p in uci.published_from_reference(reference) if p["dataset"] not in MEDIUM
     ]
@@ -768,18 +783,20 @@ def cmd_report(args) -> int:
         "# Medium UCI sets: kin8nm, naval, power, protein",
         "",
         f"Generated by `{COMMAND}` from `benchmarks/results/medium/*.jsonl` (the sweep "
-        "`python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml --out benchmarks/results/medium/medium.jsonl "
-        "--threads 1`). Protocol: the bundled random 90/10 splits, M = 100, Adam 0.01, one training sample, "
-        "minibatch 1,000 (the papers: 10,000; see the sweep file for why), the papers' 20,000 steps unless a row "
-        'says otherwise; test LL with 100 samples; ELBO/N estimated on the training set to SE 0.01. "Within 2 SE" '
-        'compares the test LL with O&A\'s ("no: above": more than two SE above it; "*": one split of ours, '
-        "judged against O&A's split-to-split spread, their SE times the square root of their split count). Times: one "
-        "TensorFlow thread on a 2-core CPU shared with other work, so ms/step is an upper bound. Runs whose "
-        "`commit` predates c534228 also carry about 8 ms per step of Python work in `fit`'s step call (the "
-        "model's `dtype` property, read every step then; docs/performance.md). A run whose record names a GPU as "
-        "its `device` (the same sweep command on a GPU machine, several runs sharing the GPU) counts in the "
-        "row's test LL, RMSE and ELBO but not in its ms/step and train time, which stay those of its CPU splits "
-        f"({gpu_note}).",
+        "`python benchmarks/uci.py sweep benchmarks/sweeps/medium.toml --out "
+        "benchmarks/results/medium/medium.jsonl --threads 1`). Protocol: the bundled random 90/10 "
+        "splits, M = 100, Adam 0.01, one training sample, minibatch 1,000 (the papers: 10,000; see "
+        "the sweep file for why), the papers' 20,000 steps unless a row says otherwise; test LL "
+        "with 100 samples; ELBO/N estimated on the training set to SE 0.01. "
+        '"Within 2 SE" compares the test LL with O&A\'s ("no: above": more than two SE above it; '
+        '"*": one split of ours, judged against O&A\'s split-to-split spread, their SE times the '
+        "square root of their split count). Times: one TensorFlow thread on a 2-core CPU shared "
+        "with other work, so ms/step is an upper bound. Runs whose `commit` predates c534228 also "
+        "carry about 8 ms per step of Python work in `fit`'s step call (the model's `dtype` "
+        "property, read every step then; docs/performance.md). A run whose record names a GPU as "
+        "its `device` (the same sweep command on a GPU machine, several runs sharing the GPU) "
+        "counts in the row's test LL, RMSE and ELBO but not in its ms/step and train time, which "
+        f"stay those of its CPU splits ({gpu_note}).",
         f"{len(medium_records)} finished runs.",
         "",
         "## Our rows beside the published numbers",
@@ -790,9 +807,10 @@ def cmd_report(args) -> int:
     lines += ["## Our best row against the best published number", ""] + best_block
     lines += [
         "",
-        "Gap: our best mean test LL minus the best published deep-GP test LL on that data set (the published "
-        "numbers average 5-20 splits; Rossi et al.'s BSGP uses 80/20 splits). The last two columns do the same for "
-        f"our best row with at least {MIN_SPLITS} splits, the issue's minimum per row.",
+        "Gap: our best mean test LL minus the best published deep-GP test LL on that data set (the "
+        "published numbers average 5-20 splits; Rossi et al.'s BSGP uses 80/20 splits). The last "
+        f"two columns do the same for our best row with at least {MIN_SPLITS} splits, the issue's "
+        "minimum per row.",
         "",
     ]
     validation = uci.render_validation(
@@ -810,12 +828,12 @@ def cmd_report(args) -> int:
     lines += table
     lines += [
         "",
-        "Rows: for the data sets of that size and the depth, the family whose row has the best mean test LL "
-        "(resp. ELBO) on most data sets, among the rows whose training time fits the budget (a budget that "
-        "admits the same rows as the next larger one is left out); a tie "
-        "goes to the cheaper family (median ms per step). Small sets: `benchmarks/results/uci` (5,000 full-batch steps); medium sets: this "
-        "sweep. Groups of the sweep not yet run are missing from the comparison (see above). "
-        + cost_note(rows),
+        "Rows: for the data sets of that size and the depth, the family whose row has the best "
+        "mean test LL (resp. ELBO) on most data sets, among the rows whose training time fits the "
+        "budget (a budget that admits the same rows as the next larger one is left out); a tie "
+        "goes to the cheaper family (median ms per step). Small sets: `benchmarks/results/uci` "
+        "(5,000 full-batch steps); medium sets: this sweep. Groups of the sweep not yet run are "
+        "missing from the comparison (see above). " + cost_note(rows),
         "",
     ]
     os.makedirs(args.out_dir, exist_ok=True)
@@ -831,17 +849,17 @@ def cmd_report(args) -> int:
             "# Choosing a posterior",
             "",
             "Generated by `" + COMMAND + "` from the UCI result files "
-            "(`benchmarks/results/uci/*.jsonl`, `benchmarks/results/medium/*.jsonl`); the full tables are in "
-            "`benchmarks/results/medium/medium.md` and `benchmarks/results/uci/uci.md`.",
+            "(`benchmarks/results/uci/*.jsonl`, `benchmarks/results/medium/*.jsonl`); the full "
+            "tables are in `benchmarks/results/medium/medium.md` and "
+            "`benchmarks/results/uci/uci.md`.",
             "",
         ]
         + table
         + [
             "",
-            "Budgets are training time on a 2-core CPU with one TensorFlow thread; a family missing from a "
-            "row was not run there, or its run has not finished (`medium.md` lists the groups still to run). "
-            + cost_note(rows)
-            + contention_note(rows),
+            "Budgets are training time on a 2-core CPU with one TensorFlow thread; a family "
+            "missing from a row was not run there, or its run has not finished (`medium.md` lists "
+            "the groups still to run). " + cost_note(rows) + contention_note(rows),
             "",
         ]
     )
@@ -849,8 +867,9 @@ def cmd_report(args) -> int:
         [
             "## Chosen on validation data",
             "",
-            "Which configuration a data set's validation data choose, beside the row picked by its own test LL and "
-            "the best published numbers (the table of the README's results section):",
+            "Which configuration a data set's validation data choose, beside the row picked by its "
+            "own test LL and the best published numbers (the table of the README's results "
+            "section):",
             "",
         ]
         + best_table
@@ -862,7 +881,8 @@ def cmd_report(args) -> int:
     if args.readme:  # the README carries the summary; the decision table lives in the decision doc
         replace_between_markers(args.readme, "\n".join(best_block), BEST_MARKERS)
     print(
-        f"wrote {os.path.join(args.out_dir, 'medium.md')} and {args.decision_doc} ({len(rows)} medium rows)"
+        f"wrote {os.path.join(args.out_dir, 'medium.md')} and {args.decision_doc} ({len(rows)} "
+        "medium rows)"
     )
     return 0
 
@@ -888,10 +908,11 @@ def gpu_cost_table(lines: List[Dict]) -> List[str]:
     out = [
         "## Step cost on a GPU",
         "",
-        f"From `benchmarks/results/gpu.md` ({'; '.join(sorted({l['device'] for l in plain}))}; depth and M: "
-        f"{', '.join(f'{d} and {m}' for d, m in configs)}; plain float64 step): ms per step, and in brackets "
-        "the ratio to GPflux's DSVI step in the same run. On a GPU the step is bound by kernel launches up to "
-        "batch 10,000, so these ratios, not the CPU's, are what a GPU user pays.",
+        f"From `benchmarks/results/gpu.md` ({'; '.join(sorted({l['device'] for l in plain}))}; "
+        f"depth and M: {', '.join(f'{d} and {m}' for d, m in configs)}; plain float64 step): ms "
+        "per step, and in brackets the ratio to GPflux's DSVI step in the same run. On a GPU the "
+        "step is bound by kernel launches up to batch 10,000, so these ratios, not the CPU's, are "
+        "what a GPU user pays.",
         "",
         "| family | " + " | ".join(f"batch {b:,}" for b in batches) + " |",
         "|---|" + "---|" * len(batches),
@@ -916,7 +937,8 @@ README_MARKERS = (
 )
 
 
-#: The README's second generated block: our best medium row per data set against the best published one.
+#: The README's second generated block: our best medium row per data set against the best published
+#: one.
 BEST_MARKERS = (
     "<!-- best against published: generated by `python benchmarks/medium.py report` -->",
     "<!-- end of the generated best-against-published table -->",
@@ -946,8 +968,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     rep.add_argument(
         "--speed",
         default=SPEED_LINES,
-        help=f"benchmarks/speed.py's result lines, for the timed steps of section {STEP_COST_SECTION} "
-        "('' to budget with the recorded wall times)",
+        help="benchmarks/speed.py's result lines, for the timed steps of section "
+        f"{STEP_COST_SECTION} ('' to budget with the recorded wall times)",
     )
     rep.add_argument(
         "--gpu", default=GPU_LINES, help="benchmarks/gpu.py's result lines ('' to leave them out)"

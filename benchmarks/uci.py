@@ -1,24 +1,27 @@
-"""UCI benchmark sweeps of the papers (deep GPs and BNNs): ``sweep`` appends results, ``report`` tabulates.
+"""UCI benchmark sweeps of the papers (deep GPs and BNNs): ``sweep`` appends results, \
+``report`` tabulates.
 
-    python benchmarks/uci.py sweep benchmarks/sweeps/uci.toml --out benchmarks/results/uci/uci.jsonl \
+    python benchmarks/uci.py sweep benchmarks/sweeps/uci.toml \
+        --out benchmarks/results/uci/uci.jsonl \
         [--threads 1] [--jobs 1] [--checkpoint-dir DIR] [--only GROUP,...] [--dry-run]
-    python benchmarks/uci.py report [--results benchmarks/results/uci] [--out-dir benchmarks/results/uci]
-    python benchmarks/uci.py layers SWEEP (--checkpoint-dir DIR | --untrained) [--only GROUP,...] [--dataset D]
-        [--posterior P] [--depth L] [--out FILE]
+    python benchmarks/uci.py report [--results benchmarks/results/uci] \
+        [--out-dir benchmarks/results/uci]
+    python benchmarks/uci.py layers SWEEP (--checkpoint-dir DIR | --untrained) [--only GROUP,...] \
+        [--dataset D] [--posterior P] [--depth L] [--out FILE]
 
 ``sweep`` reads a TOML sweep file (see ``benchmarks/sweeps/uci.toml``): a ``[defaults]`` table and a
 list of ``[[group]]`` tables, each with ``datasets``, ``posteriors``, ``splits`` and optionally
 ``depths`` (deep GPs), ``priors`` and ``learning_rates`` plus any configuration key of
-:data:`deepgp_gi.uci_protocol.CONFIG_KEYS`. Groups run in file order; inside a group the split is the
-outer loop, so a group's first split is complete over all its datasets and methods before the
+:data:`deepgp_gi.uci_protocol.CONFIG_KEYS`. Groups run in file order; inside a group the split is
+the outer loop, so a group's first split is complete over all its datasets and methods before the
 next split starts. One JSON line per (configuration, split) is appended (and flushed) as soon as it
-is done; lines already present are skipped, so an interrupted sweep resumes where it stopped
-(with ``--checkpoint-dir`` even inside a split's training).
+is done; lines already present are skipped, so an interrupted sweep resumes where it stopped (with
+``--checkpoint-dir`` even inside a split's training).
 
 ``report`` reads every ``*.jsonl`` under ``--results``, writes ``uci.md`` (mean ± one standard error
 over splits beside the papers' numbers from ``paper_reference.csv``; for the lines trained with a
-validation split, the configuration each data set's validation data choose, :func:`choose_on_validation`)
-and PNG plots.
+validation split, the configuration each data set's validation data choose,
+:func:`choose_on_validation`) and PNG plots.
 
 ``layers`` looks inside runs still in training: for each deep-GP task of the sweep whose checkpoint
 is in ``--checkpoint-dir``, it rebuilds the model, restores the latest checkpoint and prints (and
@@ -58,7 +61,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 DEFAULT_RESULTS = os.path.join(HERE, "results", "uci")
 REFERENCE_CSV = os.path.join(DEFAULT_RESULTS, "paper_reference.csv")
-REPORT_COMMAND = "python benchmarks/uci.py report --results benchmarks/results/uci --out-dir benchmarks/results/uci"
+REPORT_COMMAND = (
+    "python benchmarks/uci.py report --results benchmarks/results/uci --out-dir "
+    "benchmarks/results/uci"
+)
 
 # --------------------------------------------------------------------------------------------
 # sweep
@@ -119,7 +125,8 @@ def load_sweep(path: str) -> List[Tuple[str, Dict, int]]:
 
 def pending_groups(path: str) -> List[Tuple[str, str]]:
     """``(group name, reason)`` of the sweep file's groups marked ``pending = "reason"``: they wait
-    for a family or a choice that does not exist yet, so ``sweep`` skips them and ``report`` lists them."""
+    for a family or a choice that does not exist yet, so ``sweep`` skips them and ``report`` lists
+    them."""
     import tomllib
 
     with open(path, "rb") as fh:
@@ -149,14 +156,15 @@ def group_progress(
 
 
 def read_records(path: str) -> List[Dict]:
-    """Result lines with the configuration keys they predate filled in (:func:`with_legacy_values`)."""
+    """Result lines with the configuration keys they predate filled in
+    (:func:`with_legacy_values`)."""
     return [with_legacy_values(r) for r in read_lines(path)]
 
 
 def done_set(path: str) -> set:
-    """``(configuration key, split)`` of every line in the ``*.jsonl`` files of ``path``'s folder (the
-    report reads them all, so a task finished into any of them is done; two sweeps with disjoint
-    ``--only`` groups can run side by side into two files of one folder)."""
+    """``(configuration key, split)`` of every line in the ``*.jsonl`` files of ``path``'s folder
+    (the report reads them all, so a task finished into any of them is done; two sweeps with
+    disjoint ``--only`` groups can run side by side into two files of one folder)."""
     folder = os.path.dirname(os.path.abspath(path))
     files = (
         [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".jsonl")]
@@ -167,7 +175,8 @@ def done_set(path: str) -> set:
 
 
 class SelectionError(ValueError):
-    """A command-line selection (``--only``, ``--dataset``, ...) that names nothing in the sweep file."""
+    """A command-line selection (``--only``, ``--dataset``, ...) that names nothing in the sweep
+    file."""
 
 
 def selected_tasks(
@@ -178,9 +187,9 @@ def selected_tasks(
     depth: Optional[int] = None,
     split: Optional[int] = None,
 ) -> List[Tuple[str, Dict, int]]:
-    """The sweep file's tasks (:func:`load_sweep`), only those of the comma-separated groups ``only``
-    when given, and of them only the ones whose data set, family, depth and split equal the filters
-    given. A group name the file does not have, or a filter no selected task matches, raises
+    """The sweep file's tasks (:func:`load_sweep`), only those of the comma-separated groups
+    ``only`` when given, and of them only the ones whose data set, family, depth and split equal the
+    filters given. A group name the file does not have, or a filter no selected task matches, raises
     :class:`SelectionError` naming the option (a typo must not read as "nothing left to run")."""
     tasks = load_sweep(sweep)
     if only:
@@ -251,8 +260,9 @@ def cmd_sweep(args) -> int:
     if args.dry_run:
         for group, cfg, split in pending:
             print(
-                f"  {group}: {cfg['dataset']} {cfg['model']} {cfg['posterior']} depth {cfg['depth']} "
-                f"prior {cfg['prior']} lr {cfg['learning_rate']} steps {cfg['steps']} split {split}"
+                f"  {group}: {cfg['dataset']} {cfg['model']} {cfg['posterior']} depth "
+                f"{cfg['depth']} prior {cfg['prior']} lr {cfg['learning_rate']} steps "
+                f"{cfg['steps']} split {split}"
             )
         return 0
     if not pending:
@@ -262,7 +272,8 @@ def cmd_sweep(args) -> int:
     command = "python benchmarks/uci.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     from tqdm import tqdm
 
-    # progress in Adam steps (a task's cost is roughly proportional to its steps), so the ETA is useful
+    # progress in Adam steps (a task's cost is roughly proportional to its steps), so the ETA is
+    # useful
     bar = tqdm(
         total=sum(c["steps"] for _, c, _ in tasks),
         initial=sum(c["steps"] for _, c, _ in tasks) - sum(c["steps"] for _, c, _ in pending),
@@ -281,8 +292,9 @@ def cmd_sweep(args) -> int:
         valid = f"valid LL {record['valid_ll']:.3f} " if "valid_ll" in record else ""
         bar.write(
             f"[{record['group']}] {record['dataset']} {record['posterior']} d{record['depth']} "
-            f"split {record['split']}: {valid}test LL {record['test_ll']:.3f} RMSE {record['rmse']:.3f} "
-            f"ELBO/N {record['elbo_per_datapoint']:.3f}±{record['elbo_se_per_datapoint']:.3f} "
+            f"split {record['split']}: {valid}test LL {record['test_ll']:.3f} RMSE "
+            f"{record['rmse']:.3f} ELBO/N "
+            f"{record['elbo_per_datapoint']:.3f}±{record['elbo_se_per_datapoint']:.3f} "
             f"({record['ms_per_step']:.1f} ms/step, {record['train_time_s']:.0f} s)"
         )
 
@@ -293,7 +305,8 @@ def cmd_sweep(args) -> int:
             except Exception as err:  # keep sweeping; the task stays pending for the next run
                 failures += 1
                 bar.write(
-                    f"FAILED {task[0]} {task[1]['dataset']} {task[1]['posterior']} split {task[2]}: {err!r}"
+                    f"FAILED {task[0]} {task[1]['dataset']} {task[1]['posterior']} split "
+                    f"{task[2]}: {err!r}"
                 )
     else:
         import concurrent.futures as cf
@@ -308,7 +321,8 @@ def cmd_sweep(args) -> int:
                 except Exception as err:
                     failures += 1
                     bar.write(
-                        f"FAILED {task[0]} {task[1]['dataset']} {task[1]['posterior']} split {task[2]}: {err!r}"
+                        f"FAILED {task[0]} {task[1]['dataset']} {task[1]['posterior']} split "
+                        f"{task[2]}: {err!r}"
                     )
     bar.close()
     return 1 if failures else 0
@@ -365,8 +379,8 @@ def select_runs(records: List[Dict]) -> "OrderedDict[Tuple, List[Dict]]":
 
 
 def load_reference(path: str = REFERENCE_CSV) -> Dict[Tuple, Dict]:
-    """``(model, dataset, posterior, depth, prior) -> {metric: (mean, se, source, n_splits)}`` from the CSV
-    (``n_splits`` is None when the CSV has no such column)."""
+    """``(model, dataset, posterior, depth, prior) -> {metric: (mean, se, source, n_splits)}`` from
+    the CSV (``n_splits`` is None when the CSV has no such column)."""
     ref: Dict[Tuple, Dict] = defaultdict(dict)
     if not os.path.exists(path):
         return ref
@@ -395,9 +409,9 @@ def within_two_se(
     """|ours - paper| <= 2 SE of the difference, sqrt(SE_ours^2 + SE_paper^2).
 
     With a single split of ours (no SE of its own), SE_ours is the paper's split-to-split standard
-    deviation, ``SE_paper * sqrt(paper_splits)``: the spread one split would have if ours behaved like
-    the paper's method (marked ``*`` in the tables). Without ``paper_splits`` there is no verdict then.
-    A paper SE printed as 0.00 is read as 0.005, half its last digit.
+    deviation, ``SE_paper * sqrt(paper_splits)``: the spread one split would have if ours behaved
+    like the paper's method (marked ``*`` in the tables). Without ``paper_splits`` there is no
+    verdict then. A paper SE printed as 0.00 is read as 0.005, half its last digit.
     """
     if not (np.isfinite(ours) and np.isfinite(paper)):
         return None
@@ -436,7 +450,8 @@ def summarise(records: List[Dict], reference: Dict) -> List[Dict]:
     rows = []
     for key, runs in select_runs(records).items():
         r0 = runs[0]
-        # the papers' numbers are for the plain models: a latent-variable row is not compared with them
+        # the papers' numbers are for the plain models: a latent-variable row is not compared with
+        # them
         ref = (
             {}
             if r0.get("latent_dim")
@@ -472,8 +487,8 @@ def summarise(records: List[Dict], reference: Dict) -> List[Dict]:
 
 
 def steps_to_within(steps, values, tol: float) -> Optional[int]:
-    """First step at which a smoothed ELBO trace comes within ``tol`` (nats per datapoint) of its final
-    value (the mean of its last 5%)."""
+    """First step at which a smoothed ELBO trace comes within ``tol`` (nats per datapoint) of its
+    final value (the mean of its last 5%)."""
     v = np.asarray(values, dtype=float)
     if len(v) < 2:
         return None
@@ -540,22 +555,23 @@ def _verdict(ok, n_splits: int = 2) -> str:
 
 def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
     out = [
-        f"# UCI benchmarks: results beside the papers' numbers",
+        "# UCI benchmarks: results beside the papers' numbers",
         "",
         f"Regenerate: `{REPORT_COMMAND}`",
         "",
-        f"{n_lines} result lines from {', '.join(sources)}. Each cell is the mean ± one standard error "
-        "over the splits run (`(1 split)`: no SE yet). *Paper*: O&A (2021) Tables 8–10 (deep GPs: "
-        "mean_field = their DSVI rerun, local = LI, global = GI) and Tables 5–7 (BNNs, Neal prior), "
-        "from `paper_reference.csv`; the papers average 20 splits (deep GPs) and use 20,000 (deep GP) "
-        "or 10,000 (BNN) steps. *≤2SE*: |ours − paper| ≤ 2·sqrt(SE_ours² + SE_paper²); `*`: only one split "
-        "of ours, whose SE is then taken as the paper's split-to-split standard deviation SE_paper·√n_paper "
-        "(n_paper = 20 for O&A, 10 for Lindinger); a paper SE printed as 0.00 counts as 0.005. "
-        "stripes_arrow and sghmc are compared with Lindinger et al. (2020) Table 1 (M = 128; their SGHMC "
-        "rerun), bsgp with Rossi et al. (2021) supplement Table 2 (80/20 splits, number not stated: no "
-        "one-split verdict); the samplers have no ELBO. Test LL and RMSE are in "
-        "original units (S = 100); the ELBO per datapoint is on normalised targets and estimated to a "
-        "standard error below 0.01 per line.",
+        f"{n_lines} result lines from {', '.join(sources)}. Each cell is the mean ± one standard "
+        "error over the splits run (`(1 split)`: no SE yet). *Paper*: O&A (2021) Tables 8–10 (deep "
+        "GPs: mean_field = their DSVI rerun, local = LI, global = GI) and Tables 5–7 (BNNs, Neal "
+        "prior), from `paper_reference.csv`; the papers average 20 splits (deep GPs) and use "
+        "20,000 (deep GP) or 10,000 (BNN) steps. *≤2SE*: |ours − paper| ≤ 2·sqrt(SE_ours² + "
+        "SE_paper²); `*`: only one split of ours, whose SE is then taken as the paper's "
+        "split-to-split standard deviation SE_paper·√n_paper (n_paper = 20 for O&A, 10 for "
+        "Lindinger); a paper SE printed as 0.00 counts as 0.005. stripes_arrow and sghmc are "
+        "compared with Lindinger et al. (2020) Table 1 (M = 128; their SGHMC rerun), bsgp with "
+        "Rossi et al. (2021) supplement Table 2 (80/20 splits, number not stated: no one-split "
+        "verdict); the samplers have no ELBO. Test LL and RMSE are in original units (S = 100); "
+        "the ELBO per datapoint is on normalised targets and estimated to a standard error below "
+        "0.01 per line.",
         "",
     ]
     for model, title in (("gp", "Deep GPs"), ("bnn", "BNNs (2 × 50 ReLU)")):
@@ -567,7 +583,7 @@ def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
             out += [
                 f"### {label}",
                 "",
-                f"| dataset | method | depth | M | steps | splits | ours | paper | ≤2SE |",
+                "| dataset | method | depth | M | steps | splits | ours | paper | ≤2SE |",
                 "|---|---|---|---|---|---|---|---|---|",
             ]
             for s in sorted(
@@ -578,8 +594,9 @@ def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
                 digits = 3 if metric == "rmse" and s["dataset"] in ("naval", "kin8nm") else 2
                 paper = _fmt(p[0], p[1], digits) if p else "—"
                 out.append(
-                    f"| {s['dataset']} | {_method(s)} | {s['depth']} | {s['num_inducing']} | {s['steps']} | "
-                    f"{len(s['splits'])} | {_fmt(m, se, digits)} | {paper} | {_verdict(s['ok_' + metric], len(s['splits']))} |"
+                    f"| {s['dataset']} | {_method(s)} | {s['depth']} | {s['num_inducing']} | "
+                    f"{s['steps']} | {len(s['splits'])} | {_fmt(m, se, digits)} | {paper} | "
+                    f"{_verdict(s['ok_' + metric], len(s['splits']))} |"
                 )
             out.append("")
     # global vs mean-field ELBO at the same depth, split by split
@@ -588,7 +605,8 @@ def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
         "",
         f"Regenerate: `{REPORT_COMMAND}`",
         "",
-        "| dataset | depth | steps | splits | ELBO/N mean_field | ELBO/N global | global ≥ mean_field |",
+        "| dataset | depth | steps | splits | ELBO/N mean_field | ELBO/N global | global ≥ "
+        "mean_field |",
         "|---|---|---|---|---|---|---|",
     ]
     by = {(s["dataset"], s["depth"], s["steps"], _method(s)): s for s in rows if s["model"] == "gp"}
@@ -601,7 +619,8 @@ def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
             continue
         out.append(
             f"| {d} | {depth} | {steps} | {len(common)} | {_fmt(*mf['elbo_per_datapoint'])} | "
-            f"{_fmt(*s['elbo_per_datapoint'])} | {'yes' if s['elbo_per_datapoint'][0] >= mf['elbo_per_datapoint'][0] else '**no**'} |"
+            f"{_fmt(*s['elbo_per_datapoint'])} | "
+            f"{'yes' if s['elbo_per_datapoint'][0] >= mf['elbo_per_datapoint'][0] else '**no**'} |"
         )
     out += [
         "",
@@ -609,11 +628,12 @@ def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
         "",
         f"Regenerate: `{REPORT_COMMAND}`",
         "",
-        "First logged step at which the training ELBO (averaged over blocks of steps) has made 99% of its "
-        "improvement from the first to the final value (the mean of the last 5% of the trace), and first step "
-        "within 0.05 nats per datapoint of that final value. Mean over splits. The first ELBO values are very "
-        "low (tens of nats below the final), so the 99% criterion is loose; the 0.05 one is the stricter. A "
-        "run's final value is its own: compare families at the same step count (the 20,000-step rows).",
+        "First logged step at which the training ELBO (averaged over blocks of steps) has made 99% "
+        "of its improvement from the first to the final value (the mean of the last 5% of the "
+        "trace), and first step within 0.05 nats per datapoint of that final value. Mean over "
+        "splits. The first ELBO values are very low (tens of nats below the final), so the 99% "
+        "criterion is loose; the 0.05 one is the stricter. A run's final value is its own: compare "
+        "families at the same step count (the 20,000-step rows).",
         "",
         "| dataset | method | depth | steps run | splits | steps to 99% | steps to final − 0.05 |",
         "|---|---|---|---|---|---|---|",
@@ -639,15 +659,16 @@ def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
         rows, key=lambda s: (s["model"], s["dataset"], s["depth"], _method(s), s["steps"])
     ):
         out.append(
-            f"| {s['dataset']} | {_method(s)} | {s['depth']} | {s['steps']} | {s['ms_per_step']:.1f} | "
-            f"{s['elbo_se_max']:.4f} | {', '.join(s['commits'])} |"
+            f"| {s['dataset']} | {_method(s)} | {s['depth']} | {s['steps']} | "
+            f"{s['ms_per_step']:.1f} | {s['elbo_se_max']:.4f} | {', '.join(s['commits'])} |"
         )
     out += [
         "",
-        "ms/step is wall time on a shared 2-core machine (one niced TensorFlow thread); compare only "
-        "within one sweep run, as ratios.",
+        "ms/step is wall time on a shared 2-core machine (one niced TensorFlow thread); compare "
+        "only within one sweep run, as ratios.",
         "",
-        "Plots: `test_ll_<dataset>.png`, `elbo_<dataset>.png` (one per data set), `convergence.png`.",
+        "Plots: `test_ll_<dataset>.png`, `elbo_<dataset>.png` (one per data set), "
+        "`convergence.png`.",
         "",
     ]
     return "\n".join(out)
@@ -695,7 +716,8 @@ def render_latent_comparison(records: List[Dict], command: str = REPORT_COMMAND)
         if not common:
             lines.append(
                 f"| {r0['dataset']} | {r0['posterior']} | {r0['depth']} | {r0['latent_dim']} | "
-                f"{r0.get('importance_samples') or 1} | 0 | — | — | — | — | — | no plain run on these splits |"
+                f"{r0.get('importance_samples') or 1} | 0 | — | — | — | — | — | no plain run on "
+                "these splits |"
             )
             continue
         diffs = [r["test_ll"] - by_split[r["split"]]["test_ll"] for r in common]
@@ -713,8 +735,9 @@ def render_latent_comparison(records: List[Dict], command: str = REPORT_COMMAND)
             helps = "yes" if d - 2 * dse > 0 else ("no" if d + 2 * dse < 0 else "unclear")
         lines.append(
             f"| {r0['dataset']} | {r0['posterior']} | {r0['depth']} | {r0['latent_dim']} | "
-            f"{r0.get('importance_samples') or 1} | {len(common)} | {_fmt(pl, pse)} | {_fmt(lat, lse)} | "
-            f"{_fmt(d, dse)} | {rmse_p:.2f} / {rmse_l:.2f} | {cost:.1f} | {helps} |"
+            f"{r0.get('importance_samples') or 1} | {len(common)} | {_fmt(pl, pse)} | "
+            f"{_fmt(lat, lse)} | {_fmt(d, dse)} | {rmse_p:.2f} / {rmse_l:.2f} | {cost:.1f} | "
+            f"{helps} |"
         )
     if not lines:
         return ""
@@ -726,15 +749,17 @@ def render_latent_comparison(records: List[Dict], command: str = REPORT_COMMAND)
                 "",
                 f"Regenerate: `{command}`",
                 "",
-                "A latent-variable deep GP (a `latent_dim`-dimensional w per point in front of the first layer, "
-                "trained with the importance-weighted bound, K draws of w per point) against the plain model of the "
-                "same family, depth, M and steps, on the splits both have. *Δ test LL* is latent minus plain, "
-                "mean ± SE over those splits; *helps* says whether Δ is more than two SE above zero (yes), below it "
-                "(no), or neither (unclear); with one split only the sign is given. *cost* is the latent model's "
-                "median ms per step over the plain one's, each from its own sweep (the load of the machine differed).",
+                "A latent-variable deep GP (a `latent_dim`-dimensional w per point in front of the "
+                "first layer, trained with the importance-weighted bound, K draws of w per point) "
+                "against the plain model of the same family, depth, M and steps, on the splits "
+                "both have. *Δ test LL* is latent minus plain, mean ± SE over those splits; "
+                "*helps* says whether Δ is more than two SE above zero (yes), below it (no), or "
+                "neither (unclear); with one split only the sign is given. *cost* is the latent "
+                "model's median ms per step over the plain one's, each from its own sweep (the "
+                "load of the machine differed).",
                 "",
-                "| dataset | family | depth | latent dim | K | splits | plain test LL | latent test LL | Δ test LL | "
-                "RMSE plain / latent | cost (× plain) | helps |",
+                "| dataset | family | depth | latent dim | K | splits | plain test LL | latent "
+                "test LL | Δ test LL | RMSE plain / latent | cost (× plain) | helps |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             + sorted(lines)
@@ -744,7 +769,8 @@ def render_latent_comparison(records: List[Dict], command: str = REPORT_COMMAND)
 
 
 #: K of the choice on validation data: a configuration is eligible when it has a validation line on
-#: each of splits 0, ..., K - 1, and it is scored by its mean validation LL over exactly those splits.
+#: each of splits 0, ..., K - 1, and it is scored by its mean validation LL over exactly those
+#: splits.
 VALIDATION_SPLITS = 3
 
 #: Two mean validation LLs closer than this count as a tie (:func:`choose_on_validation`).
@@ -759,13 +785,13 @@ PICKED_ON_TEST = "picked on test data"
 def validation_candidates(
     records: Iterable[Dict], k: int = VALIDATION_SPLITS
 ) -> "OrderedDict[str, List[Dict]]":
-    """Per data set, every configuration with result lines trained on a validation split (``validation``
-    set; the random 90/10 splits only), in first-line order: a dict with ``config`` (its first line),
-    ``key`` (:func:`config_key`), ``runs`` (one line per split, the last of repeated lines, in split
-    order), ``eligible`` (a line on every split ``0..k-1``, each with a finite validation LL),
-    ``missing`` (those of splits ``0..k-1`` it lacks), ``valid_ll`` and ``valid_rmse`` (means over
-    splits ``0..k-1``; NaN when not eligible), ``test_ll`` (mean, SE over all its splits) and
-    ``ms_per_step`` (median over its splits)."""
+    """Per data set, every configuration with result lines trained on a validation split
+    (``validation`` set; the random 90/10 splits only), in first-line order: a dict with ``config``
+    (its first line), ``key`` (:func:`config_key`), ``runs`` (one line per split, the last of
+    repeated lines, in split order), ``eligible`` (a line on every split ``0..k-1``, each with a
+    finite validation LL), ``missing`` (those of splits ``0..k-1`` it lacks), ``valid_ll`` and
+    ``valid_rmse`` (means over splits ``0..k-1``; NaN when not eligible), ``test_ll`` (mean, SE over
+    all its splits) and ``ms_per_step`` (median over its splits)."""
     per: "OrderedDict[str, OrderedDict[str, Dict[int, Dict]]]" = OrderedDict()
     for r in records:
         if not r.get("validation") or r.get("protocol", "random") != "random":
@@ -848,8 +874,8 @@ PAPER_METHOD_NAMES = {
 def published_from_reference(reference: Dict) -> List[Dict]:
     """The papers' deep-GP test log-likelihoods of :func:`load_reference` as rows like
     ``benchmarks/results/medium/published.csv``'s: ``dataset``, ``source`` (the paper: ``O&A``,
-    ``Lindinger``, ``Rossi``), ``method`` (e.g. ``GI``), ``depth``, ``test_ll``, ``se``, ``n_splits``,
-    ``protocol`` (``80/20`` for a source that says so, else ``random 90/10``)."""
+    ``Lindinger``, ``Rossi``), ``method`` (e.g. ``GI``), ``depth``, ``test_ll``, ``se``,
+    ``n_splits``, ``protocol`` (``80/20`` for a source that says so, else ``random 90/10``)."""
     out = []
     for (model, dataset, posterior, depth, _prior), metrics in reference.items():
         if model != "gp" or "test_ll" not in metrics:
@@ -887,7 +913,8 @@ def best_published(
 
 
 def published_name(p: Dict) -> str:
-    """A published row's name, e.g. ``Lindinger SGHMC-3`` (no depth suffix when the paper gives none)."""
+    """A published row's name, e.g. ``Lindinger SGHMC-3`` (no depth suffix when the paper gives
+    none)."""
     return f"{p['source']} {p['method']}{'-' + str(p['depth']) if p['depth'] else ''}"
 
 
@@ -904,16 +931,18 @@ def validation_rule_text(k: int = VALIDATION_SPLITS) -> str:
     from deepgp_gi.datasets.uci import VALIDATION_SEED_OFFSET
 
     return (
-        f"*{CHOSEN_ON_VALIDATION.capitalize()}*: a configuration trained with `validation` (the sweep key; "
-        f"`deepgp-gi uci --validation`) holds out 10 % of each split's training rows (a permutation of them from "
-        f"`numpy.random.default_rng({VALIDATION_SEED_OFFSET} + split)`, the first round(0.1 N) held out; "
-        "`deepgp_gi.datasets.load_uci(name, split, validation=0.1)`), fits the other 90 % (normalised with their "
-        "own statistics) and records its log-likelihood on the held-out rows beside the test one. Per data set, "
-        f"among the configurations with such a line on each of splits 0-{k - 1}, the one with the best mean "
-        f"validation LL over those {k} splits is chosen (a tie goes to the lower median ms per step); its "
-        "test LL is then the mean over every split it has, and the test rows play no part in the choice. "
-        f"*{PICKED_ON_TEST.capitalize()}*: the row with the best mean test LL among the rows trained on the whole "
-        "training splits, whose test LL both picked it and is reported (optimistic by the choice)."
+        f"*{CHOSEN_ON_VALIDATION.capitalize()}*: a configuration trained with `validation` (the "
+        "sweep key; `deepgp-gi uci --validation`) holds out 10 % of each split's training rows (a "
+        f"permutation of them from `numpy.random.default_rng({VALIDATION_SEED_OFFSET} + split)`, "
+        "the first round(0.1 N) held out; `deepgp_gi.datasets.load_uci(name, split, "
+        "validation=0.1)`), fits the other 90 % (normalised with their own statistics) and records "
+        "its log-likelihood on the held-out rows beside the test one. Per data set, among the "
+        f"configurations with such a line on each of splits 0-{k - 1}, the one with the best mean "
+        f"validation LL over those {k} splits is chosen (a tie goes to the lower median ms per "
+        "step); its test LL is then the mean over every split it has, and the test rows play no "
+        f"part in the choice. *{PICKED_ON_TEST.capitalize()}*: the row with the best mean test LL "
+        "among the rows trained on the whole training splits, whose test LL both picked it and is "
+        "reported (optimistic by the choice)."
     )
 
 
@@ -923,10 +952,10 @@ def render_validation(
     command: str = REPORT_COMMAND,
     k: int = VALIDATION_SPLITS,
 ) -> str:
-    """The section on the choice on validation data (:func:`choose_on_validation`): per data set with
-    validation lines, the chosen configuration's test LL beside the best published number of the same
-    protocol and beside the row picked by its own test LL; then every candidate with its validation
-    and test LL. Empty when no line has a validation split."""
+    """The section on the choice on validation data (:func:`choose_on_validation`): per data set
+    with validation lines, the chosen configuration's test LL beside the best published number of
+    the same protocol and beside the row picked by its own test LL; then every candidate with its
+    validation and test LL. Empty when no line has a validation split."""
     cands = validation_candidates(records, k)
     if not cands:
         return ""
@@ -941,9 +970,9 @@ def render_validation(
         "",
         validation_rule_text(k),
         "",
-        f"| dataset | candidates ({k} splits) | {CHOSEN_ON_VALIDATION} | depth | steps | validation LL "
-        f"(splits 0-{k - 1}) | test LL | splits | best published ({RANDOM_PROTOCOL}) | gap | "
-        f"{PICKED_ON_TEST} (whole training splits) | its test LL |",
+        f"| dataset | candidates ({k} splits) | {CHOSEN_ON_VALIDATION} | depth | steps | "
+        f"validation LL (splits 0-{k - 1}) | test LL | splits | best published ({RANDOM_PROTOCOL}) "
+        f"| gap | {PICKED_ON_TEST} (whole training splits) | its test LL |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for dataset in sorted(cands):
@@ -952,8 +981,8 @@ def render_validation(
         top = max(ours, key=lambda s: s["test_ll"][0]) if ours else None
         top_cells = (
             (
-                f"{_method(top)}, depth {top['depth']}, {top['steps']} steps, {len(top['splits'])} splits | "
-                f"{_fmt(*top['test_ll'])}"
+                f"{_method(top)}, depth {top['depth']}, {top['steps']} steps, {len(top['splits'])} "
+                f"splits | {_fmt(*top['test_ll'])}"
             )
             if top
             else "— | —"
@@ -961,25 +990,25 @@ def render_validation(
         c = chosen.get(dataset)
         if c is None:
             out.append(
-                f"| {dataset} | {eligible} of {len(cands[dataset])} | none eligible yet | — | — | — | — | — | — "
-                f"| — | {top_cells} |"
+                f"| {dataset} | {eligible} of {len(cands[dataset])} | none eligible yet | — | — | "
+                f"— | — | — | — | — | {top_cells} |"
             )
             continue
         cfg, pub = c["config"], best_published(dataset, published, RANDOM_PROTOCOL)
         pub_cell = f"{published_name(pub)} {pub['test_ll']:.2f}" if pub else "—"
         out.append(
-            f"| {dataset} | {eligible} of {len(cands[dataset])} | {_plain_method(cfg)} | {cfg['depth']} | "
-            f"{cfg['steps']} | {c['valid_ll']:.2f} | {_fmt(*c['test_ll'])} | {len(c['runs'])} | {pub_cell} | "
-            f"{gap_text(c['test_ll'][0], pub)} | {top_cells} |"
+            f"| {dataset} | {eligible} of {len(cands[dataset])} | {_plain_method(cfg)} | "
+            f"{cfg['depth']} | {cfg['steps']} | {c['valid_ll']:.2f} | {_fmt(*c['test_ll'])} | "
+            f"{len(c['runs'])} | {pub_cell} | {gap_text(c['test_ll'][0], pub)} | {top_cells} |"
         )
     out += [
         "",
         "Every configuration with validation lines (eligible: a line on each of splits "
-        f"0-{k - 1}); validation LL and RMSE are means over those splits, the test LL over all its splits. Test LL, "
-        "validation LL and RMSE in original units.",
+        f"0-{k - 1}); validation LL and RMSE are means over those splits, the test LL over all its "
+        "splits. Test LL, validation LL and RMSE in original units.",
         "",
-        f"| dataset | configuration | depth | steps | validation splits | validation LL (0-{k - 1}) | "
-        "validation RMSE | test LL | test splits | chosen |",
+        "| dataset | configuration | depth | steps | validation splits | validation LL "
+        f"(0-{k - 1}) | validation RMSE | test LL | test splits | chosen |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for dataset in sorted(cands):
@@ -1004,8 +1033,8 @@ def render_validation(
                 )
             mark = "**yes**" if dataset in chosen and chosen[dataset]["key"] == c["key"] else ""
             out.append(
-                f"| {dataset} | {_plain_method(cfg)} | {cfg['depth']} | {cfg['steps']} | {splits} | {valid} | "
-                f"{_fmt(*c['test_ll'])} | {len(c['runs'])} | {mark} |"
+                f"| {dataset} | {_plain_method(cfg)} | {cfg['depth']} | {cfg['steps']} | {splits} "
+                f"| {valid} | {_fmt(*c['test_ll'])} | {len(c['runs'])} | {mark} |"
             )
     return "\n".join(out) + "\n"
 
@@ -1056,8 +1085,8 @@ def plot_metric(rows: List[Dict], metric: str, label: str, path_prefix: str) -> 
         ax.set_yticks(range(len(drows)))
         ax.set_yticklabels(
             [
-                f"{'BNN' if s['model'] == 'bnn' else 'DGP'} depth {s['depth']}, {s['steps']:,} steps, "
-                f"{len(s['splits'])} split{'s' if len(s['splits']) > 1 else ''}"
+                f"{'BNN' if s['model'] == 'bnn' else 'DGP'} depth {s['depth']}, {s['steps']:,} "
+                f"steps, {len(s['splits'])} split{'s' if len(s['splits']) > 1 else ''}"
                 for s in drows
             ],
             fontsize=8,
@@ -1154,7 +1183,8 @@ LINDINGER_STAR_BEATS_MF = {
 
 
 def _extrapolation_runs(records: List[Dict]) -> "OrderedDict[Tuple, List[Dict]]":
-    """Extrapolation lines grouped by (dataset, depth, steps, method); one line per split (the last)."""
+    """Extrapolation lines grouped by (dataset, depth, steps, method); one line per split (the
+    last)."""
     groups: "OrderedDict[Tuple, Dict[int, Dict]]" = OrderedDict()
     for r in records:
         groups.setdefault((r["dataset"], r["depth"], r["steps"], _method(r)), {})[
@@ -1185,13 +1215,15 @@ def render_extrapolation(records: List[Dict]) -> str:
         "",
         f"Regenerate: `{REPORT_COMMAND}`",
         "",
-        '`dg.datasets.load_uci(name, split=k, protocol="extrapolation")`: a random 1-D projection of the '
-        "standardised inputs drawn from seed k; train on the lower half, test on the upper half. Mean ± one "
-        "standard error over the splits run. *calibration error*: mean |observed − nominal| coverage of the "
-        "central predictive intervals at levels 0.05, 0.10, …, 1.0 (0 is perfectly calibrated; pooled over "
-        "splits); *coverage 90%*: the fraction of test targets inside the central 90% interval.",
+        '`dg.datasets.load_uci(name, split=k, protocol="extrapolation")`: a random 1-D projection '
+        "of the standardised inputs drawn from seed k; train on the lower half, test on the upper "
+        "half. Mean ± one standard error over the splits run. *calibration error*: mean |observed "
+        "− nominal| coverage of the central predictive intervals at levels 0.05, 0.10, …, 1.0 (0 "
+        "is perfectly calibrated; pooled over splits); *coverage 90%*: the fraction of test "
+        "targets inside the central 90% interval.",
         "",
-        "| dataset | method | depth | steps | splits | test LL | RMSE | ELBO/N | calibration error | coverage 90% |",
+        "| dataset | method | depth | steps | splits | test LL | RMSE | ELBO/N | calibration error "
+        "| coverage 90% |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (d, depth, steps, method), rs in sorted(runs.items()):
@@ -1200,16 +1232,18 @@ def render_extrapolation(records: List[Dict]) -> str:
         levels, observed = calibration_curve(pit)
         cov90 = calibration_curve(pit, np.array([0.9]))[1][0]
         out.append(
-            f"| {d} | {method} | {depth} | {steps} | {len(rs)} | {_fmt(ll[0], ll[1])} | {_fmt(rm[0], rm[1])} | "
-            f"{_fmt(el[0], el[1])} | {np.mean(np.abs(observed - levels)):.3f} | {cov90:.2f} |"
+            f"| {d} | {method} | {depth} | {steps} | {len(rs)} | {_fmt(ll[0], ll[1])} | "
+            f"{_fmt(rm[0], rm[1])} | {_fmt(el[0], el[1])} | "
+            f"{np.mean(np.abs(observed - levels)):.3f} | {cov90:.2f} |"
         )
     out += [
         "",
-        "Frequency with which stripes_arrow's log predictive density beats the rival's on a test point "
-        "(mean ± SE over the splits both ran; Lindinger Table 2 has it against mean-field at 3 layers, "
-        "10 repetitions):",
+        "Frequency with which stripes_arrow's log predictive density beats the rival's on a test "
+        "point (mean ± SE over the splits both ran; Lindinger Table 2 has it against mean-field at "
+        "3 layers, 10 repetitions):",
         "",
-        "| dataset | depth | steps | STAR | rival | splits | STAR beats rival | Lindinger (vs MF, 3 layers) |",
+        "| dataset | depth | steps | STAR | rival | splits | STAR beats rival | Lindinger (vs MF, "
+        "3 layers) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for (d, depth, steps, method), star in sorted(runs.items()):
@@ -1246,13 +1280,15 @@ def render_extrapolation(records: List[Dict]) -> str:
 
 
 def plot_calibration(records: List[Dict], path: str) -> bool:
-    """Observed against nominal coverage of the central predictive intervals: one panel per (dataset,
-    step budget) and in it one line per configuration (a row of the extrapolation table), so that a
-    method run at two budgets is not listed twice in a panel; a method keeps its colour in every panel."""
+    """Observed against nominal coverage of the central predictive intervals: one panel per
+    (dataset, step budget) and in it one line per configuration (a row of the extrapolation table),
+    so that a method run at two budgets is not listed twice in a panel; a method keeps its colour in
+    every panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from deepgp_gi.metrics import calibration_curve
 
     runs = _extrapolation_runs(records)
@@ -1371,8 +1407,8 @@ def cmd_layers(args) -> int:
         )
         first = " (layer 0: the latent coordinate)" if cfg.get("latent_dim") else ""
         lines = [
-            f"{group}: {cfg['dataset']} {cfg['posterior']}-{cfg['depth']}{_decay_label(cfg)} split {split}, "
-            f"{state}, first {rows} training rows, 16 joint samples{noise_text}{first}",
+            f"{group}: {cfg['dataset']} {cfg['posterior']}-{cfg['depth']}{_decay_label(cfg)} split "
+            f"{split}, {state}, first {rows} training rows, 16 joint samples{noise_text}{first}",
             "",
             "| layer | between-row variance of the mean | within-sample variance |",
             "|---|---|---|",
@@ -1386,7 +1422,8 @@ def cmd_layers(args) -> int:
         if args.out:
             with open(args.out, "a") as fh:
                 fh.write(
-                    f"Command: `python {' '.join(shlex.quote(a) for a in [sys.argv[0]] + sys.argv[1:])}`\n\n{text}\n"
+                    "Command: `python "
+                    f"{' '.join(shlex.quote(a) for a in [sys.argv[0]] + sys.argv[1:])}`\n\n{text}\n"
                 )
     if not found:
         print(

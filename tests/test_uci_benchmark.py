@@ -258,7 +258,8 @@ def test_mean_se_and_two_se_rule():
     assert math.isnan(uci.mean_se([1.0])[1])
     assert uci.within_two_se(-2.41, 0.03, -2.50, 0.04) is True  # 0.09 <= 2 * 0.05
     assert uci.within_two_se(-2.39, 0.03, -2.50, 0.04) is False
-    # one split: our SE is the paper's split-to-split SD, 0.05 * sqrt(20) = 0.2236; 2 * sqrt(0.2236^2 + 0.05^2) = 0.458
+    # one split: our SE is the paper's split-to-split SD, 0.05 * sqrt(20) = 0.2236;
+    # 2 * sqrt(0.2236^2 + 0.05^2) = 0.458
     assert uci.within_two_se(-2.05, float("nan"), -2.50, 0.05, 20) is True
     assert uci.within_two_se(-2.03, float("nan"), -2.50, 0.05, 20) is False
     assert uci.within_two_se(-2.49, float("nan"), -2.50, 0.05) is None
@@ -459,8 +460,8 @@ def test_extrapolation_section_against_hand_computation(tmp_path):
     )
     f_plain = np.mean(plain_pts > mf_pts[0])
     assert (
-        f"| kin8nm | 2 | 100 | stripes_arrow (plain) | mean_field | 1 | {f_plain:.2f} (1 split) | 0.36 ± 0.03 |"
-        in extra
+        f"| kin8nm | 2 | 100 | stripes_arrow (plain) | mean_field | 1 | {f_plain:.2f} (1 split) | "
+        "0.36 ± 0.03 |" in extra
     )
     assert (
         f"| kin8nm | stripes_arrow (plain) | 2 | 100 | 1 | {plain_pts.mean():.2f} (1 split) |"
@@ -468,8 +469,8 @@ def test_extrapolation_section_against_hand_computation(tmp_path):
     )
     ll = [star_pts[s].mean() for s in (0, 1)]
     assert (
-        f"| kin8nm | stripes_arrow | 2 | 100 | 2 | {np.mean(ll):.2f} ± {np.std(ll, ddof=1) / np.sqrt(2):.2f} |"
-        in extra
+        f"| kin8nm | stripes_arrow | 2 | 100 | 2 | {np.mean(ll):.2f} ± "
+        f"{np.std(ll, ddof=1) / np.sqrt(2):.2f} |" in extra
     )
     assert (tmp_path / "rep" / "calibration.png").stat().st_size > 1000
     # per-point lines of different lengths cannot be compared
@@ -518,8 +519,8 @@ def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paire
     for protocol, suffix in (("ours", ""), ("lindinger", f" ({mark})")):
         f = np.mean(pts[protocol, "stripes_arrow"] > pts[protocol, "mean_field"])
         assert (
-            f"| concrete | 2 | 100 | stripes_arrow{suffix} | mean_field{suffix} | 1 | {f:.2f} (1 split) | "
-            "0.57 ± 0.04 |"
+            f"| concrete | 2 | 100 | stripes_arrow{suffix} | mean_field{suffix} | 1 | {f:.2f} (1 "
+            "split) | 0.57 ± 0.04 |"
         ) in extra
     # no row pairs one protocol's STAR with the other's mean-field
     assert f"| stripes_arrow | mean_field ({mark}) |" not in extra
@@ -529,7 +530,8 @@ def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paire
 def test_calibration_plot_draws_each_configuration_once(tmp_path, monkeypatch):
     """The report's extrapolation lines of one method at two step budgets (and the plain-STAR
     variant) are different configurations: each is one line, in a panel of its dataset and step
-    budget, so that no method is listed twice in a panel; a method keeps its colour in every panel."""
+    budget, so that no method is listed twice in a panel; a method keeps its colour in every
+    panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -761,7 +763,8 @@ def test_the_validation_key_is_normalised_and_older_lines_have_none():
     for bad in (0, 1.0, -0.5, "yes"):
         with pytest.raises((TypeError, ValueError), match="validation"):
             uci.normalise_config({"dataset": "boston", "validation": bad})
-    # a line written before the key matches the configuration without a validation split, not one with it
+    # a line written before the key matches the configuration without a validation split, not one
+    # with it
     old = _line(0, 0.01, -2.4, -0.3, 3.0)
     plain = uci.normalise_config({k: v for k, v in old.items() if k in uci.CONFIG_KEYS})
     assert plain["validation"] is None and uci.config_key(old) == uci.config_key(plain)
@@ -879,17 +882,18 @@ def test_the_report_has_the_validation_section_with_the_choice_and_the_test_pick
     )
     md = (tmp_path / "rep" / "uci.md").read_text()
     assert "## Chosen on validation data" in md and "numpy.random.default_rng(1000 + split)" in md
-    # the choice, against the best 90/10 number (O&A's GI-2, not Rossi's 80/20 BSGP), beside the test-picked row
+    # the choice, against the best 90/10 number (O&A's GI-2, not Rossi's 80/20 BSGP), beside the
+    # test-picked row
     assert (
-        "| boston | 1 of 2 | global | 2 | 100 | -2.30 | -2.50 ± 0.00 | 3 | O&A GI-2 -2.42 | -0.08 | "
-        "mean_field, depth 2, 100 steps, 3 splits | -2.35 ± 0.00 |"
+        "| boston | 1 of 2 | global | 2 | 100 | -2.30 | -2.50 ± 0.00 | 3 | O&A GI-2 -2.42 | -0.08 "
+        "| mean_field, depth 2, 100 steps, 3 splits | -2.35 ± 0.00 |"
     ) in md
     assert (
         "| boston | global | 2 | 100 | 0, 1, 2 | -2.30 | 2.5 | -2.50 ± 0.00 | 3 | **yes** |" in md
     )
     assert (
-        "| boston | mean_field | 3 | 100 | 0, 1 | not eligible: lacks split 2 | — | -2.20 ± 0.00 | 2 |  |"
-        in md
+        "| boston | mean_field | 3 | 100 | 0, 1 | not eligible: lacks split 2 | — | -2.20 ± 0.00 | "
+        "2 |  |" in md
     )
     # the full tables keep the validation rows apart, marked
     assert "| boston | global (validation 10%) | 2 | 100 | 100 | 3 | -2.50 ± 0.00 |" in md
