@@ -26,13 +26,14 @@ global inducing points (O&A 2021; depths 2, 3), three seeds each:
   evaluated in chunks of ``--eval-chunk`` images so memory stays bounded: with ``--test-samples``
   (100) draws at the end, with ``--trace-samples`` (10) every ``--eval-every`` steps.
 
-Every cell trains in segments of ``--eval-every`` steps. ``fit`` checkpoints each segment's end to
-the cell's folder under ``--checkpoint-dir`` and resumes from there, so the sweep can be stopped and
-restarted at will: a cell in the results file is skipped, an interrupted one resumes from its last
-checkpoint. The checkpoint folder does not depend on ``--steps``: a later sweep with more steps
-continues a finished cell's run (the minibatches and noise are functions of the seed and step, so
-it is the run an uninterrupted longer sweep would have made). After each segment one JSON line goes
-to the trace file (``--trace``: step, accuracy, test LL, ECE, the minibatch ELBO, the segment's
+Every cell runs in a process of its own (so its memory goes back to the system when it ends;
+``--in-process`` runs them all in one) and trains in segments of ``--eval-every`` steps. ``fit``
+checkpoints each segment's end to the cell's folder under ``--checkpoint-dir`` and resumes from
+there, so the sweep can be stopped and restarted at will: a cell in the results file is skipped,
+an interrupted one resumes from its last checkpoint. The checkpoint folder does not depend on
+``--steps``: a later sweep with more steps continues a finished cell's run (the minibatches and
+noise are functions of the seed and step, so it is the run an uninterrupted longer sweep would have
+made). After each segment one JSON line goes to the trace file (``--trace``: step, accuracy, test LL, ECE, the minibatch ELBO, the segment's
 ms/step and the cumulative times), and at the end of a cell ONE JSON line to the results file.
 
     python tools/fetch_mnist.py            # once: MNIST to ~/.cache/deepgp_gi/mnist.npz
@@ -57,6 +58,7 @@ import math
 import os
 import re
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,7 +66,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads  # noqa: E402
+from benchmarks.common import append_line, code_commit, mean_se, portable, read_lines, set_threads  # noqa: E402
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -100,19 +102,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # ------------------------------------------------------------------------------ recorded commands
 
 def portable_path(path: str) -> str:
-    """``path`` as a result line records it: relative paths as given, an absolute one relative to the
-    repository root or the working directory when inside them, else ``<dir>/<name>`` (no machine
-    paths in the results)."""
-    p = Path(os.path.expanduser(path))
-    if not p.is_absolute():
-        return path
-    p = p.resolve()
-    for base in (REPO_ROOT, Path.cwd().resolve()):
-        try:
-            return str(p.relative_to(base))
-        except ValueError:
-            continue
-    return f"<dir>/{p.name}"
+    """``path`` as a result line records it: a relative path as given, an absolute one through
+    :func:`benchmarks.common.portable` (relative inside the checkout, ``TMP_DIR/<name>`` elsewhere,
+    ``CKPT_DIR`` for a checkpoint folder), so no machine paths reach the results."""
+    path = os.path.expanduser(path)
+    return path if not os.path.isabs(path) else portable(os.path.abspath(path))
 
 
 def recorded_command(subcommand_argv: Sequence[str]) -> str:
@@ -286,17 +280,22 @@ def run_cell(args, data, posterior: str, depth: int, seed: int, command: str) ->
 
 
 def sweep(args, argv: Sequence[str]) -> None:
+    """Run the cells not yet in ``args.out``: each in a process of its own (the default: a cell's
+    memory goes back to the system when it ends), or all in this one with ``--in-process``."""
     from tqdm.auto import tqdm
 
     set_threads(args.threads)
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")  # each segment's fit traces its step anew; that is expected here
-    command = recorded_command(argv)
+    command = args.command_text or recorded_command(argv)
     cells = planned_cells(args.posteriors.split(","), [int(d) for d in args.depths.split(",")],
                           [int(s) for s in args.seeds.split(",")])
     data = load_data(args)
     N, N_test = len(data[0]), len(data[2])
+    if not args.in_process:
+        del data
+    failed = []
     bar = tqdm(cells, desc="cells", dynamic_ncols=True)
     for posterior, depth, seed in bar:
         key = (data_label(args), N, posterior, depth, seed, args.num_inducing, min(args.batch_size, N), float(args.lr),
@@ -306,9 +305,32 @@ def sweep(args, argv: Sequence[str]) -> None:
             continue
         bar.set_description(f"{posterior} d{depth} s{seed}")
         bar.write(f"== {posterior} depth {depth} seed {seed}: {args.steps} steps")
-        row = run_cell(args, data, posterior, depth, seed, command)
-        append_line(args.out, row)
-        bar.write(json.dumps(row))
+        if args.in_process:
+            row = run_cell(args, data, posterior, depth, seed, command)
+            append_line(args.out, row)
+            bar.write(json.dumps(row))
+            continue
+        rc = run_cell_process(argv, posterior, depth, seed, command)
+        if rc in (-2, 130):  # interrupted (Ctrl-C): stop the sweep
+            raise SystemExit(rc)
+        if rc != 0:  # e.g. killed for memory: the next cells still run; a rerun resumes this one
+            bar.write(f"!! {posterior} depth {depth} seed {seed} failed (exit status {rc})")
+            failed.append((posterior, depth, seed))
+    if failed:
+        raise SystemExit(f"{len(failed)} cell(s) failed: {failed}; rerun the sweep to resume them")
+
+
+def run_cell_process(argv: Sequence[str], posterior: str, depth: int, seed: int, command: str) -> int:
+    """Run one cell as ``python benchmarks/mnist_dgp.py <argv> --in-process`` restricted to it, with
+    the ``deepgp_gi`` this process imported first on the child's path; its exit status."""
+    import deepgp_gi
+
+    env = dict(os.environ)
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(deepgp_gi.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
+    child = [sys.executable, os.path.abspath(__file__), *argv, "--posteriors", posterior, "--depths", str(depth),
+             "--seeds", str(seed), "--in-process", "--command-text", command]
+    return subprocess.call(child, env=env)
 
 
 # ---------------------------------------------------------------------------------------- report
@@ -340,8 +362,11 @@ def report(args, argv: Sequence[str]) -> str:
     run_total = sum(PRESWEEP_MS_PER_STEP.get((p, d), float("nan")) for p, d, _ in planned) * args.steps / 1000
     if min(steps_run) < PAPER_STEPS:
         lines += [
-            f"**Steps per cell: {', '.join(f'{s:,}' for s in steps_run)}, not the paper's {PAPER_STEPS:,}.** "
-            "At the ms/step timed before the sweep on this 2-core CPU shared with other jobs (mean-field depth 1, 2, 3: "
+            f"**Steps per cell: {', '.join(f'{s:,}' for s in steps_run)}, not the paper's {PAPER_STEPS:,}** (DSVI's "
+            "schedule for its small and medium data sets, of which MNIST's 60,000 images are one; the large-data "
+            "schedule, 100,000, is for the sets of 500,000 points and more). "
+            "At the ms/step timed before the sweep on this 2-core CPU shared with other jobs (load average 1 to 5; "
+            "mean-field depth 1, 2, 3: "
             f"{PRESWEEP_MS_PER_STEP[('mean_field', 1)]}, {PRESWEEP_MS_PER_STEP[('mean_field', 2)]}, "
             f"{PRESWEEP_MS_PER_STEP[('mean_field', 3)]}; global depth 2, 3: {PRESWEEP_MS_PER_STEP[('global', 2)]}, "
             f"{PRESWEEP_MS_PER_STEP[('global', 3)]}), the {len(planned)} cells would take about {_hours(paper_total)} "
@@ -466,6 +491,9 @@ def main(argv: Optional[Sequence[str]] = None):
     s.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: its default)")
     s.add_argument("--checkpoint-dir", default=CHECKPOINTS)
     s.add_argument("--out", default=RESULTS)
+    s.add_argument("--in-process", action="store_true",
+                   help="run every cell in this process (default: one process per cell, so memory is returned)")
+    s.add_argument("--command-text", default=None, help=argparse.SUPPRESS)  # the command a cell's process records
     r.add_argument("--results", default=RESULTS)
     r.add_argument("--data-label", default="mnist", help="the data of the 'still running' list ('mnist': the full set)")
     r.add_argument("--out", default=REPORT)
