@@ -39,7 +39,7 @@ def read_csv(path, columns=None):
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory):
     """A training and a test table (inputs a, b in large units; target y around 100; label) and
-    a regression and a classifier model fitted on the training table by ``deepgp-gi fit``."""
+    a regression model fitted on the training table by ``deepgp-gi fit``."""
     root = tmp_path_factory.mktemp("tables")
     rng = np.random.default_rng(7)
 
@@ -52,33 +52,31 @@ def tables(tmp_path_factory):
     header = ["a", "b", "y", "label"]
     train = write_csv(root / "train.csv", header, rows(30))
     test = write_csv(root / "test.csv", header, rows(12))
-    regression, classifier = str(root / "regression"), str(root / "classifier")
+    regression = str(root / "regression")
     assert (
         cli.main(["fit", train, "--target", "y", "--features", "a,b", "--out", regression] + FIT)
         == 0
     )
+    return root, train, test, regression
+
+
+@pytest.fixture(scope="module")
+def classifier(tables):
+    """A classifier of the label column fitted on the training table by ``deepgp-gi fit``."""
+    root, train, _, _ = tables
+    out = str(root / "classifier")
     assert (
         cli.main(
-            [
-                "fit",
-                train,
-                "--target",
-                "label",
-                "--features",
-                "a,b",
-                "--classes",
-                "--out",
-                classifier,
-            ]
+            ["fit", train, "--target", "label", "--features", "a,b", "--classes", "--out", out]
             + FIT
         )
         == 0
     )
-    return root, train, test, regression, classifier
+    return out
 
 
 def test_predict_writes_the_mixture_interval_in_the_table_units(tables, tmp_path, capsys):
-    _, _, test, regression, _ = tables
+    _, _, test, regression = tables
     out = str(tmp_path / "p.csv")
     assert (
         cli.main(
@@ -120,7 +118,7 @@ def test_predict_writes_the_mixture_interval_in_the_table_units(tables, tmp_path
 
 
 def test_evaluate_prints_the_figures_of_the_predictions(tables, capsys):
-    _, _, test, regression, _ = tables
+    _, _, test, regression = tables
     capsys.readouterr()
     assert (
         cli.main(
@@ -143,8 +141,8 @@ def test_evaluate_prints_the_figures_of_the_predictions(tables, capsys):
     assert record["coverage"] == float(np.mean((lower <= y) & (y <= upper)))
 
 
-def test_a_classifier_predicts_one_probability_per_class(tables, tmp_path, capsys):
-    _, _, test, _, classifier = tables
+def test_a_classifier_predicts_one_probability_per_class(tables, classifier, tmp_path, capsys):
+    _, _, test, _ = tables
     out = str(tmp_path / "p.csv")
     assert cli.main(["predict", classifier, test, "--out", out]) == 0
     header, probs = read_csv(out)
@@ -171,7 +169,7 @@ def _fails(capsys, argv, *fragments):
 
 
 def test_bad_tables_give_one_line_and_write_nothing(tables, tmp_path, capsys):
-    root, train, test, regression, _ = tables
+    root, train, test, regression = tables
     out = str(tmp_path / "out")
     fit = ["fit", train, "--out", out] + FIT
     _fails(capsys, fit + ["--target", "price"], "no column 'price' (--target)")
@@ -248,7 +246,7 @@ def test_bad_tables_give_one_line_and_write_nothing(tables, tmp_path, capsys):
 
 
 def test_an_existing_output_is_replaced_only_with_overwrite(tables, tmp_path, capsys):
-    _, train, test, regression, _ = tables
+    _, train, test, regression = tables
     pred = tmp_path / "p.csv"
     pred.write_text("keep")
     _fails(
@@ -269,7 +267,7 @@ def test_an_existing_output_is_replaced_only_with_overwrite(tables, tmp_path, ca
 
 
 def test_parquet_tables(tables, tmp_path, capsys, monkeypatch):
-    _, _, test, regression, _ = tables
+    _, _, test, regression = tables
     try:
         import pyarrow
         import pyarrow.parquet as pq
