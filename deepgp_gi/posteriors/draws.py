@@ -13,10 +13,21 @@ from typing import Callable, List, NamedTuple
 
 import tensorflow as tf
 
-from .conditionals import symmetric_quadratic_forms
-from .pseudo_data import marginal_variance
+from .conditionals import (
+    inducing_choleskies,
+    inducing_cholesky,
+    layer_mean,
+    symmetric_quadratic_forms,
+)
+from .pseudo_data import analytic_kl, draw_weights, marginal_variance, regulariser
 
-__all__ = ["InducingDraw", "unit_rows_variance", "zero_variance", "pseudo_data_variance"]
+__all__ = [
+    "InducingDraw",
+    "unit_rows_variance",
+    "zero_variance",
+    "pseudo_data_variance",
+    "pseudo_data_draw",
+]
 
 
 class InducingDraw(NamedTuple):
@@ -68,3 +79,50 @@ def pseudo_data_variance(L_B: tf.Tensor, num_units: int) -> Callable[[tf.Tensor]
     """``A [S, M, N] -> [S, N, P]``: the variance of a pseudo-data posterior with factor ``L_B``
     (:func:`~deepgp_gi.posteriors.pseudo_data.marginal_variance`)."""
     return lambda A: marginal_variance(L_B, A, num_units)
+
+
+def pseudo_data_draw(post, S: int, source, dtype, is_global: bool) -> InducingDraw:
+    """The latent-input draw of the global and local inducing posteriors ``post`` (``S`` samples,
+    noise from ``source``): every hidden layer's whitened outputs drawn
+    from the pseudo-data posterior, the last layer's integrated out with its analytic KL when
+    the family's ``propagate`` integrates it out (global inducing per ``last_layer``, local
+    inducing when its KL is analytic); the chain ``U_0 -> U_1 -> ...`` per sample for global
+    inducing, each layer's own inputs for local inducing."""
+    if any(post.weight_space):
+        raise ValueError(
+            "a latent-variable model takes GP layers only (the posterior has weight-space layers)"
+        )
+    marginal_last = (post.last_layer == "marginal") if is_global else post.kl_mode == "analytic"
+    inputs, chols, weights, terms = [], [], [], []
+    last_variance = None
+    if is_global:
+        U0 = tf.convert_to_tensor(post.inducing_inputs)
+        U = tf.broadcast_to(U0[None], tf.concat([[S], tf.shape(U0)], 0))
+    else:
+        local_chols = inducing_choleskies(post.layers)
+    for l, layer in enumerate(post.layers):
+        P = layer.output_dim
+        last = l == post.depth - 1
+        if is_global:
+            Z, L_K = U, inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
+            L_B, a_mean = post.pseudo_data[l].posterior(L_K)
+        else:  # one posterior shared by the samples
+            Z, L_K = layer.Z, local_chols[l]
+            L_B, a_mean = post.pseudo_data[l].posterior(L_K[None])
+            L_B = tf.broadcast_to(L_B, tf.concat([[S], tf.shape(L_B)[1:]], 0))
+            a_mean = tf.broadcast_to(a_mean, tf.concat([[S], tf.shape(a_mean)[1:]], 0))
+        if last and marginal_last:
+            a = a_mean
+            terms.append(analytic_kl(L_B, a_mean))
+            last_variance = pseudo_data_variance(L_B, P)
+        else:
+            eps = source.normal(f"u/{l}", tf.shape(a_mean), dtype)
+            a, lr, kl = draw_weights(L_B, a_mean, eps, analytic=post.kl_mode == "analytic")
+            terms.append(regulariser(lr, kl))
+            last_variance = zero_variance(P)
+        inputs.append(Z)
+        chols.append(L_K)
+        weights.append(a)
+        if is_global and not last:
+            U = layer_mean(layer, U, post.residual_mean) + tf.linalg.matmul(L_K, a)
+    return InducingDraw(inputs, chols, weights, last_variance, tf.add_n(terms), post.residual_mean)

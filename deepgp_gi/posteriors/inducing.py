@@ -64,7 +64,6 @@ from ..validation import (
 from .base import DeepPosterior, Propagation
 from .conditionals import (
     conditional_mean,
-    inducing_choleskies,
     inducing_cholesky,
     inducing_factors,
     layer_mean,
@@ -72,7 +71,7 @@ from .conditionals import (
     sample_rows,
     whitened_projection,
 )
-from .draws import InducingDraw, pseudo_data_variance, zero_variance
+from .draws import InducingDraw, pseudo_data_draw
 from .prior_scales import PriorPrecisions
 from .pseudo_data import (
     KL_MODES,
@@ -107,56 +106,6 @@ DEFAULT_NUM_INDUCING = 100  # O&A App. O, UCI deep GPs
 
 class _InducingPosterior(DeepPosterior, PriorPrecisions):
     """What the global and local families share: per-layer paths, pseudo-data, options."""
-
-    def _pseudo_data_draw(
-        self, S: int, source: NoiseSource, dtype, is_global: bool
-    ) -> InducingDraw:
-        """The latent-input draw of both families: every hidden layer's whitened outputs drawn
-        from the pseudo-data posterior, the last layer's integrated out with its analytic KL when
-        the family's ``propagate`` integrates it out (global inducing per ``last_layer``, local
-        inducing when its KL is analytic); the chain ``U_0 -> U_1 -> ...`` per sample for global
-        inducing, each layer's own inputs for local inducing."""
-        if any(self.weight_space):
-            raise ValueError(
-                "a latent-variable model takes GP layers only (the posterior has weight-space "
-                "layers)"
-            )
-        marginal_last = (self.last_layer == "marginal") if is_global else self.kl_mode == "analytic"
-        inputs, chols, weights, terms = [], [], [], []
-        last_variance = None
-        if is_global:
-            U0 = tf.convert_to_tensor(self.inducing_inputs)
-            U = tf.broadcast_to(U0[None], tf.concat([[S], tf.shape(U0)], 0))
-        else:
-            local_chols = inducing_choleskies(self.layers)
-        for l, layer in enumerate(self.layers):
-            P = layer.output_dim
-            last = l == self.depth - 1
-            if is_global:
-                Z, L_K = U, inducing_cholesky(layer, U, name="K_uu (global inducing)")  # [S, M, M]
-                L_B, a_mean = self.pseudo_data[l].posterior(L_K)
-            else:  # one posterior shared by the samples
-                Z, L_K = layer.Z, local_chols[l]
-                L_B, a_mean = self.pseudo_data[l].posterior(L_K[None])
-                L_B = tf.broadcast_to(L_B, tf.concat([[S], tf.shape(L_B)[1:]], 0))
-                a_mean = tf.broadcast_to(a_mean, tf.concat([[S], tf.shape(a_mean)[1:]], 0))
-            if last and marginal_last:
-                a = a_mean
-                terms.append(analytic_kl(L_B, a_mean))
-                last_variance = pseudo_data_variance(L_B, P)
-            else:
-                eps = source.normal(f"u/{l}", tf.shape(a_mean), dtype)
-                a, lr, kl = draw_weights(L_B, a_mean, eps, analytic=self.kl_mode == "analytic")
-                terms.append(regulariser(lr, kl))
-                last_variance = zero_variance(P)
-            inputs.append(Z)
-            chols.append(L_K)
-            weights.append(a)
-            if is_global and not last:
-                U = layer_mean(layer, U, self.residual_mean) + tf.linalg.matmul(L_K, a)
-        return InducingDraw(
-            inputs, chols, weights, last_variance, tf.add_n(terms), self.residual_mean
-        )
 
     _default_log_precision: Sequence[float] = ()
 
@@ -361,7 +310,7 @@ class GlobalInducingPosterior(_InducingPosterior):
     def inducing_draw(self, num_samples: int, source: NoiseSource, dtype: tf.DType) -> InducingDraw:
         """The chain ``U_0 -> U_1 -> ...`` per sample, each hidden layer's whitened outputs drawn,
         the last layer's per ``last_layer``."""
-        return self._pseudo_data_draw(num_samples, source, dtype, is_global=True)
+        return pseudo_data_draw(self, num_samples, source, dtype, is_global=True)
 
     def __init__(
         self,
@@ -580,7 +529,7 @@ class LocalInducingPosterior(_InducingPosterior):
     def inducing_draw(self, num_samples: int, source: NoiseSource, dtype: tf.DType) -> InducingDraw:
         """Each layer's whitened outputs drawn from its own pseudo-data posterior, the last
         layer's integrated out when the KL is analytic."""
-        return self._pseudo_data_draw(num_samples, source, dtype, is_global=False)
+        return pseudo_data_draw(self, num_samples, source, dtype, is_global=False)
 
     def __init__(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 import os
@@ -346,24 +347,11 @@ def fit(
     schedule = resolve_kl_schedule(
         kl_schedule, steps=plan.steps, steps_per_epoch=plan.steps_per_epoch
     )
-    if strategy is None:
-        return _fit(
-            model,
-            data,
-            plan,
-            schedule,
-            jit_compile=jit_compile,
-            natgrad_gamma=natgrad_gamma,
-            natgrad_layers=natgrad_layers,
-            strategy=None,
-            checkpoint_dir=checkpoint_dir,
-            checkpoint_every=checkpoint_every,
-            progress=progress,
-        )
-    _check_strategy(model, strategy)
-    # the optimiser's slots, the step counter and the failure record are created under the
-    # strategy too, whether or not the caller is inside its scope already
-    with strategy.scope():
+    if strategy is not None:
+        _check_strategy(model, strategy)
+    # under a strategy, the optimiser's slots, the step counter and the failure record are created
+    # under it too, whether or not the caller is inside its scope already
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
         return _fit(
             model,
             data,
