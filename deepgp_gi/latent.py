@@ -46,9 +46,9 @@ from check_shapes import check_shapes
 
 from .layers import GPLayer
 from .layers.latent import LatentVariableLayer
-from .likelihoods import expected_log_likelihood, mixture_log_density, predict_mean_and_var
+from .likelihoods import expected_log_likelihood
 from .linalg import add_jitter, safe_cholesky
-from .models import DEFAULT_PREDICT_SAMPLES, DeepGP, mixture_moments, seed_or_deprecated_noise
+from .models import DeepGP, seed_or_deprecated_noise
 from .noise import NoiseLike, NoiseSource, as_noise_source
 from .posteriors import DeepPosterior, InducingDraw, Propagation
 from .posteriors.conditionals import (
@@ -301,17 +301,10 @@ class LatentDeepGP(DeepGP):
         )
         return GroupedPropagation(w, log_ratio, samples, mean, var, kl)
 
-    @check_shapes("X: [N, D]")
-    def propagate(
-        self, X, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
-    ) -> Propagation:
-        """The predictive propagation: ``w`` from the prior, one per sample and point; ``samples``
-        is ``[w, F_1, ..., F_L]`` (the latent coordinate first, ``[S, N, D_w]``)."""
-        return self._predictive_propagation(
-            X, num_samples, seed_or_deprecated_noise(seed, noise, "propagate")
-        )
-
-    def _predictive_propagation(self, X, num_samples: int, seed: NoiseLike) -> Propagation:
+    def _propagate(self, X, num_samples, seed) -> Propagation:
+        """The predictive propagation behind :meth:`propagate` and every prediction: ``w`` from
+        the prior, one per sample and point; ``samples`` is ``[w, F_1, ..., F_L]`` (the latent
+        coordinate first, ``[S, N, D_w]``)."""
         X = self.check_inputs(X, "Xnew")
         g = self.grouped_propagate(X, num_samples, 1, seed)
         squeeze = lambda T: T[:, :, 0]  # noqa: E731
@@ -396,67 +389,3 @@ class LatentDeepGP(DeepGP):
             batch = B if batch_size is None else batch_size
             bound = bound * (tf.cast(self.num_data, bound.dtype) / tf.cast(batch, bound.dtype))
         return bound, tf.broadcast_to(g.kl, tf.shape(bound))
-
-    # ------------------------------------------------------------------ prediction
-    def sample_layers(
-        self,
-        Xnew,
-        num_samples: int = DEFAULT_PREDICT_SAMPLES,
-        seed: NoiseLike = None,
-        *,
-        noise: NoiseLike = None,
-    ) -> List[tf.Tensor]:
-        """``[w, F_1, ..., F_L]``: the latent coordinate ``[S, N, D_w]`` drawn from the prior, then
-        one ``[S, N, N_l]`` tensor of joint samples per layer."""
-        return self._predictive_propagation(
-            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "sample_layers")
-        ).samples
-
-    @check_shapes("return[0]: [S, N, P]", "return[1]: [S, N, P]")
-    def predict_f_components(
-        self,
-        Xnew,
-        num_samples: int = DEFAULT_PREDICT_SAMPLES,
-        seed: NoiseLike = None,
-        *,
-        noise: NoiseLike = None,
-    ):
-        """Per-sample mean and variance ``[S, N, P]`` of the last layer, ``w`` from the prior."""
-        prop = self._predictive_propagation(
-            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_f_components")
-        )
-        return prop.mean, prop.var
-
-    @check_shapes("return[0]: [N, P]", "return[1]: [N, P]")
-    def predict_y(
-        self,
-        Xnew,
-        num_samples: int = DEFAULT_PREDICT_SAMPLES,
-        seed: NoiseLike = None,
-        *,
-        noise: NoiseLike = None,
-    ):
-        """Moments of the predictive mixture over ``w`` (prior) and ``f`` draws, noise included."""
-        Xnew = self.check_inputs(Xnew)
-        prop = self._predictive_propagation(
-            Xnew, num_samples, seed_or_deprecated_noise(seed, noise, "predict_y")
-        )
-        ymean, yvar = predict_mean_and_var(self.likelihood, Xnew, *self.likelihood_moments(prop))
-        return mixture_moments(ymean, yvar)
-
-    @check_shapes("return: [N]")
-    def predict_log_density(
-        self,
-        data,
-        num_samples: int = DEFAULT_PREDICT_SAMPLES,
-        seed: NoiseLike = None,
-        *,
-        noise: NoiseLike = None,
-    ) -> tf.Tensor:
-        """``[N]``: ``logsumexp_s log p(y_n | w_s, f_s) - log S`` with ``w_s`` from the prior (the
-        mixture over the latent variable and the functions)."""
-        X, Y = self.check_data(data, names=("Xnew", "Ynew"))
-        prop = self._predictive_propagation(
-            X, num_samples, seed_or_deprecated_noise(seed, noise, "predict_log_density")
-        )
-        return mixture_log_density(self.likelihood, X, *self.likelihood_moments(prop), Y)
