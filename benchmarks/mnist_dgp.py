@@ -9,7 +9,8 @@ global inducing points (O&A 2021; depths 2, 3), three seeds each:
 
 * inputs: the pixels divided by 255, so in [0, 1] (no standardisation), flattened to 784 columns;
   the targets are the labels 0..9;
-* likelihood ``gpflow.likelihoods.MultiClass(10)`` (its default ``RobustMax`` invlink, epsilon 1e-3);
+* likelihood ``gpflow.likelihoods.MultiClass(10)`` (its default ``RobustMax`` invlink, epsilon
+  1e-3);
 * ``build_deep_gp(X, Y, depth=L, posterior=..., num_inducing=100, likelihood=..., seed=seed)``, so
   the builder's DSVI initialisation: ARD squared-exponential kernels (variance 2, lengthscales 2),
   white noise 1e-5 between layers, inner width min(30, 784) = 30 with fixed PCA mean maps; for
@@ -33,8 +34,9 @@ there, so the sweep can be stopped and restarted at will: a cell in the results 
 an interrupted one resumes from its last checkpoint. The checkpoint folder does not depend on
 ``--steps``: a later sweep with more steps continues a finished cell's run (the minibatches and
 noise are functions of the seed and step, so it is the run an uninterrupted longer sweep would have
-made). After each segment one JSON line goes to the trace file (``--trace``: step, accuracy, test LL, ECE, the minibatch ELBO, the segment's
-ms/step and the cumulative times), and at the end of a cell ONE JSON line to the results file.
+made). After each segment one JSON line goes to the trace file (``--trace``: step, accuracy, test
+LL, ECE, the minibatch ELBO, the segment's ms/step and the cumulative times), and at the end of a
+cell ONE JSON line to the results file.
 
     python tools/fetch_mnist.py            # once: MNIST to ~/.cache/deepgp_gi/mnist.npz
     nice -n 19 python benchmarks/mnist_dgp.py sweep
@@ -46,6 +48,7 @@ reads another ``.npz`` of MNIST's layout (``x_train`` ``[N, 28, 28]`` uint8 ...)
 
 Run from the repository root: the default paths are relative to it.
 """
+
 from __future__ import annotations
 
 if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/_by_path.py)
@@ -79,7 +82,13 @@ CHECKPOINTS = "benchmarks/results/images/checkpoints/mnist_dgp"
 #: Depths run per posterior family by default.
 DEPTHS = {"mean_field": (1, 2, 3), "global": (2, 3)}
 #: The order of the configurations within a seed (seed 0 first, then 1, 2).
-CONFIG_ORDER = (("mean_field", 1), ("mean_field", 2), ("global", 2), ("mean_field", 3), ("global", 3))
+CONFIG_ORDER = (
+    ("mean_field", 1),
+    ("mean_field", 2),
+    ("global", 2),
+    ("mean_field", 3),
+    ("global", 3),
+)
 #: DSVI's MNIST test accuracies (%) by depth (Salimbeni & Deisenroth 2017; depth 1 is their SGP).
 PAPER_ACCURACY = {1: 97.48, 2: 98.06, 3: 98.11}
 #: The design's DSVI schedule for small and medium data sets (MNIST has 60,000 training images).
@@ -90,8 +99,13 @@ DEFAULT_STEPS = 5_000
 #: ms/step timed over a few steps of each configuration before the sweep (batch 10,000, M = 100,
 #: the whole of MNIST), on the 2-core CPU shared with other jobs (load average 1 for depth 1, 4 to
 #: 5 for the others); the report's estimate of the paper's schedule uses them.
-PRESWEEP_MS_PER_STEP = {("mean_field", 1): 311, ("mean_field", 2): 969, ("mean_field", 3): 2556,
-                        ("global", 2): 299, ("global", 3): 736}
+PRESWEEP_MS_PER_STEP = {
+    ("mean_field", 1): 311,
+    ("mean_field", 2): 969,
+    ("mean_field", 3): 2556,
+    ("global", 2): 299,
+    ("global", 3): 736,
+}
 #: Options whose values are paths (made repository-relative in the recorded command).
 PATH_OPTIONS = ("--out", "--trace", "--checkpoint-dir", "--data", "--results", "--plot")
 ECE_BINS = 15
@@ -100,6 +114,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 # ------------------------------------------------------------------------------ recorded commands
+
 
 def portable_path(path: str) -> str:
     """``path`` as a result line records it: a relative path as given, an absolute one through
@@ -128,11 +143,20 @@ def recorded_command(subcommand_argv: Sequence[str]) -> str:
 
 # ----------------------------------------------------------------------------------------- cells
 
-def planned_cells(posteriors: Sequence[str], depths: Sequence[int], seeds: Sequence[int]) -> List[Tuple[str, int, int]]:
+
+def planned_cells(
+    posteriors: Sequence[str], depths: Sequence[int], seeds: Sequence[int]
+) -> List[Tuple[str, int, int]]:
     """``(posterior, depth, seed)`` in sweep order: seed by seed, each seed in :data:`CONFIG_ORDER`
-    (so mean-field 1, mean-field 2, global 2 of seed 0 come first), then any other requested pair."""
+    (so mean-field 1, mean-field 2, global 2 of seed 0 come first), then any other requested
+    pair."""
     configs = [c for c in CONFIG_ORDER if c[0] in posteriors and c[1] in depths]
-    configs += [(p, d) for p in posteriors for d in depths if (p, d) not in configs and d in DEPTHS.get(p, (d,))]
+    configs += [
+        (p, d)
+        for p in posteriors
+        for d in depths
+        if (p, d) not in configs and d in DEPTHS.get(p, (d,))
+    ]
     return [(p, d, s) for s in seeds for (p, d) in configs]
 
 
@@ -142,8 +166,16 @@ def data_label(args) -> str:
 
 def run_key(r: Dict) -> tuple:
     """A training run: everything that changes the trajectory (not the number of steps)."""
-    return (r["data"], r["train_rows"], r["posterior"], r["depth"], r["seed"], r["num_inducing"], r["batch_size"],
-            float(r["lr"]))
+    return (
+        r["data"],
+        r["train_rows"],
+        r["posterior"],
+        r["depth"],
+        r["seed"],
+        r["num_inducing"],
+        r["batch_size"],
+        float(r["lr"]),
+    )
 
 
 def cell_key(r: Dict) -> tuple:
@@ -152,8 +184,11 @@ def cell_key(r: Dict) -> tuple:
 
 
 def checkpoint_folder(args, posterior: str, depth: int, seed: int, train_rows: int) -> Path:
-    name = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', data_label(args))}-n{train_rows}-{posterior}-d{depth}-s{seed}" \
-           f"-M{args.num_inducing}-b{args.batch_size}-lr{args.lr:g}"
+    name = (
+        f"{re.sub(r'[^A-Za-z0-9._-]+', '_', data_label(args))}"
+        f"-n{train_rows}-{posterior}-d{depth}-s{seed}"
+        f"-M{args.num_inducing}-b{args.batch_size}-lr{args.lr:g}"
+    )
     return Path(args.checkpoint_dir) / name
 
 
@@ -167,6 +202,7 @@ def checkpoint_step(folder: Path) -> int:
 
 # ------------------------------------------------------------------------------------- the model
 
+
 def load_data(args):
     import deepgp_gi as dg
 
@@ -175,9 +211,9 @@ def load_data(args):
     Xte = d.X_test.reshape(len(d.X_test), -1)
     Ytr, Yte = d.Y_train, d.Y_test
     if args.subset:
-        Xtr, Ytr = Xtr[:args.subset], Ytr[:args.subset]
+        Xtr, Ytr = Xtr[: args.subset], Ytr[: args.subset]
     if args.test_subset:
-        Xte, Yte = Xte[:args.test_subset], Yte[:args.test_subset]
+        Xte, Yte = Xte[: args.test_subset], Yte[: args.test_subset]
     return Xtr, Ytr, Xte, Yte
 
 
@@ -186,8 +222,15 @@ def build(X, Y, posterior: str, depth: int, seed: int, num_inducing: int):
 
     import deepgp_gi as dg
 
-    return dg.build_deep_gp(X, Y, depth=depth, posterior=posterior, num_inducing=num_inducing,
-                            likelihood=gpflow.likelihoods.MultiClass(10), seed=seed)
+    return dg.build_deep_gp(
+        X,
+        Y,
+        depth=depth,
+        posterior=posterior,
+        num_inducing=num_inducing,
+        likelihood=gpflow.likelihoods.MultiClass(10),
+        seed=seed,
+    )
 
 
 def evaluate(model, X, Y, num_samples: int, chunk: int, seed: int) -> Dict:
@@ -198,19 +241,25 @@ def evaluate(model, X, Y, num_samples: int, chunk: int, seed: int) -> Dict:
     probs = metrics.predict_class_probabilities(model, X, num_samples, chunk_size=chunk, seed=seed)
     labels = np.asarray(Y[:, 0], dtype=np.int64)
     lpd = np.log(np.maximum(probs[np.arange(len(labels)), labels], np.finfo(np.float64).tiny))
-    return {"accuracy": metrics.top1_accuracy(probs, labels), "test_ll": float(np.mean(lpd)),
-            "ece": metrics.expected_calibration_error(probs, labels, num_bins=ECE_BINS),
-            "entropy": float(np.mean(metrics.categorical_entropy(probs)))}
+    return {
+        "accuracy": metrics.top1_accuracy(probs, labels),
+        "test_ll": float(np.mean(lpd)),
+        "ece": metrics.expected_calibration_error(probs, labels, num_bins=ECE_BINS),
+        "entropy": float(np.mean(metrics.categorical_entropy(probs))),
+    }
 
 
 def segment_ms_per_step(history, start: int) -> Optional[float]:
     """Steady-state ms/step of the steps after ``start`` in ``history``: between the first and the
-    last entry logged after ``start`` (the first step's tracing excluded); None with fewer than two."""
+    last entry logged after ``start`` (the first step's tracing excluded); None with fewer than
+    two."""
     idx = [i for i, s in enumerate(history.step) if s > start]
     if len(idx) < 2:
         return None
     i, j = idx[0], idx[-1]
-    return 1000.0 * (history.wall_time[j] - history.wall_time[i]) / (history.step[j] - history.step[i])
+    return (
+        1000.0 * (history.wall_time[j] - history.wall_time[i]) / (history.step[j] - history.step[i])
+    )
 
 
 def run_cell(args, data, posterior: str, depth: int, seed: int, command: str) -> Dict:
@@ -218,14 +267,25 @@ def run_cell(args, data, posterior: str, depth: int, seed: int, command: str) ->
 
     Xtr, Ytr, Xte, Yte = data
     N = len(Xtr)
-    base = {"benchmark": "mnist_dgp", "data": data_label(args), "train_rows": N, "test_rows": len(Xte),
-            "posterior": posterior, "depth": depth, "seed": seed, "num_inducing": args.num_inducing,
-            "batch_size": min(args.batch_size, N), "lr": args.lr}
+    base = {
+        "benchmark": "mnist_dgp",
+        "data": data_label(args),
+        "train_rows": N,
+        "test_rows": len(Xte),
+        "posterior": posterior,
+        "depth": depth,
+        "seed": seed,
+        "num_inducing": args.num_inducing,
+        "batch_size": min(args.batch_size, N),
+        "lr": args.lr,
+    }
     folder = checkpoint_folder(args, posterior, depth, seed, N)
     done = checkpoint_step(folder)
     if done > args.steps:
-        raise SystemExit(f"{folder} holds a run at step {done}, past --steps {args.steps}: use another "
-                         "--checkpoint-dir (or more steps)")
+        raise SystemExit(
+            f"{folder} holds a run at step {done}, past --steps {args.steps}: use another "
+            "--checkpoint-dir (or more steps)"
+        )
     trace = [t for t in read_lines(args.trace) if run_key(t) == run_key(base) and t["step"] <= done]
     traced = {t["step"]: t for t in trace}
     last = trace[-1] if trace else {}
@@ -240,8 +300,16 @@ def run_cell(args, data, posterior: str, depth: int, seed: int, command: str) ->
         scores = evaluate(model, Xte, Yte, samples, args.eval_chunk, seed)
         clock["eval_seconds"] += time.perf_counter() - t
         clock["wall_seconds"] = wall0 + time.perf_counter() - started
-        line = dict(base, step=step, test_samples=samples, **scores, elbo_per_datapoint=elbo, segment_ms_per_step=ms,
-                    resumes=resumes, **clock)
+        line = dict(
+            base,
+            step=step,
+            test_samples=samples,
+            **scores,
+            elbo_per_datapoint=elbo,
+            segment_ms_per_step=ms,
+            resumes=resumes,
+            **clock,
+        )
         append_line(args.trace, line)
         traced[step] = line
         return line
@@ -253,29 +321,58 @@ def run_cell(args, data, posterior: str, depth: int, seed: int, command: str) ->
     while done < args.steps:
         target = min(args.steps, (done // args.eval_every + 1) * args.eval_every)
         t = time.perf_counter()
-        history = dg.fit(model, (Xtr, Ytr), steps=target, batch_size=base["batch_size"], learning_rate=args.lr,
-                         num_samples=1, seed=seed, checkpoint_dir=folder, checkpoint_every=args.eval_every,
-                         log_every=args.log_every, progress=True)
+        history = dg.fit(
+            model,
+            (Xtr, Ytr),
+            steps=target,
+            batch_size=base["batch_size"],
+            learning_rate=args.lr,
+            num_samples=1,
+            seed=seed,
+            checkpoint_dir=folder,
+            checkpoint_every=args.eval_every,
+            log_every=args.log_every,
+            progress=True,
+        )
         clock["train_seconds"] += time.perf_counter() - t
         elbo = history.elbo[-1] / N if history.elbo else elbo
         ms = segment_ms_per_step(history, done)
         done = target
         record(done, args.test_samples if done == args.steps else args.trace_samples, ms)
     final = traced.get(args.steps)
-    if final is None or final["test_samples"] != args.test_samples:  # an older run's line, other samples
+    if (
+        final is None or final["test_samples"] != args.test_samples
+    ):  # an older run's line, other samples
         final = record(args.steps, args.test_samples, None)
-    lines = [t for t in read_lines(args.trace) if run_key(t) == run_key(base) and 0 < t["step"] <= args.steps]
+    lines = [
+        t
+        for t in read_lines(args.trace)
+        if run_key(t) == run_key(base) and 0 < t["step"] <= args.steps
+    ]
     seg = [t["segment_ms_per_step"] for t in lines if t.get("segment_ms_per_step")]
-    row = dict(base, steps=args.steps, test_samples=args.test_samples, train_samples=1,
-               likelihood="MultiClass(10), RobustMax", inputs="pixels / 255",
-               accuracy=final["accuracy"], test_ll=final["test_ll"], ece=final["ece"], ece_bins=ECE_BINS,
-               entropy=final["entropy"], elbo_per_datapoint=final["elbo_per_datapoint"],
-               ms_per_step=float(np.median(seg)) if seg else None,
-               train_seconds=final["train_seconds"], eval_seconds=final["eval_seconds"],
-               wall_seconds=final["wall_seconds"], resumes=final["resumes"],
-               process_peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-               command=command, commit=code_commit(),
-               finished=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    row = dict(
+        base,
+        steps=args.steps,
+        test_samples=args.test_samples,
+        train_samples=1,
+        likelihood="MultiClass(10), RobustMax",
+        inputs="pixels / 255",
+        accuracy=final["accuracy"],
+        test_ll=final["test_ll"],
+        ece=final["ece"],
+        ece_bins=ECE_BINS,
+        entropy=final["entropy"],
+        elbo_per_datapoint=final["elbo_per_datapoint"],
+        ms_per_step=float(np.median(seg)) if seg else None,
+        train_seconds=final["train_seconds"],
+        eval_seconds=final["eval_seconds"],
+        wall_seconds=final["wall_seconds"],
+        resumes=final["resumes"],
+        process_peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        command=command,
+        commit=code_commit(),
+        finished=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
     return row
 
 
@@ -287,10 +384,15 @@ def sweep(args, argv: Sequence[str]) -> None:
     set_threads(args.threads)
     import tensorflow as tf
 
-    tf.get_logger().setLevel("ERROR")  # each segment's fit traces its step anew; that is expected here
+    tf.get_logger().setLevel(
+        "ERROR"
+    )  # each segment's fit traces its step anew; that is expected here
     command = args.command_text or recorded_command(argv)
-    cells = planned_cells(args.posteriors.split(","), [int(d) for d in args.depths.split(",")],
-                          [int(s) for s in args.seeds.split(",")])
+    cells = planned_cells(
+        args.posteriors.split(","),
+        [int(d) for d in args.depths.split(",")],
+        [int(s) for s in args.seeds.split(",")],
+    )
     data = load_data(args)
     N, N_test = len(data[0]), len(data[2])
     if not args.in_process:
@@ -298,8 +400,19 @@ def sweep(args, argv: Sequence[str]) -> None:
     failed = []
     bar = tqdm(cells, desc="cells", dynamic_ncols=True)
     for posterior, depth, seed in bar:
-        key = (data_label(args), N, posterior, depth, seed, args.num_inducing, min(args.batch_size, N), float(args.lr),
-               args.steps, N_test, args.test_samples)
+        key = (
+            data_label(args),
+            N,
+            posterior,
+            depth,
+            seed,
+            args.num_inducing,
+            min(args.batch_size, N),
+            float(args.lr),
+            args.steps,
+            N_test,
+            args.test_samples,
+        )
         if key in {cell_key(r) for r in read_lines(args.out)}:
             bar.write(f"skip {posterior} depth {depth} seed {seed}: in {portable_path(args.out)}")
             continue
@@ -320,7 +433,9 @@ def sweep(args, argv: Sequence[str]) -> None:
         raise SystemExit(f"{len(failed)} cell(s) failed: {failed}; rerun the sweep to resume them")
 
 
-def run_cell_process(argv: Sequence[str], posterior: str, depth: int, seed: int, command: str) -> int:
+def run_cell_process(
+    argv: Sequence[str], posterior: str, depth: int, seed: int, command: str
+) -> int:
     """Run one cell as ``python benchmarks/mnist_dgp.py <argv> --in-process`` restricted to it, with
     the ``deepgp_gi`` this process imported first on the child's path; its exit status."""
     import deepgp_gi
@@ -328,12 +443,25 @@ def run_cell_process(argv: Sequence[str], posterior: str, depth: int, seed: int,
     env = dict(os.environ)
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(deepgp_gi.__file__)))
     env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [env.get("PYTHONPATH")] if p])
-    child = [sys.executable, os.path.abspath(__file__), *argv, "--posteriors", posterior, "--depths", str(depth),
-             "--seeds", str(seed), "--in-process", "--command-text", command]
+    child = [
+        sys.executable,
+        os.path.abspath(__file__),
+        *argv,
+        "--posteriors",
+        posterior,
+        "--depths",
+        str(depth),
+        "--seeds",
+        str(seed),
+        "--in-process",
+        "--command-text",
+        command,
+    ]
     return subprocess.call(child, env=env)
 
 
 # ---------------------------------------------------------------------------------------- report
+
 
 def _fmt(m: float, s: float, digits: int) -> str:
     if math.isnan(m):
@@ -349,44 +477,79 @@ def report(args, argv: Sequence[str]) -> str:
     rows = [r for r in read_lines(args.results) if r.get("benchmark") == "mnist_dgp"]
     trace = read_lines(args.trace)
     seeds = [int(s) for s in args.seeds.split(",")]
-    planned = planned_cells(args.posteriors.split(","), [int(d) for d in args.depths.split(",")], seeds)
+    planned = planned_cells(
+        args.posteriors.split(","), [int(d) for d in args.depths.split(",")], seeds
+    )
     groups: Dict[tuple, List[Dict]] = {}
     for r in rows:
-        groups.setdefault((r["data"], r["train_rows"], r["test_rows"], r["steps"], r["posterior"], r["depth"]),
-                          []).append(r)
+        groups.setdefault(
+            (r["data"], r["train_rows"], r["test_rows"], r["steps"], r["posterior"], r["depth"]), []
+        ).append(r)
     order = {c: i for i, c in enumerate(CONFIG_ORDER)}
-    keys = sorted(groups, key=lambda k: (k[0], -k[1], k[3], order.get((k[4], k[5]), 99), k[4], k[5]))
+    keys = sorted(
+        groups, key=lambda k: (k[0], -k[1], k[3], order.get((k[4], k[5]), 99), k[4], k[5])
+    )
     steps_run = sorted({r["steps"] for r in rows}) or [args.steps]
     lines = ["# Deep GPs on MNIST (DSVI's classification experiment)", ""]
-    paper_total = sum(PRESWEEP_MS_PER_STEP.get((p, d), float("nan")) for p, d, _ in planned) * PAPER_STEPS / 1000
-    run_total = sum(PRESWEEP_MS_PER_STEP.get((p, d), float("nan")) for p, d, _ in planned) * args.steps / 1000
+    paper_total = (
+        sum(PRESWEEP_MS_PER_STEP.get((p, d), float("nan")) for p, d, _ in planned)
+        * PAPER_STEPS
+        / 1000
+    )
+    run_total = (
+        sum(PRESWEEP_MS_PER_STEP.get((p, d), float("nan")) for p, d, _ in planned)
+        * args.steps
+        / 1000
+    )
     if min(steps_run) < PAPER_STEPS:
         lines += [
-            f"**Steps per cell: {', '.join(f'{s:,}' for s in steps_run)}, not the paper's {PAPER_STEPS:,}** (DSVI's "
-            "schedule for its small and medium data sets, of which MNIST's 60,000 images are one; the large-data "
+            f"**Steps per cell: {', '.join(f'{s:,}' for s in steps_run)}, not the paper's "
+            f"{PAPER_STEPS:,}** (DSVI's "
+            "schedule for its small and medium data sets, of which MNIST's 60,000 images are one; "
+            "the large-data "
             "schedule, 100,000, is for the sets of 500,000 points and more). "
-            "At the ms/step timed before the sweep on this 2-core CPU shared with other jobs (load average 1 to 5; "
+            "At the ms/step timed before the sweep on this 2-core CPU shared with other jobs (load "
+            "average 1 to 5; "
             "mean-field depth 1, 2, 3: "
-            f"{PRESWEEP_MS_PER_STEP[('mean_field', 1)]}, {PRESWEEP_MS_PER_STEP[('mean_field', 2)]}, "
-            f"{PRESWEEP_MS_PER_STEP[('mean_field', 3)]}; global depth 2, 3: {PRESWEEP_MS_PER_STEP[('global', 2)]}, "
-            f"{PRESWEEP_MS_PER_STEP[('global', 3)]}), the {len(planned)} cells would take about {_hours(paper_total)} "
-            f"({paper_total / 86400:.1f} days) of training at {PAPER_STEPS:,} steps; {args.steps:,} steps take about "
-            f"{_hours(run_total)}, about a day with the evaluations. The accuracies below are therefore of shorter "
+            f"{PRESWEEP_MS_PER_STEP[('mean_field', 1)]}, "
+            f"{PRESWEEP_MS_PER_STEP[('mean_field', 2)]}, "
+            f"{PRESWEEP_MS_PER_STEP[('mean_field', 3)]}; global depth 2, 3: "
+            f"{PRESWEEP_MS_PER_STEP[('global', 2)]}, "
+            f"{PRESWEEP_MS_PER_STEP[('global', 3)]}), the {len(planned)} cells would take about "
+            f"{_hours(paper_total)} "
+            f"({paper_total / 86400:.1f} days) of training at {PAPER_STEPS:,} steps; "
+            f"{args.steps:,} steps take about "
+            f"{_hours(run_total)}, about a day with the evaluations. The accuracies below are "
+            "therefore of shorter "
             f"runs than the paper's ({args.steps * 10_000 // 60_000:,} epochs instead of "
-            f"{PAPER_STEPS * 10_000 // 60_000:,}).", ""]
+            f"{PAPER_STEPS * 10_000 // 60_000:,}).",
+            "",
+        ]
     lines += [
-        "Protocol: the full MNIST (60,000 training, 10,000 test images), pixels divided by 255 (in [0, 1]), "
-        "784 inputs; `gpflow.likelihoods.MultiClass(10)` (robust-max); `build_deep_gp` with M = 100 and DSVI's "
-        "initialisation (mean-field: k-means inducing inputs, inner-layer q(U) at 1e-5 times the prior's "
-        "Cholesky; global inducing: O&A's); Adam 0.01, minibatch 10,000, one sample a step. Test metrics from the "
-        "predictive mixture with the rows' test samples (one layer: exact, the samples do not matter); ECE with "
-        f"{ECE_BINS} equal-width bins. Mean ± standard error over seeds (n), then the per-seed values "
-        "(seed order). ms/step: the median over the cell's segments of steady-state training time, on the shared "
-        "2-core CPU (other jobs ran; compare within this file only).", "",
-        f"Made by `{recorded_command(argv)}` from the result lines; the sweep's command is in each line.", "",
-        "| data | steps | posterior | depth | n | accuracy % | per seed | test LL | per seed | ECE % | ms/step "
+        "Protocol: the full MNIST (60,000 training, 10,000 test images), pixels divided by 255 (in "
+        "[0, 1]), "
+        "784 inputs; `gpflow.likelihoods.MultiClass(10)` (robust-max); `build_deep_gp` with M = "
+        "100 and DSVI's "
+        "initialisation (mean-field: k-means inducing inputs, inner-layer q(U) at 1e-5 times the "
+        "prior's "
+        "Cholesky; global inducing: O&A's); Adam 0.01, minibatch 10,000, one sample a step. Test "
+        "metrics from the "
+        "predictive mixture with the rows' test samples (one layer: exact, the samples do not "
+        "matter); ECE with "
+        f"{ECE_BINS} equal-width bins. Mean ± standard error over seeds (n), then the per-seed "
+        "values "
+        "(seed order). ms/step: the median over the cell's segments of steady-state training time, "
+        "on the shared "
+        "2-core CPU (other jobs ran; compare within this file only).",
+        "",
+        f"Made by `{recorded_command(argv)}` from the result lines; the sweep's command is in each "
+        "line.",
+        "",
+        "| data | steps | posterior | depth | n | accuracy % | per seed | test LL | per seed | ECE "
+        "% | ms/step "
         "| DSVI paper accuracy % (mean-field, this depth) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for key in keys:
         g = sorted(groups[key], key=lambda r: r["seed"])
         data, n_train, n_test, steps, posterior, depth = key
@@ -394,37 +557,68 @@ def report(args, argv: Sequence[str]) -> str:
         ll = mean_se(r["test_ll"] for r in g)
         ece = mean_se(100 * r["ece"] for r in g)
         ms = mean_se(r["ms_per_step"] for r in g if r.get("ms_per_step"))
-        name = data if (n_train, n_test) == (60_000, 10_000) else f"{data} ({n_train:,} / {n_test:,})"
+        name = (
+            data if (n_train, n_test) == (60_000, 10_000) else f"{data} ({n_train:,} / {n_test:,})"
+        )
         lines.append(
-            f"| {name} | {steps:,} | {posterior} | {depth} | {acc[2]} | {_fmt(acc[0], acc[1], 2)} | "
-            + ", ".join(f"{100 * r['accuracy']:.2f}" for r in g) + f" | {_fmt(ll[0], ll[1], 4)} | "
-            + ", ".join(f"{r['test_ll']:.4f}" for r in g) + f" | {_fmt(ece[0], ece[1], 2)} | "
-            + (f"{ms[0]:.0f}" if ms[2] else "–") + f" | {PAPER_ACCURACY.get(depth, '–')} |")
+            f"| {name} | {steps:,} | {posterior} | {depth} | {acc[2]} | {_fmt(acc[0], acc[1], 2)} "
+            "| "
+            + ", ".join(f"{100 * r['accuracy']:.2f}" for r in g)
+            + f" | {_fmt(ll[0], ll[1], 4)} | "
+            + ", ".join(f"{r['test_ll']:.4f}" for r in g)
+            + f" | {_fmt(ece[0], ece[1], 2)} | "
+            + (f"{ms[0]:.0f}" if ms[2] else "–")
+            + f" | {PAPER_ACCURACY.get(depth, '–')} |"
+        )
     if not keys:
         lines.append("| (no finished cells yet) | | | | | | | | | | | |")
-    finished = {(r["posterior"], r["depth"], r["seed"]) for r in rows
-                if r["steps"] == args.steps and r["data"] == args.data_label}
+    finished = {
+        (r["posterior"], r["depth"], r["seed"])
+        for r in rows
+        if r["steps"] == args.steps and r["data"] == args.data_label
+    }
     pending = [c for c in planned if c not in finished]
-    lines += ["", f"## Still running / not yet run ({len(pending)} of {len(planned)} cells at {args.steps:,} steps)",
-              ""]
+    lines += [
+        "",
+        f"## Still running / not yet run ({len(pending)} of {len(planned)} cells at {args.steps:,} "
+        "steps)",
+        "",
+    ]
     for posterior, depth, seed in pending:
-        mine = [t for t in trace if (t["data"], t["posterior"], t["depth"], t["seed"]) ==
-                (args.data_label, posterior, depth, seed)]
+        mine = [
+            t
+            for t in trace
+            if (t["data"], t["posterior"], t["depth"], t["seed"])
+            == (args.data_label, posterior, depth, seed)
+        ]
         if mine:
             t = max(mine, key=lambda t: t["step"])
-            lines.append(f"* {posterior} depth {depth} seed {seed}: started, step {t['step']:,} of {args.steps:,} "
-                         f"reached (test accuracy {100 * t['accuracy']:.2f}% with {t['test_samples']} samples); "
-                         "running or interrupted (a rerun of the sweep resumes it)")
+            lines.append(
+                f"* {posterior} depth {depth} seed {seed}: started, step {t['step']:,} of "
+                f"{args.steps:,} "
+                f"reached (test accuracy {100 * t['accuracy']:.2f}% with {t['test_samples']} "
+                "samples); "
+                "running or interrupted (a rerun of the sweep resumes it)"
+            )
         else:
             lines.append(f"* {posterior} depth {depth} seed {seed}: not yet run")
     if not pending:
         lines.append("* none")
-    lines += ["", "Paper: Salimbeni & Deisenroth (2017), *Doubly stochastic variational inference for deep Gaussian "
-              "processes*, NeurIPS: MNIST test accuracy 97.48% (SGP, one layer), 98.06% (DGP 2), 98.11% (DGP 3), "
-              "robust-max likelihood, M = 100, minibatch 10,000, Adam 0.01."]
+    lines += [
+        "",
+        "Paper: Salimbeni & Deisenroth (2017), *Doubly stochastic variational inference for deep "
+        "Gaussian "
+        "processes*, NeurIPS: MNIST test accuracy 97.48% (SGP, one layer), 98.06% (DGP 2), 98.11% "
+        "(DGP 3), "
+        "robust-max likelihood, M = 100, minibatch 10,000, Adam 0.01.",
+    ]
     if args.plot:
         plot(trace, args.plot, args.data_label)
-        lines += ["", f"![test accuracy, log-likelihood and ECE against training step]({os.path.basename(args.plot)})"]
+        lines += [
+            "",
+            "![test accuracy, log-likelihood and ECE against training "
+            f"step]({os.path.basename(args.plot)})",
+        ]
     text = "\n".join(lines) + "\n"
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -449,9 +643,15 @@ def plot(trace: List[Dict], path: str, data: str) -> None:
     for (posterior, depth, seed), points in sorted(runs.items()):
         steps = sorted(points)
         for ax, name, scale in zip(axes, ("accuracy", "test_ll", "ece"), (100, 1, 100)):
-            ax.plot(steps, [scale * points[s][name] for s in steps], color=colours.get((posterior, depth), "k"),
-                    alpha=0.8, label=f"{posterior} {depth}" if seed == min(k[2] for k in runs if k[:2] ==
-                                                                        (posterior, depth)) else None)
+            ax.plot(
+                steps,
+                [scale * points[s][name] for s in steps],
+                color=colours.get((posterior, depth), "k"),
+                alpha=0.8,
+                label=f"{posterior} {depth}"
+                if seed == min(k[2] for k in runs if k[:2] == (posterior, depth))
+                else None,
+            )
     for ax, title in zip(axes, ("test accuracy (%)", "test log-likelihood", "ECE (%)")):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
@@ -465,39 +665,77 @@ def plot(trace: List[Dict], path: str, data: str) -> None:
 
 # ------------------------------------------------------------------------------------------ main
 
+
 def main(argv: Optional[Sequence[str]] = None):
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("sweep", help="train the cells not yet in the results file (resumable)")
-    r = sub.add_parser("report", help="write the table of the finished cells and the list of the others")
+    r = sub.add_parser(
+        "report", help="write the table of the finished cells and the list of the others"
+    )
     for p in (s, r):
         p.add_argument("--posteriors", default="mean_field,global")
-        p.add_argument("--depths", default="1,2,3", help="depths to run (global inducing skips depth 1)")
+        p.add_argument(
+            "--depths", default="1,2,3", help="depths to run (global inducing skips depth 1)"
+        )
         p.add_argument("--seeds", default="0,1,2")
         p.add_argument("--steps", type=int, default=DEFAULT_STEPS)
-        p.add_argument("--trace", default=TRACE, help="the trace file (one JSON line per evaluation)")
-    s.add_argument("--data", default=None, help="an .npz of MNIST's layout (default: what tools/fetch_mnist.py wrote)")
-    s.add_argument("--subset", type=int, default=None, help="keep the first N training images (smoke runs)")
-    s.add_argument("--test-subset", type=int, default=None, help="keep the first N test images (smoke runs)")
+        p.add_argument(
+            "--trace", default=TRACE, help="the trace file (one JSON line per evaluation)"
+        )
+    s.add_argument(
+        "--data",
+        default=None,
+        help="an .npz of MNIST's layout (default: what tools/fetch_mnist.py wrote)",
+    )
+    s.add_argument(
+        "--subset", type=int, default=None, help="keep the first N training images (smoke runs)"
+    )
+    s.add_argument(
+        "--test-subset", type=int, default=None, help="keep the first N test images (smoke runs)"
+    )
     s.add_argument("--num-inducing", type=int, default=100)
     s.add_argument("--batch-size", type=int, default=10_000)
     s.add_argument("--lr", type=float, default=0.01)
-    s.add_argument("--eval-every", type=int, default=250, help="steps between checkpoints and trace evaluations")
+    s.add_argument(
+        "--eval-every",
+        type=int,
+        default=250,
+        help="steps between checkpoints and trace evaluations",
+    )
     s.add_argument("--log-every", type=int, default=10, help="steps between fit's history entries")
-    s.add_argument("--test-samples", type=int, default=100, help="Monte Carlo samples of the final evaluation")
-    s.add_argument("--trace-samples", type=int, default=10, help="Monte Carlo samples of the trace evaluations")
+    s.add_argument(
+        "--test-samples", type=int, default=100, help="Monte Carlo samples of the final evaluation"
+    )
+    s.add_argument(
+        "--trace-samples", type=int, default=10, help="Monte Carlo samples of the trace evaluations"
+    )
     s.add_argument("--eval-chunk", type=int, default=500, help="test images per prediction call")
     s.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: its default)")
     s.add_argument("--checkpoint-dir", default=CHECKPOINTS)
     s.add_argument("--out", default=RESULTS)
-    s.add_argument("--in-process", action="store_true",
-                   help="run every cell in this process (default: one process per cell, so memory is returned)")
-    s.add_argument("--command-text", default=None, help=argparse.SUPPRESS)  # the command a cell's process records
+    s.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every cell in this process (default: one process per cell, so memory is "
+            "returned)",
+    )
+    s.add_argument(
+        "--command-text", default=None, help=argparse.SUPPRESS
+    )  # the command a cell's process records
     r.add_argument("--results", default=RESULTS)
-    r.add_argument("--data-label", default="mnist", help="the data of the 'still running' list ('mnist': the full set)")
+    r.add_argument(
+        "--data-label",
+        default="mnist",
+        help="the data of the 'still running' list ('mnist': the full set)",
+    )
     r.add_argument("--out", default=REPORT)
-    r.add_argument("--plot", default=None, help="also write a PNG of the trace (accuracy, test LL, ECE by step)")
+    r.add_argument(
+        "--plot",
+        default=None,
+        help="also write a PNG of the trace (accuracy, test LL, ECE by step)",
+    )
     args = parser.parse_args(argv)
     for name in ("steps", "eval_every", "log_every", "num_inducing", "batch_size"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:

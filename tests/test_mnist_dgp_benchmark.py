@@ -1,6 +1,7 @@
 """benchmarks/mnist_dgp.py: a sweep end to end on a tiny MNIST-shaped file (its result and trace
 lines, the skip of a finished cell, the resume of an interrupted one from its checkpoint) and the
 report's table and list of cells still to run."""
+
 import numpy as np
 import pytest
 
@@ -8,7 +9,8 @@ from benchmarks import mnist_dgp
 
 
 def _tiny_mnist(path, n_train=60, n_test=20):
-    """An .npz of MNIST's layout: uint8 28 x 28 images whose bright row is the label, labels 0..9."""
+    """An .npz of MNIST's layout: uint8 28 x 28 images whose bright row is the label, labels
+    0..9."""
     rng = np.random.default_rng(0)
     arrays = {}
     for part, n in (("train", n_train), ("test", n_test)):
@@ -21,33 +23,96 @@ def _tiny_mnist(path, n_train=60, n_test=20):
 
 
 def _args(tmp_path, *extra):
-    return ["sweep", "--data", str(tmp_path / "tiny.npz"), "--steps", "4", "--eval-every", "2", "--log-every", "1",
-            "--batch-size", "30", "--num-inducing", "5", "--test-samples", "3", "--trace-samples", "2",
-            "--eval-chunk", "8", "--seeds", "0", "--out", str(tmp_path / "r.jsonl"),
-            "--trace", str(tmp_path / "t.jsonl"), "--checkpoint-dir", str(tmp_path / "ck"), "--in-process", *extra]
+    return [
+        "sweep",
+        "--data",
+        str(tmp_path / "tiny.npz"),
+        "--steps",
+        "4",
+        "--eval-every",
+        "2",
+        "--log-every",
+        "1",
+        "--batch-size",
+        "30",
+        "--num-inducing",
+        "5",
+        "--test-samples",
+        "3",
+        "--trace-samples",
+        "2",
+        "--eval-chunk",
+        "8",
+        "--seeds",
+        "0",
+        "--out",
+        str(tmp_path / "r.jsonl"),
+        "--trace",
+        str(tmp_path / "t.jsonl"),
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+        "--in-process",
+        *extra,
+    ]
 
 
-@pytest.mark.slow  # trains two small deep GPs (one in a child process, one interrupted and resumed): `make test-all`
+# trains two small deep GPs (one in a child process, one interrupted and resumed): `make test-all`
+@pytest.mark.slow
 def test_sweep_skip_resume_and_report(tmp_path, monkeypatch):
     _tiny_mnist(tmp_path / "tiny.npz")
     results, trace = tmp_path / "r.jsonl", tmp_path / "t.jsonl"
     # the default: the cell runs in a process of its own
-    mnist_dgp.main([a for a in _args(tmp_path, "--posteriors", "mean_field", "--depths", "1") if a != "--in-process"])
+    mnist_dgp.main(
+        [
+            a
+            for a in _args(tmp_path, "--posteriors", "mean_field", "--depths", "1")
+            if a != "--in-process"
+        ]
+    )
     rows = mnist_dgp.read_lines(results)
     assert len(rows) == 1
     row = rows[0]
-    for field in ("accuracy", "test_ll", "ece", "steps", "ms_per_step", "train_seconds", "wall_seconds", "command",
-                  "commit", "posterior", "depth", "seed", "num_inducing", "batch_size", "lr", "test_samples"):
+    for field in (
+        "accuracy",
+        "test_ll",
+        "ece",
+        "steps",
+        "ms_per_step",
+        "train_seconds",
+        "wall_seconds",
+        "command",
+        "commit",
+        "posterior",
+        "depth",
+        "seed",
+        "num_inducing",
+        "batch_size",
+        "lr",
+        "test_samples",
+    ):
         assert field in row, field
     assert (row["posterior"], row["depth"], row["seed"], row["steps"]) == ("mean_field", 1, 0, 4)
-    assert (row["train_rows"], row["test_rows"], row["batch_size"], row["test_samples"]) == (60, 20, 30, 3)
+    assert (row["train_rows"], row["test_rows"], row["batch_size"], row["test_samples"]) == (
+        60,
+        20,
+        30,
+        3,
+    )
     assert 0 <= row["accuracy"] <= 1 and 0 <= row["ece"] <= 1 and row["test_ll"] < 0
-    assert row["ms_per_step"] > 0 and row["wall_seconds"] >= row["train_seconds"] > 0 and row["resumes"] == []
+    assert (
+        row["ms_per_step"] > 0
+        and row["wall_seconds"] >= row["train_seconds"] > 0
+        and row["resumes"] == []
+    )
     # the command names the files by name only: no machine paths
     assert str(tmp_path) not in row["command"] and "/tmp" not in row["command"]
     assert row["command"].startswith("python benchmarks/mnist_dgp.py sweep --data TMP_DIR/tiny.npz")
     lines = mnist_dgp.read_lines(trace)
-    assert [t["step"] for t in lines] == [0, 2, 4] and [t["test_samples"] for t in lines] == [2, 2, 3]
+    assert [t["step"] for t in lines] == [0, 2, 4] and [t["test_samples"] for t in lines] == [
+        2,
+        2,
+        3,
+    ]
     assert lines[-1]["accuracy"] == row["accuracy"]
 
     # rerun: the finished cell is skipped (nothing trained, nothing appended)
@@ -64,7 +129,9 @@ def test_sweep_skip_resume_and_report(tmp_path, monkeypatch):
 
     def interrupted(*a, **k):
         calls.append(1)
-        if len(calls) == 2:  # the evaluation after the first segment (step 2): its checkpoint is written
+        if (
+            len(calls) == 2
+        ):  # the evaluation after the first segment (step 2): its checkpoint is written
             raise KeyboardInterrupt
         return evaluate(*a, **k)
 
@@ -87,43 +154,101 @@ def test_sweep_skip_resume_and_report(tmp_path, monkeypatch):
         mnist_dgp.main(_args(tmp_path, "--posteriors", "global", "--depths", "2", "--steps", "2"))
 
     table = tmp_path / "t.md"
-    mnist_dgp.main(["report", "--results", str(results), "--trace", str(trace), "--out", str(table),
-                           "--steps", "4", "--seeds", "0", "--data-label", "TMP_DIR/tiny.npz"])
+    mnist_dgp.main(
+        [
+            "report",
+            "--results",
+            str(results),
+            "--trace",
+            str(trace),
+            "--out",
+            str(table),
+            "--steps",
+            "4",
+            "--seeds",
+            "0",
+            "--data-label",
+            "TMP_DIR/tiny.npz",
+        ]
+    )
     text = table.read_text()
     assert "| TMP_DIR/tiny.npz (60 / 20) | 4 | mean_field | 1 | 1 | " in text
     assert "| TMP_DIR/tiny.npz (60 / 20) | 4 | global | 2 | 1 | " in text
-    assert "mean_field depth 2 seed 0: not yet run" in text and "global depth 3 seed 0: not yet run" in text
+    assert (
+        "mean_field depth 2 seed 0: not yet run" in text
+        and "global depth 3 seed 0: not yet run" in text
+    )
     assert "mean_field depth 1 seed 0" not in text.split("## Still running")[1]
 
 
 def _row(posterior, depth, seed, accuracy, steps=5000):
-    return {"benchmark": "mnist_dgp", "data": "mnist", "train_rows": 60000, "test_rows": 10000,
-            "posterior": posterior, "depth": depth, "seed": seed, "num_inducing": 100, "batch_size": 10000,
-            "lr": 0.01, "steps": steps, "test_samples": 100, "accuracy": accuracy, "test_ll": -0.1 - seed / 100,
-            "ece": 0.01, "ms_per_step": 300.0}
+    return {
+        "benchmark": "mnist_dgp",
+        "data": "mnist",
+        "train_rows": 60000,
+        "test_rows": 10000,
+        "posterior": posterior,
+        "depth": depth,
+        "seed": seed,
+        "num_inducing": 100,
+        "batch_size": 10000,
+        "lr": 0.01,
+        "steps": steps,
+        "test_samples": 100,
+        "accuracy": accuracy,
+        "test_ll": -0.1 - seed / 100,
+        "ece": 0.01,
+        "ms_per_step": 300.0,
+    }
 
 
 def test_report_table_and_pending_cells(tmp_path):
     results, trace, out = tmp_path / "r.jsonl", tmp_path / "t.jsonl", tmp_path / "r.md"
-    for r in (_row("mean_field", 1, 0, 0.97), _row("mean_field", 1, 1, 0.98), _row("global", 2, 0, 0.981)):
+    for r in (
+        _row("mean_field", 1, 0, 0.97),
+        _row("mean_field", 1, 1, 0.98),
+        _row("global", 2, 0, 0.981),
+    ):
         mnist_dgp.append_line(results, r)
     mnist_dgp.append_line(trace, dict(_row("mean_field", 2, 0, 0.95), step=750, test_samples=10))
     mnist_dgp.main(["report", "--results", str(results), "--trace", str(trace), "--out", str(out)])
     text = out.read_text()
     assert "**Steps per cell: 5,000, not the paper's 20,000** (DSVI's" in text
-    assert "| mnist | 5,000 | mean_field | 1 | 2 | 97.50 ± 0.50 | 97.00, 98.00 | -0.1050 ± 0.0050 | " in text
+    assert (
+        "| mnist | 5,000 | mean_field | 1 | 2 | 97.50 ± 0.50 | 97.00, 98.00 | -0.1050 ± 0.0050 | "
+        in text
+    )
     assert text.rstrip().count("| 97.48 |") == 1 and "| global | 2 | 1 | 98.10 | 98.10 |" in text
     pending = text.split("## Still running / not yet run (12 of 15 cells at 5,000 steps)")[1]
     assert "mean_field depth 2 seed 0: started, step 750 of 5,000" in pending
-    assert "mean_field depth 3 seed 2: not yet run" in pending and "global depth 2 seed 0" not in pending
+    assert (
+        "mean_field depth 3 seed 2: not yet run" in pending
+        and "global depth 2 seed 0" not in pending
+    )
     assert "global depth 1" not in pending  # global inducing runs depths 2 and 3 only
 
 
 def test_recorded_command_has_no_machine_paths(tmp_path):
     inside = str(mnist_dgp.REPO_ROOT / "benchmarks" / "x")
-    cmd = mnist_dgp.recorded_command(["sweep", "--out", str(tmp_path / "a.jsonl"), f"--trace={tmp_path}/t.jsonl",
-                                      "--checkpoint-dir", inside, "--steps", "3"])
-    assert cmd == ("python benchmarks/mnist_dgp.py sweep --out TMP_DIR/a.jsonl --trace=TMP_DIR/t.jsonl "
-                   "--checkpoint-dir benchmarks/x --steps 3")
+    cmd = mnist_dgp.recorded_command(
+        [
+            "sweep",
+            "--out",
+            str(tmp_path / "a.jsonl"),
+            f"--trace={tmp_path}/t.jsonl",
+            "--checkpoint-dir",
+            inside,
+            "--steps",
+            "3",
+        ]
+    )
+    assert cmd == (
+        "python benchmarks/mnist_dgp.py sweep --out TMP_DIR/a.jsonl --trace=TMP_DIR/t.jsonl "
+        "--checkpoint-dir benchmarks/x --steps 3"
+    )
     assert mnist_dgp.planned_cells(["mean_field", "global"], [1, 2, 3], [0, 1])[:4] == [
-        ("mean_field", 1, 0), ("mean_field", 2, 0), ("global", 2, 0), ("mean_field", 3, 0)]
+        ("mean_field", 1, 0),
+        ("mean_field", 2, 0),
+        ("global", 2, 0),
+        ("mean_field", 3, 0),
+    ]
