@@ -23,7 +23,19 @@ MAX_PAGE_CHARS = 25_000
 def test_no_documentation_page_is_longer_than_the_limit(page):
     length = len((DOCS / page).read_text(encoding="utf-8"))
     assert length <= MAX_PAGE_CHARS, (
-        f"docs/{page} has {length} characters (at most {MAX_PAGE_CHARS}): split it by topic")
+        f"docs/{page} has {length} characters (at most {MAX_PAGE_CHARS}): split it by topic"
+    )
+
+
+#: The longest the README may be: read in five minutes; results go to docs/results.md.
+MAX_README_CHARS = 10_000
+
+
+def test_the_readme_is_short():
+    length = len((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert length < MAX_README_CHARS, (
+        f"README.md has {length} characters (under {MAX_README_CHARS}): move detail to docs/"
+    )
 
 
 def test_the_index_lists_every_page():
@@ -33,20 +45,40 @@ def test_the_index_lists_every_page():
     assert missing == []
 
 
-_MISSING = [m for m in ("sphinx", "myst_nb", "pydata_sphinx_theme")
-            if importlib.util.find_spec(m) is None]
+_MISSING = [
+    m for m in ("sphinx", "myst_nb", "pydata_sphinx_theme") if importlib.util.find_spec(m) is None
+]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(_MISSING), reason=f"the docs build needs {', '.join(_MISSING)} "
-                    "(pip install -e '.[docs]')")
+@pytest.mark.skipif(
+    bool(_MISSING), reason=f"the docs build needs {', '.join(_MISSING)} (pip install -e '.[docs]')"
+)
 def test_the_documentation_builds_without_a_warning(tmp_path):
     """What ``make docs`` runs, into a temporary folder (about two minutes on 2 CPU cores)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-E", "-W", "--keep-going", "-n", "-q",
-         "-d", str(tmp_path / "doctrees"), str(DOCS), str(tmp_path / "html")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-E",
+            "-W",
+            "--keep-going",
+            "-n",
+            "-q",
+            "-d",
+            str(tmp_path / "doctrees"),
+            str(DOCS),
+            str(tmp_path / "html"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     warnings = [line for line in result.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
     assert result.returncode == 0, "\n".join(warnings) or result.stderr[-3000:]
