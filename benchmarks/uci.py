@@ -982,7 +982,7 @@ def render_validation(
         top_cells = (
             (
                 f"{_method(top)}, depth {top['depth']}, {top['steps']} steps, {len(top['splits'])} "
-                f"splits | {_fmt(*top['test_ll'])}"
+                f"split{'s' * (len(top['splits']) > 1)} | {_fmt(*top['test_ll'])}"
             )
             if top
             else "— | —"
