@@ -454,7 +454,7 @@ def cmd_report(args) -> int:
     commands = sorted({r.get("command", "") for r in records if r.get("command")})
     order = list(VARIANTS)
     lines = [
-        "# Global inducing on UCI: what closes the ELBO gap to O&A (issue 10, item 4)",
+        "# Global inducing on UCI: what closes the ELBO gap to O&A",
         "",
         "Regenerate: `python benchmarks/gi_convergence.py report`. Runs (appended to "
         "`benchmarks/results/gi_convergence.jsonl`):",
