@@ -81,11 +81,21 @@ def log_mean_exp(logp: tf.Tensor, log_weights=None) -> tf.Tensor:
     if log_weights is None:
         S = tf.cast(tf.shape(logp)[0], logp.dtype)
         return tf.reduce_logsumexp(logp, axis=0) - tf.math.log(S)
-    w = tf.reshape(
-        tf.cast(log_weights, logp.dtype),
-        tf.concat([[-1], tf.ones([tf.rank(logp) - 1], tf.int32)], 0),
-    )
-    return tf.reduce_logsumexp(logp + w, axis=0)
+    return tf.reduce_logsumexp(logp + _along_samples(log_weights, logp), axis=0)
+
+
+def mixture_mean(values: tf.Tensor, log_weights=None) -> tf.Tensor:
+    """``sum_s w_s values_s`` over the leading axis of ``values`` ``[S, ...]``: equal weights
+    ``1/S``, or ``exp(log_weights)`` (``[S]``, normalised)."""
+    if log_weights is None:
+        return tf.reduce_mean(values, axis=0)
+    return tf.reduce_sum(tf.exp(_along_samples(log_weights, values)) * values, axis=0)
+
+
+def _along_samples(log_weights, like: tf.Tensor) -> tf.Tensor:
+    """``log_weights`` ``[S]`` in ``like``'s dtype, shaped ``[S, 1, ...]`` to broadcast over it."""
+    shape = tf.concat([[-1], tf.ones([tf.rank(like) - 1], tf.int32)], 0)
+    return tf.reshape(tf.cast(log_weights, like.dtype), shape)
 
 
 def check_targets(likelihood, Y: np.ndarray, name: str = "Y") -> None:

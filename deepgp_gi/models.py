@@ -19,6 +19,7 @@ from .likelihoods import (
     expected_log_likelihood,
     log_mean_exp,
     mixture_log_density,
+    mixture_mean,
     predict_mean_and_var,
     predictive_log_density,
 )
@@ -420,14 +421,6 @@ def likelihood_rows(X: tf.Tensor) -> tf.Tensor:
 def mixture_moments(mean: tf.Tensor, var: tf.Tensor, log_weights=None):
     """Moments of a mixture over the leading axis of ``mean`` and ``var`` ``[S, ...]``: equal
     weights, or ``exp(log_weights)`` (``[S]``, normalised)."""
-    if log_weights is None:
-        mixture_mean = tf.reduce_mean(mean, axis=0)
-        second = tf.reduce_mean(var + tf.square(mean), axis=0)
-    else:
-        w = tf.reshape(
-            tf.exp(tf.cast(log_weights, mean.dtype)),
-            tf.concat([[-1], tf.ones([tf.rank(mean) - 1], tf.int32)], 0),
-        )
-        mixture_mean = tf.reduce_sum(w * mean, axis=0)
-        second = tf.reduce_sum(w * (var + tf.square(mean)), axis=0)
-    return mixture_mean, tf.maximum(second - tf.square(mixture_mean), 0.0)
+    first = mixture_mean(mean, log_weights)
+    second = mixture_mean(var + tf.square(mean), log_weights)
+    return first, tf.maximum(second - tf.square(first), 0.0)

@@ -26,6 +26,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
+from ..likelihoods import mixture_mean
 from ..validation import check_finite_array, check_positive_float, check_positive_int, check_seed
 
 __all__ = [
@@ -176,12 +177,7 @@ def predictive_cdf(
         sd = tf.sqrt(var + noise[None])
         z = (tf.constant(Y[s], sd.dtype)[None] - mean) / sd
         cdf = 0.5 * tf.math.erfc(-z / np.sqrt(2.0))  # [S, N, 1]
-        log_weights = model.posterior.mixture_log_weights()
-        if log_weights is None:
-            return tf.reduce_mean(cdf, axis=0)[:, 0].numpy()
-        return tf.reduce_sum(tf.exp(tf.cast(log_weights, cdf.dtype))[:, None, None] * cdf, axis=0)[
-            :, 0
-        ].numpy()
+        return mixture_mean(cdf, model.posterior.mixture_log_weights())[:, 0].numpy()
 
     return predict_in_chunks(chunk, X, chunk_size)
 
