@@ -169,8 +169,8 @@ def build_deep_gp(
         or ``"softplus"`` (GPflow's default: an Adam step changes a value of a few units or more by
         about the learning rate). Default ``None``: the family's reference code, ``"exp"`` for
         ``"global"`` and ``"local"`` (bayesfunc's log-lengthscales and log-height), ``"softplus"``
-        for the others (GPflow). With softplus, global inducing on UCI energy needs the full
-        20,000 steps to grow lengthscales from 2 to 100+; see ``docs/global_inducing.md``.
+        for the others (GPflow). With softplus, a lengthscale that must grow by orders of
+        magnitude takes many steps to get there; see ``docs/global_inducing.md``.
     :param latent_dim: ``D_w``: if given, a latent-variable deep GP
         (:class:`~deepgp_gi.latent.LatentDeepGP`, Salimbeni et al. 2019): the first layer sees
         ``[x, w]`` with ``p(w) = N(0, I)`` and an amortised ``q(w | x, y)``; train it on the

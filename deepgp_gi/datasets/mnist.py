@@ -150,7 +150,8 @@ def load_mnist(path: Optional[PathLike] = None) -> UCIDataset:
 
     Pixels 0..255 are divided by 255 (``x_mean = 0``, ``x_std = 255``); the targets are the labels
     as float64 in one column (``y_mean = 0``, ``y_std = 1``), for
-    ``gpflow.likelihoods.Softmax(10)``. The full set takes about 440 MB as float64.
+    ``gpflow.likelihoods.Softmax(10)``. Every image is held in memory as float64 (8 bytes a
+    pixel: ``70000 * 784 * 8`` bytes for the full set).
 
     :param path: ``None`` (the fetched file), an ``.npz`` file, or a folder.
     :return: a :class:`UCIDataset` named ``"mnist"``, split 0 of 1, with

@@ -8,7 +8,7 @@ For a layer with inducing inputs Z (fixed per layer, ``[M, D]``, or propagated p
   solve-free gradients, :func:`inducing_factors`);
 * the whitened projection ``A = L_K^{-1} K(Z, F)`` ``[S, M, N]`` (:func:`whitened_projection`),
   one data-sized triangular solve; with a shared ``L_K`` the S samples are solved as one
-  ``[M, S*N]`` right-hand side (markedly faster than S batched solves on CPU); given ``L_K^{-1}``
+  ``[M, S*N]`` right-hand side (one solve, not S batched ones); given ``L_K^{-1}``
   (:func:`~deepgp_gi.linalg.cholesky_with_inverse`), its gradient is two products, no solve;
 * the conditional mean ``m(F) + A^T a`` for whitened inducing outputs ``a``
   (:func:`conditional_mean`) and the prior's residual variance ``k(F, F) - |A|^2``

@@ -333,7 +333,7 @@ def gram_statistics(
         rhs = tf.linalg.matmul(Phi, tf.expand_dims(lam * V, 0), transpose_a=True)  # [S, D, P]
     else:
         # Per-unit Gram matrices as one GEMM over the flattened outer products phi_m phi_m^T
-        # (about 3x faster forward and backward than a per-unit batched product).
+        # (one large product, forward and backward, in place of a per-unit batched product).
         outer = tf.reshape(
             tf.expand_dims(Phi, -1) * tf.expand_dims(Phi, -2), tf.stack([S, M, D * D])
         )

@@ -104,12 +104,12 @@ class StripesArrowPosterior(StructuredPosterior):
         given ``R`` do not depend on it. Default ``None``: ``1 / sqrt(M)`` with the preconditioned
         storage, 1 (Lindinger et al.'s steps) with the plain one. Near zero the blocks' gradient
         is Monte Carlo noise and Adam moves every entry by about its step; the variance and KL
-        that a block row's jitter adds grow with the row's ``M`` columns, and with steps of 1 the
-        preconditioned STAR fell well below mean-field in its first few hundred steps on
-        concrete (docs/structured.md, "The first steps"). A value other than 1 gives each
-        unconstrained variable a leading axis of length 1, so a checkpoint written with steps of
-        1 (every STAR checkpoint before this option) fails to restore with a shape error instead
-        of restoring blocks of the wrong size; build with ``offdiagonal_step=1.0`` to restore one.
+        that a block row's jitter adds grow with the row's ``M`` columns, so the preconditioned
+        storage takes steps shrunk by ``sqrt(M)`` (docs/structured.md, "The first steps"). A
+        value other than 1 gives each unconstrained variable a leading axis of length 1, so a
+        checkpoint written with steps of 1 fails to restore into a model built with another
+        value (a shape error, not blocks of the wrong size); build with
+        ``offdiagonal_step=1.0`` to restore one.
     """
 
     options = (

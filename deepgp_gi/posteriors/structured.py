@@ -277,11 +277,11 @@ class FullyCoupledPosterior(StructuredPosterior):
         ``n_i`` is the number of units before ``i`` (its off-diagonal blocks), as
         :class:`StripesArrowPosterior` does for its stripes and arrow (see there for why). The
         diagonal blocks are stored as they are. Default True: with Lindinger et al.'s storage
-        (``False``, ``R`` itself) Adam's steps on the off-diagonal blocks are badly scaled and a
-        depth-3 model ends 0.5 to 6.5 nats per point below STAR, a sub-family of it, at the same
-        step budget; with this storage it ends within 0.03 to 0.20 of STAR (docs/structured.md).
-        The family is the same; only the optimiser's steps change. ``q_sqrt`` holds the stored
-        blocks; :meth:`dense_sqrt` gives ``R``. Natural gradients need the plain storage.
+        (``False``, ``R`` itself) Adam's steps on the off-diagonal blocks are badly scaled, and a
+        deep model trains to a lower ELBO than STAR, a sub-family of it, at the same step budget
+        (docs/structured.md). The family is the same; only the optimiser's steps change.
+        ``q_sqrt`` holds the stored blocks; :meth:`dense_sqrt` gives ``R``. Natural gradients
+        need the plain storage.
     """
 
     options = ("whiten", "inner_scale", "precondition_offdiagonal")

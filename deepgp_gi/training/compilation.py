@@ -1,13 +1,11 @@
-"""``fit(jit_compile="auto")``: XLA for a family only where it was measured faster on the device.
+"""``fit(jit_compile="auto")``: XLA for a family only on the devices where its XLA step is faster.
 
-On a CPU an XLA-compiled step of these models is usually slower than the plain ``tf.function``
-step (XLA's CPU expanders for Cholesky factorisations and triangular solves are slower than
-TensorFlow's kernels, and the plain executor already overlaps independent ops); on a GPU, where a
-step is bound by kernel launches, fusion may win, but that has to be measured per family too.
-:data:`XLA_FASTER` lists the (posterior class, device kind) pairs whose XLA step was measured
-faster than the plain one (``benchmarks/speed.py --only xla``; the table and the rule are in
-``docs/performance.md``); every other pair runs plain. A pair enters the set only with a
-measurement.
+Whether XLA's compiled step beats the plain ``tf.function`` step depends on the family and the
+device (on a CPU, XLA's expanders for Cholesky factorisations and triangular solves compete with
+TensorFlow's own kernels; on a GPU, fusion saves kernel launches), so the choice is a table, not
+a rule: :data:`XLA_FASTER` lists the (posterior class, device kind) pairs that compile with XLA
+and every other pair runs plain. A pair enters the set only from a benchmark
+(``benchmarks/speed.py --only xla``; see ``docs/performance.md``).
 """
 
 from __future__ import annotations
@@ -18,11 +16,10 @@ import tensorflow as tf
 
 __all__ = ["XLA_FASTER", "device_kind", "resolve_jit_compile"]
 
-#: ``(posterior class name, device kind)`` pairs where ``fit``'s XLA step was measured faster
-#: than its plain step (benchmarks/results/speed.md, "Plain against XLA"; docs/performance.md).
-#: Empty: on the 2-core CPU every family's XLA step was slower at depth 3, M = 100, batch 1000
-#: (STAR 3.4x, global 3.3x, mean-field 2.8x, SGHMC 1.6x, the factorised BNN 1.2x), and the XLA
-#: rows of the GPU table (benchmarks/results/gpu.md) are not measured yet.
+#: ``(posterior class name, device kind)`` pairs whose XLA step ``fit(jit_compile="auto")``
+#: uses, e.g. ``("FactorisedWeightPosterior", "GPU")``; the device kind is :func:`device_kind`'s.
+#: Empty: no family's XLA step is faster than its plain one on the devices benchmarked so far
+#: (docs/performance.md).
 XLA_FASTER: frozenset = frozenset()
 
 
@@ -40,8 +37,8 @@ def resolve_jit_compile(
 ) -> bool:
     """``fit``'s ``jit_compile`` as a bool: ``True`` / ``False`` as given; ``"auto"`` is True
     exactly when ``(type(model.posterior).__name__, device_kind())`` is in :data:`XLA_FASTER` and
-    the step is a plain one (no natural-gradient step, no ``tf.distribute`` strategy: neither
-    was measured under XLA; ``True`` compiles them too).
+    the step is a plain one (a natural-gradient step or a ``tf.distribute`` strategy runs plain
+    under ``"auto"``; ``True`` compiles them too).
 
     :raises TypeError: anything other than a bool or ``"auto"``.
     """

@@ -256,8 +256,7 @@ def fit(
         schedule of the optimiser's step (e.g. Lindinger et al.'s 0.005 decayed by 0.98 every
         1,000 steps: ``tf_keras.optimizers.schedules.ExponentialDecay(0.005, 1000, 0.98,
         staircase=True)``); the optimiser's step count is in every checkpoint, so a resumed run
-        continues the schedule. On near-noiseless data a decaying rate can be worth nats per
-        point (``docs/training.md``, "A decaying learning rate").
+        continues the schedule (when to decay: ``docs/training.md``, "A decaying learning rate").
     :param num_samples: Monte Carlo samples per step.
     :param seed: seeds minibatches and Monte Carlo noise; ``None`` draws one (recorded in the
         returned history).
@@ -267,9 +266,9 @@ def fit(
     :param checkpoint_every: steps between checkpoints (default ``max(100, steps // 20)``).
     :param log_every: steps between entries of the history (and progress-bar updates).
     :param jit_compile: compile the training step with XLA (``tf.function(jit_compile=True)``):
-        ``True``, ``False``, or ``"auto"`` (default): XLA only for a family measured faster with it
-        on this kind of device (:mod:`deepgp_gi.training.compilation`, docs/performance.md), plain
-        otherwise, and plain with natural gradients or a strategy.
+        ``True``, ``False``, or ``"auto"`` (default): XLA only for the families listed for this
+        kind of device in :data:`~deepgp_gi.training.compilation.XLA_FASTER`, plain otherwise,
+        and plain with natural gradients or a strategy.
     :param natgrad_gamma: if given, the posterior's Gaussian blocks (mean-field ``q(U_l)``, the
         fully-coupled ``q(f_M)``) take
         natural-gradient steps of this size and only the other variables use Adam, in one step;
@@ -315,6 +314,14 @@ def fit(
         family takes it (a deep sigma point process, ``posterior="dspp"``, is meant for it); a
         sampling family and a latent-variable model refuse it.
     :return: a :class:`History`.
+    :raises TypeError: an argument of the wrong type (``model`` not a
+        :class:`~deepgp_gi.DeepGP`, a non-integer ``steps``, ``jit_compile`` neither a bool nor
+        ``"auto"``, a ``kl_schedule`` that is not callable, ``strategy`` not a
+        ``tf.distribute.Strategy``).
+    :raises ValueError: an argument out of range (non-positive ``steps``, ``batch_size`` above
+        N, ``batch_size`` with a dataset, a ``model.num_data`` that disagrees with the data, an
+        invalid ``kl_schedule`` or ``objective``), or an option the model's family refuses (see
+        the parameters above).
     :raises deepgp_gi.linalg.CholeskyError: a factorisation failed in a step (checked before
         every log entry and checkpoint, and at the end, so no broken state is logged or saved).
     :raises FloatingPointError: the ELBO became NaN or infinite.

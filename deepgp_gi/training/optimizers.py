@@ -1,10 +1,10 @@
 """The optimiser of :func:`~deepgp_gi.training.fit`: Adam with one fused update kernel per variable.
 
-tf_keras's current ``Adam`` writes its update as about 25 elementwise TensorFlow ops per
-variable (moments, bias corrections, square root, division, assignment). A deep GP has 15-40
-small variables, so those ops were a quarter to a third of every training step's executed ops
-(475 of 1553 for a depth-3 mean-field deep GP), and on a GPU each op is a kernel launch. The
-legacy Keras ``Adam`` applies the same update with TensorFlow's fused ``ResourceApplyAdam``
+tf_keras's current ``Adam`` writes its update as a chain of elementwise TensorFlow ops per
+variable (moments, bias corrections, square root, division, assignment). A deep GP has many
+small variables, so those ops are a large share of a training step's ops, and on a GPU each op
+is a kernel launch (op counts: ``docs/performance.md``, "Adam: one fused kernel per variable").
+The legacy Keras ``Adam`` applies the same update with TensorFlow's fused ``ResourceApplyAdam``
 kernel: one op per variable, plus a handful per step for the bias corrections. Its update is the
 same algorithm (Kingma & Ba, Algorithm 1, with the bias corrections folded into the step size,
 ``lr_t = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`` and ``x -= lr_t * m / (sqrt(v) + eps)``), and
