@@ -75,6 +75,12 @@ def chunk_seed(seed, start: int, chunk_size: int):
     return tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), k)
 
 
+def _in_seeded_chunks(fn, X, chunk_size: int, seed):
+    """:func:`predict_in_chunks` of ``fn(rows, chunk's seed)``: ``rows`` a slice of ``X``'s
+    first axis, the seed :func:`chunk_seed`'s for the chunk's first row."""
+    return predict_in_chunks(lambda s: fn(s, chunk_seed(seed, s.start, chunk_size)), X, chunk_size)
+
+
 def test_log_likelihood(
     model,
     X_test,
@@ -131,12 +137,11 @@ def pointwise_log_density(
     """``[N]``: each test point's log predictive density in the original units of Y
     (:func:`test_log_likelihood` is their mean; arguments as there)."""
     X, Y, num_samples, seed = _test_arguments(model, X_test, Y_test, y_std, num_samples, seed)
-    lpd = predict_in_chunks(
-        lambda s: model.predict_log_density(
-            (X[s], Y[s]), num_samples, chunk_seed(seed, s.start, chunk_size)
-        ).numpy(),
+    lpd = _in_seeded_chunks(
+        lambda s, k: model.predict_log_density((X[s], Y[s]), num_samples, k).numpy(),
         X,
         chunk_size,
+        seed,
     )
     return lpd - np.log(y_std)
 
@@ -167,10 +172,8 @@ def predictive_cdf(
         )
     X, Y = X.numpy(), Y.numpy()
 
-    def chunk(s):
-        mean, var = model.predict_f_components(
-            X[s], num_samples, chunk_seed(seed, s.start, chunk_size)
-        )
+    def chunk(s, rows_seed):
+        mean, var = model.predict_f_components(X[s], num_samples, rows_seed)
         noise = model.likelihood.variance_at(
             tf.constant(X[s])
         )  # [N, 1], constant or heteroscedastic
@@ -179,7 +182,7 @@ def predictive_cdf(
         cdf = 0.5 * tf.math.erfc(-z / np.sqrt(2.0))  # [S, N, 1]
         return mixture_mean(cdf, model.posterior.mixture_log_weights())[:, 0].numpy()
 
-    return predict_in_chunks(chunk, X, chunk_size)
+    return _in_seeded_chunks(chunk, X, chunk_size, seed)
 
 
 def calibration_curve(pit, levels=None):
@@ -217,14 +220,16 @@ def rmse(
     """Root-mean-square error of the predictive mixture mean, in the original units of Y
     (``seed`` as in :func:`test_log_likelihood`)."""
     X, Y, num_samples, seed = _test_arguments(model, X_test, Y_test, y_std, num_samples, seed)
-    mean = predict_in_chunks(
-        lambda s: model.predict_y(X[s], num_samples, chunk_seed(seed, s.start, chunk_size))[
-            0
-        ].numpy(),
-        X,
-        chunk_size,
-    )
+    mean = _predictive_mean(model, X, num_samples, chunk_size, seed)
     return float(y_std * np.sqrt(np.mean(np.square(Y - mean))))
+
+
+def _predictive_mean(model, X, num_samples, chunk_size, seed) -> np.ndarray:
+    """``[N, P]``: ``model.predict_y``'s mean of the rows of ``X``, in chunks of ``chunk_size``
+    rows (seeds by :func:`chunk_seed`)."""
+    return _in_seeded_chunks(
+        lambda s, k: model.predict_y(X[s], num_samples, k)[0].numpy(), X, chunk_size, seed
+    )
 
 
 def evaluate_dataset(
@@ -309,13 +314,10 @@ def predict_class_probabilities(
     if len(X) == 0:
         raise ValueError("X is empty (0 rows)")
 
-    def chunk(s):
-        mean = model.predict_y(X[s], num_samples, chunk_seed(seed, s.start, chunk_size))[0].numpy()
-        if kind == "bernoulli":
-            return np.concatenate([1.0 - mean, mean], axis=-1)
-        return mean / mean.sum(axis=-1, keepdims=True) if renormalise else mean
-
-    return predict_in_chunks(chunk, X, chunk_size)
+    mean = _predictive_mean(model, X, num_samples, chunk_size, seed)
+    if kind == "bernoulli":
+        return np.concatenate([1.0 - mean, mean], axis=-1)
+    return mean / mean.sum(axis=-1, keepdims=True) if renormalise else mean
 
 
 def accuracy(
