@@ -21,9 +21,27 @@ _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from .version import __version__  # noqa: F401  (no TensorFlow: a plain module)
 
-# The modules and names the package exports, in the order they were imported eagerly:
-# name -> the module (relative to the package) that defines it.
-_MODULES = (
+# The names a star import takes (a literal list, which type checkers and linters read).
+__all__ = [
+    "DeepGP",
+    "LatentDeepGP",
+    "DenseLayer",
+    "GPLayer",
+    "WeightKernel",
+    "build_bnn",
+    "build_conv_bnn",
+    "History",
+    "KLSchedule",
+    "LinearSchedule",
+    "PaperSchedule",
+    "build_deep_gp",
+    "fit",
+    "collect_samples",
+    "save",
+    "load",
+    "safe_cholesky",
+    "parameter_count",
+    "parameter_table",
     "autocorrelation",
     "datasets",
     "families",
@@ -34,7 +52,10 @@ _MODULES = (
     "noise",
     "posteriors",
     "priors",
-)
+]
+
+# The exported names that are not modules, in the order they were imported eagerly:
+# name -> the module (relative to the package) that defines it.
 _NAMES = {
     "build_bnn": "bnn",
     "build_deep_gp": "builders",
@@ -56,6 +77,8 @@ _NAMES = {
     "save": "saving",
     "load": "saving",
 }
+# The exported modules, in the order they were imported eagerly: the rest of __all__.
+_MODULES = tuple(name for name in __all__ if name not in _NAMES)
 _loading = False
 
 if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
@@ -120,36 +143,3 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
-
-
-__all__ = [
-    "DeepGP",
-    "LatentDeepGP",
-    "DenseLayer",
-    "GPLayer",
-    "WeightKernel",
-    "build_bnn",
-    "build_conv_bnn",
-    "History",
-    "KLSchedule",
-    "LinearSchedule",
-    "PaperSchedule",
-    "build_deep_gp",
-    "fit",
-    "collect_samples",
-    "save",
-    "load",
-    "safe_cholesky",
-    "parameter_count",
-    "parameter_table",
-    "autocorrelation",
-    "datasets",
-    "families",
-    "kernels",
-    "layers",
-    "linalg",
-    "metrics",
-    "noise",
-    "posteriors",
-    "priors",
-]
