@@ -93,9 +93,17 @@ def append_to_cholesky(chol: tf.Tensor, G: tf.Tensor, chol_new: tf.Tensor) -> tf
     If ``chol = chol(A)``, ``G = C chol^{-T}`` and ``chol_new = chol(B - G G^T)``, the result is
     the Cholesky factor of ``[[A, C^T], [C, B]]``; nothing is refactorised.
     """
-    zeros = tf.zeros_like(tf.linalg.matrix_transpose(G))  # [..., K, P]
-    top = tf.concat([chol, zeros], axis=-1)
-    bottom = tf.concat([G, chol_new], axis=-1)
+    return _block_lower_triangular(chol, G, chol_new)
+
+
+def _block_lower_triangular(
+    top_left: tf.Tensor, lower_left: tf.Tensor, lower_right: tf.Tensor
+) -> tf.Tensor:
+    """``[[top_left, 0], [lower_left, lower_right]]`` ``[batch..., K + P, K + P]`` from
+    ``[batch..., K, K]``, ``[batch..., P, K]`` and ``[batch..., P, P]`` blocks."""
+    zeros = tf.zeros_like(tf.linalg.matrix_transpose(lower_left))  # [..., K, P]
+    top = tf.concat([top_left, zeros], axis=-1)
+    bottom = tf.concat([lower_left, lower_right], axis=-1)
     return tf.concat([top, bottom], axis=-2)
 
 
@@ -134,10 +142,7 @@ def append_to_inverse(
         )
     else:
         lower_left = -tf.linalg.matmul(inverse_new, tf.linalg.matmul(Gt, inverse, transpose_a=True))
-    zeros = tf.zeros_like(tf.linalg.matrix_transpose(lower_left))  # [..., K, P]
-    top = tf.concat([inverse, zeros], axis=-1)
-    bottom = tf.concat([lower_left, inverse_new], axis=-1)
-    return tf.concat([top, bottom], axis=-2)
+    return _block_lower_triangular(inverse, lower_left, inverse_new)
 
 
 @check_shapes(
