@@ -98,6 +98,16 @@ def _broadcast_batch(tril: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.broadcast_to(tril, shape)
 
 
+# The shapes of both densities' arguments and result.
+_density_shapes = check_shapes(
+    "X: [batch..., m, m]",
+    "scale_tril: [broadcast batch..., m, m]",
+    "dof: [broadcast batch...]",
+    "X_tril: [batch..., m, m] if X_tril is not None",
+    "return: [batch...]",
+)
+
+
 def _prepare(X, scale_tril, dof, X_tril):
     """The shared prologue of the two densities: ``(m, dtype, dof, scale_tril, chol(X))``."""
     X = tf.convert_to_tensor(X)
@@ -110,13 +120,7 @@ def _prepare(X, scale_tril, dof, X_tril):
     return m, X.dtype, dof, scale_tril, X_tril
 
 
-@check_shapes(
-    "X: [batch..., m, m]",
-    "scale_tril: [broadcast batch..., m, m]",
-    "dof: [broadcast batch...]",
-    "X_tril: [batch..., m, m] if X_tril is not None",
-    "return: [batch...]",
-)
+@_density_shapes
 def wishart_log_prob(
     X: tf.Tensor, scale_tril: tf.Tensor, dof, X_tril: Optional[tf.Tensor] = None
 ) -> tf.Tensor:
@@ -140,13 +144,7 @@ def wishart_log_prob(
     )
 
 
-@check_shapes(
-    "X: [batch..., m, m]",
-    "scale_tril: [broadcast batch..., m, m]",
-    "dof: [broadcast batch...]",
-    "X_tril: [batch..., m, m] if X_tril is not None",
-    "return: [batch...]",
-)
+@_density_shapes
 def inverse_wishart_log_prob(
     X: tf.Tensor, scale_tril: tf.Tensor, dof, X_tril: Optional[tf.Tensor] = None
 ) -> tf.Tensor:
