@@ -338,6 +338,8 @@ _VERBOSE_HELP = (
 def build_parser(tables: bool = True) -> argparse.ArgumentParser:
     """The argument parser; ``tables=False`` leaves out the ``uci`` command's arguments (they list
     the family tables, which import TensorFlow) for parsing anything but a ``uci`` command."""
+    from .table_commands import add_run_flags, add_table_commands
+
     parser = argparse.ArgumentParser(
         prog="deepgp-gi", description="Deep GPs and BNNs with structured posteriors."
     )
@@ -348,15 +350,10 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
         "demo", help="fit a depth-2 DSVI deep GP on boston split 0 and print test LL and RMSE"
     )
     demo.add_argument("--steps", type=int, default=5000, help="Adam steps (default 5000)")
-    demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    demo.add_argument(
-        "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP
-    )
+    add_run_flags(demo, _VERBOSE_HELP)
     demo.set_defaults(func=_cmd_demo)
 
-    from .table_commands import add_table_commands  # fit, predict, evaluate on a user's table
-
-    add_table_commands(sub, _VERBOSE_HELP)
+    add_table_commands(sub, _VERBOSE_HELP)  # fit, predict, evaluate on a user's table
 
     uci = sub.add_parser("uci", help="fit and evaluate on UCI splits with the papers' protocol")
     uci.set_defaults(func=_cmd_uci)
@@ -479,10 +476,7 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
     uci.add_argument(
         "--checkpoint-dir", default=None, help="checkpoint each split's training here (resumable)"
     )
-    uci.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    uci.add_argument(
-        "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP
-    )
+    add_run_flags(uci, _VERBOSE_HELP)
     return parser
 
 

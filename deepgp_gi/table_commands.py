@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-__all__ = ["add_table_commands", "CHUNK_ROWS", "SAMPLER_SAMPLES", "SAMPLER_THIN"]
+__all__ = ["add_table_commands", "add_run_flags", "CHUNK_ROWS", "SAMPLER_SAMPLES", "SAMPLER_THIN"]
 
 #: Rows per prediction call.
 CHUNK_ROWS = 1000
@@ -307,6 +307,17 @@ def _probability(text: str) -> float:
     return value
 
 
+def add_run_flags(parser, verbose_help: str, *, progress: bool = True) -> None:
+    """The flags that end a ``deepgp-gi`` command's arguments: ``--no-progress`` (with
+    ``progress``) and the command's own ``--verbose`` (help ``verbose_help``; unset unless given,
+    so that the top-level ``deepgp-gi --verbose`` stands)."""
+    if progress:
+        parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help
+    )
+
+
 def add_table_commands(sub, verbose_help: str) -> None:
     """Add ``fit``, ``predict`` and ``evaluate`` to the ``deepgp-gi`` subparsers ``sub`` (their
     arguments import nothing, so ``--help`` stays fast)."""
@@ -362,8 +373,7 @@ def add_table_commands(sub, verbose_help: str) -> None:
     )
     fit.add_argument("--out", required=True, metavar="DIR", help="the saved model's directory")
     fit.add_argument("--overwrite", action="store_true", help="replace a saved model at --out")
-    fit.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    fit.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help)
+    add_run_flags(fit, verbose_help)
     fit.set_defaults(func=lambda args: _run("fit", _cmd_fit, args))
 
     for name, help_text in (
@@ -402,8 +412,6 @@ def add_table_commands(sub, verbose_help: str) -> None:
             help="Monte Carlo samples (default: the model's serving samples)",
         )
         p.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
-        p.add_argument(
-            "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help
-        )
+        add_run_flags(p, verbose_help, progress=False)
         body = _cmd_predict if name == "predict" else _cmd_evaluate
         p.set_defaults(func=lambda args, name=name, body=body: _run(name, body, args))
