@@ -48,7 +48,7 @@ from .layers import GPLayer
 from .layers.latent import LatentVariableLayer
 from .likelihoods import expected_log_likelihood
 from .linalg import add_jitter, safe_cholesky
-from .models import DeepGP, seed_or_deprecated_noise
+from .models import DeepGP
 from .noise import NoiseLike, NoiseSource, as_noise_source
 from .posteriors import DeepPosterior, InducingDraw, Propagation
 from .posteriors.conditionals import (
@@ -217,6 +217,9 @@ def grouped_propagate(
 class LatentDeepGP(DeepGP):
     """A deep GP with a latent input ``w`` in front of its first GP layer (see the module docs).
 
+    ``elbo``, ``elbo_per_sample`` and :meth:`elbo_terms` take ``importance_samples=K`` (default
+    1: the ELBO) and estimate the importance-weighted bound with K draws of ``w`` per point.
+
     :param layers: the GP layers; ``layers[0].input_dim`` is ``D + D_w``.
     :param likelihood: a GPflow likelihood.
     :param posterior: a posterior of the families in :data:`LATENT_FAMILIES`, built on ``layers``.
@@ -316,46 +319,7 @@ class LatentDeepGP(DeepGP):
         )
 
     # ------------------------------------------------------------------ objective
-    @check_shapes("return: []")
-    def elbo(
-        self,
-        data,
-        num_samples: int = 1,
-        seed: NoiseLike = None,
-        *,
-        importance_samples: int = 1,
-        noise: NoiseLike = None,
-    ) -> tf.Tensor:
-        """The importance-weighted bound with K = ``importance_samples`` (default 1: the ELBO),
-        averaged over ``num_samples`` draws of ``q(U)`` (full-data units; minibatches rescaled by
-        ``num_data / batch`` as :meth:`DeepGP.elbo`)."""
-        return tf.reduce_mean(
-            self.elbo_per_sample(
-                data,
-                num_samples,
-                seed_or_deprecated_noise(seed, noise, "elbo"),
-                importance_samples=importance_samples,
-            )
-        )
-
-    @check_shapes("return: [S]")
-    def elbo_per_sample(
-        self,
-        data,
-        num_samples: int = 1,
-        seed: NoiseLike = None,
-        *,
-        importance_samples: int = 1,
-        noise: NoiseLike = None,
-    ) -> tf.Tensor:
-        ell, kl = self.elbo_terms(
-            data,
-            num_samples,
-            seed_or_deprecated_noise(seed, noise, "elbo_per_sample"),
-            importance_samples=importance_samples,
-        )
-        return ell - kl
-
+    # elbo and elbo_per_sample are DeepGP's: they pass importance_samples on to elbo_terms
     @check_shapes("return[0]: [S]", "return[1]: [S]")
     def elbo_terms(
         self,

@@ -198,26 +198,42 @@ class DeepGP(BayesianModel, ExternalDataTrainingLossMixin):
 
     @check_shapes("return: []")
     def elbo(
-        self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
+        self,
+        data,
+        num_samples: int = 1,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+        **options,
     ) -> tf.Tensor:
         """Unbiased estimate of the full-data ELBO (a sum over the data set).
 
         With ``num_data`` set, a minibatch's expected log-likelihood is rescaled by
         ``num_data / batch``. Averages the per-sample estimate over ``num_samples`` samples
-        (default 1, the training setting). ``seed``: see :meth:`predict_f`.
+        (default 1, the training setting). ``seed``: see :meth:`predict_f`. ``options``: keyword
+        arguments of :meth:`elbo_terms` (e.g. a :class:`~deepgp_gi.latent.LatentDeepGP`'s
+        ``importance_samples``, whose bound this then is).
         """
         return tf.reduce_mean(
-            self.elbo_per_sample(data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo"))
+            self.elbo_per_sample(
+                data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo"), **options
+            )
         )
 
     @check_shapes("return: [S]")
     def elbo_per_sample(
-        self, data, num_samples: int = 1, seed: NoiseLike = None, *, noise: NoiseLike = None
+        self,
+        data,
+        num_samples: int = 1,
+        seed: NoiseLike = None,
+        *,
+        noise: NoiseLike = None,
+        **options,
     ) -> tf.Tensor:
         """The ELBO estimate of each of the S joint samples, ``[S]``: ``ell - kl`` of
-        :meth:`elbo_terms`."""
+        :meth:`elbo_terms` (``options``: its keyword arguments)."""
         ell, kl = self.elbo_terms(
-            data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo_per_sample")
+            data, num_samples, seed_or_deprecated_noise(seed, noise, "elbo_per_sample"), **options
         )
         return ell - kl
 
