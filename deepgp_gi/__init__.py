@@ -54,8 +54,8 @@ __all__ = [
     "priors",
 ]
 
-# The exported names that are not modules, in the order they were imported eagerly:
-# name -> the module (relative to the package) that defines it.
+# The exported names that are not modules: name -> the module (relative to the package) that
+# defines it; _load imports them in this order, after the modules.
 _NAMES = {
     "build_bnn": "bnn",
     "build_deep_gp": "builders",
@@ -77,7 +77,7 @@ _NAMES = {
     "save": "saving",
     "load": "saving",
 }
-# The exported modules, in the order they were imported eagerly: the rest of __all__.
+# The exported modules (the rest of __all__), in the order _load imports them.
 _MODULES = tuple(name for name in __all__ if name not in _NAMES)
 _loading = False
 
