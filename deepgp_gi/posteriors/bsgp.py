@@ -55,8 +55,10 @@ which the gradients of the factorisation and of the layers' projections use inst
   chain, only the reported log joint), except for the determinantal prior's, which is unknown.
 * Chain steps per hyperparameter step: the code runs 21 SGHMC steps (11 of them adapting) between
   two window entries and Adam steps; the paper counts iterations of one sampler step and one Adam
-  step. Here one ``fit`` step is one chain step, one window entry and one Adam step, as for SGHMC,
-  so the two families' steps cost and mean the same.
+  step. By default one ``fit`` step is one chain step, one window entry and one Adam step, as for
+  SGHMC, so the two families' steps cost and mean the same; ``chain_steps=21``
+  (``sghmc.ROSSI_CHAIN_STEPS``) runs the code's schedule, each chain step on its own minibatch, so
+  ``fit(steps=21 * T)`` is the code's ``T`` iterations (:func:`~.sghmc.chain_step_roles`).
 * Window: the code keeps the last 64 states (``WINDOW_SIZE``; SGHMC's code 100). The code adapts at
   every training step and not while collecting, as SGHMC's; :func:`~deepgp_gi.collect_samples`
   does the same. The paper collects 256 samples; the code's script 512, 32 steps apart.
@@ -83,7 +85,14 @@ from ..linalg import add_jitter, cholesky_with_inverse, safe_cholesky
 from ..validation import check_choice
 from .base import Propagation
 from .conditionals import conditional_mean, sample_rows, whitened_projection
-from .sghmc import MOMENTUM_DECAY, STEP_SIZE, FixedTerms, FlatGaussianPrior, SGHMCPosterior
+from .sghmc import (
+    CHAIN_STEPS,
+    MOMENTUM_DECAY,
+    STEP_SIZE,
+    FixedTerms,
+    FlatGaussianPrior,
+    SGHMCPosterior,
+)
 
 __all__ = ["BSGPPosterior", "INDUCING_PRIORS"]
 
@@ -194,6 +203,7 @@ class BSGPPosterior(SGHMCPosterior):
         step_size: float = STEP_SIZE,
         momentum_decay: float = MOMENTUM_DECAY,
         window_size: int = WINDOW_SIZE,
+        chain_steps: int = CHAIN_STEPS,
         inducing_prior: str = "normal",
         log_lengthscale_prior: Sequence[float] = LOG_LENGTHSCALE_PRIOR,
         log_variance_prior: Sequence[float] = LOG_VARIANCE_PRIOR,
@@ -210,6 +220,7 @@ class BSGPPosterior(SGHMCPosterior):
             step_size=step_size,
             momentum_decay=momentum_decay,
             window_size=window_size,
+            chain_steps=chain_steps,
             name=name,
         )
 

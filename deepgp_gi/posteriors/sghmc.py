@@ -100,13 +100,29 @@ __all__ = [
     "FixedTerms",
     "FlatGaussianPrior",
     "scale_adapted_sghmc",
+    "chain_step_roles",
     "uniform_index",
+    "ROSSI_CHAIN_STEPS",
 ]
 
 #: Default step size ``eps`` and momentum decay ``alpha`` (Havasi et al.'s code) and window size.
 STEP_SIZE = 0.01
 MOMENTUM_DECAY = 0.05
 WINDOW_SIZE = 100
+#: Chain steps per hyperparameter step: one (Havasi et al.), or Rossi et al.'s BSGP schedule of 21
+#: (:func:`chain_step_roles`: 11 of them adapt).
+CHAIN_STEPS = 1
+ROSSI_CHAIN_STEPS = 21
+
+
+def chain_step_roles(step: int, chain_steps: int) -> Tuple[bool, bool]:
+    """``(adapts, ends_iteration)`` of ``fit`` step ``step`` when one iteration is ``chain_steps``
+    chain steps: its position ``i = step mod chain_steps`` adapts the statistics when ``i`` is 0 or
+    odd (one step, then pairs of an adapting and a plain step: Rossi et al.'s 21 steps, 11
+    adapting), and the iteration's last step (``i = chain_steps - 1``) also enters the window and
+    takes the hyperparameter step. With ``chain_steps = 1`` every step does all three."""
+    i = int(step) % int(chain_steps)
+    return (i == 0 or i % 2 == 1), i == int(chain_steps) - 1
 
 
 class SamplerState(NamedTuple):
@@ -164,6 +180,15 @@ def scale_adapted_sghmc(
     return SamplerState(theta_new, p_new, xi_new, g_new, g2_new)
 
 
+def check_momentum_decay(value) -> float:
+    """``value`` as a momentum decay ``alpha`` in ``(0, 1]``, or a ValueError naming
+    ``momentum_decay``."""
+    alpha = check_positive_float(value, "momentum_decay")
+    if alpha > 1.0:
+        raise ValueError(f"momentum_decay must be in (0, 1], got {value!r}")
+    return alpha
+
+
 def uniform_index(z: tf.Tensor, count: tf.Tensor) -> tf.Tensor:
     """Uniform indices in ``0 .. count-1`` from standard-normal draws ``z`` (through the normal
     CDF, so seeded noise sources give them), int32, ``z``'s shape."""
@@ -180,9 +205,13 @@ class SGHMCPosterior(DeepPosterior):
     :param step_size: ``eps`` (default 0.01, Havasi et al.'s code).
     :param momentum_decay: ``alpha`` in ``(0, 1]`` (default 0.05).
     :param window_size: states kept for the hyperparameter steps (default 100).
+    :param chain_steps: chain steps per hyperparameter step (default 1; each ``fit`` step is one
+        chain step on its own minibatch, and every ``chain_steps``-th also enters the window and
+        takes the Adam step: :func:`chain_step_roles`). Rossi et al.'s schedule is
+        ``ROSSI_CHAIN_STEPS = 21``.
     """
 
-    options = ("step_size", "momentum_decay", "window_size")
+    options = ("step_size", "momentum_decay", "window_size", "chain_steps")
     summary = "SGHMC samples of the inducing outputs (Havasi et al. 2018)"
     positive_transform = "exp"
 
@@ -204,15 +233,15 @@ class SGHMCPosterior(DeepPosterior):
         step_size: float = STEP_SIZE,
         momentum_decay: float = MOMENTUM_DECAY,
         window_size: int = WINDOW_SIZE,
+        chain_steps: int = CHAIN_STEPS,
         name: Optional[str] = None,
     ):
         super().__init__(layers, name=name)
         require_local_inducing(self)
         self.step_size = check_positive_float(step_size, "step_size")
-        self.momentum_decay = check_positive_float(momentum_decay, "momentum_decay")
-        if self.momentum_decay > 1.0:
-            raise ValueError(f"momentum_decay must be in (0, 1], got {momentum_decay!r}")
+        self.momentum_decay = check_momentum_decay(momentum_decay)
         self.window_size = check_positive_int(window_size, "window_size")
+        self.chain_steps = check_positive_int(chain_steps, "chain_steps")
         dtype = gpflow.default_float()
         shapes = [[layer.num_inducing, layer.output_dim] for layer in self.layers]
         self.inducing_outputs = [
@@ -338,12 +367,24 @@ class SGHMCPosterior(DeepPosterior):
             self.flat_state(self.chain_variables()), self.flat_state(grads), noise, num_data, adapt
         )
 
-    def sghmc_move(self, theta: tf.Tensor, grad: tf.Tensor, noise, num_data, adapt: bool) -> None:
+    def sghmc_move(
+        self,
+        theta: tf.Tensor,
+        grad: tf.Tensor,
+        noise,
+        num_data,
+        adapt: bool,
+        push: bool = True,
+        step_size: Optional[float] = None,
+        momentum_decay: Optional[float] = None,
+    ) -> None:
         """:meth:`sghmc_step` on the flat state ``theta`` ``[n]`` (the chain variables' current
         values, :meth:`flat_state`) and its flat per-point-loss gradient ``grad`` ``[n]``. The
         update runs once over every chain variable, with one draw ``"sghmc/move"`` of length ``n``
         from ``noise``; the new values are assigned and pushed into the window as computed (not read
-        back). A variable that :meth:`chain_moves` marks as held keeps its value and statistics."""
+        back; ``push=False``: not pushed). A variable that :meth:`chain_moves` marks as held keeps
+        its value and statistics. ``step_size`` and ``momentum_decay`` replace the posterior's own
+        for this move (``None``: the posterior's)."""
         variables, moves = self.chain_variables(), self.chain_moves()
         sizes = [v.shape.num_elements() for v in variables]
         state = SamplerState(
@@ -363,8 +404,8 @@ class SGHMCPosterior(DeepPosterior):
             state,
             grad,
             z,
-            step_size=self.step_size,
-            momentum_decay=self.momentum_decay,
+            step_size=self.step_size if step_size is None else step_size,
+            momentum_decay=self.momentum_decay if momentum_decay is None else momentum_decay,
             num_data=num_data,
             adapt=adapt,
         )
@@ -382,7 +423,8 @@ class SGHMCPosterior(DeepPosterior):
             self.adaptation_window[0].assign(new.xi)
             self.gradient_mean[0].assign(new.g)
             self.gradient_square[0].assign(new.g2)
-        self.push_window(values)
+        if push:
+            self.push_window(values)
 
     def flat_gaussian_prior(self) -> FlatGaussianPrior:
         """The prior's Gaussian factors over the flat state: SGHMC's ``N(0, I)`` on every

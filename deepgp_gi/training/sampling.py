@@ -9,7 +9,8 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from ..models import DeepGP
-from ..validation import check_positive_int, resolve_seed
+from ..posteriors.sghmc import check_momentum_decay
+from ..validation import check_positive_float, check_positive_int, resolve_seed
 from .loop import check_fit_arguments, plan_batches
 from .step import SamplerStep
 
@@ -30,6 +31,8 @@ def collect_samples(
     num_hidden_samples: int = 1,
     jit_compile: bool = False,
     progress: bool = True,
+    step_size: Optional[float] = None,
+    momentum_decay: Optional[float] = None,
 ) -> List[tf.Tensor]:
     """Continue the chain of a sampling posterior (``posterior="sghmc"`` or ``"bsgp"``) for
     ``num_samples * thin`` steps and keep every ``thin``-th state (Havasi et al. 2018: 100 samples
@@ -52,6 +55,10 @@ def collect_samples(
     :param num_hidden_samples: hidden-layer draws per gradient (``fit``'s ``num_samples``).
     :param jit_compile: compile the step with XLA.
     :param progress: show a progress bar.
+    :param step_size: the chain's ``eps`` while collecting (``None``: the posterior's
+        ``step_size``). Any fixed step leaves the target in place up to the discretisation; a
+        larger one mixes faster in weakly determined directions (``docs/sampling.md``).
+    :param momentum_decay: the chain's ``alpha`` while collecting (``None``: the posterior's).
     :return: one ``[num_samples, M, D_l]`` tensor of whitened inducing outputs per layer (a family
         that samples more, ``posterior="bsgp"``, stores the rest of each sample on the posterior).
     """
@@ -66,6 +73,10 @@ def collect_samples(
     thin = check_positive_int(thin, "thin")
     num_hidden_samples = check_positive_int(num_hidden_samples, "num_hidden_samples")
     seed = resolve_seed(seed, "seed")
+    if step_size is not None:
+        step_size = check_positive_float(step_size, "step_size")
+    if momentum_decay is not None:
+        momentum_decay = check_momentum_decay(momentum_decay)
     if not isinstance(jit_compile, bool):
         raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
     steps = num_samples * thin
@@ -90,6 +101,8 @@ def collect_samples(
         num_samples=plan.num_samples,
         seed=plan.seed,
         jit_compile=jit_compile,
+        step_size=step_size,
+        momentum_decay=momentum_decay,
     )
     kept: List[List[tf.Tensor]] = [[] for _ in posterior.chain_variables()]
     bar = tqdm(total=steps, disable=not progress, desc="collect_samples", dynamic_ncols=True)

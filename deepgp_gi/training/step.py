@@ -259,11 +259,18 @@ class SamplerStep(TrainStep):
     hidden-layer draws and the window member, ``"hyper/sghmc/window"``); every draw is stateless
     in ``(seed, t)``.
 
+    Iterations of several chain steps (the posterior's ``chain_steps``): step ``t`` is one chain
+    step on its own minibatch; whether it adapts the statistics and whether it ends the iteration
+    (window entry and hyperparameter step) follow
+    :func:`~deepgp_gi.posteriors.sghmc.chain_step_roles` of ``t``, one compiled function per role.
+
     :param optimizer: Adam on ``variables``, or ``None``: no hyperparameter step (sample
         collection).
     :param adapt: adapt the preconditioner and friction statistics (burn-in: ``fit``) or keep them
         (``collect_samples``).
     :param stream: ``None`` for ``fit``'s noise stream; an int selects another stream of ``seed``.
+    :param step_size: the chain's ``eps`` for these steps (``None``: the posterior's).
+    :param momentum_decay: the chain's ``alpha`` for these steps (``None``: the posterior's).
     """
 
     def __init__(
@@ -275,11 +282,40 @@ class SamplerStep(TrainStep):
         *,
         adapt: bool = True,
         stream=None,
+        step_size=None,
+        momentum_decay=None,
         **kwargs,
     ):
         self.adapt = bool(adapt)
         self.stream = stream
+        self.move_options = dict(step_size=step_size, momentum_decay=momentum_decay)
         super().__init__(model, optimizer, variables, step_counter, **kwargs)
+        self.chain_steps = int(getattr(model.posterior, "chain_steps", 1))
+        self._by_role = {}
+
+    def roles(self, step):
+        """``(adapt, hyper)`` of step ``step`` (a Python or host tensor integer): whether it adapts
+        the statistics and whether it ends an iteration (window entry and, when there is an
+        optimizer, the hyperparameter step)."""
+        from ..posteriors.sghmc import chain_step_roles
+
+        if self.chain_steps == 1:
+            return self.adapt, True
+        adapts, ends = chain_step_roles(int(step), self.chain_steps)
+        return self.adapt and adapts, ends
+
+    def __call__(self, step, X_b, Y_b, kl_weight=None) -> tf.Tensor:
+        if self.chain_steps == 1:
+            return super().__call__(step, X_b, Y_b, kl_weight)
+        role = self.roles(step)
+        if role not in self._by_role:
+            adapt, ends = role
+            self._by_role[role] = tf.function(
+                lambda t, X, Y, w: self._step(t, X, Y, w, adapt=adapt, ends=ends),
+                autograph=False,
+                jit_compile=self.jit_compile,
+            )
+        return self._by_role[role](step, X_b, Y_b, self.kl_weight_tensor(kl_weight))
 
     def step_sources(self, step):
         """``(chain noise, hyperparameter noise)`` of step ``step``: two name spaces of one
@@ -328,14 +364,15 @@ class SamplerStep(TrainStep):
         )
         return tempered_loss(ll, neg_log_prior, 1.0, self.model.log_prior_density())
 
-    def _step(self, step, X_b, Y_b, kl_weight):
+    def _step(self, step, X_b, Y_b, kl_weight, adapt=None, ends=True):
         from ..kernels import shared_parameter_reads
 
         posterior = self.model.posterior
         chain_noise, hyper_noise = self.step_sources(step)
         N = self.num_data(X_b)
         X, _ = self.model.check_data((X_b, Y_b))
-        hyper = self.optimizer is not None
+        adapt = self.adapt if adapt is None else adapt
+        hyper = self.optimizer is not None and ends
         with contextlib.ExitStack() as stack:
             checks = stack.enter_context(cholesky_checks())
             if hyper:  # records the terms the two passes share, and the hyperparameter pass
@@ -363,7 +400,13 @@ class SamplerStep(TrainStep):
             if fixed is None:  # the move assigns what the block may have read (BSGP's kernels)
                 reads.close()
             posterior.sghmc_move(
-                theta, posterior.flat_state(grads) + neg_prior_grad / N, chain_noise, N, self.adapt
+                theta,
+                posterior.flat_state(grads) + neg_prior_grad / N,
+                chain_noise,
+                N,
+                adapt,
+                push=ends,
+                **self.move_options,
             )
             if hyper:
                 member = posterior.window_member(hyper_noise.normal("sghmc/window", [], self.dtype))

@@ -53,6 +53,7 @@ def test_the_family_is_in_the_table_and_only_the_likelihood_is_adams(rng):
         "step_size",
         "momentum_decay",
         "window_size",
+        "chain_steps",
         "inducing_prior",
         "log_lengthscale_prior",
         "log_variance_prior",
@@ -433,7 +434,7 @@ def test_bad_options_are_refused_naming_the_argument(rng):
     with pytest.raises(
         ValueError,
         match="does not accept option.*inducing_priors.*accepted options: step_size, "
-        "momentum_decay, window_size, inducing_prior, log_lengthscale_prior, "
+        "momentum_decay, window_size, chain_steps, inducing_prior, log_lengthscale_prior, "
         "log_variance_prior",
     ):
         dg.build_deep_gp(X, Y, depth=1, posterior="bsgp", num_inducing=4, inducing_priors="normal")
@@ -464,3 +465,25 @@ def test_bad_options_are_refused_naming_the_argument(rng):
         dg.fit(model, (X, Y), steps=1, natgrad_gamma=0.1, progress=False)
     with pytest.raises(ValueError, match="thin must be at least 1"):
         dg.collect_samples(model, (X, Y), thin=0, progress=False)
+
+
+def test_with_two_chain_steps_the_kernel_moves_every_step_and_the_likelihood_every_second(rng):
+    X, Y = _toy(rng)
+
+    def after(steps):
+        model = dg.build_deep_gp(
+            X, Y, depth=1, posterior="bsgp", num_inducing=4, seed=0, chain_steps=2
+        )
+        if steps:
+            dg.fit(model, (X, Y), steps=steps, seed=0, progress=False)
+        kernel = model.layers[0].kernel
+        return (
+            kernel.lengthscales.numpy().copy(),
+            float(model.likelihood.variance.numpy()),
+            int(model.posterior.window_count.numpy()),
+        )
+
+    (l0, n0, c0), (l1, n1, c1), (l2, n2, c2) = after(0), after(1), after(2)
+    assert not np.allclose(l0, l1) and not np.allclose(l1, l2)  # sampled at every step
+    assert n0 == n1 != n2  # Adam at the iteration's end only
+    assert (c0, c1, c2) == (0, 0, 1)
