@@ -597,63 +597,112 @@ def decision_table(rows: List[Dict]) -> List[str]:
     return lines
 
 
+#: How the figure names a row's setting that differs from the sweep's (a part of ``_family``).
+_SETTING_TAGS = (
+    (r"decay([\d.]+)", lambda m: f"lr x{m.group(1)}"),
+    (r"b(\d+)", lambda m: f"batch {int(m.group(1)):,}"),
+    (r"s(\d+)", lambda m: f"{m.group(1)} samples"),
+    (r"steps(\d+)", lambda m: f"{int(m.group(1)):,} steps"),
+    (r"M(\d+)", lambda m: f"M = {m.group(1)}"),
+    (r"valid([\d.]+)", lambda m: f"{float(m.group(1)):.0%} validation"),
+)
+
+
+def setting_tag(family: str) -> str:
+    """The settings a row's family label (``_family``) adds to its posterior, in words
+    (``"global+decay0.8"`` -> ``"lr x0.8"``); a latent model's width and K are its family, not a
+    setting ('')."""
+    import re
+
+    tags = []
+    for part in family.split("+")[1:]:
+        if re.fullmatch(r"w\d+K\d+", part):
+            continue
+        for pattern, text in _SETTING_TAGS:
+            m = re.fullmatch(pattern, part)
+            if m:
+                tags.append(text(m))
+                break
+        else:
+            tags.append(part)
+    return ", ".join(tags)
+
+
 def plot_time(rows: List[Dict], published: List[Dict], path: str) -> bool:
+    """Test LL against training time, a panel per medium data set: one colour per family, one
+    marker per depth, a mean over splits filled with its SE bar and a one-split row hollow; a row
+    trained with a setting other than the sweep's is labelled with it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from benchmarks import plot_style
+
     medium = [s for s in rows if s["dataset"] in MEDIUM]
     if not medium:
         return False
-    fig, axes = plt.subplots(2, 2, figsize=(10, 8))
-    families = sorted({_family(s) for s in medium})
-    palette = plt.cm.tab10 if len(families) <= 10 else plt.cm.tab20  # one colour per family
-    colours = {f: palette(i) for i, f in enumerate(families)}
-    markers = {2: "o", 3: "s", 4: "^", 5: "D"}
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8.6))
+    families = plot_style.family_order(plot_style.base_family(_family(s)) for s in medium)
+    labelled, drawn = {}, {}
     for ax, dataset in zip(axes.ravel(), MEDIUM):
+        labelled[ax], drawn[ax] = [], []
         for s in (s for s in medium if s["dataset"] == dataset):
             m, se = s["test_ll"]
-            ax.errorbar(
-                _cost_time(s) / 60,
+            x = _cost_time(s) / 60
+            plot_style.errorbar_or_point(
+                ax,
+                x,
                 m,
-                yerr=0 if not np.isfinite(se) else se,
-                fmt=markers.get(s["depth"], "x"),
-                color=colours[_family(s)],
-                capsize=3,
-                markersize=7,
-                mfc=colours[_family(s)] if s.get("cost_timed", True) else "none",
+                se,
+                len(s["splits"]),
+                plot_style.family_colour(_family(s)),
+                plot_style.depth_marker(s["depth"]),
             )
+            bar = [m + k * se for k in (-1, -0.5, 0.5, 1)] if np.isfinite(se) else []
+            drawn[ax] += [(x, m)] + [(x, v) for v in bar]
+            tag = setting_tag(_family(s)) + ("" if s.get("cost_timed", True) else " *")
+            if tag.strip():
+                labelled[ax].append((x, m, tag.strip()))
         best = _best_published(dataset, published)
         title = dataset
-        if (
-            best
-        ):  # the best published number as a dashed line, named in the title (not over the data)
-            ax.axhline(best["test_ll"], color="grey", ls="--", lw=1)
+        if best:  # the best published number as a dashed line, named in the title
+            ax.axhline(best["test_ll"], color=plot_style.REFERENCE_COLOUR, ls="--", lw=1)
             title += (
                 f"\n(dashed: best published, {_published_name(best)} "
                 f"{best['test_ll']:.2f}, {best['protocol'].replace('random ', '')} splits)"
             )
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("training time (min, 1 thread): timed step x steps")
-        ax.set_ylabel("test log-likelihood")
+        ax.set_ylabel("test log-likelihood (nats per point)")
         ax.grid(alpha=0.3)
-    handles = [plt.Line2D([], [], color=colours[f], marker="o", ls="", label=f) for f in families]
-    handles += [
-        plt.Line2D([], [], color="k", marker=mk, ls="", label=f"depth {d}")
-        for d, mk in markers.items()
-        if any(s["depth"] == d for s in medium)
-    ]
-    if not all(s.get("cost_timed", True) for s in medium):
-        handles.append(
-            plt.Line2D([], [], color="k", marker="o", mfc="none", ls="", label="recorded wall time")
+        ax.margins(x=0.12, y=0.1)
+    handles = (
+        [plot_style.heading_handle("family (colour)")]
+        + plot_style.family_handles(families)
+        + [plot_style.heading_handle("depth (marker)")]
+        + plot_style.depth_handles(s["depth"] for s in medium)
+        + [plot_style.heading_handle("row")]
+        + plot_style.split_handles(
+            multi=any(len(s["splits"]) > 1 for s in medium),
+            single=any(len(s["splits"]) == 1 for s in medium),
         )
-    ncol = min(len(handles), 5)
-    legend_rows = -(-len(handles) // ncol)
-    fig.set_size_inches(10, 8 + 0.25 * legend_rows)
-    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.035 * legend_rows, 1, 1))
-    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend's widest row stays on the page
+        + [
+            plt.Line2D(
+                [], [], color=plot_style.REFERENCE_COLOUR, ls="--", lw=1, label="best published"
+            ),
+            plot_style.heading_handle("text: setting other than\nthe sweep's"),
+        ]
+    )
+    if not all(s.get("cost_timed", True) for s in medium):
+        handles.append(plot_style.heading_handle("*: recorded wall time\n(step not timed)"))
+    plot_style.legend_outside(fig, handles=handles, fontsize=9)
+    fig.tight_layout(rect=(0, 0, 0.98, 1))
+    for ax, points in labelled.items():
+        plot_style.place_labels(ax, points, fontsize=7, avoid=drawn[ax])
+    fig.savefig(
+        path, dpi=110, bbox_inches="tight"
+    )  # the legend beside the panels stays on the page
     plt.close(fig)
     return True
 
