@@ -677,7 +677,7 @@ def render_markdown(rows: List[Dict], n_lines: int, sources: List[str]) -> str:
 #: The metrics drawn per data set: file prefix and axis label.
 PLOTTED_METRICS = (
     ("test_ll", "test_ll", "test log-likelihood (nats)"),
-    ("elbo_per_datapoint", "elbo", "ELBO per datapoint"),
+    ("elbo_per_datapoint", "elbo", "ELBO per datapoint (nats)"),
 )
 
 
@@ -1041,64 +1041,141 @@ def render_validation(
 
 def plot_metric(rows: List[Dict], metric: str, label: str, path_prefix: str) -> List[str]:
     """One figure per data set, ``{path_prefix}_{dataset}.png``: a row per configuration (model,
-    depth, step budget), ours as a filled circle (mean ± SE over splits) and the paper's as an open
-    square, coloured by family with the families in the legend. Returns the files written."""
+    family, depth, step budget) that has the metric (the samplers have no ELBO), the deep GPs and
+    the BNNs in panels of their own. Ours: the family's colour, the depth's marker, filled with its
+    SE bar when a mean over splits and hollow when one split; the paper's: a black cross with its
+    SE. Returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = sorted({_method(s) if s["model"] == "gp" else "bnn " + _method(s) for s in rows})
-    colours = {m: plt.cm.tab20(i % 20) for i, m in enumerate(methods)}
+    from benchmarks import plot_style
+
     written = []
     for d in sorted({s["dataset"] for s in rows}):
         drows = sorted(
-            [s for s in rows if s["dataset"] == d],
-            key=lambda s: (s["model"], _method(s), s["depth"], s["steps"]),
+            [s for s in rows if s["dataset"] == d and np.isfinite(s[metric][0])],
+            key=lambda s: (s["model"] != "gp", _method(s), s["depth"], s["steps"]),
         )
-        fig, ax = plt.subplots(figsize=(9.5, 1.4 + 0.34 * len(drows)))
-        seen = set()
-        for i, s in enumerate(drows):
-            name = _method(s) if s["model"] == "gp" else "bnn " + _method(s)
-            m, se = s[metric]
-            ax.errorbar(
-                [m],
-                [i],
-                xerr=[[se if np.isfinite(se) else 0]],
-                fmt="o",
-                color=colours[name],
-                capsize=3,
-                label=name if name not in seen else None,
-            )
-            seen.add(name)
-            p = s["paper_" + metric]
-            if p:
-                ax.errorbar(
-                    [p[0]],
-                    [i + 0.25],
-                    xerr=[[p[1]]],
-                    fmt="s",
-                    mfc="none",
-                    color=colours[name],
-                    capsize=3,
+        groups = [
+            (model, [s for s in drows if s["model"] == model])
+            for model in ("gp", "bnn")
+            if any(s["model"] == model for s in drows)
+        ]
+        if not groups:
+            continue
+        # a row far off the others (10 interquartile ranges) would squeeze them: it is drawn as
+        # an arrow at the edge, its value written beside it
+        means = np.array([s[metric][0] for s in drows])
+        q25, q75 = np.percentile(means, [25, 75])
+        reach = 10 * max(q75 - q25, 0.1)
+        inside = [s for s in drows if q25 - reach <= s[metric][0] <= q75 + reach]
+        ends = [
+            m + k * (se if np.isfinite(se) else 0)
+            for s in inside
+            for m, se in [s[metric][:2]]
+            + ([s["paper_" + metric][:2]] if s["paper_" + metric] else [])
+            for k in (-1, 1)
+        ]
+        pad = 0.06 * (max(ends) - min(ends) + 1e-9)
+        xlim = (min(ends) - pad, max(ends) + pad)
+        heights = [len(g) + 1.5 for _, g in groups]
+        fig, axes = plt.subplots(
+            len(groups),
+            1,
+            figsize=(10.5, 1.6 + 0.3 * sum(heights)),
+            sharex=True,
+            squeeze=False,
+            gridspec_kw={"height_ratios": heights},
+        )
+        for ax, (model, grows) in zip(axes[:, 0], groups):
+            paper = False
+            for i, s in enumerate(grows):
+                m, se = s[metric]
+                if not xlim[0] <= m <= xlim[1]:  # off the scale: an arrow at the edge
+                    edge = xlim[0] if m < xlim[0] else xlim[1]
+                    ax.plot(
+                        [edge],
+                        [i],
+                        "<" if m < xlim[0] else ">",
+                        color=plot_style.family_colour(_method(s), model),
+                        markersize=8,
+                        clip_on=False,
+                    )
+                    ax.annotate(
+                        f"off scale: {m:.2f}" + (f" ± {se:.2f}" if np.isfinite(se) else ""),
+                        (edge, i),
+                        xytext=(10 if m < xlim[0] else -10, 0),
+                        textcoords="offset points",
+                        ha="left" if m < xlim[0] else "right",
+                        va="center",
+                        fontsize=7,
+                    )
+                    m = float("nan")
+                plot_style.errorbar_or_point(
+                    ax,
+                    m,
+                    i,
+                    se,
+                    len(s["splits"]),
+                    plot_style.family_colour(_method(s), model),
+                    plot_style.depth_marker(s["depth"]),
+                    horizontal=True,
+                    markersize=6,
                 )
-        ax.set_yticks(range(len(drows)))
-        ax.set_yticklabels(
-            [
-                f"{'BNN' if s['model'] == 'bnn' else 'DGP'} depth {s['depth']}, {s['steps']:,} "
-                f"steps, {len(s['splits'])} split{'s' if len(s['splits']) > 1 else ''}"
-                for s in drows
-            ],
-            fontsize=8,
-        )
-        ax.invert_yaxis()
-        ax.set_xlabel(label)
-        ax.set_title(
-            f"{d}: ours (filled, mean ± SE over splits) and the paper's (open)", fontsize=9
-        )
-        ax.grid(axis="x", alpha=0.3)
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+                p = s["paper_" + metric]
+                if p:
+                    paper = True
+                    ax.errorbar(
+                        [p[0]],
+                        [i + 0.3],
+                        xerr=[[p[1]]],
+                        fmt="x",
+                        color=plot_style.REFERENCE_COLOUR,
+                        ecolor="0.5",
+                        markersize=5,
+                        capsize=2,
+                    )
+            ax.set_yticks(range(len(grows)))
+            ax.set_yticklabels(
+                [
+                    f"{_method(s)}, depth {s['depth']}, {s['steps']:,} steps, "
+                    f"{len(s['splits'])} split{'s' if len(s['splits']) > 1 else ''}"
+                    for s in grows
+                ],
+                fontsize=8,
+            )
+            ax.set_ylim(len(grows) - 0.4, -0.6)
+            ax.set_xlim(*xlim)
+            ax.set_title(f"{d}: {'deep GPs' if model == 'gp' else 'BNNs'}", fontsize=9)
+            ax.grid(axis="x", alpha=0.3)
+            ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(6))
+            families = plot_style.family_order(
+                (plot_style.base_family(_method(s)) for s in grows), model
+            )
+            handles = (
+                plot_style.family_handles(families, model)
+                + plot_style.depth_handles(s["depth"] for s in grows)
+                + plot_style.split_handles(
+                    multi=any(len(s["splits"]) > 1 for s in grows),
+                    single=any(len(s["splits"]) == 1 for s in grows),
+                )
+            )
+            if paper:
+                handles.append(
+                    plt.Line2D(
+                        [],
+                        [],
+                        color=plot_style.REFERENCE_COLOUR,
+                        marker="x",
+                        ls="",
+                        label="paper (mean ± SE)",
+                    )
+                )
+            plot_style.legend_outside(ax, handles=handles, fontsize=8)
+        axes[-1, 0].set_xlabel(label)
+        axes[-1, 0].tick_params(axis="x", labelbottom=True)
         fig.tight_layout()
         path = f"{path_prefix}_{d}.png"
         fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -1119,6 +1196,8 @@ def plot_convergence(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from benchmarks import plot_style
 
     ref = load_reference()
     fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 3.8), squeeze=False)
@@ -1141,29 +1220,33 @@ def plot_convergence(
             ax.plot(
                 r["trace"]["step"],
                 r["trace"]["elbo_per_datapoint"],
-                color=f"C{c}",
+                color=plot_style.family_colour(post),
                 label=f"{post} ({r['steps']} steps)",
             )
             p = ref.get(("gp", d, post, 2, None), {}).get("elbo_per_datapoint")
             if p:
                 ax.axhline(
-                    p[0], color=f"C{c}", ls="--", lw=1, label=f"{post} paper (mean of 20 splits)"
+                    p[0],
+                    color=plot_style.family_colour(post),
+                    ls="--",
+                    lw=1,
+                    label=f"{post}: paper (mean of 20 splits)",
                 )
             drawn = True
         ax.set_title(f"{d}, depth 2, split 0")
         ax.set_xlabel("Adam step")
-        ax.set_ylabel("training ELBO per datapoint")
+        ax.set_ylabel("training ELBO per datapoint (nats)")
         vals = [v for line in ax.get_lines() for v in line.get_ydata()]
         if vals:
             lo = np.percentile(vals, 5)
             ax.set_ylim(
                 lo - 0.2 * (max(vals) - lo + 1e-9), max(vals) + 0.1 * (max(vals) - lo + 1e-9)
             )
-        ax.legend(fontsize=7)
+        plot_style.legend_outside(ax, where="below", ncol=2)
     fig.suptitle(f"Regenerate: {REPORT_COMMAND}", fontsize=7)
     fig.tight_layout()
     if drawn:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return drawn
 
@@ -1279,26 +1362,34 @@ def render_extrapolation(records: List[Dict]) -> str:
     return "\n".join(out)
 
 
-def plot_calibration(records: List[Dict], path: str) -> bool:
-    """Observed against nominal coverage of the central predictive intervals: one panel per
-    (dataset, step budget) and in it one line per configuration (a row of the extrapolation table),
-    so that a method run at two budgets is not listed twice in a panel; a method keeps its colour in
-    every panel."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def calibration_figure(records: List[Dict], title: str = "extrapolation"):
+    """The figure of :func:`plot_calibration` (also the notebooks'): observed against nominal
+    coverage, a panel per (dataset, step budget), a line per configuration in the family's colour,
+    the depth's marker and a line style per variant of the family (``stripes_arrow (plain)``), one
+    legend beside the panels. ``None`` without extrapolation lines."""
     import matplotlib.pyplot as plt
 
+    from benchmarks import plot_style
     from deepgp_gi.metrics import calibration_curve
 
     runs = _extrapolation_runs(records)
     if not runs:
-        return False
+        return None
     datasets = sorted({d for d, _, _, _ in runs})
     budgets = sorted({steps for _, _, steps, _ in runs})
     methods = sorted({(method, depth) for _, depth, _, method in runs})
-    cmap = plt.get_cmap("tab10" if len(methods) <= 10 else "tab20")
-    colour = {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+    # a variant (the marks after the family's name) has one line style in every family
+    marks = sorted({method.partition(" ")[2] for method, _ in methods} - {""})
+    style = {
+        (method, depth): dict(
+            color=plot_style.family_colour(method),
+            marker=plot_style.depth_marker(depth),
+            ls=plot_style.variant_linestyle(
+                marks.index(method.partition(" ")[2]) + 1 if " " in method else 0
+            ),
+        )
+        for method, depth in methods
+    }
     fig, axes = plt.subplots(
         len(datasets),
         len(budgets),
@@ -1323,19 +1414,44 @@ def plot_calibration(records: List[Dict], path: str) -> bool:
                 ax.plot(
                     np.r_[0, levels],
                     np.r_[0, observed],
-                    marker="o",
-                    ms=3,
-                    color=colour[(method, depth)],
+                    ms=3.5,
+                    lw=1.4,
                     label=f"{method}-{depth} ({len(rs)} split{'s' if len(rs) > 1 else ''})",
+                    **style[(method, depth)],
                 )
-            ax.plot([0, 1], [0, 1], "k--", lw=1, label="calibrated")
-            ax.set_title(f"{d}, extrapolation, {steps} steps")
-            ax.set_xlabel("nominal coverage of central interval")
-            ax.set_ylabel("observed coverage")
-            ax.legend(fontsize=7)
-    fig.suptitle(f"Regenerate: {REPORT_COMMAND}", fontsize=7)
+            ax.plot([0, 1], [0, 1], color="0.5", ls=(0, (2, 2)), lw=1, label="calibrated")
+            counts = sorted({len(rs) for _, rs in panel})
+            splits = "-".join(str(c) for c in (counts[0], counts[-1]) if c) if counts else ""
+            splits = str(counts[0]) if len(counts) == 1 else splits
+            ax.set_title(f"{d}, {title}, {steps} steps\n(pooled over {splits} splits)", fontsize=9)
+            ax.set_xlabel("nominal coverage of the central interval")
+            ax.set_ylabel("observed coverage on test points")
+            ax.set(xlim=(0, 1), ylim=(0, 1))
+            ax.grid(alpha=0.3)
+    handles = [
+        plt.Line2D([], [], ms=5, label=f"{method}, depth {depth}", **style[(method, depth)])
+        for method, depth in methods
+    ] + [plt.Line2D([], [], color="0.5", ls=(0, (2, 2)), lw=1, label="calibrated (diagonal)")]
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plot_style.legend_outside(fig, handles=handles, fontsize=9)
+    return fig
+
+
+def plot_calibration(records: List[Dict], path: str) -> bool:
+    """Observed against nominal coverage of the central predictive intervals: one panel per
+    (dataset, step budget) and in it one line per configuration (a row of the extrapolation table),
+    so that a method run at two budgets is not listed twice in a panel; a configuration keeps its
+    colour (its family's), marker (its depth's) and line style in every panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = calibration_figure(records)
+    if fig is None:
+        return False
+    fig.suptitle(f"Regenerate: {REPORT_COMMAND}", fontsize=7, y=1.0)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
 

@@ -530,8 +530,8 @@ def test_extrapolation_rows_of_another_training_protocol_are_their_own_and_paire
 def test_calibration_plot_draws_each_configuration_once(tmp_path, monkeypatch):
     """The report's extrapolation lines of one method at two step budgets (and the plain-STAR
     variant) are different configurations: each is one line, in a panel of its dataset and step
-    budget, so that no method is listed twice in a panel; a method keeps its colour in every
-    panel."""
+    budget, so that no method is listed twice in a panel; a configuration keeps its family's colour
+    and its own line style in every panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -575,7 +575,7 @@ def test_calibration_plot_draws_each_configuration_once(tmp_path, monkeypatch):
         [uci.with_legacy_values(r) for r in lines], str(tmp_path / "calibration.png")
     )
     (fig,) = figures
-    colours, drawn = {}, []
+    colours, styles, drawn = {}, {}, []
     for ax in fig.axes:
         handles, labels = ax.get_legend_handles_labels()
         configs = [
@@ -589,6 +589,9 @@ def test_calibration_plot_draws_each_configuration_once(tmp_path, monkeypatch):
                 drawn.append((ax.get_title().split(",")[0], steps[0], label))
                 colours.setdefault(label.rsplit(" (", 1)[0], set()).add(
                     matplotlib.colors.to_hex(handle.get_color())
+                )
+                styles.setdefault(label.rsplit(" (", 1)[0], set()).add(
+                    (matplotlib.colors.to_hex(handle.get_color()), str(handle.get_linestyle()))
                 )
     expected = {
         (
@@ -604,7 +607,16 @@ def test_calibration_plot_draws_each_configuration_once(tmp_path, monkeypatch):
     assert all(len(c) == 1 for c in colours.values()), (
         colours
     )  # one colour per method in every panel
-    assert len({c for cs in colours.values() for c in cs}) == 3
+    # the family's colour (STAR's plain variant has STAR's, told apart by its line style)
+    from benchmarks import plot_style
+
+    assert colours == {
+        "mean_field-3": {plot_style.FAMILY_COLOURS["mean_field"]},
+        "stripes_arrow-3": {plot_style.FAMILY_COLOURS["stripes_arrow"]},
+        "stripes_arrow (plain)-3": {plot_style.FAMILY_COLOURS["stripes_arrow"]},
+    }
+    assert all(len(s) == 1 for s in styles.values()), styles  # one style per configuration
+    assert len({s for ss in styles.values() for s in ss}) == 3  # and no two alike
 
 
 def test_latent_comparison_pairs_the_plain_family_split_by_split():
