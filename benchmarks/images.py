@@ -345,12 +345,14 @@ def report(args):
 
 def plot(groups: dict, path: str) -> None:
     """Accuracy, test log-likelihood and ECE against training time (seconds, mean over seeds), one
-    line per (dataset, net, prior, posterior) through its step budgets, one colour per posterior
-    and one marker per prior."""
+    line per (dataset, net, prior, posterior) through its step budgets: the posterior's family
+    colour, a line style per prior, each point labelled with its step budget (first panel)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from benchmarks import plot_style
 
     lines = {}
     for (dataset, net, steps, prior, label), g in groups.items():
@@ -364,37 +366,43 @@ def plot(groups: dict, path: str) -> None:
             steps,
         )
         lines.setdefault((dataset, net, prior, label), []).append(point)
-    labels = sorted({key[3] for key in lines})
     priors = sorted({key[2] for key in lines})
-    colours = {lab: plt.cm.tab10(i % 10) for i, lab in enumerate(labels)}
-    markers = {pr: "os^Dv"[i % 5] for i, pr in enumerate(priors)}
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    linestyles = {pr: plot_style.variant_linestyle(i) for i, pr in enumerate(priors)}
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    tags = []
     for (dataset, net, prior, label), points in sorted(lines.items()):
         points.sort()
         t = [p[0] for p in points]
-        name = f"{label}, {prior}" + (
+        name = f"{label}, {prior} prior" + (
             "" if len({k[0] for k in lines}) == 1 else f" ({dataset} {net})"
         )
         for ax, k in zip(axes, (1, 2, 3)):
             ax.plot(
-                t, [p[k] for p in points], marker=markers[prior], color=colours[label], label=name
+                t,
+                [p[k] for p in points],
+                marker="o",
+                ms=5,
+                ls=linestyles[prior],
+                color=plot_style.family_colour(label, "bnn"),
+                label=name,
             )
-        for tx, p in zip(t, points):
-            axes[0].annotate(
-                f"{p[4]}", (tx, p[1]), textcoords="offset points", xytext=(4, -10), fontsize=7
-            )
-    for ax, title in zip(axes, ("accuracy (%)", "test log-likelihood per image", "ECE (%)")):
-        ax.set_title(title, fontsize=10)
+        tags += [(tx, p[1], f"{p[4]:,}") for tx, p in zip(t, points)]
+    units = ("test accuracy (%)", "test log-likelihood (nats per image)", "ECE (%)")
+    for ax, name in zip(axes, units):
+        ax.set_title(name, fontsize=10)
+        ax.set_ylabel(name)
         ax.set_xlabel("training time (s)")
         ax.grid(alpha=0.3)
-    axes[2].legend(fontsize=8, loc="upper right")
+        ax.margins(0.08)
     fig.suptitle(
-        "steps annotated in the first panel; one marker per prior, one colour per posterior; "
-        "training times from the machine that ran each row (its load differed between rows)",
+        "labels in the first panel: training steps; colour: the posterior family, line style: the "
+        "prior; training times from the machine that ran each row (its load differed between rows)",
         fontsize=9,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plot_style.legend_outside(fig, where="below", ncol=3, fontsize=9)
+    plot_style.place_labels(axes[0], tags, fontsize=7)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

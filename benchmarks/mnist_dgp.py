@@ -628,17 +628,20 @@ def report(args, argv: Sequence[str]) -> str:
 
 
 def plot(trace: List[Dict], path: str, data: str) -> None:
-    """Test accuracy, test LL and ECE against the step, one line per (posterior, depth, seed)."""
+    """Test accuracy, test LL and ECE against the step, one line per (posterior, depth, seed): the
+    family's colour, the depth's marker, a line style per seed; the legend beside the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from benchmarks import plot_style
+
     runs: Dict[tuple, Dict[int, Dict]] = {}
     for t in trace:
         if t["data"] == data:
             runs.setdefault((t["posterior"], t["depth"], t["seed"]), {})[t["step"]] = t
-    colours = {c: plt.cm.tab10(i) for i, c in enumerate(CONFIG_ORDER)}
+    seeds = sorted({k[2] for k in runs})
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     for (posterior, depth, seed), points in sorted(runs.items()):
         steps = sorted(points)
@@ -646,20 +649,23 @@ def plot(trace: List[Dict], path: str, data: str) -> None:
             ax.plot(
                 steps,
                 [scale * points[s][name] for s in steps],
-                color=colours.get((posterior, depth), "k"),
-                alpha=0.8,
-                label=f"{posterior} {depth}"
-                if seed == min(k[2] for k in runs if k[:2] == (posterior, depth))
-                else None,
+                color=plot_style.family_colour(posterior),
+                marker=plot_style.depth_marker(depth),
+                ms=4,
+                ls=plot_style.variant_linestyle(seeds.index(seed)),
+                alpha=0.85,
+                label=f"{posterior}, depth {depth}, seed {seed}",
             )
-    for ax, title in zip(axes, ("test accuracy (%)", "test log-likelihood", "ECE (%)")):
+    names = ("test accuracy (%)", "test log-likelihood (nats per image)", "ECE (%)")
+    for ax, title in zip(axes, names):
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("step")
+        ax.set_ylabel(title)
+        ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
     axes[0].set_ylim(90, 100)
-    axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plot_style.legend_outside(fig, where="below", ncol=3, fontsize=9)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -719,7 +725,7 @@ def main(argv: Optional[Sequence[str]] = None):
         "--in-process",
         action="store_true",
         help="run every cell in this process (default: one process per cell, so memory is "
-            "returned)",
+        "returned)",
     )
     s.add_argument(
         "--command-text", default=None, help=argparse.SUPPRESS
