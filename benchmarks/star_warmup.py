@@ -334,6 +334,11 @@ def plot(records, path):
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from benchmarks import plot_style
+
+    # the family's colour; STAR's storages differ by line style (the default solid)
+    linestyles = {"plain": ":", "preconditioned_step1": "--", "preconditioned": "-"}
+
     means = _means(records)
     mf = {
         (r["setting"], r["seed"], r["step"]): r["elbo"]
@@ -341,16 +346,17 @@ def plot(records, path):
         if r["variant"] == "mean_field"
     }
     settings = [s for s in SETTINGS if any(k[0] == s for k in means)]
-    fig, axes = plt.subplots(len(settings), 2, figsize=(12, 4 * len(settings)), squeeze=False)
+    fig, axes = plt.subplots(len(settings), 2, figsize=(12, 3.6 * len(settings)), squeeze=False)
     for (left, right), setting in zip(axes, settings):
-        shown = []
-        for i, (v, (_, _, label)) in enumerate(VARIANTS.items()):
-            style = dict(color=f"C{i}", ls="--" if v == "preconditioned_step1" else "-")
+        shown, counts = [], set()
+        for v, (family, _, label) in VARIANTS.items():
+            style = dict(color=plot_style.family_colour(family), ls=linestyles.get(v, "-"))
             pts = sorted((k[2], m[0]) for k, m in means.items() if k[0] == setting and k[1] == v)
             if not pts:
                 continue
             seeds = max(means[(setting, v, s)][1] for s, _ in pts)
             left.plot(*zip(*pts), label=f"{label} ({seeds} seed{'s' * (seeds > 1)})", **style)
+            counts.add(seeds)
             shown += [e for _, e in pts]
             if v == "mean_field":
                 continue
@@ -365,22 +371,35 @@ def plot(records, path):
             )
         hi = max(shown)
         left.set(
-            title=f"{setting}, depth 3, Adam 0.01",
+            title=f"{setting}, depth 3, Adam 0.01 (mean over "
+            f"{'/'.join(map(str, sorted(counts)))} seed{'s' * (max(counts) > 1)})",
             xlabel="Adam step",
-            ylabel="ELBO / N (mean over seeds)",
+            ylabel="ELBO / N (nats, mean over seeds)",
             ylim=(max(min(shown), hi - 3.0), hi + 0.15),
         )
-        left.legend(fontsize=8, loc="lower right")
-        right.axhline(0.0, color="C0", lw=1, label="mean-field")
+        right.axhline(0.0, color=plot_style.family_colour("mean_field"), lw=1, label="mean-field")
         right.set_yscale("symlog", linthresh=0.3)
         right.set(
             title=f"{setting}: ELBO / N minus mean-field's (same seed)",
             xlabel="Adam step",
-            ylabel="difference (mean over seeds; symlog)",
+            ylabel="difference (nats, mean over seeds; symlog)",
         )
-        right.legend(fontsize=8, loc="lower right")
-    plt.tight_layout()
-    fig.savefig(path, dpi=100)
+    # one legend beside the panels (the same lines in every panel), off the data
+    handles = [
+        plt.Line2D(
+            [],
+            [],
+            color=plot_style.family_colour(family),
+            ls=linestyles.get(v, "-"),
+            label=label,
+        )
+        for v, (family, _, label) in VARIANTS.items()
+        if any(r["variant"] == v for r in records)
+    ]
+    fig.tight_layout()
+    plot_style.legend_outside(fig, handles=handles, fontsize=9)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
 
 
 def main(argv=None):
