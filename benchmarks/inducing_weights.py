@@ -267,22 +267,48 @@ def run_nuts(args, X, Y, grid, X_test, Y_test) -> dict:
     return out
 
 
+#: Method -> BNN family whose colour it is drawn in (HMC, the reference, in black).
+FAMILY_OF = {"ffg_u": "ffg_u", "ensemble_u": "ensemble_u", "factorised": "factorised"}
+
+
 def plot(results, X, Y, grid, path):
+    """A panel per method: the predictive mean of f and ± 2 SD of f on the grid (the family's
+    colour; HMC, the reference, black), the training points, the data range shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.2), sharey=True)
-    for ax, r in zip(axes, results):
-        m, s = r["grid_mean"], r["grid_std"]
-        ax.fill_between(grid, m - 2 * s, m + 2 * s, alpha=0.3)
-        ax.plot(grid, m)
-        ax.plot(X[:, 0], Y[:, 0], "k.", ms=3)
-        ax.set_title(LABELS[r["method"]])
+    from benchmarks import plot_style
+
+    fig, axes = plt.subplots(
+        1, len(results), figsize=(4 * len(results), 3.4), sharey=True, squeeze=False
+    )
+    for ax, r in zip(axes[0], results):
+        family = FAMILY_OF.get(r["method"])
+        colour = plot_style.family_colour(family, "bnn") if family else plot_style.REFERENCE_COLOUR
+        m, s = np.asarray(r["grid_mean"]), np.asarray(r["grid_std"])
+        for edge in (-1, 1):
+            ax.axvline(edge, color="0.55", ls=":", lw=1)
+        ax.fill_between(
+            grid, m - 2 * s, m + 2 * s, color=colour, alpha=0.25, lw=0, label="mean ± 2 SD of f"
+        )
+        ax.plot(grid, m, color=colour, label="predictive mean of f")
+        ax.plot(X[:, 0], Y[:, 0], "k.", ms=3, label="training points")
+        ax.set_title(LABELS[r["method"]] + (f" ({family})" if family else " (reference)"))
+        ax.set_xlabel("x")
         ax.set_ylim(-4, 4)
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("f(x), y")
+    handles = [
+        plt.Line2D([], [], color="0.55", ls=":", lw=1, label="edges of the training inputs"),
+        plt.Rectangle((0, 0), 1, 1, color="0.5", alpha=0.4, label="mean ± 2 SD of f"),
+        plt.Line2D([], [], color="0.3", label="predictive mean of f"),
+        plt.Line2D([], [], color="k", marker=".", ls="", label="training points"),
+    ]
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plot_style.legend_outside(fig, handles=handles, where="below", ncol=4, fontsize=9)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
