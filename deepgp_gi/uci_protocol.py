@@ -95,6 +95,7 @@ CONFIG_KEYS = (
     "importance_samples",
     "validation",
     "objective",
+    "chain_steps",
 )
 
 #: ``objective``: what a deep GP trains on, :func:`deepgp_gi.fit`'s ``objective``; ``None`` (the
@@ -146,6 +147,7 @@ DEFAULTS = dict(
     importance_samples=None,
     validation=None,
     objective=None,
+    chain_steps=None,
 )
 
 
@@ -157,7 +159,8 @@ def normalise_config(cfg: Dict) -> Dict:
     has ``prior = hidden = None``. ``positive_transform`` (deep GPs only; ``None`` for a BNN) is
     resolved to the family's default (its posterior class's ``positive_transform``) when
     not given, so a line records the transform it was trained with. ``protocol`` is the split
-    protocol of :func:`deepgp_gi.datasets.load_uci` (``"random"`` or ``"extrapolation"``).
+    protocol of :func:`deepgp_gi.datasets.load_uci` (``"random"``, ``"extrapolation"`` or
+    ``"random_80_20"``).
     ``offdiagonal`` (STAR and fully-coupled, else ``None``) is ``"preconditioned"`` or ``"plain"``
     (defaults: :data:`OFFDIAGONAL_DEFAULTS`): their ``precondition_offdiagonal`` option.
     ``last_layer`` (posteriors with a global-inducing last layer, :data:`GLOBAL_LAST_LAYER`, else
@@ -176,6 +179,9 @@ def normalise_config(cfg: Dict) -> Dict:
     ``"elbo"`` is stored as ``None``) or ``"predictive"`` (``fit(..., objective="predictive")``, the
     predictive objective of Jankowiak et al. 2020, for the variational deep-GP families: not a BNN,
     a sampling family or a latent-variable model); lines written before the key read as ``None``.
+    ``chain_steps`` (sampling families only, else ``None``) is ``None`` (one chain step per
+    hyperparameter step, the families' default; ``1`` is stored as ``None``) or an integer ``> 1``:
+    their ``chain_steps`` option (21: Rossi et al.'s schedule; ``steps`` then counts chain steps).
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -244,7 +250,25 @@ def normalise_config(cfg: Dict) -> Dict:
 
         out["validation"] = check_validation_fraction(out["validation"])
     _normalise_objective(out)
+    _normalise_chain_steps(out)
     return out
+
+
+def _normalise_chain_steps(out: Dict) -> None:
+    """``chain_steps`` in place (see :func:`normalise_config`)."""
+    from .families import DEEP_GP_FAMILIES
+    from .validation import check_positive_int
+
+    if out["chain_steps"] is None:
+        return
+    chain_steps = check_positive_int(out["chain_steps"], "chain_steps")
+    family = DEEP_GP_FAMILIES.get(out["posterior"]) if out["model"] == "gp" else None
+    if not getattr(family, "is_sampler", False):
+        raise ValueError(
+            f"chain_steps applies to the sampling families (sghmc, bsgp) only, got model "
+            f"{out['model']!r}, posterior {out['posterior']!r}"
+        )
+    out["chain_steps"] = None if chain_steps == 1 else chain_steps
 
 
 def _normalise_objective(out: Dict) -> None:
@@ -350,6 +374,8 @@ def build_model(cfg: Dict, split: int):
             options["precondition_offdiagonal"] = cfg["offdiagonal"] == "preconditioned"
         if cfg["posterior"] == "global":
             options["last_layer"] = cfg["last_layer"]
+        if cfg["chain_steps"] is not None:
+            options["chain_steps"] = cfg["chain_steps"]
         if (
             cfg["latent_dim"] is not None
         ):  # a latent-variable deep GP, trained on the K-sample bound

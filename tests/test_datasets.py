@@ -315,3 +315,28 @@ def test_a_validation_fraction_that_empties_a_part_is_refused():
         validation_rows(4, 0, 0.1)  # round(0.4) = 0 rows held out
     with pytest.raises(ValueError, match="at least one row"):
         validation_rows(4, 0, 0.9)  # round(3.6) = 4: nothing left to fit
+
+
+def test_the_80_20_protocol_splits_rows_at_random_seeded_by_the_split():
+    """Eight seeded random 80/20 partitions (Rossi et al.'s protocol): the test rows are a fifth,
+    the two parts partition the data, the same split gives the same rows, another split other
+    rows, protein's sixth split exists (its standard splits are five), and the data are
+    normalised with the training rows' statistics."""
+    from deepgp_gi.datasets.uci import RANDOM_80_20_SPLITS, random_80_20_split
+
+    X, Y, _ = deepgp_gi.datasets.load_uci_raw("energy")
+    train, test = random_80_20_split(len(X), 3)
+    assert len(test) == round(0.2 * len(X)) and len(np.intersect1d(train, test)) == 0
+    assert len(train) + len(test) == len(X)
+    order = np.random.default_rng(2003).permutation(len(X))
+    np.testing.assert_array_equal(test, np.sort(order[: len(test)]))
+    data = deepgp_gi.datasets.load_uci("energy", 3, protocol="random_80_20")
+    np.testing.assert_allclose(data.Y_test * data.y_std + data.y_mean, Y[test], rtol=1e-12)
+    np.testing.assert_allclose(data.Y_train.mean(), 0.0, atol=1e-12)
+    assert data.n_splits == RANDOM_80_20_SPLITS == 8
+    assert not np.array_equal(random_80_20_split(len(X), 4)[1], test)
+    assert deepgp_gi.datasets.load_uci("protein", 7, protocol="random_80_20").X_test.shape[0] == (
+        round(0.2 * 45730)
+    )
+    with pytest.raises(ValueError, match="split=8 is out of range.*random_80_20"):
+        deepgp_gi.datasets.load_uci("energy", 8, protocol="random_80_20")

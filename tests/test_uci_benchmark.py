@@ -981,3 +981,20 @@ def test_the_validation_sweeps_dspp_group_trains_on_the_predictive_objective():
     tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "uci_validation.toml"))
     assert {c["objective"] for _, c, _ in tasks if c["posterior"] == "dspp"} == {"predictive"}
     assert {c["objective"] for _, c, _ in tasks if c["posterior"] != "dspp"} == {None}
+
+
+def test_chain_steps_is_a_sampler_option_stored_only_when_not_one():
+    from deepgp_gi import uci_protocol
+
+    base = dict(dataset="boston", posterior="bsgp", depth=2)
+    assert uci_protocol.normalise_config(dict(base, chain_steps=21))["chain_steps"] == 21
+    assert uci_protocol.normalise_config(dict(base, chain_steps=1))["chain_steps"] is None
+    assert uci_protocol.normalise_config(base)["chain_steps"] is None
+    with pytest.raises(ValueError, match="chain_steps applies to the sampling families"):
+        uci_protocol.normalise_config(dict(base, posterior="mean_field", chain_steps=21))
+    with pytest.raises(ValueError, match="chain_steps must be at least 1"):
+        uci_protocol.normalise_config(dict(base, chain_steps=0))
+    model, _ = uci_protocol.build_model(
+        dict(base, posterior="sghmc", chain_steps=21, num_inducing=5, protocol="random_80_20"), 0
+    )
+    assert model.posterior.chain_steps == 21

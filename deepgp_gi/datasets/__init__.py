@@ -42,7 +42,15 @@ from .mnist import (
 )
 from .shards import read_shards, shard_info, write_shards
 from .toys import DeepLinearData, deep_linear, deep_linear_log_evidence, gap_regression
-from .uci import PROTOCOLS, UCI_FOLDERS, UCI_NAMES, extrapolation_split, load_uci, load_uci_raw
+from .uci import (
+    PROTOCOLS,
+    UCI_FOLDERS,
+    UCI_NAMES,
+    extrapolation_split,
+    load_uci,
+    load_uci_raw,
+    random_80_20_split,
+)
 
 __all__ = [
     "UCI_NAMES",
@@ -51,6 +59,7 @@ __all__ = [
     "load_uci",
     "load_uci_raw",
     "extrapolation_split",
+    "random_80_20_split",
     "PROTOCOLS",
     "DIGITS_SPLITS",
     "load_digits",

@@ -140,7 +140,22 @@ def load_uci_raw(name: str, data_dir: PathLike | None = None) -> tuple[np.ndarra
 
 
 #: Split protocols of :func:`load_uci`.
-PROTOCOLS = ("random", "extrapolation")
+PROTOCOLS = ("random", "extrapolation", "random_80_20")
+#: How many splits the ``"random_80_20"`` protocol has (Rossi et al. 2021 report 8 random 80/20
+#: splits).
+RANDOM_80_20_SPLITS = 8
+#: The test share of a ``"random_80_20"`` split.
+RANDOM_80_20_TEST_FRACTION = 0.2
+
+
+def random_80_20_split(num_rows: int, split: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(train, test)`` row indices of split ``split`` of the ``"random_80_20"`` protocol: a
+    permutation of the rows from ``numpy.random.default_rng(2000 + split)``, whose first
+    ``round(0.2 N)`` rows are the test rows (each index list sorted). The partitions are this
+    library's own, seeded; Rossi et al.'s exact ones are not published with the data."""
+    order = np.random.default_rng(2000 + int(split)).permutation(int(num_rows))
+    num_test = int(round(RANDOM_80_20_TEST_FRACTION * num_rows))
+    return np.sort(order[num_test:]), np.sort(order[:num_test])
 
 
 def extrapolation_split(X: np.ndarray, split: int) -> tuple[np.ndarray, np.ndarray]:
@@ -266,9 +281,11 @@ def load_uci(
     :param split: split number, ``0 <= split < n_splits`` (20 splits, 5 for protein).
     :param data_dir: ``None`` for the bundled copy; else a folder in the original layout
         (``data.txt`` + index files) or its parent containing the original folder names.
-    :param protocol: ``"random"`` (the standard 90/10 splits) or ``"extrapolation"``
+    :param protocol: ``"random"`` (the standard 90/10 splits), ``"extrapolation"``
         (:func:`extrapolation_split`: a 50/50 split along a random 1-D projection drawn from
-        the split number, Lindinger et al. 2020).
+        the split number, Lindinger et al. 2020) or ``"random_80_20"``
+        (:func:`random_80_20_split`: seeded random 80/20 splits, ``0 <= split < 8``, Rossi et al.
+        2021's protocol).
     :param validation: ``None`` (or ``False``): no validation rows. A fraction in (0, 1), or
         ``True`` for :data:`VALIDATION_FRACTION` (10 %): hold out that share of the split's
         training rows, chosen by :func:`validation_rows` (a permutation from
@@ -290,12 +307,18 @@ def load_uci(
         raise ValueError(
             f"unknown protocol {protocol!r}; choose one of {', '.join(map(repr, PROTOCOLS))}"
         )
-    short, X, Y, n_splits, idx = _load(name, split, data_dir)
+    if protocol == "random_80_20":
+        short, X, Y, _, _ = _load(name, None, data_dir)
+        n_splits = RANDOM_80_20_SPLITS
+        idx = random_80_20_split(len(X), split) if split < n_splits else None
+    else:
+        short, X, Y, n_splits, idx = _load(name, split, data_dir)
     if idx is None:
         raise ValueError(
             f"split={split} is out of range: {short} has {n_splits} splits (0 to {n_splits - 1})"
+            + (" under protocol 'random_80_20'" if protocol == "random_80_20" else "")
         )
-    train, test = idx if protocol == "random" else extrapolation_split(X, split)
+    train, test = extrapolation_split(X, split) if protocol == "extrapolation" else idx
     valid = None
     if validation is not None and validation is not False:
         validation = check_validation_fraction(validation)
