@@ -34,6 +34,7 @@ __all__ = [
     "KLSchedule",
     "LinearSchedule",
     "PaperSchedule",
+    "ConstantSchedule",
     "build_deep_gp",
     "fit",
     "collect_samples",
@@ -72,6 +73,7 @@ _NAMES = {
     "KLSchedule": "training",
     "LinearSchedule": "training",
     "PaperSchedule": "training",
+    "ConstantSchedule": "training",
     "fit": "training",
     "collect_samples": "training",
     "save": "saving",
@@ -105,6 +107,7 @@ if _TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .posteriors.counting import parameter_count, parameter_table  # noqa: F401
     from .saving import load, save  # noqa: F401
     from .training import (  # noqa: F401
+        ConstantSchedule,
         History,
         KLSchedule,
         LinearSchedule,

@@ -96,6 +96,8 @@ CONFIG_KEYS = (
     "validation",
     "objective",
     "chain_steps",
+    "kl_weight",
+    "inner_width",
 )
 
 #: ``objective``: what a deep GP trains on, :func:`deepgp_gi.fit`'s ``objective``; ``None`` (the
@@ -148,6 +150,8 @@ DEFAULTS = dict(
     validation=None,
     objective=None,
     chain_steps=None,
+    kl_weight=None,
+    inner_width=None,
 )
 
 
@@ -182,6 +186,11 @@ def normalise_config(cfg: Dict) -> Dict:
     ``chain_steps`` (sampling families only, else ``None``) is ``None`` (one chain step per
     hyperparameter step, the families' default; ``1`` is stored as ``None``) or an integer ``> 1``:
     their ``chain_steps`` option (21: Rossi et al.'s schedule; ``steps`` then counts chain steps).
+    ``kl_weight`` (variational deep GPs only) is ``None`` (1, stored as ``None``) or a constant
+    weight in ``(0, 1)`` on the KL term of the objective (``fit(kl_schedule=ConstantSchedule(w))``).
+    ``inner_width`` (deep GPs only) is ``None`` (the builder's default, ``min(30, D)``) or the width
+    of the inner layers (``build_deep_gp(inner_width=...)``). Lines written before these three keys
+    read as ``None``.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -251,7 +260,30 @@ def normalise_config(cfg: Dict) -> Dict:
         out["validation"] = check_validation_fraction(out["validation"])
     _normalise_objective(out)
     _normalise_chain_steps(out)
+    _normalise_kl_weight_and_width(out)
     return out
+
+
+def _normalise_kl_weight_and_width(out: Dict) -> None:
+    """``kl_weight`` and ``inner_width`` in place (see :func:`normalise_config`)."""
+    from .families import DEEP_GP_FAMILIES
+    from .training.tempering import ConstantSchedule
+    from .validation import check_positive_int
+
+    if out["inner_width"] is not None:
+        if out["model"] != "gp":
+            raise ValueError(f"inner_width applies to deep GPs only, got model {out['model']!r}")
+        out["inner_width"] = check_positive_int(out["inner_width"], "inner_width")
+    if out["kl_weight"] is None:
+        return
+    weight = ConstantSchedule(out["kl_weight"]).weight
+    family = DEEP_GP_FAMILIES.get(out["posterior"]) if out["model"] == "gp" else None
+    if family is None or getattr(family, "is_sampler", False) or weight == 0.0:
+        raise ValueError(
+            f"kl_weight applies to the variational deep-GP families with a weight in (0, 1], got "
+            f"{out['kl_weight']!r} for model {out['model']!r}, posterior {out['posterior']!r}"
+        )
+    out["kl_weight"] = None if weight == 1.0 else weight
 
 
 def _normalise_chain_steps(out: Dict) -> None:
@@ -376,6 +408,8 @@ def build_model(cfg: Dict, split: int):
             options["last_layer"] = cfg["last_layer"]
         if cfg["chain_steps"] is not None:
             options["chain_steps"] = cfg["chain_steps"]
+        if cfg["inner_width"] is not None:
+            options["inner_width"] = cfg["inner_width"]
         if (
             cfg["latent_dim"] is not None
         ):  # a latent-variable deep GP, trained on the K-sample bound
@@ -450,7 +484,7 @@ def run_split(
     record."""
     from . import metrics
     from .families import BNN_FAMILIES, DEEP_GP_FAMILIES
-    from .training import fit
+    from .training import ConstantSchedule, fit
 
     cfg = normalise_config(cfg)
     model, data = build_model(cfg, split)
@@ -470,6 +504,7 @@ def run_split(
         checkpoint_dir=checkpoint_dir,
         importance_samples=cfg["importance_samples"],
         **({"objective": cfg["objective"]} if cfg["objective"] else {}),
+        **({"kl_schedule": ConstantSchedule(cfg["kl_weight"])} if cfg["kl_weight"] else {}),
     )
     sampler = bool(getattr(model.posterior, "is_sampler", False))
     collect_time = 0.0

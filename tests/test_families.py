@@ -76,6 +76,7 @@ def test_every_listed_option_is_accepted_by_its_family(rng):
         step_size=0.02,
         momentum_decay=0.1,
         window_size=10,
+        chain_steps=3,
         inducing_prior="determinantal",
         log_lengthscale_prior=(0.1, 2.0),
         log_variance_prior=(-2.0, 1.5),

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import deepgp_gi as dg
 from deepgp_gi.likelihoods import expected_log_likelihood
-from deepgp_gi.training import LinearSchedule, PaperSchedule, batch_indices
+from deepgp_gi.training import ConstantSchedule, LinearSchedule, PaperSchedule, batch_indices
 from deepgp_gi.training.batches import step_noise
 from deepgp_gi.training.loop import _trainable_variables
 from deepgp_gi.training.step import TrainStep
@@ -69,6 +69,27 @@ def test_schedule_constructors_check_their_arguments():
         LinearSchedule(3, start=1.5)
     with pytest.raises(ValueError, match="delay_steps must be at least 0"):
         LinearSchedule(3, delay_steps=-1)
+    with pytest.raises(ValueError, match=r"weight must be a number in \[0, 1\]"):
+        ConstantSchedule(float("nan"))
+    with pytest.raises(TypeError, match=r"weight must be a number in \[0, 1\]"):
+        ConstantSchedule("0.5")
+
+
+def test_a_constant_schedule_is_its_weight_at_every_step_and_equals_the_lambda(rng):
+    assert [ConstantSchedule(0.3)(s) for s in (0, 1, 10**6)] == [0.3, 0.3, 0.3]
+    X, Y = toy_regression(rng, 20)
+    histories, values = [], []
+    for schedule in (ConstantSchedule(0.3), lambda step: 0.3):
+        model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)
+        histories.append(
+            dg.fit(
+                model, (X, Y), steps=3, seed=1, progress=False, log_every=1, kl_schedule=schedule
+            )
+        )
+        values.append(parameter_values(model))
+    assert histories[0].kl_weight == [0.3] * 3 and histories[0].elbo == histories[1].elbo
+    for a, b in zip(*values):
+        np.testing.assert_array_equal(a, b)
 
 
 # ----------------------------------------------------------------------------- the objective

@@ -998,3 +998,38 @@ def test_chain_steps_is_a_sampler_option_stored_only_when_not_one():
         dict(base, posterior="sghmc", chain_steps=21, num_inducing=5, protocol="random_80_20"), 0
     )
     assert model.posterior.chain_steps == 21
+
+
+def test_kl_weight_and_inner_width_reach_fit_and_the_builder(monkeypatch):
+    import deepgp_gi.training
+    from deepgp_gi import uci_protocol
+
+    base = dict(dataset="yacht", posterior="dspp", depth=2, objective="predictive")
+    cfg = uci_protocol.normalise_config(dict(base, kl_weight=0.1, inner_width=5))
+    assert cfg["kl_weight"] == 0.1 and cfg["inner_width"] == 5
+    assert uci_protocol.normalise_config(dict(base, kl_weight=1.0))["kl_weight"] is None
+    for bad, match in (
+        (dict(kl_weight=0.0), "kl_weight applies"),
+        (dict(kl_weight=1.5), "weight must be a number in"),
+        (dict(posterior="sghmc", objective=None, kl_weight=0.5), "kl_weight applies"),
+        (dict(inner_width=0), "inner_width must be at least 1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            uci_protocol.normalise_config(dict(base, **bad))
+    model, data = uci_protocol.build_model(
+        dict(base, inner_width=3, num_inducing=5, protocol="random_75_15_10", validation=1 / 6), 9
+    )
+    assert model.layers[0].output_dim == 3
+    assert data.X_test.shape[0] == round(0.1 * 308)
+    schedules = []
+    fit = deepgp_gi.training.fit
+
+    def recording_fit(*args, **kwargs):
+        schedules.append(kwargs.get("kl_schedule"))
+        return fit(*args, **kwargs)
+
+    monkeypatch.setattr(deepgp_gi.training, "fit", recording_fit)
+    record = uci_protocol.run_split(
+        dict(base, kl_weight=0.25, num_inducing=5, steps=2, test_samples=2, batch_size=50), 0
+    )
+    assert record["kl_weight"] == 0.25 and [s(0) for s in schedules] == [0.25]

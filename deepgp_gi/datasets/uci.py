@@ -140,22 +140,30 @@ def load_uci_raw(name: str, data_dir: PathLike | None = None) -> tuple[np.ndarra
 
 
 #: Split protocols of :func:`load_uci`.
-PROTOCOLS = ("random", "extrapolation", "random_80_20")
-#: How many splits the ``"random_80_20"`` protocol has (Rossi et al. 2021 report 8 random 80/20
-#: splits).
-RANDOM_80_20_SPLITS = 8
-#: The test share of a ``"random_80_20"`` split.
-RANDOM_80_20_TEST_FRACTION = 0.2
+PROTOCOLS = ("random", "extrapolation", "random_80_20", "random_75_15_10")
+#: The seeded random protocols: name -> ``(number of splits, test share, seed offset)``.
+#: ``"random_80_20"``: Rossi et al. (2021), 8 random 80/20 splits. ``"random_75_15_10"``:
+#: Jankowiak et al. (2020), 10 random splits with 10 % test rows (their 15 % validation rows are
+#: carved from the training rows by ``validation=1/6``, :func:`validation_rows`).
+SEEDED_PROTOCOLS = {"random_80_20": (8, 0.2, 2000), "random_75_15_10": (10, 0.1, 3000)}
+RANDOM_80_20_SPLITS = SEEDED_PROTOCOLS["random_80_20"][0]
+
+
+def seeded_random_split(num_rows: int, split: int, protocol: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(train, test)`` row indices of split ``split`` of a seeded random protocol
+    (:data:`SEEDED_PROTOCOLS`): a permutation of the rows from
+    ``numpy.random.default_rng(offset + split)``, whose first ``round(share N)`` rows are the test
+    rows (each index list sorted). The partitions are this library's own; the papers' exact ones
+    are not published with the data."""
+    _, share, offset = SEEDED_PROTOCOLS[protocol]
+    order = np.random.default_rng(offset + int(split)).permutation(int(num_rows))
+    num_test = int(round(share * num_rows))
+    return np.sort(order[num_test:]), np.sort(order[:num_test])
 
 
 def random_80_20_split(num_rows: int, split: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(train, test)`` row indices of split ``split`` of the ``"random_80_20"`` protocol: a
-    permutation of the rows from ``numpy.random.default_rng(2000 + split)``, whose first
-    ``round(0.2 N)`` rows are the test rows (each index list sorted). The partitions are this
-    library's own, seeded; Rossi et al.'s exact ones are not published with the data."""
-    order = np.random.default_rng(2000 + int(split)).permutation(int(num_rows))
-    num_test = int(round(RANDOM_80_20_TEST_FRACTION * num_rows))
-    return np.sort(order[num_test:]), np.sort(order[:num_test])
+    """:func:`seeded_random_split` of the ``"random_80_20"`` protocol (Rossi et al. 2021)."""
+    return seeded_random_split(num_rows, split, "random_80_20")
 
 
 def extrapolation_split(X: np.ndarray, split: int) -> tuple[np.ndarray, np.ndarray]:
@@ -285,7 +293,9 @@ def load_uci(
         (:func:`extrapolation_split`: a 50/50 split along a random 1-D projection drawn from
         the split number, Lindinger et al. 2020) or ``"random_80_20"``
         (:func:`random_80_20_split`: seeded random 80/20 splits, ``0 <= split < 8``, Rossi et al.
-        2021's protocol).
+        2021's protocol) or ``"random_75_15_10"`` (:func:`seeded_random_split`: 10 % test rows,
+        ``0 <= split < 10``; with ``validation=1/6`` the training rows split 75/15, Jankowiak et
+        al. 2020's protocol).
     :param validation: ``None`` (or ``False``): no validation rows. A fraction in (0, 1), or
         ``True`` for :data:`VALIDATION_FRACTION` (10 %): hold out that share of the split's
         training rows, chosen by :func:`validation_rows` (a permutation from
@@ -307,16 +317,16 @@ def load_uci(
         raise ValueError(
             f"unknown protocol {protocol!r}; choose one of {', '.join(map(repr, PROTOCOLS))}"
         )
-    if protocol == "random_80_20":
+    if protocol in SEEDED_PROTOCOLS:
         short, X, Y, _, _ = _load(name, None, data_dir)
-        n_splits = RANDOM_80_20_SPLITS
-        idx = random_80_20_split(len(X), split) if split < n_splits else None
+        n_splits = SEEDED_PROTOCOLS[protocol][0]
+        idx = seeded_random_split(len(X), split, protocol) if split < n_splits else None
     else:
         short, X, Y, n_splits, idx = _load(name, split, data_dir)
     if idx is None:
         raise ValueError(
             f"split={split} is out of range: {short} has {n_splits} splits (0 to {n_splits - 1})"
-            + (" under protocol 'random_80_20'" if protocol == "random_80_20" else "")
+            + (f" under protocol {protocol!r}" if protocol in SEEDED_PROTOCOLS else "")
         )
     train, test = extrapolation_split(X, split) if protocol == "extrapolation" else idx
     valid = None

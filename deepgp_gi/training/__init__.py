@@ -24,7 +24,7 @@ from .history import History
 from .loop import fit
 from .optimizers import adam
 from .sampling import collect_samples
-from .tempering import KLSchedule, LinearSchedule, PaperSchedule
+from .tempering import ConstantSchedule, KLSchedule, LinearSchedule, PaperSchedule
 
 __all__ = [
     "fit",
@@ -35,4 +35,5 @@ __all__ = [
     "KLSchedule",
     "PaperSchedule",
     "LinearSchedule",
+    "ConstantSchedule",
 ]

@@ -23,7 +23,14 @@ import numpy as np
 
 from ..validation import check_positive_int
 
-__all__ = ["KLSchedule", "PaperSchedule", "LinearSchedule", "resolve_kl_schedule", "kl_weight_at"]
+__all__ = [
+    "KLSchedule",
+    "PaperSchedule",
+    "LinearSchedule",
+    "ConstantSchedule",
+    "resolve_kl_schedule",
+    "kl_weight_at",
+]
 
 #: ``fit(..., kl_schedule="linear")`` anneals over ``ceil(steps / LINEAR_WARMUP_DIVISOR)`` steps.
 LINEAR_WARMUP_DIVISOR = 10
@@ -82,6 +89,35 @@ class PaperSchedule(KLSchedule):
         )
 
 
+def _check_unit_weight(value, name: str) -> float:
+    """``value`` as a float in ``[0, 1]``; a TypeError (not a number) or ValueError (not finite, or
+    outside) naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
+    if not (np.isfinite(value) and 0 <= value <= 1):
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+class ConstantSchedule(KLSchedule):
+    """One weight for every step: ``beta(t) = weight`` (a KL weight chosen on validation data, as
+    Jankowiak et al. 2020 do for the predictive objective).
+
+    :param weight: the weight, in ``[0, 1]``.
+    :raises TypeError: ``weight`` is not a number.
+    :raises ValueError: ``weight`` is not finite or outside ``[0, 1]``.
+    """
+
+    def __init__(self, weight: float):
+        self.weight = _check_unit_weight(weight, "weight")
+
+    def __call__(self, step: int) -> float:
+        return self.weight
+
+    def __repr__(self) -> str:
+        return f"ConstantSchedule(weight={self.weight})"
+
+
 class LinearSchedule(KLSchedule):
     """Linear annealing: ``beta = start`` for the first ``delay_steps`` steps, then rising linearly
     to 1 over ``warmup_steps`` steps, then 1:
@@ -95,11 +131,7 @@ class LinearSchedule(KLSchedule):
     def __init__(self, warmup_steps: int, start: float = 0.0, *, delay_steps: int = 0):
         self.warmup_steps = check_positive_int(warmup_steps, "warmup_steps")
         self.delay_steps = check_positive_int(delay_steps, "delay_steps", minimum=0)
-        if isinstance(start, bool) or not isinstance(start, (int, float, np.integer, np.floating)):
-            raise TypeError(f"start must be a number in [0, 1], got {start!r}")
-        if not (np.isfinite(start) and 0 <= start <= 1):
-            raise ValueError(f"start must be a number in [0, 1], got {start!r}")
-        self.start = float(start)
+        self.start = _check_unit_weight(start, "start")
 
     def __call__(self, step: int) -> float:
         fraction = (int(step) - self.delay_steps) / self.warmup_steps
