@@ -48,15 +48,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Image, Markdown, display
 
-from deepgp_gi import metrics as dg_metrics
-
 ROOT = Path.cwd()
 while not (ROOT / "benchmarks" / "uci.py").exists() and ROOT != ROOT.parent:
     ROOT = ROOT.parent
 RESULTS = ROOT / "benchmarks" / "results" / "uci"
 # benchmarks/ importable as the package benchmarks
 runpy.run_path(str(ROOT / "benchmarks" / "_by_path.py"))
-from benchmarks import medium, uci  # noqa: E402  (importable only after the line above)
+from benchmarks import medium, plot_style, uci  # noqa: E402  (importable after the line above)
 
 all_records = [r for f in sorted(RESULTS.glob("*.jsonl")) for r in uci.read_records(str(f))]
 records = [r for r in all_records if r["protocol"] == "random"]
@@ -212,8 +210,9 @@ md_table(
 # %% [markdown]
 # ## Plots
 #
-# One figure per data set: ours (filled circles, mean ± SE over splits) and the papers'
-# (open squares), a row per configuration, coloured by family.
+# One figure per data set, a row per configuration, the deep GPs and the BNNs in panels of their
+# own: ours in the family's colour and the depth's marker (filled with its SE bar: a mean over
+# splits; hollow: one split), the papers' as black crosses with their SE.
 
 # %%
 for metric, prefix, label in uci.PLOTTED_METRICS:
@@ -234,9 +233,9 @@ for metric, prefix, label in uci.PLOTTED_METRICS:
 # the start to its final value.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+fig, axes = plt.subplots(1, 2, figsize=(12, 4))
 for ax, d in zip(axes, ("boston", "energy")):
-    for c, post in enumerate(("mean_field", "global")):
+    for post in ("mean_field", "global"):
         for r in sorted(
             [
                 r
@@ -249,27 +248,35 @@ for ax, d in zip(axes, ("boston", "energy")):
             ],
             key=lambda r: r["steps"],
         ):
-            old = (
-                method(r) != post
-            )  # trained with a transform other than the family's current default
+            # faint: trained with marks other than the family's defaults (a latent model has
+            # its own colour)
+            old = plot_style.base_family(method(r)) == post and method(r) != post
             ax.plot(
                 r["trace"]["step"],
                 r["trace"]["elbo_per_datapoint"],
                 "-" if r["steps"] >= 20000 else ":",
-                color=f"C{c}",
+                color=plot_style.family_colour(method(r)),
                 alpha=0.4 if old else 1.0,
                 label=f"{method(r)}, {r['steps']} steps",
             )
         p = reference.get(("gp", d, post, 2, None), {}).get("elbo_per_datapoint")
         if p:
-            ax.axhline(p[0], ls="--", lw=1, color=f"C{c}", label=f"{post}: paper")
+            ax.axhline(
+                p[0], ls="--", lw=1, color=plot_style.family_colour(post), label=f"{post}: paper"
+            )
     vals = [v for line in ax.get_lines() for v in line.get_ydata()]
     if vals:
         lo = np.percentile(vals, 5)
         ax.set_ylim(lo - 0.2 * (max(vals) - lo), max(vals) + 0.1 * (max(vals) - lo + 1e-9))
-    ax.set(title=f"{d}, depth 2, split 0", xlabel="Adam step", ylabel="training ELBO per datapoint")
-    ax.legend(fontsize=7)
+    ax.set(
+        title=f"{d}, depth 2, split 0",
+        xlabel="Adam step",
+        ylabel="training ELBO per datapoint (nats)",
+    )
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
 plt.tight_layout()
+for ax in axes:  # under each panel, once the layout is fixed
+    plot_style.legend_outside(ax, where="below", ncol=2, fontsize=7)
 plt.show()
 
 # %%
@@ -301,27 +308,12 @@ md_table(["model", "dataset", "method", "depth", "steps run", "splits", "steps t
 
 # %%
 def plot_extrapolation_calibration(records, title):
-    """Coverage against nominal probability per dataset, one line per (method, depth)."""
-    runs = uci._extrapolation_runs(records)
-    names = sorted({k[0] for k in runs})
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 4), squeeze=False)
-    for ax, d in zip(axes[0], names):
-        for i, ((d2, depth, steps, m), rs) in enumerate(sorted(runs.items())):
-            if d2 == d:
-                lv, ob = dg_metrics.calibration_curve(np.concatenate([r["test_pit"] for r in rs]))
-                ax.plot(
-                    np.r_[0, lv],
-                    np.r_[0, ob],
-                    "o-",
-                    ms=3,
-                    color=f"C{i}",
-                    label=f"{m}-{depth}, {len(rs)} splits",
-                )
-        ax.plot([0, 1], [0, 1], "k--", lw=1)
-        ax.set(title=f"{d}, {title}", xlabel="nominal coverage", ylabel="observed coverage")
-        ax.legend(fontsize=7)
-    plt.tight_layout()
-    plt.show()
+    """Coverage against nominal probability: a panel per (dataset, step budget), a line per
+    configuration in its family's colour and its depth's marker, one legend beside the panels (the
+    report's calibration.png, drawn by benchmarks/uci.py)."""
+    fig = uci.calibration_figure(records, title)
+    if fig is not None:
+        plt.show()
 
 
 if extrapolation:
