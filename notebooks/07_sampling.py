@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 
 import deepgp_gi as dg
+from benchmarks import plot_style  # the repository's figure style (the root is on PYTHONPATH)
 
 QUICK = os.environ.get("DEEPGP_GI_QUICK") == "1"
 TOY_STEPS, TOY_M, TOY_KEEP, TOY_THIN = (40, 10, 5, 2) if QUICK else (3000, 30, 100, 20)
@@ -51,7 +52,7 @@ UCI_STEPS, UCI_CHUNK, UCI_M, UCI_KEEP, UCI_THIN = (
     (40, 20, 10, 5, 2) if QUICK else (3000, 500, 50, 100, 10)
 )
 FAMILIES = ["mean_field", "global", "sghmc", "bsgp"]
-COLOURS = {"mean_field": "C0", "global": "C1", "sghmc": "C2", "bsgp": "C3"}
+COLOURS = {family: plot_style.family_colour(family) for family in FAMILIES}
 print(f"QUICK={QUICK}: toy {TOY_STEPS} steps (M={TOY_M}), energy {UCI_STEPS} steps (M={UCI_M})")
 
 # %% [markdown]
@@ -95,7 +96,7 @@ for ax, family in zip(axes, FAMILIES):
     ax.fill_between(grid[:, 0], mean - 2 * sd, mean + 2 * sd, color=COLOURS[family], alpha=0.25)
     ax.plot(grid[:, 0], mean, color=COLOURS[family])
     ax.scatter(X[:, 0], Y[:, 0], s=6, color="k")
-    ax.set(title=family, xlabel="x")
+    ax.set(title=f"{family}: mean ± 2 SD", xlabel="x")
 axes[0].set_ylabel("y")
 plt.tight_layout()
 
@@ -116,6 +117,8 @@ for j, family in enumerate(FAMILIES):
     axes[1, j].scatter(X[:, 0], Y[:, 0], s=4, color="k")
     axes[0, j].set_title(f"{family}: layer 1")
     axes[1, j].set(title=f"{family}: layer 2", xlabel="x")
+axes[0, 0].set_ylabel("hidden output f_1(x)")
+axes[1, 0].set_ylabel("output f_2(x)")
 plt.tight_layout()
 
 # %% [markdown]
@@ -138,29 +141,48 @@ axes[0].hist(
 )
 axes[0].plot(start_Z[:, 0], np.zeros(len(start_Z)), "k|", ms=18, label="k-means start")
 axes[0].hist(X[:, 0], bins=30, histtype="step", color="k", density=True, label="data x")
-axes[0].set(xlabel="x", title="layer 1 inducing inputs")
-axes[0].legend(fontsize=8)
+axes[0].set(xlabel="x", ylabel="density", title="layer 1 inducing inputs")
+plot_style.legend_outside(axes[0], where="below", ncol=3, fontsize=7)
 for l in range(2):
     ell = state["lengthscales"][l].numpy().reshape(len(Z1), -1)[:, 0]
     var = state["variances"][l].numpy()
     axes[1].scatter(
-        np.log(ell), np.log(var), s=8, color=f"C{3 + l}", alpha=0.6, label=f"BSGP layer {l + 1}"
+        np.log(ell),
+        np.log(var),
+        s=10,
+        marker="o" if l == 0 else "^",
+        color=COLOURS["bsgp"],
+        facecolors=COLOURS["bsgp"] if l == 0 else "none",
+        alpha=0.6,
+        label=f"bsgp samples, layer {l + 1}",
     )
     kernel = toy["sghmc"].layers[l].kernel
     kernel = kernel.kernels[0] if hasattr(kernel, "kernels") else kernel
     axes[1].scatter(
         np.log(kernel.lengthscales.numpy().ravel()[0]),
         np.log(kernel.variance.numpy()),
-        marker="x",
-        s=60,
-        color=f"C{3 + l}",
-        label=f"SGHMC (Adam) layer {l + 1}",
+        marker="x" if l == 0 else "+",
+        s=80,
+        color=COLOURS["sghmc"],
+        label=f"sghmc (Adam value), layer {l + 1}",
     )
 axes[1].set(xlabel="log lengthscale", ylabel="log kernel variance", title="kernel hyperparameters")
-axes[1].legend(fontsize=7)
+plot_style.legend_outside(axes[1], where="below", ncol=2, fontsize=7)
 trace = state["inducing_outputs"][1].numpy()[:, :4, 0]
-axes[2].plot(trace, lw=0.8)
-axes[2].set(xlabel="stored sample", ylabel="V (layer 2, first 4 points)", title="BSGP sample trace")
+for i in range(trace.shape[1]):
+    axes[2].plot(
+        trace[:, i],
+        lw=0.9,
+        color=COLOURS["bsgp"],
+        ls=plot_style.variant_linestyle(i),
+        label=f"inducing point {i + 1}",
+    )
+axes[2].set(
+    xlabel="stored sample",
+    ylabel="inducing output V (layer 2)",
+    title="bsgp sample trace (first 4 inducing points)",
+)
+plot_style.legend_outside(axes[2], where="below", ncol=4, fontsize=7)
 plt.tight_layout()
 print("layer-1 Z spread (SD over samples, mean over points):", float(Z1.std(axis=0).mean()))
 
@@ -223,31 +245,33 @@ for family, pts in curves.items():
     ax.plot(pts[:, 0], pts[:, 1], "o-", ms=3, color=COLOURS[family], label=family)
     if family in ("sghmc", "bsgp"):
         ax.plot(pts[-1, 0], pts[-1, 1], "*", ms=12, color=COLOURS[family])
+ax.plot([], [], "*", ms=10, color="0.3", label="after collect_samples")
 ax.set(
     xlabel="wall time (s, this machine)",
-    ylabel="test log-likelihood",
+    ylabel="test log-likelihood (nats per point)",
     title="energy, split 0, depth 2",
 )
 lo = min(np.percentile(p[:, 1], 20) for p in curves.values())
 hi = max(p[:, 1].max() for p in curves.values())
 ax.set_ylim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
-ax.legend()
+plot_style.legend_outside(ax)
 plt.tight_layout()
 
 # %% [markdown]
 # **Reading the run** (the full setting, executed on a shared 2-core machine under heavy load, so
 # the wall times compare the families within this run only).
 #
-# * Toy: after 3,000 steps the training log density per point is 0.557 (global), 0.568 (SGHMC) and
-#   0.491 (BSGP); mean-field has not converged (−0.214, likelihood variance 0.130 against about
-#   0.02 for the others; notebook 01 needs 20,000 steps for it). Global inducing and SGHMC widen
-#   their bands in the gap and past the data; BSGP's band stays narrower in the gap. Its sampled
-#   first-layer inducing inputs spread into the gap and past the data (SD over samples 0.46 per
-#   point, averaged over the points), pulled by their `N(0, 1)` prior, and its sampled kernels
-#   are smoother than SGHMC's Adam-trained ones (log variances near 0 against 1.2 and 2.0).
-# * Energy: SGHMC reaches −0.42 after 3,000 steps and collection, above mean-field (−0.75) and
-#   global inducing (−0.75) at the same budget; BSGP, which has to find its kernels by sampling
-#   them, is still climbing at −0.82. The sweep rows in `benchmarks/results/uci/uci.md` (5,000
+# * Toy: after 3,000 steps the training log density per point is 0.560 (global), 0.567 (SGHMC) and
+#   0.506 (BSGP); mean-field has not converged (−0.056, likelihood variance 0.091 against about
+#   0.02 for the others; notebook 01 needs 20,000 steps for it). The three widen their bands past
+#   the data; in the gap global inducing's and BSGP's bands widen, SGHMC's stays narrow. BSGP's
+#   sampled first-layer inducing inputs spread into the gap and past the data (SD over samples
+#   0.39 per point, averaged over the points), pulled by their `N(0, 1)` prior, and its sampled
+#   kernels are smoother than SGHMC's Adam-trained ones (log variances between 0 and 0.7 against
+#   1.1 and 1.6).
+# * Energy: SGHMC reaches −0.53 after 3,000 steps and collection, above mean-field (−0.75) and
+#   global inducing (−0.76) at the same budget; BSGP, which has to find its kernels by sampling
+#   them, is still climbing at −0.86. The sweep rows in `benchmarks/results/uci/uci.md` (5,000
 #   steps, M = 100) are the comparison with the published numbers.
 #
 # Stars mark the samplers' test LL after `collect_samples`; before it, their predictions mix over
