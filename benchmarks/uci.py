@@ -354,6 +354,9 @@ _ROW_KEYS = (
     "learning_rate_decay",
     "validation",
     "objective",
+    "chain_steps",
+    "kl_weight",
+    "inner_width",
 )
 
 
@@ -496,13 +499,29 @@ def steps_to_within(steps, values, tol: float) -> Optional[int]:
     return int(steps[int(np.nonzero(v >= final - tol)[0][0])])
 
 
+#: How a row trained on a seeded random protocol (:data:`deepgp_gi.datasets.uci.SEEDED_PROTOCOLS`)
+#: is marked.
+SEEDED_PROTOCOL_LABELS = {"random_80_20": "80/20 splits", "random_75_15_10": "75/15/10 splits"}
+
+
 def _protocol_marks(s: Dict) -> List[str]:
     """A deep GP's training protocol where it is not the sweep's usual one sample at a constant
     learning rate, e.g. ``5 samples, lr 0.005 x0.98/1000`` (Lindinger et al.'s), a latent-variable
     model's latent dimension and importance samples, e.g. ``latent 1, K=5``, and the share of the
     training rows held out for validation, e.g. ``validation 10%`` (the model fitted the rest), and
-    an objective other than the ELBO, ``predictive objective``."""
+    an objective other than the ELBO, ``predictive objective``; and the seeded random protocols
+    (``80/20 splits``), several chain steps per hyperparameter step (``21 chain steps``), a
+    constant KL weight (``KL weight 0.1``) and an inner width other than the builder's
+    (``width 5``)."""
     marks = []
+    if s.get("protocol") in SEEDED_PROTOCOL_LABELS:  # the papers' own random splits
+        marks.append(SEEDED_PROTOCOL_LABELS[s["protocol"]])
+    if s.get("chain_steps"):
+        marks.append(f"{s['chain_steps']} chain steps")
+    if s.get("kl_weight"):
+        marks.append(f"KL weight {s['kl_weight']:g}")
+    if s.get("inner_width"):
+        marks.append(f"width {s['inner_width']}")
     if s.get("validation"):  # trained on the rest of the training rows
         marks.append(f"validation {s['validation']:.0%}")
     if s.get("objective"):  # trained on another objective than the ELBO

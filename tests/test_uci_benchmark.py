@@ -1033,3 +1033,15 @@ def test_kl_weight_and_inner_width_reach_fit_and_the_builder(monkeypatch):
         dict(base, kl_weight=0.25, num_inducing=5, steps=2, test_samples=2, batch_size=50), 0
     )
     assert record["kl_weight"] == 0.25 and [s(0) for s in schedules] == [0.25]
+
+
+def test_rows_name_the_papers_protocols_and_their_options():
+    marks = uci._protocol_marks(
+        dict(protocol="random_80_20", chain_steps=21, kl_weight=0.1, inner_width=5)
+    )
+    assert marks == ["80/20 splits", "21 chain steps", "KL weight 0.1", "width 5"]
+    assert uci._protocol_marks(dict(protocol="random")) == []
+    assert uci._protocol_marks(dict(protocol="random_75_15_10", validation=1 / 6)) == [
+        "75/15/10 splits",
+        "validation 17%",
+    ]
