@@ -39,8 +39,10 @@ MD = "benchmarks/results/sampler_mixing.md"
 AUTOCORRELATION_CUTOFF = 0.05
 
 
-def oracle_problem():
-    """``(X, Y, model)``: the depth-1 SGHMC model with everything but ``V`` held fixed."""
+def oracle_problem(posterior: str = "sghmc", hold_layer: bool = True, **options):
+    """``(X, Y, model)``: the depth-1 model of ``posterior`` (a sampling family, with
+    ``options``) on the oracle's data, its likelihood held fixed and, with ``hold_layer``, its
+    kernel and inducing inputs too, so that only ``V`` moves."""
     import gpflow
 
     import deepgp_gi as dg
@@ -52,12 +54,14 @@ def oracle_problem():
         X,
         Y,
         depth=1,
-        posterior="sghmc",
+        posterior=posterior,
         num_inducing=6,
         seed=0,
         likelihood=gpflow.likelihoods.Gaussian(variance=0.1),
+        **options,
     )
-    gpflow.set_trainable(model.layers[0], False)
+    if hold_layer:
+        gpflow.set_trainable(model.layers[0], False)
     gpflow.set_trainable(model.likelihood, False)
     return X, Y, model
 

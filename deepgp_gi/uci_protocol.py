@@ -259,48 +259,40 @@ def normalise_config(cfg: Dict) -> Dict:
 
         out["validation"] = check_validation_fraction(out["validation"])
     _normalise_objective(out)
-    _normalise_chain_steps(out)
-    _normalise_kl_weight_and_width(out)
+    _normalise_family_options(out)
     return out
 
 
-def _normalise_kl_weight_and_width(out: Dict) -> None:
-    """``kl_weight`` and ``inner_width`` in place (see :func:`normalise_config`)."""
+def _normalise_family_options(out: Dict) -> None:
+    """``chain_steps``, ``kl_weight`` and ``inner_width`` in place (see :func:`normalise_config`):
+    each checked, refused for a model it does not apply to, and ``None`` at its default."""
     from .families import DEEP_GP_FAMILIES
     from .training.tempering import ConstantSchedule
     from .validation import check_positive_int
 
+    family = DEEP_GP_FAMILIES.get(out["posterior"]) if out["model"] == "gp" else None
+    sampler = bool(getattr(family, "is_sampler", False))
+
+    def refuse(key: str, applies_to: str) -> None:
+        raise ValueError(
+            f"{key} applies to {applies_to} only, got {out[key]!r} for model {out['model']!r}, "
+            f"posterior {out['posterior']!r}"
+        )
+
     if out["inner_width"] is not None:
         if out["model"] != "gp":
-            raise ValueError(f"inner_width applies to deep GPs only, got model {out['model']!r}")
+            refuse("inner_width", "deep GPs")
         out["inner_width"] = check_positive_int(out["inner_width"], "inner_width")
-    if out["kl_weight"] is None:
-        return
-    weight = ConstantSchedule(out["kl_weight"]).weight
-    family = DEEP_GP_FAMILIES.get(out["posterior"]) if out["model"] == "gp" else None
-    if family is None or getattr(family, "is_sampler", False) or weight == 0.0:
-        raise ValueError(
-            f"kl_weight applies to the variational deep-GP families with a weight in (0, 1], got "
-            f"{out['kl_weight']!r} for model {out['model']!r}, posterior {out['posterior']!r}"
-        )
-    out["kl_weight"] = None if weight == 1.0 else weight
-
-
-def _normalise_chain_steps(out: Dict) -> None:
-    """``chain_steps`` in place (see :func:`normalise_config`)."""
-    from .families import DEEP_GP_FAMILIES
-    from .validation import check_positive_int
-
-    if out["chain_steps"] is None:
-        return
-    chain_steps = check_positive_int(out["chain_steps"], "chain_steps")
-    family = DEEP_GP_FAMILIES.get(out["posterior"]) if out["model"] == "gp" else None
-    if not getattr(family, "is_sampler", False):
-        raise ValueError(
-            f"chain_steps applies to the sampling families (sghmc, bsgp) only, got model "
-            f"{out['model']!r}, posterior {out['posterior']!r}"
-        )
-    out["chain_steps"] = None if chain_steps == 1 else chain_steps
+    if out["chain_steps"] is not None:
+        chain_steps = check_positive_int(out["chain_steps"], "chain_steps")
+        if not sampler:
+            refuse("chain_steps", "the sampling families (sghmc, bsgp)")
+        out["chain_steps"] = None if chain_steps == 1 else chain_steps
+    if out["kl_weight"] is not None:
+        weight = ConstantSchedule(out["kl_weight"]).weight
+        if family is None or sampler or weight == 0.0:
+            refuse("kl_weight", "the variational deep-GP families, with a weight in (0, 1],")
+        out["kl_weight"] = None if weight == 1.0 else weight
 
 
 def _normalise_objective(out: Dict) -> None:

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import deepgp_gi as dg
+from benchmarks.sampler_mixing import exact_posterior, oracle_problem
 from deepgp_gi.families import DEEP_GP_FAMILIES
 from deepgp_gi.noise import FixedNoise, SeededNoise
 from deepgp_gi.posteriors.bsgp import BSGPPosterior
@@ -226,40 +227,14 @@ def test_float32_gives_the_float64_log_prior_and_conditional(rng):
 # --------------------------------------------------------------------------- the chain
 
 
-def _oracle_problem(M=6, N=40, **options):
-    """Depth 1, Gaussian likelihood (variance 0.1), the likelihood fixed (SGHMC's oracle
-    problem)."""
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-3, 3, size=(N, 1))
-    Y = np.sin(2 * X) + np.sqrt(0.1) * rng.normal(size=(N, 1))
-    model = dg.build_deep_gp(
-        X,
-        Y,
-        depth=1,
-        posterior="bsgp",
-        num_inducing=M,
-        seed=0,
-        likelihood=gpflow.likelihoods.Gaussian(variance=0.1),
-        **options,
-    )
-    gpflow.set_trainable(model.likelihood, False)
-    return X, Y, model
-
-
-def _exact_posterior(model, X, Y):
-    """The target of V given Z and the hyperparameters: precision I + A W A^T, mean P^-1 A W y."""
-    layer = model.layers[0]
-    M = int(layer.Z.shape[0])
-    L = np.linalg.cholesky(layer.K(layer.Z).numpy() + gpflow.config.default_jitter() * np.eye(M))
-    A = np.linalg.solve(L, layer.K(layer.Z, X).numpy())
-    s = layer.K_diag(X).numpy() - np.sum(A**2, axis=0)
-    W = 1.0 / (s + model.likelihood.variance.numpy())
-    P = np.eye(M) + (A * W) @ A.T
-    return np.linalg.solve(P, (A * W) @ (Y[:, 0] - layer.mean(X).numpy()[:, 0])), P
+def _oracle_problem(**options):
+    """SGHMC's oracle problem for BSGP (:func:`benchmarks.sampler_mixing.oracle_problem`): depth
+    1, N = 40, M = 6, Gaussian likelihood (variance 0.1) fixed; the layer is the test's to hold."""
+    return oracle_problem("bsgp", hold_layer=False, **options)
 
 
 def _chain_against_exact(model, X, Y, steps, num_samples, thin):
-    mean, P = _exact_posterior(model, X, Y)
+    mean, P = exact_posterior(model, X, Y)
     dg.fit(model, (X, Y), steps=steps, seed=0, progress=False)
     samples = dg.collect_samples(
         model, (X, Y), num_samples=num_samples, thin=thin, seed=0, progress=False

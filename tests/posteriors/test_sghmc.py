@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import deepgp_gi as dg
+from benchmarks.sampler_mixing import exact_posterior, oracle_problem
 from deepgp_gi.families import DEEP_GP_FAMILIES
 from deepgp_gi.noise import FixedNoise, SeededNoise
 from deepgp_gi.posteriors.sghmc import (
@@ -29,43 +30,15 @@ def _toy(rng, n=40, d=2):
 # --------------------------------------------------------------------------- the exact oracle
 
 
-def _oracle_problem(M=6, N=40):
-    """Depth 1, Gaussian likelihood (variance 0.1), hyperparameters and inducing inputs fixed."""
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-3, 3, size=(N, 1))
-    Y = np.sin(2 * X) + np.sqrt(0.1) * rng.normal(size=(N, 1))
-    model = dg.build_deep_gp(
-        X,
-        Y,
-        depth=1,
-        posterior="sghmc",
-        num_inducing=M,
-        seed=0,
-        likelihood=gpflow.likelihoods.Gaussian(variance=0.1),
-    )
-    gpflow.set_trainable(model.layers[0], False)
-    gpflow.set_trainable(model.likelihood, False)
-    return X, Y, model
-
-
-def _exact_posterior(model, X, Y):
-    """The target of V is Gaussian: precision P = I + A W A^T, mean P^-1 A W (y - m), with
-    A = L^-1 K_ZX, W = diag(1 / (s_n + sigma^2)), s_n = k(x_n, x_n) - |a_n|^2."""
-    layer = model.layers[0]
-    Z = layer.Z
-    M = int(Z.shape[0])
-    L = np.linalg.cholesky(layer.K(Z).numpy() + gpflow.config.default_jitter() * np.eye(M))
-    A = np.linalg.solve(L, layer.K(Z, X).numpy())
-    s = layer.K_diag(X).numpy() - np.sum(A**2, axis=0)
-    W = 1.0 / (s + model.likelihood.variance.numpy())
-    P = np.eye(M) + (A * W) @ A.T
-    mean = np.linalg.solve(P, (A * W) @ (Y[:, 0] - layer.mean(X).numpy()[:, 0]))
-    return mean, P
+def _oracle_problem():
+    """Depth 1, N = 40, M = 6, Gaussian likelihood (variance 0.1), hyperparameters and inducing
+    inputs fixed (:func:`benchmarks.sampler_mixing.oracle_problem`)."""
+    return oracle_problem("sghmc")
 
 
 def _chain_against_exact(steps, num_samples, thin, batch_size=None, seed=0, collect_step=None):
     X, Y, model = _oracle_problem()
-    mean, P = _exact_posterior(model, X, Y)
+    mean, P = exact_posterior(model, X, Y)
     dg.fit(model, (X, Y), steps=steps, seed=seed, batch_size=batch_size, progress=False)
     samples = dg.collect_samples(
         model,
@@ -116,7 +89,7 @@ def test_a_collection_step_of_003_samples_every_direction_of_the_exact_posterior
     hundreds of steps and its variance over 10,000 steps scatters from 0.46 to 1.4 of the exact
     one between seeds (docs/sampling.md, "Mixing")."""
     X, Y, model = _oracle_problem()
-    _, P = _exact_posterior(model, X, Y)
+    _, P = exact_posterior(model, X, Y)
     z, _, S = _chain_against_exact(5000, 1000, 10, seed=seed, collect_step=0.03)
     ratios = _variance_ratios(S, P)
     assert np.max(np.abs(z)) < 1.0 and np.mean(np.abs(z)) < 0.5, z
