@@ -84,7 +84,7 @@ from ..kernels import batched_square_distance
 from ..linalg import add_jitter, cholesky_with_inverse, safe_cholesky
 from ..validation import check_choice
 from .base import Propagation
-from .conditionals import conditional_mean, sample_rows, whitened_projection
+from .conditionals import whitened_projection
 from .sghmc import (
     CHAIN_STEPS,
     MOMENTUM_DECAY,
@@ -415,31 +415,21 @@ class BSGPPosterior(SGHMCPosterior):
         V, Z, log_ell, log_var = self.split_state(state)
         batched = tf.convert_to_tensor(V[0]).shape.rank == 3
         source, F = self._start(X, num_samples, seed)
-        jitter = gpflow.config.default_jitter()
         grams = [
             self._layer_gram(l, Z[l], log_ell[l], log_var[l], batched) for l in range(self.depth)
         ]
         factors = self._factorised([g[-1] for g in grams])
         choleskies = [L_K for L_K, _ in factors]
-        samples = []
-        for l, layer in enumerate(self.layers):
+
+        def projection(l, F):  # with the state's own kernel: k(x, x) is [S, 1] or a scalar
             ell, var, white, Zs, _ = grams[l]
             L_K, T_K = factors[l]
             Kzf = var * _unit_profile(self._stationary(l), batched_square_distance(Zs, F / ell))
             A = whitened_projection(L_K, Kzf, inverse=T_K)
-            mean = conditional_mean(A, V[l], layer.mean(F))
-            prior_var = (
-                tf.squeeze(var, -1) if batched else var
-            ) + white  # k(x, x): [S, 1] or a scalar
-            resid = prior_var - tf.reduce_sum(tf.square(A), axis=-2)
-            var_rows = tf.broadcast_to(tf.expand_dims(resid, -1), tf.shape(mean))
-            if l < self.depth - 1:
-                F = sample_rows(
-                    mean, var_rows, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter
-                )
-                samples.append(F)
-        var_rows = tf.maximum(var_rows, 0.0)
-        samples.append(self.sample_last_layer(mean, var_rows, source))
+            prior_var = (tf.squeeze(var, -1) if batched else var) + white
+            return A, self.layers[l].mean(F), prior_var - tf.reduce_sum(tf.square(A), axis=-2)
+
+        samples, mean, var_rows = self.pass_through_layers(F, V, projection, source)
         if gaussian_prior:
             kl = tf.broadcast_to(-self.log_prior(state, choleskies), [num_samples])
         elif self.inducing_prior == "determinantal":

@@ -491,17 +491,35 @@ class SGHMCPosterior(DeepPosterior):
         ``num_samples``, computed once for several passes. ``gaussian_prior=False`` leaves the
         prior's Gaussian factors (:meth:`flat_gaussian_prior`, here all of it) out of ``kl``."""
         source, F = self._start(X, num_samples, seed)
-        jitter = gpflow.config.default_jitter()
         if fixed is None:
             choleskies, inverses = (list(t) for t in zip(*inducing_factors(self.layers)))
         else:
             choleskies, inverses = fixed.choleskies, fixed.inverses or [None] * self.depth
-        samples = []
-        for l, layer in enumerate(self.layers):
+
+        def projection(l, F):
             if l == 0 and fixed is not None:
-                A, prior_mean, resid = fixed.first
-            else:
-                A, prior_mean, resid = self._projection(l, F, choleskies[l], inverses[l])
+                return fixed.first
+            return self._projection(l, F, choleskies[l], inverses[l])
+
+        samples, mean, var = self.pass_through_layers(F, V, projection, source)
+        if gaussian_prior:
+            kl = tf.broadcast_to(-self.log_prior(V), [num_samples])
+        else:
+            kl = tf.zeros([num_samples], mean.dtype)
+        return Propagation(samples=samples, mean=mean, var=var, kl=kl)
+
+    def pass_through_layers(
+        self, F: tf.Tensor, V: Sequence[tf.Tensor], projection, source
+    ) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor]:
+        """The layers' pass from the inputs ``F`` ``[S, N, D_in]`` with inducing outputs ``V``:
+        ``projection(l, F)`` gives layer ``l``'s ``(A [S, M, N], m(F) [S, N, D], k(f, f) - |A|^2
+        [S, N])``; the hidden layers' outputs are sampled (noise ``"f/{l}"``), the last layer's
+        sample drawn from its marginals. Returns ``(samples, mean, var)``, the last two
+        ``[S, N, D_L]``."""
+        jitter = gpflow.config.default_jitter()
+        samples = []
+        for l in range(self.depth):
+            A, prior_mean, resid = projection(l, F)
             mean = conditional_mean(A, V[l], prior_mean)
             var = tf.broadcast_to(tf.expand_dims(resid, -1), tf.shape(mean))
             if l < self.depth - 1:
@@ -511,11 +529,7 @@ class SGHMCPosterior(DeepPosterior):
                 samples.append(F)
         var = tf.maximum(var, 0.0)
         samples.append(self.sample_last_layer(mean, var, source))
-        if gaussian_prior:
-            kl = tf.broadcast_to(-self.log_prior(V), [num_samples])
-        else:
-            kl = tf.zeros([num_samples], mean.dtype)
-        return Propagation(samples=samples, mean=mean, var=var, kl=kl)
+        return samples, mean, var
 
     def _drawn_members(self, num_samples: int, source) -> List[tf.Tensor]:
         """``S`` uniform draws from the sample set (stored samples, else the filled window, else the
