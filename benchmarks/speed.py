@@ -10,6 +10,15 @@ Run with nothing else heavy on the machine:
 
     .venv/bin/python benchmarks/speed.py              # all sections
     .venv/bin/python benchmarks/speed.py --quick      # fewer rounds, for a smoke test
+    .venv/bin/python benchmarks/speed.py --only mnist --resume   # one section, the others kept
+
+``--only S`` without ``--resume`` replaces section S's lines and keeps the others'. ``--jsonl`` and
+``--md`` write elsewhere (a smoke test: ``--only mnist --quick --jsonl /tmp/s.jsonl --md
+/tmp/s.md``).
+
+Section ``mnist`` times the training steps of the MNIST benchmarks' models on random data of
+MNIST's shape (no download): the deep GPs of ``benchmarks/mnist_dgp.py`` (robust-max likelihood,
+M = 100, minibatch 10,000) and the LeNet BNNs of ``benchmarks/images.py``'s MNIST rows (batch 500).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ if not __package__:  # run by path: load benchmarks/ as the package (benchmarks/
 
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -34,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 
 import deepgp_gi as dg
+from benchmarks import mnist_dgp
 from benchmarks.common import append_line, code_commit, read_lines, set_threads
 from benchmarks.timing import (
     fit_step,
@@ -104,6 +115,83 @@ def medium_sweep_steps(X, Y, depth):
     if depth > 3:
         makers = {k: v for k, v in makers.items() if k in MEDIUM_DEPTH_5}
     return makers
+
+
+#: The section that times the MNIST benchmarks' models (:func:`mnist_sections`).
+MNIST = "mnist"
+#: MNIST's training images: an epoch is a pass over them.
+MNIST_TRAIN_IMAGES = 60_000
+#: benchmarks/mnist_dgp.py's minibatch (its ``--batch-size`` default, DSVI's 10,000).
+MNIST_DGP_BATCH = 10_000
+#: The LeNet BNN families benchmarks/images.py trains on MNIST (the rows of
+#: benchmarks/results/images/mnist.jsonl), with the first prior of its sweep, and its batch.
+MNIST_BNN_FAMILIES = ("factorised", "global", "ffg_u")
+MNIST_BNN_PRIOR = "neal"
+MNIST_BNN_BATCH = 500
+#: M of both benchmarks: inducing points of a deep-GP layer, inducing images of a global BNN,
+#: the size of FFG-U's inducing weights.
+MNIST_NUM_INDUCING = 100
+
+
+def mnist_inputs(num_rows: int, seed: int = 0):
+    """Random data of MNIST's shape: images ``[num_rows, 28, 28, 1]`` with pixels uniform in
+    [0, 1] (``load_mnist``'s scale) and labels 0..9 drawn uniformly, as float ``[num_rows, 1]``."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(size=(num_rows, 28, 28, 1))
+    Y = rng.integers(0, 10, size=(num_rows, 1)).astype(np.float64)
+    return X, Y
+
+
+def mnist_sections(dgp_batch=None, bnn_batch=None, num_inducing=None, seed: int = 0):
+    """The two configurations of section :data:`MNIST` (``None``: the module's constants, read
+    when called), each ``(section, config, {model name: maker})`` with ``fit``'s step
+    (:func:`fit_step`) of every model on random MNIST-shaped data (:func:`mnist_inputs`):
+
+    * the deep GPs of benchmarks/mnist_dgp.py, built by its ``build`` (784 inputs in [0, 1],
+      ``MultiClass(10)``, ``build_deep_gp``'s initialisation) at its depths per family
+      (``mnist_dgp.DEPTHS``), named ``family-depth``, at its minibatch;
+    * the LeNet BNNs of benchmarks/images.py's MNIST rows, built as its ``run_cell`` builds them
+      (inputs standardised by ``standardise_images``, ``build_conv_bnn`` with the LeNet
+      architecture), named by family.
+
+    Each model is built on the minibatch it is timed on (its ``num_data`` is the minibatch, which
+    changes no cost)."""
+    dgp_batch = dgp_batch or MNIST_DGP_BATCH
+    bnn_batch = bnn_batch or MNIST_BNN_BATCH
+    M = num_inducing or MNIST_NUM_INDUCING
+    X, Y = mnist_inputs(dgp_batch, seed)
+    X = X.reshape(dgp_batch, -1)
+    dgps = {
+        f"{family}-{depth}": (
+            lambda f=family, d=depth: fit_step(mnist_dgp.build(X, Y, f, d, seed, M), X, Y)
+        )
+        for family, depths in mnist_dgp.DEPTHS.items()
+        for depth in depths
+    }
+    images, labels = mnist_inputs(bnn_batch, seed)
+    images, _ = dg.datasets.standardise_images(images, images[:1])
+    bnns = {
+        family: (
+            lambda f=family: fit_step(
+                dg.build_conv_bnn(
+                    images,
+                    labels,
+                    architecture="lenet",
+                    posterior=f,
+                    prior=MNIST_BNN_PRIOR,
+                    num_inducing=M,
+                    seed=seed,
+                ),
+                images,
+                labels,
+            )
+        )
+        for family in MNIST_BNN_FAMILIES
+    }
+    return [
+        (MNIST, dict(model="deep GP", batch=dgp_batch, M=M), dgps),
+        (MNIST, dict(model="LeNet BNN", prior=MNIST_BNN_PRIOR, batch=bnn_batch, M=M), bnns),
+    ]
 
 
 def paired_ratio(make_a, make_b, rounds: int, steps_per_round: int) -> dict:
@@ -370,6 +458,7 @@ def sections(quick: bool):
             for mode in ("plain", "xla")
         }
         out.append(("xla", dict(kind="BNN 2x50", family=family, batch=1000, M=100), makers))
+    out += mnist_sections()
     return out
 
 
@@ -384,7 +473,8 @@ def main(argv=None):
         "--only",
         default=None,
         help=f"run only this section (dsvi, star, structured, sampling, {MEDIUM_STEP}, "
-        f"{MEDIUM_MINIBATCH}, bnn, xla)",
+        f"{MEDIUM_MINIBATCH}, bnn, xla, {MNIST}); without --resume its lines replace that "
+        "section's previous ones, the other sections' lines kept",
     )
     parser.add_argument(
         "--threads",
@@ -416,11 +506,20 @@ def main(argv=None):
     parser.add_argument(
         "--report-only", action="store_true", help="only rewrite speed.md from speed.jsonl"
     )
+    parser.add_argument(
+        "--jsonl",
+        default=None,
+        help="the JSON lines file (default: benchmarks/results/speed.jsonl)",
+    )
+    parser.add_argument(
+        "--md", default=None, help="the report (default: benchmarks/results/speed.md)"
+    )
     args = parser.parse_args(argv)
     rounds, per = (3, 3) if args.quick else (args.rounds, args.steps_per_round)
-    os.makedirs(RESULTS, exist_ok=True)
-    jsonl = os.path.join(RESULTS, "speed.jsonl")
-    md = os.path.join(RESULTS, "speed.md")
+    jsonl = args.jsonl or os.path.join(RESULTS, "speed.jsonl")
+    md = args.md or os.path.join(RESULTS, "speed.md")
+    for path in (jsonl, md):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if args.report_only:
         print(write_markdown(read_lines(jsonl), md))
         return
@@ -466,6 +565,11 @@ def main(argv=None):
     done = set()
     if args.resume:
         done = {json.dumps([l["section"], l["config"]], sort_keys=True) for l in read_lines(jsonl)}
+    elif args.only and os.path.exists(jsonl):  # this section's lines go, the others stay as written
+        with open(jsonl) as fh:
+            kept = [l.rstrip("\n") + "\n" for l in fh if l.strip() and _section_of(l) != args.only]
+        with open(jsonl, "w") as fh:
+            fh.writelines(kept)
     elif os.path.exists(jsonl):
         os.remove(jsonl)
     for section, config, makers in sections(args.quick):
@@ -493,6 +597,15 @@ def main(argv=None):
     print(write_markdown(read_lines(jsonl), md))
 
 
+def _section_of(text: str):
+    """The section of one line of speed.jsonl; None for a line that does not parse (the truncated
+    last line of a killed run)."""
+    try:
+        return json.loads(text)["section"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
 def _cores(lines) -> str:
     """The core count of the machine the lines name (``"x86_64 2 cores"``), "?" where none says."""
     counts = sorted(
@@ -518,11 +631,11 @@ def _provenance(lines):
 
 def _threads_label(threads) -> str:
     """A section heading's TensorFlow threads, from the set of its lines' ``threads`` fields."""
-    return (
-        "one TensorFlow thread"
-        if threads == {1}
-        else "threads " + ", ".join(map(str, sorted(threads, key=str)))
-    )
+    if threads == {1}:
+        return "one TensorFlow thread"
+    if threads == {None}:  # no --threads: TensorFlow chose
+        return "TensorFlow's default threads"
+    return "threads " + ", ".join(map(str, sorted(threads, key=str)))
 
 
 def write_markdown(lines: List[dict], path: str) -> str:
@@ -791,6 +904,44 @@ def write_markdown(lines: List[dict], path: str) -> str:
                 f"| {c['kind']} | {c['family']} | {c['M']} | {t['plain']:.1f} | {t['xla']:.1f} | "
                 f"{t['xla'] / t['plain']:.2f} |"
             )
+        md.append("")
+    mnist = [l for l in lines if l["section"] == MNIST]
+    if mnist:
+        md += [
+            f"## MNIST: the image benchmarks' training steps (random MNIST-shaped data, "
+            f"{_threads_label({l.get('threads') for l in mnist})})",
+            "",
+            _provenance(mnist),
+            "",
+            "Each model timed with the step `fit` trains it with, on random data of MNIST's shape "
+            "(28 x 28 pixels uniform in [0, 1], labels 0..9 drawn uniformly, seed 0): the deep GPs "
+            "as `benchmarks/mnist_dgp.py` builds them (784 inputs, `MultiClass(10)` robust-max "
+            "likelihood, inner width 30) and the LeNet BNNs of `benchmarks/images.py`'s MNIST rows "
+            "(inputs standardised, `build_conv_bnn` with the LeNet architecture; M is the number "
+            "of global inducing images, or the size of FFG-U's inducing weights). The models of "
+            "one kind (the deep GPs, the BNNs) alternate round by round. An epoch is a pass over "
+            "MNIST's "
+            f"{MNIST_TRAIN_IMAGES:,} training images: steps per epoch = {MNIST_TRAIN_IMAGES:,} / "
+            "batch (rounded up); seconds per epoch = that times ms per step (the compiled step "
+            "only: fit's slicing of the minibatches and its logging are not counted).",
+            "",
+            "| model | family | depth | batch | M | ms per step (median) | steps per epoch | "
+            "s per epoch |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for l in mnist:
+            c = l["config"]
+            steps = math.ceil(MNIST_TRAIN_IMAGES / c["batch"])
+            for name, ms in l["ms_per_step"].items():
+                if c["model"] == "deep GP":
+                    family, depth = name.rsplit("-", 1)
+                else:
+                    family, depth = name, "LeNet"
+                model = c["model"] + (f" ({c['prior']} prior)" if "prior" in c else "")
+                md.append(
+                    f"| {model} | {family} | {depth} | {c['batch']:,} | {c['M']} | {ms:.1f} | "
+                    f"{steps:,} | {steps * ms / 1e3:.1f} |"
+                )
         md.append("")
     text = "\n".join(md) + "\n"
     with open(path, "w") as fh:

@@ -181,3 +181,61 @@ def test_the_minibatch_section_times_every_medium_row_at_another_minibatch_besid
     md = speed.write_markdown([line], str(tmp_path / "speed.md"))
     assert (tmp_path / "speed.md").read_text() == md
     assert "| global-2 | 25.0 | 200.0 | 8.0 | 0.80 |" in md and "one TensorFlow thread" in md
+
+
+def test_the_mnist_section_times_the_mnist_benchmarks_models(monkeypatch, tmp_path):
+    """`--only mnist` times fit's step of every deep GP benchmarks/mnist_dgp.py trains (family and
+    depth) and of every LeNet BNN family benchmarks/images.py trains on MNIST, on random data of
+    MNIST's shape; its lines go to the given files with the command, the other sections' lines
+    kept, and speed.md has a row per model with steps and seconds per epoch. Run at a tiny size
+    (minibatches of 40 and 20 images, M = 5, one round of one step); the full size is checked
+    without timing it."""
+    import json
+    import math
+
+    from benchmarks import mnist_dgp
+
+    full = [(c, set(m)) for s, c, m in speed.sections(quick=True) if s == speed.MNIST]
+    dgps = {"mean_field-1", "mean_field-2", "mean_field-3", "global-2", "global-3"}
+    bnns = {"factorised", "global", "ffg_u"}
+    assert full == [
+        (dict(model="deep GP", batch=10_000, M=100), dgps),
+        (dict(model="LeNet BNN", prior="neal", batch=500, M=100), bnns),
+    ]
+    assert dgps == {f"{f}-{d}" for f, depths in mnist_dgp.DEPTHS.items() for d in depths}
+    X, Y = speed.mnist_inputs(50)
+    assert X.shape == (50, 28, 28, 1) and X.min() >= 0 and X.max() <= 1
+    assert Y.shape == (50, 1) and set(np.unique(Y)) <= set(range(10))
+
+    monkeypatch.setattr(speed, "MNIST_DGP_BATCH", 40)  # PCA to the inner width 30 needs N >= 30
+    monkeypatch.setattr(speed, "MNIST_BNN_BATCH", 20)
+    monkeypatch.setattr(speed, "MNIST_NUM_INDUCING", 5)
+    jsonl, md = tmp_path / "s.jsonl", tmp_path / "s.md"
+    other = dict(
+        section="bnn",
+        config={"batch": 1000},
+        ms_per_step={"x": 1.0},
+        rounds=1,
+        steps_per_round=1,
+        commit="c",
+        command="python benchmarks/speed.py --only bnn",
+        machine="m",
+    )
+    jsonl.write_text(json.dumps(other) + "\n" + json.dumps(dict(other, section="mnist")) + "\n")
+    argv = ["--only", "mnist", "--rounds", "1", "--steps-per-round", "1"]
+    speed.main(argv + ["--jsonl", str(jsonl), "--md", str(md)])
+    lines = [json.loads(l) for l in jsonl.read_text().splitlines()]
+    assert lines[0] == other and [l["section"] for l in lines[1:]] == ["mnist", "mnist"]
+    assert [(l["config"], set(l["ms_per_step"])) for l in lines[1:]] == [
+        (dict(model="deep GP", batch=40, M=5), dgps),
+        (dict(model="LeNet BNN", prior="neal", batch=20, M=5), bnns),
+    ]
+    for l in lines[1:]:
+        assert all(math.isfinite(ms) and ms > 0 for ms in l["ms_per_step"].values())
+        assert l["command"].startswith("python benchmarks/speed.py " + " ".join(argv))
+    text = md.read_text()
+    rows = [r for r in text.splitlines() if r.startswith("| deep GP") or r.startswith("| LeNet")]
+    assert len(rows) == 8 and "| deep GP | global | 3 | 40 | 5 |" in text
+    assert "| LeNet BNN (neal prior) | ffg_u | LeNet | 20 | 5 |" in text
+    assert all(r.split(" | ")[6] == "1,500" for r in rows[:5])  # 60,000 / 40
+    assert all(r.split(" | ")[6] == "3,000" for r in rows[5:])  # 60,000 / 20
