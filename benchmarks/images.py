@@ -27,6 +27,25 @@ the digits, written to their own file with the FFG-W (factorised) reference:
 
 Every row records the number of variational parameters (``dg.parameter_count``).
 
+Long runs with a trace: ``--lr-decay RATE,EVERY`` multiplies Adam's learning rate by RATE every
+EVERY steps (a staircase, part of the cell's key), and ``--eval-every N`` (with
+``--checkpoint-dir``) trains each cell in segments of N steps, each resuming from the checkpoint
+of the one before, appending after each segment one line to the trace file (``--trace``, default
+``x_trace.jsonl`` beside ``x.jsonl``): the step, the epoch (step x batch / N_train), test
+accuracy, test log-likelihood, ECE and entropy with ``--trace-samples`` samples, and the segment's
+ms/step. The checkpoint folder of a segmented run does not name its steps (except under the
+``linear`` KL schedule, whose ramp is 10% of them), so an interrupted run, or a later sweep with
+more steps, continues the run and its trace. ``report --plot`` then draws accuracy, test LL and
+ECE against epochs from the traces (mean over seeds, a band from the lowest to the highest seed):
+
+    nice -n 19 python benchmarks/images.py sweep --dataset mnist \
+        --posteriors factorised,ffg_u,global --priors neal --seeds 0,1,2 --steps 3600 \
+        --batch-size 500 --lr 0.01 --lr-decay 0.5,1200 --eval-every 240 --kl-schedule linear \
+        --elbo-rows 5000 --checkpoint-dir <dir> --out benchmarks/results/images/mnist_long.jsonl
+
+and the same with ``--posteriors global --priors spatial_iw`` (see
+benchmarks/results/images/README.md).
+
 Inputs are standardised with the training images' mean and standard deviation (one number each).
 """
 
@@ -49,7 +68,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 import deepgp_gi as dg
-from benchmarks.common import append_line, mean_se, read_lines
+from benchmarks.common import append_line, mean_se, portable, read_lines
 from deepgp_gi import metrics
 
 POSTERIORS = ("factorised", "global", "factorised_global")
@@ -68,8 +87,8 @@ def load(dataset: str, path, split: int):
     raise ValueError(f"unknown dataset {dataset!r}")
 
 
-def evaluate(model, X, Y, num_samples: int) -> dict:
-    probs = metrics.predict_class_probabilities(model, X, num_samples, chunk_size=500)
+def evaluate(model, X, Y, num_samples: int, seed: int | None = None) -> dict:
+    probs = metrics.predict_class_probabilities(model, X, num_samples, chunk_size=500, seed=seed)
     # log p(y | x) = log mean_s softmax(f_s)[y], the label's entry of the same predictive
     # probabilities (predict_log_density's estimator, without a second pass over the test images)
     labels = np.asarray(Y[:, 0], dtype=np.int64)
@@ -107,6 +126,32 @@ def _options_text(options) -> str:
     return json.dumps(options, sort_keys=True) if options else ""
 
 
+def parse_lr_decay(text: str | None) -> list | None:
+    """``--lr-decay RATE,EVERY`` as ``[rate, every]`` (``None`` for none): the learning rate is
+    multiplied by ``rate`` every ``every`` steps (a staircase)."""
+    if not text:
+        return None
+    try:
+        rate_text, every_text = text.split(",")
+        rate, every = float(rate_text), int(every_text)
+    except ValueError:
+        raise ValueError(f"--lr-decay takes RATE,EVERY (e.g. 0.5,1200), got {text!r}") from None
+    if not (0 < rate <= 1 and every >= 1):
+        raise ValueError(f"--lr-decay: RATE must be in (0, 1] and EVERY positive, got {text!r}")
+    return [rate, every]
+
+
+def _decay(row: dict) -> tuple | None:
+    """A row's learning-rate decay as ``(rate, every)``; ``None`` for none (rows written before the
+    option existed have no such field and read as no decay)."""
+    decay = row.get("lr_decay")
+    return None if not decay else (float(decay[0]), int(decay[1]))
+
+
+def _decay_text(decay) -> str:
+    return f"lr x{decay[0]:g} every {decay[1]:,} steps"
+
+
 def cell_key(row: dict) -> tuple:
     return (
         row["dataset"],
@@ -117,10 +162,131 @@ def cell_key(row: dict) -> tuple:
         row["steps"],
         _m(row["posterior"], row["num_inducing"]),
         _options_text(row.get("posterior_options")),
+        _decay(row),
     )
 
 
+def run_key(line: dict) -> tuple:
+    """A training run of a trace line (or a row): everything that changes its trajectory, not the
+    number of steps, except under the ``linear`` KL schedule, whose ramp is 10% of the steps."""
+    return (
+        line["dataset"],
+        line.get("split", 0),
+        line["architecture"],
+        line["posterior"],
+        line["prior"],
+        line["seed"],
+        _m(line["posterior"], line["num_inducing"]),
+        _options_text(line.get("posterior_options")),
+        line["batch_size"],
+        float(line["lr"]),
+        _decay(line),
+        line["kl_schedule"],
+        line["steps"] if line["kl_schedule"] == "linear" else None,
+        line.get("train_samples", 1),
+    )
+
+
+def default_trace(out: str) -> str:
+    """The trace file beside the results file ``out``: ``x.jsonl`` -> ``x_trace.jsonl``."""
+    return (out[: -len(".jsonl")] if out.endswith(".jsonl") else out) + "_trace.jsonl"
+
+
+def _checkpoint_folder(args, posterior: str, prior: str, seed: int) -> Path | None:
+    """The cell's checkpoint folder under ``--checkpoint-dir`` (``None`` without one). A run
+    trained in one piece names its steps; a run in segments (``--eval-every``) names what changes
+    its trajectory instead (:func:`run_key`), so a later sweep with more steps continues it."""
+    if not args.checkpoint_dir:
+        return None
+    tag = "-".join(f"{k}{v}" for k, v in sorted(args.options.items()))
+    decay = f"-decay{args.lr_decay[0]:g}x{args.lr_decay[1]}" if args.lr_decay else ""
+    if not args.eval_every:
+        name = f"{args.dataset}-{args.architecture}-{posterior}-{prior}-{seed}-{args.steps}" + decay
+    else:
+        m = _m(posterior, args.num_inducing)
+        kl = args.kl_schedule + (str(args.steps) if args.kl_schedule == "linear" else "")
+        name = (
+            f"{args.dataset}"
+            + (f"-split{args.split}" if args.split else "")
+            + f"-{args.architecture}-{posterior}-{prior}-{seed}"
+            + (f"-M{m}" if m is not None else "")
+            + f"-b{args.batch_size}-lr{args.lr:g}{decay}-kl{kl}-s{args.train_samples}-segments"
+        )
+    return Path(args.checkpoint_dir) / (name + (f"-{tag}" if tag else ""))
+
+
+def _segment_ms(history, start: int, seconds: float, steps: int) -> float:
+    """ms/step of the segment after ``start``: steady state between its first and last logged
+    steps (tracing excluded; :func:`benchmarks.mnist_dgp.segment_ms_per_step`), else its wall
+    time over its steps."""
+    from benchmarks.mnist_dgp import segment_ms_per_step
+
+    ms = segment_ms_per_step(history, start)
+    return ms if ms is not None else 1000.0 * seconds / max(1, steps)
+
+
+def _train_in_segments(args, model, train, test, base: dict, fit_args: dict) -> tuple:
+    """Train ``model`` to ``args.steps`` in segments of ``args.eval_every`` steps, each resuming
+    from the checkpoint the one before left, and after each segment append a trace line (test
+    accuracy, test LL, ECE and entropy with ``--trace-samples`` samples, the segment's ms/step).
+    A run interrupted earlier resumes at its checkpoint and continues its trace (the steps already
+    traced are not traced again). Returns ``(ms/step, training seconds)`` of the whole run: the
+    median over its segments and the sum over every invocation that trained it."""
+    from benchmarks.mnist_dgp import checkpoint_step
+
+    (Xtr, Ytr), (Xte, Yte) = train, test
+    folder, every, seed = fit_args["checkpoint_dir"], args.eval_every, base["seed"]
+    done = checkpoint_step(folder)
+    if done > args.steps:
+        raise SystemExit(
+            f"{portable(str(folder))} holds a run at step {done}, past --steps {args.steps}: use "
+            "another --checkpoint-dir (or more steps)"
+        )
+    key = run_key(base)
+    mine = [t for t in read_lines(args.trace) if run_key(t) == key and t["step"] <= done]
+    traced = {t["step"] for t in mine}
+    seconds = max((t["train_seconds"] for t in mine), default=0.0)
+    N = len(Xtr)
+
+    def record(step: int, ms: float | None) -> None:
+        line = dict(
+            base,
+            steps=args.steps,
+            step=step,
+            epoch=step * base["batch_size"] / N,
+            test_samples=args.trace_samples,
+            **evaluate(model, Xte, Yte, args.trace_samples, seed=seed),
+            segment_ms_per_step=ms,
+            train_seconds=seconds,
+        )
+        append_line(args.trace, line)
+        traced.add(step)
+
+    if done:  # restore the checkpoint (fit returns at once: nothing is left to train up to it)
+        dg.fit(model, (Xtr, Ytr), steps=done, progress=False, **fit_args)
+        if done not in traced and (done % every == 0 or done == args.steps):
+            record(done, None)  # killed between its checkpoint and its trace line
+    while done < args.steps:
+        target = min(args.steps, (done // every + 1) * every)
+        start = time.perf_counter()
+        history = dg.fit(model, (Xtr, Ytr), steps=target, progress=True, **fit_args)
+        elapsed = time.perf_counter() - start
+        seconds += elapsed
+        ms = _segment_ms(history, done, elapsed, target - done)
+        done = target
+        record(done, ms)
+    segments = [
+        t["segment_ms_per_step"]
+        for t in read_lines(args.trace)
+        if run_key(t) == key and 0 < t["step"] <= args.steps and t.get("segment_ms_per_step")
+    ]
+    return (float(np.median(segments)) if segments else float("nan")), seconds
+
+
 def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
+    from deepgp_gi.training.tempering import resolve_kl_schedule
+    from deepgp_gi.uci_protocol import learning_rate_of
+
     Xtr, Xte = dg.datasets.standardise_images(data.X_train, data.X_test)
     Ytr, Yte = data.Y_train, data.Y_test
     model = dg.build_conv_bnn(
@@ -133,33 +299,7 @@ def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
         seed=seed,
         **args.options,
     )
-    ckpt = None
-    if args.checkpoint_dir:
-        tag = "-".join(f"{k}{v}" for k, v in sorted(args.options.items()))
-        ckpt = Path(args.checkpoint_dir) / (
-            f"{args.dataset}-{args.architecture}-{posterior}-{prior}-{seed}-{args.steps}"
-            + (f"-{tag}" if tag else "")
-        )
-    kwargs = {}
-    if args.kl_schedule != "none":
-        kwargs["kl_schedule"] = args.kl_schedule
-    start = time.perf_counter()
-    history = dg.fit(
-        model,
-        (Xtr, Ytr),
-        steps=args.steps,
-        batch_size=min(args.batch_size, len(Xtr)),
-        learning_rate=args.lr,
-        num_samples=args.train_samples,
-        seed=seed,
-        checkpoint_dir=ckpt,
-        log_every=max(1, args.steps // 20),
-        progress=True,
-        **kwargs,
-    )
-    train_seconds = time.perf_counter() - start
-    steps_run = args.steps - history.resumed_from
-    row = {
+    base = {
         "dataset": args.dataset,
         "architecture": args.architecture,
         "posterior": posterior,
@@ -169,24 +309,69 @@ def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
         "batch_size": args.batch_size,
         "num_inducing": args.num_inducing,
         "lr": args.lr,
+        "lr_decay": args.lr_decay,
         "kl_schedule": args.kl_schedule,
-        "test_samples": args.test_samples,
+        "train_samples": args.train_samples,
         "posterior_options": args.options,
+    }
+    kl_schedule = None if args.kl_schedule == "none" else args.kl_schedule
+    if args.eval_every and kl_schedule == "linear":  # the whole run's ramp, not a segment's
+        kl_schedule = resolve_kl_schedule("linear", steps=args.steps, steps_per_epoch=None)
+    fit_args = dict(
+        batch_size=min(args.batch_size, len(Xtr)),
+        learning_rate=learning_rate_of(
+            {"learning_rate": args.lr, "learning_rate_decay": args.lr_decay}
+        ),
+        num_samples=args.train_samples,
+        seed=seed,
+        checkpoint_dir=_checkpoint_folder(args, posterior, prior, seed),
+    )
+    if kl_schedule is not None:
+        fit_args["kl_schedule"] = kl_schedule
+    start = time.perf_counter()
+    if args.eval_every:
+        fit_args.update(checkpoint_every=args.eval_every, log_every=max(1, args.eval_every // 10))
+        trace_base = dict(base, split=args.split, benchmark="images")
+        ms_per_step, train_seconds = _train_in_segments(
+            args, model, (Xtr, Ytr), (Xte, Yte), trace_base, fit_args
+        )
+    else:
+        history = dg.fit(
+            model,
+            (Xtr, Ytr),
+            steps=args.steps,
+            log_every=max(1, args.steps // 20),
+            progress=True,
+            **fit_args,
+        )
+        train_seconds = time.perf_counter() - start
+        steps_run = args.steps - history.resumed_from
         # steady state: between the first and last logged steps (tracing and start-up excluded)
-        "ms_per_step": (
+        ms_per_step = (
             1000.0
             * (history.wall_time[-1] - history.wall_time[0])
             / (history.step[-1] - history.step[0])
             if len(history.step) > 1
             else 1000.0 * train_seconds / max(1, steps_run)
-        ),
-        "train_seconds": train_seconds,
-        "elbo_per_image": elbo_per_image(
-            model, Xtr[: args.elbo_rows or None], Ytr[: args.elbo_rows or None], args.test_samples
-        ),
-        "elbo_rows": min(args.elbo_rows or len(Xtr), len(Xtr)),
-        "parameters": dg.parameter_count(model),
-    }
+        )
+    row = dict(base)
+    row.update(
+        {
+            "test_samples": args.test_samples,
+            "ms_per_step": ms_per_step,
+            "train_seconds": train_seconds,
+            "elbo_per_image": elbo_per_image(
+                model,
+                Xtr[: args.elbo_rows or None],
+                Ytr[: args.elbo_rows or None],
+                args.test_samples,
+            ),
+            "elbo_rows": min(args.elbo_rows or len(Xtr), len(Xtr)),
+            "parameters": dg.parameter_count(model),
+        }
+    )
+    if args.eval_every:
+        row.update(eval_every=args.eval_every, trace_samples=args.trace_samples, trace=args.trace)
     row.update(evaluate(model, Xte, Yte, args.test_samples))
     # the home folder as ~, so the recorded command reads the same on any machine
     row["command"] = " ".join([os.path.basename(sys.executable)] + sys.argv).replace(
@@ -205,20 +390,25 @@ def sweep(args):
         raise SystemExit(f"--posterior-options is not a JSON object: {err}") from None
     if not isinstance(args.options, dict):
         raise SystemExit("--posterior-options must be a JSON object, e.g. '{\"lambda_max\": 0.03}'")
+    if args.eval_every and not args.trace:
+        args.trace = default_trace(args.out)
     data = load(args.dataset, args.path, args.split)
     done = {cell_key(row) for row in read_lines(args.out)}
     for seed in map(int, args.seeds.split(",")):
         for prior in args.priors.split(","):
             for posterior in args.posteriors.split(","):
-                key = (
-                    args.dataset,
-                    args.architecture,
-                    posterior,
-                    prior,
-                    seed,
-                    args.steps,
-                    _m(posterior, args.num_inducing),
-                    _options_text(args.options),
+                key = cell_key(
+                    {
+                        "dataset": args.dataset,
+                        "architecture": args.architecture,
+                        "posterior": posterior,
+                        "prior": prior,
+                        "seed": seed,
+                        "steps": args.steps,
+                        "num_inducing": args.num_inducing,
+                        "posterior_options": args.options,
+                        "lr_decay": args.lr_decay,
+                    }
                 )
                 if key in done:
                     continue
@@ -253,14 +443,17 @@ def _settings_lines(rows) -> list:
                 r["kl_schedule"],
                 r["test_samples"],
                 r.get("elbo_rows") or 0,
+                _decay(r) or (),
             )
             for r in rows
         }
     )
     return [
-        f"* {d}: {st:,} steps of batch {b} (Adam, learning rate {lr:g}), KL schedule `{kl}`, "
-        f"{ts} test samples" + (f", ELBO estimated on the first {n:,} training images" if n else "")
-        for d, st, b, lr, kl, ts, n in seen
+        f"* {d}: {st:,} steps of batch {b} (Adam, learning rate {lr:g}"
+        + (f" times {dec[0]:g} every {dec[1]:,} steps" if dec else "")
+        + f"), KL schedule `{kl}`, {ts} test samples"
+        + (f", ELBO estimated on the first {n:,} training images" if n else "")
+        for d, st, b, lr, kl, ts, n, dec in seen
     ]
 
 
@@ -273,15 +466,24 @@ def _groups(rows) -> dict:
             label += f" M={r['num_inducing']}"
         if r.get("posterior_options"):
             label += " " + ", ".join(f"{k}={v}" for k, v in sorted(r["posterior_options"].items()))
+        if _decay(r):
+            label += f" ({_decay_text(_decay(r))})"
         groups.setdefault(
             (r["dataset"], r["architecture"], r["steps"], r["prior"], label), []
         ).append(r)
     return groups
 
 
-def render_report(rows, results: str, out: str | None = None, plot_path: str | None = None) -> str:
+def render_report(
+    rows,
+    results: str,
+    out: str | None = None,
+    plot_path: str | None = None,
+    trace_path: str | None = None,
+) -> str:
     """The report (markdown) of the result lines ``rows`` read from ``results``; ``out`` and
-    ``plot_path`` are where it and the plot go, named in its command line."""
+    ``plot_path`` are where it and the plot go, named in its command line; ``trace_path``: the
+    trace file the plot is drawn from (None: the plot is of the rows, against training time)."""
     groups = _groups(rows)
     lines = [
         "# Convolutional BNNs on images",
@@ -292,6 +494,7 @@ def render_report(rows, results: str, out: str | None = None, plot_path: str | N
         "",
         f"Produced by `python benchmarks/images.py report --results {results} --out {out}"
         + (f" --plot {plot_path}" if plot_path else "")
+        + (f" --trace {trace_path}" if trace_path else "")
         + "`; "
         "each row's sweep command is in the JSON lines.",
         "",
@@ -324,7 +527,18 @@ def render_report(rows, results: str, out: str | None = None, plot_path: str | N
         )
     if any(r["dataset"] == "mnist" for r in rows):
         lines += ["", "Published LeNet numbers on MNIST:", ""] + [f"* {p}" for p in PUBLISHED_MNIST]
-    if plot_path:
+    if plot_path and trace_path:
+        lines += [
+            "",
+            f"The figure is drawn from the runs' traces (`{trace_path}`: test accuracy, "
+            "log-likelihood and ECE after every segment of `--eval-every` steps, with the "
+            "trace's Monte Carlo samples): the mean over seeds as a line, the lowest to the "
+            "highest seed as a band.",
+            "",
+            "![accuracy, test log-likelihood and ECE against epochs, from each run's "
+            f"trace]({os.path.basename(plot_path)})",
+        ]
+    elif plot_path:
         lines += [
             "",
             "![accuracy, test log-likelihood and ECE against training "
@@ -335,8 +549,14 @@ def render_report(rows, results: str, out: str | None = None, plot_path: str | N
 
 def report(args):
     rows = read_lines(args.results)
-    text = render_report(rows, args.results, args.out, args.plot)
-    if args.plot:
+    trace_path = args.trace or default_trace(args.results)
+    if args.trace and not os.path.exists(args.trace):
+        raise SystemExit(f"--trace {args.trace}: no such file")
+    trace = [t for t in read_lines(trace_path) if t.get("benchmark") == "images"]
+    text = render_report(rows, args.results, args.out, args.plot, trace_path if trace else None)
+    if args.plot and trace:
+        plot_traces(trace, args.plot)
+    elif args.plot:
         plot(_groups(rows), args.plot)
     if args.out:
         Path(args.out).write_text(text)
@@ -406,6 +626,131 @@ def plot(groups: dict, path: str) -> None:
     plt.close(fig)
 
 
+#: LeNet-5's published MNIST test accuracy (%), the reference line of the trace figure.
+LENET5_MNIST_ACCURACY = 99.05
+
+
+def _settings_text(key: tuple) -> str:
+    """The training settings of a run key (:func:`run_key`) as a legend names them."""
+    (_, _, _, _, _, _, _, _, batch, lr, decay, kl, kl_steps, _) = key
+    text = f"batch {batch}, lr {lr:g}" + (f", {_decay_text(decay)}" if decay else "")
+    return text + f", KL {kl}" + (f" over {kl_steps:,} steps" if kl_steps else "")
+
+
+def trace_runs(trace) -> dict:
+    """The trace lines by run (:func:`run_key`) and step: ``run key -> {step: line}`` (a step
+    traced twice keeps its last line)."""
+    runs = {}
+    for t in trace:
+        runs.setdefault(run_key(t), {})[t["step"]] = t
+    return runs
+
+
+def plot_traces(trace, path: str) -> None:
+    """Accuracy (%), test log-likelihood and ECE (%) against epochs, drawn from each run's own
+    trace: one line per configuration (a run key without its seed) through the mean over its
+    seeds at each traced epoch, a band from the lowest to the highest seed; the posterior family's
+    colour, a line style per prior (and per settings, when the trace holds several); LeNet-5's
+    published 99.05% on MNIST as a black dashed line in the accuracy panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmarks import plot_style
+
+    configs = {}  # run key without its seed -> {seed: {epoch: line}}
+    for key, points in trace_runs(trace).items():
+        seed = key[5]
+        config = key[:5] + key[6:]
+        configs.setdefault(config, {})[seed] = {t["epoch"]: t for t in points.values()}
+    variants = sorted(
+        {(c[4], _settings_text(c[:5] + (None,) + c[5:])) for c in configs},
+        key=lambda v: (PRIORS.index(v[0]) if v[0] in PRIORS else len(PRIORS), v),
+    )
+    styles = {v: plot_style.variant_linestyle(i) for i, v in enumerate(variants)}
+    several = len({v[1] for v in variants}) > 1
+    datasets = {c[0] for c in configs}
+    order = {p: i for i, p in enumerate(POSTERIORS + INDUCING_WEIGHTS)}
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    panels = (("accuracy", 100.0), ("test_ll", 1.0), ("ece", 100.0))
+    for config in sorted(configs, key=lambda c: (c[0], c[2], order.get(c[3], 99), c[3], c[4])):
+        dataset, split, net, posterior, prior = config[:5]
+        seeds = configs[config]
+        settings = _settings_text(config[:5] + (None,) + config[5:])
+        epochs = sorted({e for points in seeds.values() for e in points})
+        label = posterior
+        m = config[5]
+        if posterior in INDUCING_WEIGHTS and m is not None:
+            label += f" M={m}"
+        if config[6]:
+            label += " " + ", ".join(f"{k}={v}" for k, v in sorted(json.loads(config[6]).items()))
+        name = (
+            f"{label}, {prior} prior"
+            + ("" if len(datasets) == 1 else f" ({dataset} {net})")
+            + (f", {settings}" if several else "")
+            + f" ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
+        )
+        colour = plot_style.family_colour(posterior, "bnn")
+        for ax, (field, scale) in zip(axes, panels):
+            values = [
+                [scale * points[e][field] for points in seeds.values() if e in points]
+                for e in epochs
+            ]
+            ax.plot(
+                epochs,
+                [np.mean(v) for v in values],
+                color=colour,
+                ls=styles[(prior, settings)],
+                marker="o",
+                ms=3,
+                label=name,
+            )
+            if len(seeds) > 1:
+                ax.fill_between(
+                    epochs,
+                    [min(v) for v in values],
+                    [max(v) for v in values],
+                    color=colour,
+                    alpha=0.2,
+                    lw=0,
+                )
+    if "mnist" in datasets:
+        axes[0].axhline(
+            LENET5_MNIST_ACCURACY,
+            color=plot_style.REFERENCE_COLOUR,
+            ls="--",
+            lw=1,
+            label=f"LeNet-5, LeCun et al. (1998): {LENET5_MNIST_ACCURACY}%",
+        )
+        axes[0].annotate(
+            f"LeNet-5 {LENET5_MNIST_ACCURACY}%",
+            (1.0, LENET5_MNIST_ACCURACY),
+            xycoords=("axes fraction", "data"),
+            xytext=(-4, 3),
+            textcoords="offset points",
+            ha="right",
+            va="bottom",
+            fontsize=8,
+        )
+    units = ("test accuracy (%)", "test log-likelihood (nats per image)", "ECE (%)")
+    for ax, title in zip(axes, units):
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(title)
+        ax.set_xlabel("epochs")
+        ax.grid(alpha=0.3)
+    fig.suptitle(
+        "each run's own trace: line = mean over seeds, band = lowest to highest seed; colour: the "
+        "posterior family, line style: the prior"
+        + (" and the training settings" if several else ""),
+        fontsize=9,
+    )
+    fig.tight_layout()
+    plot_style.legend_outside(fig, where="below", ncol=2, fontsize=9)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -445,6 +790,31 @@ def main(argv=None):
     s.add_argument(
         "--paper", action="store_true", help="O&A App. O settings (resnet, M=500, batch 500, ...)"
     )
+    s.add_argument(
+        "--lr-decay",
+        default=None,
+        metavar="RATE,EVERY",
+        help="multiply Adam's learning rate by RATE every EVERY steps (a staircase; part of the "
+        "cell's key); default: a constant learning rate",
+    )
+    s.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="train in segments of this many steps (each resuming from the checkpoint of the one "
+        "before; needs --checkpoint-dir) and append a trace line after each",
+    )
+    s.add_argument(
+        "--trace",
+        default=None,
+        help="the trace file of --eval-every (default: --out with _trace before .jsonl)",
+    )
+    s.add_argument(
+        "--trace-samples",
+        type=int,
+        default=10,
+        help="Monte Carlo samples of the trace evaluations",
+    )
     s.add_argument("--checkpoint-dir", default=None)
     s.add_argument("--out", required=True)
     r = sub.add_parser("report")
@@ -453,12 +823,33 @@ def main(argv=None):
     r.add_argument(
         "--plot",
         default=None,
-        help="also write a PNG of accuracy, test LL and ECE against training time",
+        help="also write a PNG of accuracy, test LL and ECE: against epochs from the trace when "
+        "there is one, else against training time",
+    )
+    r.add_argument(
+        "--trace",
+        default=None,
+        help="the trace file to plot (default: the results file's, x_trace.jsonl for x.jsonl, "
+        "when it exists)",
     )
     args = parser.parse_args(argv)
     if args.command == "sweep":
         if args.dataset == "cifar10" and not args.path:
             parser.error("--path is required for cifar10")
+        try:
+            args.lr_decay = parse_lr_decay(args.lr_decay)
+        except ValueError as err:
+            parser.error(str(err))
+        if args.eval_every is not None:
+            if args.eval_every < 1:
+                parser.error("--eval-every must be positive")
+            if not args.checkpoint_dir:
+                parser.error(
+                    "--eval-every needs --checkpoint-dir: each segment resumes from the "
+                    "checkpoint the one before saved"
+                )
+        if args.trace_samples < 1:
+            parser.error("--trace-samples must be positive")
         sweep(args)
     else:
         report(args)

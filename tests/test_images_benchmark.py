@@ -122,3 +122,95 @@ def test_posterior_options_reach_the_model_and_the_cell_key(tmp_path, monkeypatc
     assert "| ffg_u M=4 lambda_max=0.03, sd_max=0.1 | 1 |" in (tmp_path / "iw.md").read_text()
     with pytest.raises(SystemExit, match="JSON object"):
         images.main(base + ["--posterior-options", "[1, 2]"])
+
+
+def test_lr_decay_and_eval_every_arguments(tmp_path):
+    """The decay is part of the cell's key (rows without it read as no decay), and --eval-every
+    without --checkpoint-dir is refused before any data is read."""
+    assert images.parse_lr_decay(None) is None
+    assert images.parse_lr_decay("0.5,1200") == [0.5, 1200]
+    for bad in ("0.5", "2,10", "0.5,0", "a,b"):
+        with pytest.raises(ValueError, match="--lr-decay"):
+            images.parse_lr_decay(bad)
+    row = {
+        "dataset": "mnist",
+        "architecture": "lenet",
+        "posterior": "global",
+        "prior": "neal",
+        "seed": 0,
+        "steps": 240,
+        "num_inducing": 100,
+    }
+    assert images.cell_key(row) == images.cell_key(dict(row, lr_decay=None))
+    assert images.cell_key(dict(row, lr_decay=[0.5, 1200]))[-1] == (0.5, 1200)
+    assert images.cell_key(dict(row, lr_decay=[0.5, 1200])) != images.cell_key(row)
+    assert images.default_trace("a/b/mnist_long.jsonl") == "a/b/mnist_long_trace.jsonl"
+    out = str(tmp_path / "x.jsonl")
+    with pytest.raises(SystemExit):
+        images.main(["sweep", "--eval-every", "2", "--out", out])
+    with pytest.raises(SystemExit):
+        images.main(["sweep", "--lr-decay", "0.5", "--out", out])
+
+
+@pytest.mark.slow  # trains a conv net in segments end to end: `make test-all`
+def test_segments_trace_resume_and_trace_figure(tmp_path):
+    out, ckpt = tmp_path / "digits.jsonl", tmp_path / "ckpt"
+    trace = tmp_path / "digits_trace.jsonl"
+
+    def sweep(steps):
+        images.main(
+            [
+                "sweep",
+                "--steps",
+                str(steps),
+                "--seeds",
+                "0",
+                "--posteriors",
+                "factorised",
+                "--priors",
+                "neal",
+                "--batch-size",
+                "100",
+                "--test-samples",
+                "2",
+                "--trace-samples",
+                "2",
+                "--elbo-rows",
+                "100",
+                "--kl-schedule",
+                "none",
+                "--lr-decay",
+                "0.5,2",
+                "--eval-every",
+                "2",
+                "--checkpoint-dir",
+                str(ckpt),
+                "--out",
+                str(out),
+            ]
+        )
+        return [json.loads(line) for line in trace.read_text().splitlines()]
+
+    lines = sweep(4)  # two segments of 2 steps
+    assert [t["step"] for t in lines] == [2, 4]
+    assert [t["epoch"] for t in lines] == [2 * 100 / 1500, 4 * 100 / 1500]
+    for t in lines:
+        assert t["posterior"] == "factorised" and t["lr_decay"] == [0.5, 2]
+        assert t["test_samples"] == 2 and t["segment_ms_per_step"] > 0
+        assert all(np.isfinite(t[k]) for k in ("accuracy", "test_ll", "ece", "entropy"))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["steps"] == 4 and rows[0]["lr_decay"] == [0.5, 2]
+    assert images.cell_key(rows[0])[-1] == (0.5, 2)
+    assert rows[0]["trace"] == "TMP_DIR/digits_trace.jsonl"  # no machine paths in the results
+    # more steps: the run resumes at its step-4 checkpoint and its trace goes on without repeats
+    lines = sweep(6)
+    assert [t["step"] for t in lines] == [2, 4, 6]
+    assert len({images.run_key(t) for t in lines}) == 1
+    assert [json.loads(line)["steps"] for line in out.read_text().splitlines()] == [4, 6]
+    sweep(6)  # a finished cell: skipped, nothing traced again
+    assert len(trace.read_text().splitlines()) == 3
+    table, figure = tmp_path / "digits.md", tmp_path / "digits.png"
+    images.main(["report", "--results", str(out), "--out", str(table), "--plot", str(figure)])
+    assert figure.stat().st_size > 0
+    text = table.read_text()
+    assert "from the runs' traces" in text and "lr x0.5 every 2 steps" in text
