@@ -314,17 +314,11 @@ def run_cell(args, data, posterior: str, depth: int, seed: int, command: str) ->
         traced[step] = line
         return line
 
-    if done == 0 and 0 not in traced:
-        record(0, args.trace_samples if args.steps > 0 else args.test_samples, None)
-    elif done and done not in traced and (done % args.eval_every == 0 or done == args.steps):
-        record(done, args.test_samples if done == args.steps else args.trace_samples, None)
-    while done < args.steps:
-        target = min(args.steps, (done // args.eval_every + 1) * args.eval_every)
-        t = time.perf_counter()
-        history = dg.fit(
+    def train_to(steps: int):
+        return dg.fit(
             model,
             (Xtr, Ytr),
-            steps=target,
+            steps=steps,
             batch_size=base["batch_size"],
             learning_rate=args.lr,
             num_samples=1,
@@ -334,6 +328,17 @@ def run_cell(args, data, posterior: str, depth: int, seed: int, command: str) ->
             log_every=args.log_every,
             progress=True,
         )
+
+    if done:  # restore the checkpoint first (fit returns at once: nothing is left up to it), so
+        train_to(done)  # a line recorded before the next segment scores the trained model
+    if done == 0 and 0 not in traced:
+        record(0, args.trace_samples if args.steps > 0 else args.test_samples, None)
+    elif done and done not in traced and (done % args.eval_every == 0 or done == args.steps):
+        record(done, args.test_samples if done == args.steps else args.trace_samples, None)
+    while done < args.steps:
+        target = min(args.steps, (done // args.eval_every + 1) * args.eval_every)
+        t = time.perf_counter()
+        history = train_to(target)
         clock["train_seconds"] += time.perf_counter() - t
         elbo = history.elbo[-1] / N if history.elbo else elbo
         ms = segment_ms_per_step(history, done)

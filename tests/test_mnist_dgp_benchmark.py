@@ -2,6 +2,8 @@
 lines, the skip of a finished cell, the resume of an interrupted one from its checkpoint) and the
 report's table and list of cells still to run."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -179,6 +181,25 @@ def test_sweep_skip_resume_and_report(tmp_path, monkeypatch):
         and "global depth 3 seed 0: not yet run" in text
     )
     assert "mean_field depth 1 seed 0" not in text.split("## Still running")[1]
+
+
+@pytest.mark.slow
+def test_a_cell_whose_last_trace_line_was_lost_scores_the_restored_model(tmp_path):
+    """Killed after its last checkpoint but before the trace and result lines: the rerun restores
+    the checkpoint before it scores, so the line it writes is the trained model's, the same as the
+    lost one (the evaluation is seeded)."""
+    _tiny_mnist(tmp_path / "tiny.npz")
+    args = _args(tmp_path, "--posteriors", "mean_field", "--depths", "1")
+    mnist_dgp.main(args)
+    results, trace = tmp_path / "r.jsonl", tmp_path / "t.jsonl"
+    lines = mnist_dgp.read_lines(trace)
+    lost = lines[-1]
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines[:-1]))
+    results.unlink()
+    mnist_dgp.main(args)
+    again = mnist_dgp.read_lines(trace)[-1]
+    assert again["step"] == lost["step"] == 4
+    assert (again["accuracy"], again["test_ll"]) == (lost["accuracy"], lost["test_ll"])
 
 
 def _row(posterior, depth, seed, accuracy, steps=5000):
