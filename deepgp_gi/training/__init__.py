@@ -14,6 +14,7 @@ Layout (each piece can be replaced without touching the others):
 * :mod:`.checkpoint` — saving and resuming (model, optimiser, step count, history);
 * :mod:`.optimizers` — :func:`adam`, the optimiser (one fused update kernel per variable);
 * :mod:`.step` — the compiled training step (optionally XLA) and its Cholesky-failure flag;
+* :mod:`.reuse` — the step a model keeps, reused by later ``fit`` calls (no new trace per call);
 * :mod:`.tempering` — KL tempering schedules (``fit(..., kl_schedule=...)``);
 * :mod:`.sampling` — :func:`collect_samples`, the sample set of a sampling family (SGHMC);
 * :mod:`.loop` — argument checks and the loop that ties them together (:func:`fit`).

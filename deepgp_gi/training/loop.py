@@ -22,6 +22,7 @@ from .checkpoint import Checkpointer
 from .compilation import resolve_jit_compile
 from .history import History
 from .optimizers import adam
+from .reuse import cached_step, reset_step, step_key, store_step
 from .step import DistributedStep, NaturalGradientStep, SamplerStep, TrainStep
 from .tempering import kl_weight_at, resolve_kl_schedule
 
@@ -236,6 +237,10 @@ def fit(
 ) -> History:
     """Maximise ``model``'s ELBO with Adam (or a KL-tempered ELBO, see ``kl_schedule``).
 
+    The compiled step of a single-device variational fit is kept on the model: a later call on
+    the same model with the same options reuses it (no new trace, and no memory growth from call
+    to call; its optimiser starts afresh as a new one would; :mod:`~deepgp_gi.training.reuse`).
+
     A sampling posterior (``posterior="sghmc"``) is trained by
     :class:`~deepgp_gi.training.step.SamplerStep` instead: each step moves its chain of inducing
     outputs ``V`` by one scale-adapted SGHMC step and then takes one Adam step on the
@@ -418,8 +423,35 @@ def _fit(
             for v in (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)
         }
         variables = [v for v in variables if id(v) not in taken]
-    optimizer = adam(plan.learning_rate, variables)
-    step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+    # a single-device variational step is kept on the model and reused by a later call with the
+    # same configuration (no new trace; every trace stays in memory: .reuse)
+    kind = None
+    if strategy is None and not _is_sampler(model):
+        kind = TrainStep if natgrad_gamma is None else NaturalGradientStep
+    key = reused = None
+    if kind is not None:
+        key = step_key(
+            model,
+            kind,
+            variables,
+            blocks,
+            plan.learning_rate,
+            LearningRateSchedule,
+            num_samples=plan.num_samples,
+            seed=plan.seed,
+            jit_compile=jit_compile,
+            importance_samples=plan.importance_samples,
+            objective=plan.objective,
+            gamma=natgrad_gamma,
+            num_data=model.num_data,
+        )
+        reused = cached_step(model, key)
+    if reused is not None:
+        reset_step(reused, plan.learning_rate)
+        optimizer, step_counter = reused.optimizer, reused.step_counter
+    else:
+        optimizer = adam(plan.learning_rate, variables)
+        step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
     history = History(seed=plan.seed, num_data=plan.num_data)
 
     checkpointer = None
@@ -443,7 +475,9 @@ def _fit(
         importance_samples=plan.importance_samples,
         objective=plan.objective,
     )
-    if strategy is not None:
+    if reused is not None:
+        train_step = reused
+    elif strategy is not None:
         train_step = DistributedStep(
             model,
             optimizer,
@@ -469,6 +503,8 @@ def _fit(
             gamma=natgrad_gamma,
             **options,
         )
+    if key is not None and reused is None:
+        store_step(model, key, train_step)
     _run(
         plan,
         batches,

@@ -25,7 +25,7 @@ from typing import Sequence
 import gpflow
 import tensorflow as tf
 
-__all__ = ["adam"]
+__all__ = ["adam", "reset_adam"]
 
 
 def adam(
@@ -43,3 +43,20 @@ def adam(
     # the legacy optimisers' counterpart of ``build``: iterations, hyperparameters and slots
     optimizer._create_all_weights(list(variables))
     return optimizer
+
+
+def reset_adam(optimizer, variables: Sequence[tf.Variable], learning_rate) -> None:
+    """Put an optimiser made by :func:`adam` for ``variables`` back into the state
+    ``adam(learning_rate, variables)`` creates it in: iteration count 0, the moments ``m`` and
+    ``v`` of every variable zero, the learning rate ``learning_rate`` (a float is assigned to the
+    optimiser's learning-rate variable; a schedule must be the one it was made with)."""
+    optimizer.iterations.assign(0)
+    for variable in variables:
+        for name in optimizer.get_slot_names():
+            slot = optimizer.get_slot(variable, name)
+            slot.assign(tf.zeros_like(slot))
+    if isinstance(learning_rate, gpflow.keras.tf_keras.optimizers.schedules.LearningRateSchedule):
+        if optimizer._get_hyper("learning_rate") is not learning_rate:
+            raise ValueError("reset_adam: a schedule other than the optimiser's was given")
+    else:
+        optimizer._set_hyper("learning_rate", learning_rate)

@@ -150,6 +150,11 @@ class TrainStep:
         self.failure_step.assign(tf.where(first, step, self.failure_step))
         self.failure_code.assign(tf.where(first, status, self.failure_code))
 
+    def reset_failures(self) -> None:
+        """Forget the failures recorded so far (the state a new step starts in)."""
+        self.failure_code.assign(0)
+        self.failure_step.assign(-1)
+
     def raise_if_failed(self) -> None:
         """Raise :class:`~deepgp_gi.linalg.CholeskyError` if a factorisation failed in any step
         so far (reads two scalars from the device)."""
