@@ -523,6 +523,8 @@ def test_a_training_step_does_not_walk_the_module_tree(rng, monkeypatch):
     monkeypatch.setattr(type(model), "dtype", property(counted))
     counts = []
     for steps in (2, 8):
+        # each fit builds and traces its step (a later fit would reuse the first one's)
+        dg.training.reuse.clear_cached_steps(model)
         reads.clear()
         dg.fit(model, (X, Y), steps=steps, batch_size=10, seed=0, progress=False)
         counts.append(len(reads))
