@@ -50,6 +50,7 @@ from .uci import (
     load_uci,
     load_uci_raw,
     random_80_20_split,
+    seeded_random_split,
 )
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "load_uci_raw",
     "extrapolation_split",
     "random_80_20_split",
+    "seeded_random_split",
     "PROTOCOLS",
     "DIGITS_SPLITS",
     "load_digits",
