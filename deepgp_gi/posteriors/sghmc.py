@@ -45,9 +45,8 @@ gradient-noise estimate ``B_hat`` are taken as 0, as in the reference code.
   does the same (``fit`` adapts, :func:`~deepgp_gi.collect_samples` does not). While the
   statistics adapt, the preconditioner depends on the recent states, and the chain is not exact:
   on a smooth target the gradient barely changes between steps, ``xi`` stays near 1, ``g2``
-  follows the last few gradients; on a 200-coordinate Gaussian target (``_quadratic_chain`` in
-  ``tests/posteriors/test_sghmc.py``) the variance came out about 2.8 times too large while
-  adapting, and right (0.99) once the statistics were fixed.
+  follows the last few gradients, and the chain's variance is off while they adapt and right once
+  they are fixed (``_quadratic_chain`` in ``tests/posteriors/test_sghmc.py`` checks both).
   So samples come from ``collect_samples``, not from ``fit``'s window. In the code the
   order of the reads and writes of the statistics in one step is left to TensorFlow 1's
   scheduler; here all reads precede the writes (Springenberg's Theano update semantics).

@@ -67,8 +67,8 @@ class TrainStep:
         jit_compile: bool = False,
     ):
         self.model = model
-        # read once: the model's dtype property walks its module tree (about 8 ms for a depth-3
-        # deep GP), which per call would cost more than some whole compiled steps
+        # read once: the model's dtype property walks its module tree, which per call would cost
+        # more than some whole compiled steps
         self.dtype = model.dtype
         self._unit_kl_weight = tf.constant(1.0, self.dtype)
         self.optimizer = optimizer
@@ -91,11 +91,10 @@ class TrainStep:
         # Traced per batch shape in both modes (at most two: full batches and an epoch's smaller
         # last batch). XLA compiles one program per concrete shape anyway; in the plain graph a
         # static batch size lets the shape arithmetic of every broadcast's gradient fold at trace
-        # time, so fewer ops run per step (depth 3, M = 100: mean-field 1000 instead of 1192, SGHMC
-        # 1271 instead of 1599; docs/performance.md). Static shapes also keep gradients such as
-        # set_diag's from building zeros of a run-time-rank shape, which XLA cannot compile.
-        # autograph off: the step has no Python control flow on tensor values (tracing is 3-4x
-        # faster)
+        # time, so fewer ops run per step (docs/performance.md). Static shapes also keep gradients
+        # such as set_diag's from building zeros of a run-time-rank shape, which XLA cannot
+        # compile.
+        # autograph off: the step has no Python control flow on tensor values (and traces faster)
         self._compiled = tf.function(self._step, autograph=False, jit_compile=jit_compile)
 
     def __call__(self, step, X_b, Y_b, kl_weight=None) -> tf.Tensor:
