@@ -333,31 +333,9 @@ def cmd_sweep(args) -> int:
 # --------------------------------------------------------------------------------------------
 
 METRICS = (("test_ll", "test LL"), ("rmse", "RMSE"), ("elbo_per_datapoint", "ELBO/N"))
-_ROW_KEYS = (
-    "model",
-    "dataset",
-    "posterior",
-    "depth",
-    "prior",
-    "hidden",
-    "num_inducing",
-    "steps",
-    "batch_size",
-    "train_samples",
-    "test_samples",
-    "positive_transform",
-    "protocol",
-    "offdiagonal",
-    "last_layer",
-    "latent_dim",
-    "importance_samples",
-    "learning_rate_decay",
-    "validation",
-    "objective",
-    "chain_steps",
-    "kl_weight",
-    "inner_width",
-)
+#: What makes a table row: every configuration key but the learning rate and the seed (the runs of
+#: a row differ only in those; see :func:`select_runs`).
+_ROW_KEYS = tuple(k for k in CONFIG_KEYS if k not in ("learning_rate", "seed"))
 
 
 def select_runs(records: List[Dict]) -> "OrderedDict[Tuple, List[Dict]]":
