@@ -46,6 +46,12 @@ ECE against epochs from the traces (mean over seeds, a band from the lowest to t
 and the same with ``--posteriors global --priors spatial_iw`` (see
 benchmarks/results/images/README.md).
 
+Augmentation: ``--augment-shift K`` trains on the same minibatches (the same rows in the same
+order, the same Monte Carlo noise) with each image moved by a random whole-pixel shift of up to K
+pixels in each direction, drawn per image and step from the seed (:func:`shifted_batches`); the
+shift is part of the cell's key and of its checkpoint folder, so a run with and one without it are
+a like-for-like comparison.
+
 Inputs are standardised with the training images' mean and standard deviation (one number each).
 """
 
@@ -121,6 +127,62 @@ def _m(posterior: str, num_inducing: int):
     return None if posterior in ("factorised", "ensemble_w", "local") else num_inducing
 
 
+#: The random stream of the image shifts (:func:`shifted_batches`), apart from fit's batch (1)
+#: and noise (2) streams.
+SHIFT_STREAM = 3
+
+
+def shift_images(images, shifts, max_shift: int, fill):
+    """Each image moved by its own whole-pixel shift, the uncovered border set to ``fill``.
+
+    :param images: ``[B, H, W, C]``.
+    :param shifts: ``[B, 2]`` integers ``(down, right)``, each in ``[-max_shift, max_shift]``.
+    :param max_shift: the largest shift in pixels (the padding).
+    :param fill: the value of the border a shift uncovers (the background).
+    :returns: ``[B, H, W, C]``: ``out[b, r, c] = images[b, r - down_b, c - right_b]`` where that
+        pixel exists, else ``fill``.
+    """
+    import tensorflow as tf
+
+    k = int(max_shift)
+    H, W = int(images.shape[1]), int(images.shape[2])
+    padded = tf.pad(images, [[0, 0], [k, k], [k, k], [0, 0]], constant_values=fill)
+    shifts = tf.cast(shifts, tf.int32)
+    rows = tf.range(H)[None, :] - shifts[:, :1] + k  # [B, H] rows of the padded image
+    cols = tf.range(W)[None, :] - shifts[:, 1:] + k  # [B, W]
+    moved = tf.gather(padded, rows, axis=1, batch_dims=1)  # [B, H, W + 2k, C]
+    return tf.gather(moved, cols, axis=2, batch_dims=1)
+
+
+def shifted_batches(X, Y, batch_size: int, seed: int, max_shift: int):
+    """The minibatches ``fit(model, (X, Y), batch_size=..., seed=seed)`` trains on (the same rows
+    in the same order, :func:`deepgp_gi.training.batches.batch_indices`), each image moved by a
+    random shift of up to ``max_shift`` pixels in each direction, drawn per image and step from a
+    stateless stream of ``seed``; the border is filled with the smallest training pixel (the
+    background). An endless ``tf.data.Dataset`` of ``(X_b, Y_b)`` for ``fit`` (with
+    ``model.num_data = len(X)``); a resumed fit skips the batches used, so it sees what an
+    uninterrupted run would."""
+    import tensorflow as tf
+
+    from deepgp_gi.training.batches import batch_indices
+
+    if int(max_shift) < 1:
+        raise ValueError(f"max_shift must be a positive number of pixels, got {max_shift}")
+    X, Y = tf.constant(X), tf.constant(Y)
+    N, fill = int(X.shape[0]), tf.reduce_min(X)
+    stream = tf.constant([seed, SHIFT_STREAM], tf.int64)
+
+    def take(step):
+        idx = batch_indices(step, N, batch_size, seed)
+        step_seed = tf.random.experimental.stateless_fold_in(stream, step)
+        shifts = tf.random.stateless_uniform(
+            [tf.size(idx), 2], step_seed, minval=-max_shift, maxval=max_shift + 1, dtype=tf.int32
+        )
+        return shift_images(tf.gather(X, idx), shifts, max_shift, fill), tf.gather(Y, idx)
+
+    return tf.data.Dataset.range(2**62).map(take)
+
+
 def _options_text(options) -> str:
     """Canonical text of a cell's posterior options ("" for the builder's defaults)."""
     return json.dumps(options, sort_keys=True) if options else ""
@@ -162,6 +224,7 @@ def cell_key(row: dict) -> tuple:
         row["steps"],
         _m(row["posterior"], row["num_inducing"]),
         _options_text(row.get("posterior_options")),
+        row.get("augment_shift", 0),
         _decay(row),
     )
 
@@ -184,6 +247,7 @@ def run_key(line: dict) -> tuple:
         line["kl_schedule"],
         line["steps"] if line["kl_schedule"] == "linear" else None,
         line.get("train_samples", 1),
+        line.get("augment_shift", 0),
     )
 
 
@@ -202,6 +266,7 @@ def _checkpoint_folder(args, posterior: str, prior: str, seed: int) -> Path | No
     decay = f"-decay{args.lr_decay[0]:g}x{args.lr_decay[1]}" if args.lr_decay else ""
     if not args.eval_every:
         name = f"{args.dataset}-{args.architecture}-{posterior}-{prior}-{seed}-{args.steps}" + decay
+        name += f"-shift{args.augment_shift}" if args.augment_shift else ""
     else:
         m = _m(posterior, args.num_inducing)
         kl = args.kl_schedule + (str(args.steps) if args.kl_schedule == "linear" else "")
@@ -210,7 +275,9 @@ def _checkpoint_folder(args, posterior: str, prior: str, seed: int) -> Path | No
             + (f"-split{args.split}" if args.split else "")
             + f"-{args.architecture}-{posterior}-{prior}-{seed}"
             + (f"-M{m}" if m is not None else "")
-            + f"-b{args.batch_size}-lr{args.lr:g}{decay}-kl{kl}-s{args.train_samples}-segments"
+            + f"-b{args.batch_size}-lr{args.lr:g}{decay}-kl{kl}-s{args.train_samples}"
+            + (f"-shift{args.augment_shift}" if args.augment_shift else "")
+            + "-segments"
         )
     return Path(args.checkpoint_dir) / (name + (f"-{tag}" if tag else ""))
 
@@ -225,7 +292,7 @@ def _segment_ms(history, start: int, seconds: float, steps: int) -> float:
     return ms if ms is not None else 1000.0 * seconds / max(1, steps)
 
 
-def _train_in_segments(args, model, train, test, base: dict, fit_args: dict) -> tuple:
+def _train_in_segments(args, model, train, N: int, test, base: dict, fit_args: dict) -> tuple:
     """Train ``model`` to ``args.steps`` in segments of ``args.eval_every`` steps, each resuming
     from the checkpoint the one before left, and after each segment append a trace line (test
     accuracy, test LL, ECE and entropy with ``--trace-samples`` samples, the segment's ms/step).
@@ -234,7 +301,7 @@ def _train_in_segments(args, model, train, test, base: dict, fit_args: dict) -> 
     median over its segments and the sum over every invocation that trained it."""
     from benchmarks.mnist_dgp import checkpoint_step
 
-    (Xtr, Ytr), (Xte, Yte) = train, test
+    Xte, Yte = test
     folder, every, seed = fit_args["checkpoint_dir"], args.eval_every, base["seed"]
     done = checkpoint_step(folder)
     if done > args.steps:
@@ -246,7 +313,6 @@ def _train_in_segments(args, model, train, test, base: dict, fit_args: dict) -> 
     mine = [t for t in read_lines(args.trace) if run_key(t) == key and t["step"] <= done]
     traced = {t["step"] for t in mine}
     seconds = max((t["train_seconds"] for t in mine), default=0.0)
-    N = len(Xtr)
 
     def record(step: int, ms: float | None) -> None:
         line = dict(
@@ -263,13 +329,13 @@ def _train_in_segments(args, model, train, test, base: dict, fit_args: dict) -> 
         traced.add(step)
 
     if done:  # restore the checkpoint (fit returns at once: nothing is left to train up to it)
-        dg.fit(model, (Xtr, Ytr), steps=done, progress=False, **fit_args)
+        dg.fit(model, train, steps=done, progress=False, **fit_args)
         if done not in traced and (done % every == 0 or done == args.steps):
             record(done, None)  # killed between its checkpoint and its trace line
     while done < args.steps:
         target = min(args.steps, (done // every + 1) * every)
         start = time.perf_counter()
-        history = dg.fit(model, (Xtr, Ytr), steps=target, progress=True, **fit_args)
+        history = dg.fit(model, train, steps=target, progress=True, **fit_args)
         elapsed = time.perf_counter() - start
         seconds += elapsed
         ms = _segment_ms(history, done, elapsed, target - done)
@@ -314,6 +380,8 @@ def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
         "train_samples": args.train_samples,
         "posterior_options": args.options,
     }
+    if args.augment_shift:
+        base["augment_shift"] = args.augment_shift
     kl_schedule = None if args.kl_schedule == "none" else args.kl_schedule
     if args.eval_every and kl_schedule == "linear":  # the whole run's ramp, not a segment's
         kl_schedule = resolve_kl_schedule("linear", steps=args.steps, steps_per_epoch=None)
@@ -328,17 +396,21 @@ def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
     )
     if kl_schedule is not None:
         fit_args["kl_schedule"] = kl_schedule
+    train = (Xtr, Ytr)
+    if args.augment_shift:  # the same minibatches, each image shifted (a dataset: fit's batch_size
+        # is its own)
+        train = shifted_batches(Xtr, Ytr, fit_args.pop("batch_size"), seed, args.augment_shift)
     start = time.perf_counter()
     if args.eval_every:
         fit_args.update(checkpoint_every=args.eval_every, log_every=max(1, args.eval_every // 10))
         trace_base = dict(base, split=args.split, benchmark="images")
         ms_per_step, train_seconds = _train_in_segments(
-            args, model, (Xtr, Ytr), (Xte, Yte), trace_base, fit_args
+            args, model, train, len(Xtr), (Xte, Yte), trace_base, fit_args
         )
     else:
         history = dg.fit(
             model,
-            (Xtr, Ytr),
+            train,
             steps=args.steps,
             log_every=max(1, args.steps // 20),
             progress=True,
@@ -408,6 +480,7 @@ def sweep(args):
                         "num_inducing": args.num_inducing,
                         "posterior_options": args.options,
                         "lr_decay": args.lr_decay,
+                        "augment_shift": args.augment_shift,
                     }
                 )
                 if key in done:
@@ -468,6 +541,8 @@ def _groups(rows) -> dict:
             label += " " + ", ".join(f"{k}={v}" for k, v in sorted(r["posterior_options"].items()))
         if _decay(r):
             label += f" ({_decay_text(_decay(r))})"
+        if r.get("augment_shift"):
+            label += f" (shifts ≤{r['augment_shift']} px)"
         groups.setdefault(
             (r["dataset"], r["architecture"], r["steps"], r["prior"], label), []
         ).append(r)
@@ -632,9 +707,10 @@ LENET5_MNIST_ACCURACY = 99.05
 
 def _settings_text(key: tuple) -> str:
     """The training settings of a run key (:func:`run_key`) as a legend names them."""
-    (_, _, _, _, _, _, _, _, batch, lr, decay, kl, kl_steps, _) = key
+    (_, _, _, _, _, _, _, _, batch, lr, decay, kl, kl_steps, _, shift) = key
     text = f"batch {batch}, lr {lr:g}" + (f", {_decay_text(decay)}" if decay else "")
-    return text + f", KL {kl}" + (f" over {kl_steps:,} steps" if kl_steps else "")
+    text += f", KL {kl}" + (f" over {kl_steps:,} steps" if kl_steps else "")
+    return text + (f", shifts ≤{shift} px" if shift else "")
 
 
 def trace_runs(trace) -> dict:
@@ -814,6 +890,14 @@ def main(argv=None):
         type=int,
         default=10,
         help="Monte Carlo samples of the trace evaluations",
+    )
+    s.add_argument(
+        "--augment-shift",
+        type=int,
+        default=0,
+        metavar="PIXELS",
+        help="train on the same minibatches with each image moved by a random shift of up to this "
+        "many pixels in each direction (part of the cell's key); default 0: no augmentation",
     )
     s.add_argument("--checkpoint-dir", default=None)
     s.add_argument("--out", required=True)

@@ -214,3 +214,96 @@ def test_segments_trace_resume_and_trace_figure(tmp_path):
     assert figure.stat().st_size > 0
     text = table.read_text()
     assert "from the runs' traces" in text and "lr x0.5 every 2 steps" in text
+
+
+def test_shift_images_moves_each_image_by_its_own_shift():
+    rng = np.random.default_rng(0)
+    images_in = rng.normal(size=(4, 6, 5, 2))
+    shifts = np.array([[0, 0], [2, -1], [-2, 2], [1, 1]])
+    out = images.shift_images(images_in, shifts, max_shift=2, fill=-9.0).numpy()
+    expected = np.full_like(images_in, -9.0)
+    for b, (down, right) in enumerate(shifts):
+        for r in range(6):
+            for c in range(5):
+                if 0 <= r - down < 6 and 0 <= c - right < 5:
+                    expected[b, r, c] = images_in[b, r - down, c - right]
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_shifted_batches_are_fits_minibatches_shifted_within_the_bound():
+    from deepgp_gi.training.batches import batch_indices
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(23, 7, 7, 1))
+    X[:, 0, :, :] = X[:, -1, :, :] = X[:, :, 0, :] = X[:, :, -1, :] = -5.0  # a background border
+    Y = np.arange(23, dtype=np.float64)[:, None]
+    batches = list(images.shifted_batches(X, Y, 5, seed=3, max_shift=1).take(7))
+    again = list(images.shifted_batches(X, Y, 5, seed=3, max_shift=1).take(7))
+    moved = 0
+    for step, (xb, yb) in enumerate(batches):
+        idx = batch_indices(step, 23, 5, 3).numpy()
+        np.testing.assert_array_equal(yb.numpy(), Y[idx])  # the rows fit would use, in order
+        np.testing.assert_array_equal(xb.numpy(), again[step][0].numpy())  # seeded
+        for image, row in zip(xb.numpy(), idx):
+            found = [
+                (d, r)
+                for d in (-1, 0, 1)
+                for r in (-1, 0, 1)
+                if np.array_equal(
+                    image, images.shift_images(X[row : row + 1], [[d, r]], 1, -5.0).numpy()[0]
+                )
+            ]
+            assert found, "every image is its row moved by at most one pixel"
+            moved += found[0] != (0, 0)
+    assert moved > 20  # most of the 35 images moved (8 of 9 shifts move)
+    with pytest.raises(ValueError, match="max_shift"):
+        images.shifted_batches(X, Y, 5, seed=3, max_shift=0)
+
+
+def test_the_shift_is_part_of_the_cell_and_run_keys():
+    row = {
+        "dataset": "mnist",
+        "architecture": "lenet",
+        "posterior": "factorised",
+        "prior": "neal",
+        "seed": 0,
+        "steps": 240,
+        "num_inducing": 100,
+        "batch_size": 500,
+        "lr": 0.01,
+        "kl_schedule": "linear",
+    }
+    assert images.cell_key(row) == images.cell_key(dict(row, augment_shift=0))
+    assert images.cell_key(row) != images.cell_key(dict(row, augment_shift=2))
+    assert images.run_key(row) != images.run_key(dict(row, augment_shift=2))
+    key = images.run_key(dict(row, augment_shift=2))
+    assert images._settings_text(key).endswith("shifts ≤2 px")
+    assert "shift" not in images._settings_text(images.run_key(row))
+
+
+@pytest.mark.slow  # trains a conv net end to end: `make test-all`
+def test_an_augmented_cell_trains_resumes_and_is_its_own_row(tmp_path):
+    out, ckpt = tmp_path / "digits.jsonl", tmp_path / "ckpt"
+
+    def sweep(steps, *extra):
+        images.main(
+            ["sweep", "--steps", str(steps), "--seeds", "0", "--posteriors", "factorised"]
+            + ["--priors", "neal", "--batch-size", "100", "--test-samples", "2"]
+            + ["--trace-samples", "2", "--elbo-rows", "100", "--kl-schedule", "none"]
+            + ["--eval-every", "2", "--checkpoint-dir", str(ckpt), "--out", str(out), *extra]
+        )
+        return [json.loads(line) for line in out.read_text().splitlines()]
+
+    rows = sweep(2, "--augment-shift", "1")
+    assert rows[-1]["augment_shift"] == 1 and np.isfinite(rows[-1]["test_ll"])
+    (folder,) = [p.name for p in ckpt.iterdir()]
+    assert "-shift1-" in folder
+    rows = sweep(4, "--augment-shift", "1")  # resumes the augmented run at its step-2 checkpoint
+    assert [r["steps"] for r in rows] == [2, 4]
+    trace = [
+        json.loads(line) for line in (tmp_path / "digits_trace.jsonl").read_text().splitlines()
+    ]
+    assert [t["step"] for t in trace] == [2, 4] and len({images.run_key(t) for t in trace}) == 1
+    rows = sweep(2)  # the same cell without shifts is another row, in another folder
+    assert len(rows) == 3 and "augment_shift" not in rows[-1]
+    assert len(list(ckpt.iterdir())) == 2
