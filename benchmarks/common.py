@@ -18,7 +18,15 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["code_commit", "append_line", "read_lines", "mean_se", "set_threads", "portable"]
+__all__ = [
+    "code_commit",
+    "append_line",
+    "read_lines",
+    "mean_se",
+    "set_threads",
+    "portable",
+    "replace_between_markers",
+]
 
 
 def code_commit() -> str:
@@ -154,3 +162,15 @@ def set_threads(threads: Optional[int]) -> None:
         except RuntimeError as err:
             if tf.config.threading.get_intra_op_parallelism_threads() != threads:
                 print(f"warning: --threads {threads} not applied: {err}", file=sys.stderr)
+
+
+def replace_between_markers(path: str, text: str, markers: Tuple[str, str]) -> None:
+    """Write ``text`` between the two marker lines of the file at ``path`` (both must be there)."""
+    with open(path) as fh:
+        content = fh.read()
+    start, end = content.find(markers[0]), content.find(markers[1])
+    if start < 0 or end < start:
+        raise ValueError(f"{path} lacks the generated-block markers {markers}")
+    head = content[: start + len(markers[0])]
+    with open(path, "w") as fh:
+        fh.write(head + "\n" + text.rstrip("\n") + "\n" + content[end:])

@@ -4,6 +4,7 @@ result rows."""
 import pytest
 
 from benchmarks import medium
+from benchmarks.common import replace_between_markers
 
 
 def _row(dataset, posterior, depth, test_ll, elbo, minutes, ms):
@@ -92,13 +93,13 @@ def test_the_published_table_parses():
 
 def test_the_readme_block_is_replaced_between_its_markers(tmp_path):
     readme = tmp_path / "README.md"
-    start, end = medium.README_MARKERS
+    start, end = medium.BEST_MARKERS
     readme.write_text(f"intro\n{start}\nold table\n{end}\nrest\n")
-    medium.replace_between_markers(str(readme), "| new | table |")
+    replace_between_markers(str(readme), "| new | table |", medium.BEST_MARKERS)
     assert readme.read_text() == f"intro\n{start}\n| new | table |\n{end}\nrest\n"
     (tmp_path / "bare.md").write_text("no markers\n")
     with pytest.raises(ValueError, match="markers"):
-        medium.replace_between_markers(str(tmp_path / "bare.md"), "x")
+        replace_between_markers(str(tmp_path / "bare.md"), "x", medium.BEST_MARKERS)
 
 
 def test_a_family_without_an_elbo_is_not_ranked_on_it():
@@ -774,4 +775,4 @@ def test_the_readme_summary_has_one_row_per_set_chosen_on_validation_where_it_ca
     ) in lines
     assert not [line for line in lines if line.startswith(("| naval", "| boston"))]
     assert lines[-1].startswith("At or above the best published number on 1 of 2 sets.")
-    assert "(1 of 2)" in lines[-1] and "(1 of 2, sets without" in lines[-1]
+    assert "data* (1 sets)" in lines[-1] and "data* (1 sets, no validation" in lines[-1]
