@@ -542,7 +542,7 @@ def readme_summary(rows: List[Dict], published: List[Dict], records: List[Dict] 
             label, test_ll, n = top["label"], top["test_ll"], len(top["splits"])
             how, kind = uci.PICKED_ON_TEST, "test"
         counts[kind] += 1
-        gap = uci.gap_text(test_ll[0], best)
+        gap = uci.gap_text(test_ll[0], best, se=test_ll[1])
         counts["ahead"] += gap == "at or above"
         pub = (
             f"{_published_name(best)} {best['test_ll']:.2f} | {best['protocol']}"
@@ -558,7 +558,8 @@ def readme_summary(rows: List[Dict], published: List[Dict], records: List[Dict] 
         "among configurations trained on 90 % of each training split (splits 0-"
         f"{uci.VALIDATION_SPLITS - 1}), scored by its test LL over all its splits against the "
         f"random 90/10 splits' number; *{uci.PICKED_ON_TEST}* ({counts['test']} sets, no "
-        f"validation choice yet): our best test LL on {MIN_SPLITS}+ splits. Rule and both kinds "
+        f"validation choice yet): our best test LL on {MIN_SPLITS}+ splits. A gap below is also "
+        "given in standard errors of the difference. Rule and both kinds "
         "of row: [docs/choosing_a_posterior.md](docs/choosing_a_posterior.md).",
     ]
     return lines

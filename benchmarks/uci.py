@@ -915,12 +915,20 @@ def published_name(p: Dict) -> str:
     return f"{p['source']} {p['method']}{'-' + str(p['depth']) if p['depth'] else ''}"
 
 
-def gap_text(ours: float, published: Optional[Dict]) -> str:
-    """Our test LL minus a published one: ``at or above`` or the signed gap (a dash without one)."""
+def gap_text(ours: float, published: Optional[Dict], se: Optional[float] = None) -> str:
+    """Our test LL minus a published one: ``at or above`` or the signed gap (a dash without one).
+    With ``se`` (the standard error of our mean) a gap below is also given in standard errors of
+    the difference, ``sqrt(se^2 + se_published^2)`` (the published SE where it is known), e.g.
+    ``-0.21 (0.6 SE)``."""
     if published is None or not np.isfinite(ours):
         return "—"
     gap = ours - published["test_ll"]
-    return "at or above" if gap >= 0 else f"{gap:+.2f}"
+    if gap >= 0:
+        return "at or above"
+    errors = [e for e in (se, published.get("se")) if e is not None and np.isfinite(e)]
+    if se is None or not np.isfinite(se) or not errors or math.hypot(*errors) == 0:
+        return f"{gap:+.2f}"
+    return f"{gap:+.2f} ({-gap / math.hypot(*errors):.1f} SE)"
 
 
 def validation_rule_text(k: int = VALIDATION_SPLITS) -> str:

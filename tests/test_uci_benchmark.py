@@ -1047,3 +1047,14 @@ def test_rows_name_the_papers_protocols_and_their_options():
         "75/15/10 splits",
         "validation 17%",
     ]
+
+
+def test_a_gap_below_is_also_given_in_standard_errors_of_the_difference():
+    pub = {"test_ll": -0.34, "se": 0.12}
+    assert uci.gap_text(-0.30, pub, se=0.3) == "at or above"
+    assert uci.gap_text(-0.55, pub) == "-0.21"  # no SE of ours: the gap alone
+    # sqrt(0.16^2 + 0.12^2) = 0.2: a gap of 0.21 is 1.05 standard errors
+    assert uci.gap_text(-0.55, pub, se=0.16) == "-0.21 (1.1 SE)"
+    assert uci.gap_text(-0.55, {"test_ll": -0.34, "se": float("nan")}, se=0.07) == "-0.21 (3.0 SE)"
+    assert uci.gap_text(-0.55, {"test_ll": -0.34}, se=float("nan")) == "-0.21"
+    assert uci.gap_text(float("nan"), pub, se=0.1) == "—" and uci.gap_text(-1.0, None) == "—"
