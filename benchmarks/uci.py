@@ -14,7 +14,10 @@ list of ``[[group]]`` tables, each with ``datasets``, ``posteriors``, ``splits``
 ``depths`` (deep GPs), ``priors`` and ``learning_rates`` plus any configuration key of
 :data:`deepgp_gi.uci_protocol.CONFIG_KEYS`. Groups run in file order; inside a group the split is
 the outer loop, so a group's first split is complete over all its datasets and methods before the
-next split starts. One JSON line per (configuration, split) is appended (and flushed) as soon as it
+next split starts. A group with ``chosen_from = "<result file>"`` (and only ``datasets`` and
+``splits`` besides) runs, for each of its data sets, the configuration the validation lines in
+that file choose when the sweep starts (:func:`choose_on_validation`), on more splits than the
+choice was made on. One JSON line per (configuration, split) is appended (and flushed) as soon as it
 is done; lines already present are skipped, so an interrupted sweep resumes where it stopped (with
 ``--checkpoint-dir`` even inside a split's training).
 
@@ -98,7 +101,7 @@ def load_sweep(path: str) -> List[Tuple[str, Dict, int]]:
             set(group)
             - set(_GROUP_LISTS)
             - set(CONFIG_KEYS)
-            - {"name", "splits", "note", "pending"}
+            - {"name", "splits", "note", "pending", "chosen_from"}
         )
         if unknown:
             raise ValueError(f"{path}: group {name!r} has unknown keys {sorted(unknown)}")
@@ -108,19 +111,48 @@ def load_sweep(path: str) -> List[Tuple[str, Dict, int]]:
             "pending"
         ):  # a group whose family or choice does not exist yet: listed, not run
             continue
-        base = dict(defaults)
-        base.update({k: v for k, v in group.items() if k in CONFIG_KEYS})
-        axes = [(key, group[lst]) for lst, key in _GROUP_LISTS.items() if lst in group]
-        for split in group["splits"]:
+        if "chosen_from" in group:
+            configs = _chosen_configs(path, name, group)
+        else:
+            base = dict(defaults)
+            base.update({k: v for k, v in group.items() if k in CONFIG_KEYS})
+            axes = [(key, group[lst]) for lst, key in _GROUP_LISTS.items() if lst in group]
+            configs = []
             for values in itertools.product(*[v for _, v in axes]):
                 cfg = dict(base)
                 cfg.update({key: v for (key, _), v in zip(axes, values)})
-                cfg = normalise_config(cfg)
+                configs.append(normalise_config(cfg))
+        for split in group["splits"]:
+            for cfg in configs:
                 ident = (config_key(cfg), int(split))
                 if ident not in seen:  # a task named by two groups runs once, in the first
                     seen.add(ident)
                     tasks.append((name, cfg, int(split)))
     return tasks
+
+
+def _chosen_configs(path: str, name: str, group: Dict) -> List[Dict]:
+    """The configurations a ``chosen_from`` group runs: for each of its ``datasets``, the one the
+    validation lines in the file it names (relative to the repository root) choose
+    (:func:`choose_on_validation`), as it stands when the sweep starts; a data set with no choice
+    yet has none. Such a group takes no configuration keys of its own (the choice is the
+    configuration), only ``datasets`` and ``splits``."""
+    extra = set(group) - {"name", "splits", "note", "pending", "chosen_from", "datasets"}
+    if extra:
+        raise ValueError(
+            f"{path}: group {name!r} runs the configurations chosen on validation data and takes "
+            f"no other keys, got {sorted(extra)}"
+        )
+    source = os.path.join(os.path.dirname(HERE), group["chosen_from"])
+    if not os.path.isfile(source):
+        raise ValueError(f"{path}: group {name!r}: chosen_from {group['chosen_from']!r} not found")
+    chosen = choose_on_validation(read_records(source))
+    configs = []
+    for dataset in group["datasets"]:
+        if dataset in chosen:
+            line = chosen[dataset]["config"]
+            configs.append(normalise_config({k: line[k] for k in CONFIG_KEYS if k in line}))
+    return configs
 
 
 def pending_groups(path: str) -> List[Tuple[str, str]]:

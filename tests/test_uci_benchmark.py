@@ -928,7 +928,10 @@ def test_published_rows_from_the_reference_name_the_paper_and_protocol():
 
 def test_the_validation_sweep_holds_out_rows_in_every_run_and_runs_the_leaders_first():
     tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "uci_validation.toml"))
-    assert all(c["validation"] == 0.1 and s in (0, 1, 2) for _, c, s in tasks)
+    # the chosen configurations on splits 3-4 (what the committed lines choose), the rest on 0-2
+    assert all(s in ((3, 4) if g == "valid-chosen-splits3-4" else (0, 1, 2)) for g, _, s in tasks)
+    tasks = [t for t in tasks if t[0] != "valid-chosen-splits3-4"]
+    assert all(c["validation"] == 0.1 for _, c, _ in tasks)
     # the papers' 20,000 steps, but the latent-variable leaders at the 5,000 of their test rows
     assert all(c["steps"] == (5000 if c.get("latent_dim") else 20000) for _, c, _ in tasks)
     assert {c["dataset"] for _, c, _ in tasks} == {"boston", "concrete", "energy", "wine", "yacht"}
@@ -1058,3 +1061,38 @@ def test_a_gap_below_is_also_given_in_standard_errors_of_the_difference():
     assert uci.gap_text(-0.55, {"test_ll": -0.34, "se": float("nan")}, se=0.07) == "-0.21 (3.0 SE)"
     assert uci.gap_text(-0.55, {"test_ll": -0.34}, se=float("nan")) == "-0.21"
     assert uci.gap_text(float("nan"), pub, se=0.1) == "—" and uci.gap_text(-1.0, None) == "—"
+
+
+def test_a_chosen_from_group_runs_the_validation_choice_on_more_splits(tmp_path, monkeypatch):
+    lines = [_vline(s, "global", -2.3, -2.2) for s in range(3)]
+    lines += [_vline(s, "mean_field", -2.2, -2.4) for s in range(3)]  # chosen on boston
+    lines += [_vline(s, "sghmc", -0.3, -0.5, dataset="energy") for s in range(2)]  # not eligible
+    results = tmp_path / "results" / "valid.jsonl"
+    results.parent.mkdir()
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    monkeypatch.setattr(uci, "HERE", str(tmp_path / "benchmarks"))  # the root is tmp_path
+    sweep = tmp_path / "chosen.toml"
+    sweep.write_text(
+        '[defaults]\nmodel = "gp"\n\n[[group]]\nname = "chosen"\n'
+        'chosen_from = "results/valid.jsonl"\ndatasets = ["boston", "energy"]\nsplits = [3, 4]\n'
+    )
+    tasks = uci.load_sweep(str(sweep))
+    assert [(g, c["dataset"], c["posterior"], s) for g, c, s in tasks] == [
+        ("chosen", "boston", "mean_field", 3),
+        ("chosen", "boston", "mean_field", 4),
+    ]
+    # the very configuration of the validation lines: their lines and the new ones make one row
+    assert uci.config_key(tasks[0][1]) == uci.config_key(uci.with_legacy_values(lines[3]))
+    assert tasks[0][1]["validation"] == 0.1
+    sweep.write_text(
+        '[[group]]\nname = "chosen"\nchosen_from = "results/valid.jsonl"\n'
+        'datasets = ["boston"]\nposteriors = ["global"]\nsplits = [3]\n'
+    )
+    with pytest.raises(ValueError, match="no other keys"):
+        uci.load_sweep(str(sweep))
+    sweep.write_text(
+        '[[group]]\nname = "chosen"\nchosen_from = "results/none.jsonl"\n'
+        'datasets = ["boston"]\nsplits = [3]\n'
+    )
+    with pytest.raises(ValueError, match="not found"):
+        uci.load_sweep(str(sweep))
