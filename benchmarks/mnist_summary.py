@@ -64,11 +64,14 @@ def dsvi_groups(lines: List[Dict]) -> Dict[tuple, List[Dict]]:
 
 
 def lenet_groups(lines: List[Dict]) -> Dict[tuple, List[Dict]]:
-    """The LeNet runs on MNIST by ``(posterior, prior, augment_shift, steps, batch)``."""
+    """The LeNet runs on MNIST by ``(posterior, prior, augment_shift, steps, batch)``; a run with
+    posterior options names them after the family (``ensemble_w num_members=1``)."""
     groups: Dict[tuple, List[Dict]] = {}
     for r in lines:
         if r.get("dataset") == "mnist" and r.get("architecture") == "lenet":
-            key = (r["posterior"], r["prior"], r.get("augment_shift", 0), r["steps"])
+            options = r.get("posterior_options") or {}
+            name = " ".join([r["posterior"]] + [f"{k}={v}" for k, v in sorted(options.items())])
+            key = (name, r["prior"], r.get("augment_shift", 0), r["steps"])
             groups.setdefault(key + (r["batch_size"],), []).append(r)
     return groups
 

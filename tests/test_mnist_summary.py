@@ -64,6 +64,7 @@ def test_rows_gaps_and_the_best_calibrated_family(tmp_path):
             _lenet("ffg_u", 0, 0.9890, 0.010),  # 0.15 points below: equal accuracy, better ECE
             _lenet("global", 0, 0.9800, 0.001),  # far below: not at equal accuracy
             _lenet("factorised", 0, 0.9930, 0.040, augment_shift=2),
+            _lenet("ensemble_w", 0, 0.9700, 0.050, posterior_options={"num_members": 1}),
         ],
     )
     lines = mnist_summary.summary_table(str(tmp_path))
@@ -82,6 +83,9 @@ def test_rows_gaps_and_the_best_calibrated_family(tmp_path):
         "-1.05 |" in lines
     )
     assert [line for line in lines if "shifts ≤2 px" in line]
+    assert [
+        line for line in lines if line.startswith("| LeNet BNN, neal | ensemble_w num_members=1")
+    ]
     top, best = mnist_summary.best_calibrated(
         mnist_summary.lenet_groups(
             [json.loads(line) for line in (tmp_path / "mnist_long.jsonl").read_text().splitlines()]
