@@ -1096,3 +1096,23 @@ def test_a_chosen_from_group_runs_the_validation_choice_on_more_splits(tmp_path,
     )
     with pytest.raises(ValueError, match="not found"):
         uci.load_sweep(str(sweep))
+
+
+def test_a_row_on_the_80_20_splits_is_its_own_marked_row_without_the_90_10_paper_number(tmp_path):
+    reference = {("gp", "boston", "global", 2, None): {"test_ll": (-2.42, 0.05, "test", 20)}}
+    plain = [_line(k, 0.01, -2.40, -0.3, 3.0) for k in range(2)]
+    rossi = [_line(k, 0.01, -2.50, -0.3, 3.0, protocol="random_80_20") for k in range(2)]
+    rows = {s["protocol"]: s for s in uci.summarise(_records(plain + rossi), reference)}
+    assert rows["random"]["ok_test_ll"] is True
+    assert rows["random_80_20"]["paper_test_ll"] is None
+    assert uci._method(rows["random_80_20"]).endswith("(80/20 splits)")
+    # the report's tables hold it; the figures beside the papers' numbers do not
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "lines.jsonl").write_text("".join(json.dumps(r) + "\n" for r in plain + rossi))
+    assert (
+        uci.main(["report", "--results", str(results), "--out-dir", str(results), "--no-plots"])
+        == 0
+    )
+    text = (results / "uci.md").read_text()
+    assert "80/20 splits" in text and "-2.50 ± 0.00" in text
