@@ -1116,3 +1116,19 @@ def test_a_row_on_the_80_20_splits_is_its_own_marked_row_without_the_90_10_paper
     )
     text = (results / "uci.md").read_text()
     assert "80/20 splits" in text and "-2.50 ± 0.00" in text
+
+
+def test_the_cost_of_the_choice_is_measured_on_the_splits_it_was_made_on():
+    lines = [_vline(s, "global", -1.0, 0.1 + 0.01 * s, dataset="yacht") for s in range(3)]
+    lines += [_vline(s, "mean_field", -0.8, -0.5, dataset="yacht") for s in range(3)]  # chosen
+    lines += [_vline(s, "local", -0.9, -0.2, dataset="yacht") for s in range(3)]
+    lines += [_vline(3, "mean_field", -0.8, 9.0, dataset="yacht")]  # split 3: not in the cost
+    lines += [_vline(s, "global", -2.3, -2.2) for s in range(3)]  # boston: one candidate
+    (boston, yacht) = uci.selection_cost(_records(lines))
+    assert boston["regret"] == 0.0 and np.isnan(boston["spearman"]) and boston["n_valid"] == 46
+    assert yacht["chosen"]["config"]["posterior"] == "mean_field"
+    assert yacht["chosen_test"] == pytest.approx(-0.5) and yacht["best_test"] == pytest.approx(0.11)
+    assert yacht["regret"] == pytest.approx(0.61) and yacht["candidates"] == 3
+    assert yacht["spearman"] == pytest.approx(-1.0)  # validation ranks them opposite to test
+    text = uci.render_validation(_records(lines), [], "cmd")
+    assert "| yacht | 3 | 46 | mean_field-2 | -0.50 | global-2 | 0.11 | 0.61 | -1.00 |" in text
