@@ -114,10 +114,13 @@ def summary_table(folder: str = FOLDER, short: bool = False) -> List[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
 
+    ll_digits, ece_digits = (2, 1) if short else (3, 2)
+
     def metrics(g: List[Dict]) -> str:
         return (
             f"{len(g)} | {_cell([r['accuracy'] for r in g], 100, 2)} | "
-            f"{_cell([r['test_ll'] for r in g], 1, 3)} | {_cell([r['ece'] for r in g], 100, 2)}"
+            f"{_cell([r['test_ll'] for r in g], 1, ll_digits)} | "
+            f"{_cell([r['ece'] for r in g], 100, ece_digits)}"
         )
 
     order = {"mean_field": 0, "global": 1}
@@ -128,9 +131,8 @@ def summary_table(folder: str = FOLDER, short: bool = False) -> List[str]:
         published = (
             f"{paper} DSVI | {_gap(100 * _mean(g, 'accuracy'), paper)}" if paper else "– | –"
         )
-        lines.append(
-            f"| deep GP-{depth} | {posterior} | {steps:,} steps | {metrics(g)} | {published} |"
-        )
+        model = f"DGP-{depth}" if short else f"deep GP-{depth}"
+        lines.append(f"| {model} | {posterior} | {steps:,} steps | {metrics(g)} | {published} |")
     shown = sorted(lenet)
     if short and lenet:
         shown = sorted(set(best_calibrated(lenet)))
@@ -139,8 +141,9 @@ def summary_table(folder: str = FOLDER, short: bool = False) -> List[str]:
         g = lenet[key]
         training = f"{steps * batch / 60_000:g} epochs" + (f", shifts ≤{shift} px" if shift else "")
         gap = _gap(100 * _mean(g, "accuracy"), LENET5_ACCURACY)
+        model = f"LeNet, {prior}" if short else f"LeNet BNN, {prior} prior"
         lines.append(
-            f"| LeNet BNN, {prior} | {posterior} | {training} | {metrics(g)} | "
+            f"| {model} | {posterior} | {training} | {metrics(g)} | "
             f"{LENET5_ACCURACY} LeNet-5 | {gap} |"
         )
     lines += ["", _calibration_sentence(lenet, notes=not short), ""]

@@ -75,16 +75,18 @@ def test_rows_gaps_and_the_best_calibrated_family(tmp_path):
     assert "| deep GP-2 | global | 5,000 steps | 1 | 98.50 | -0.080 | 1.00 | – | – |" in lines
     assert not [line for line in lines if line.startswith("| deep GP-1")]
     assert (
-        "| LeNet BNN, neal | factorised | 30 epochs | 2 | 99.05 ± 0.05 | -0.050 ± 0.000 | "
+        "| LeNet BNN, neal prior | factorised | 30 epochs | 2 | 99.05 ± 0.05 | -0.050 ± 0.000 | "
         "2.50 ± 0.50 | 99.05 LeNet-5 | at or above |"
     ) in lines
     assert (
-        "| LeNet BNN, neal | global | 30 epochs | 1 | 98.00 | -0.050 | 0.10 | 99.05 LeNet-5 | "
+        "| LeNet BNN, neal prior | global | 30 epochs | 1 | 98.00 | -0.050 | 0.10 | 99.05 LeNet-5 | "
         "-1.05 |" in lines
     )
     assert [line for line in lines if "shifts ≤2 px" in line]
     assert [
-        line for line in lines if line.startswith("| LeNet BNN, neal | ensemble_w num_members=1")
+        line
+        for line in lines
+        if line.startswith("| LeNet BNN, neal prior | ensemble_w num_members=1")
     ]
     top, best = mnist_summary.best_calibrated(
         mnist_summary.lenet_groups(
@@ -131,7 +133,7 @@ def test_main_writes_the_readme_block(tmp_path):
     readme.write_text(f"intro\n{start}\nold\n{end}\nrest\n")
     assert mnist_summary.main(["--folder", str(tmp_path), "--readme", str(readme)]) == 0
     text = readme.read_text()
-    assert "old" not in text and "| deep GP-1 | mean_field | 5,000 steps | 1 | 97.67 |" in text
+    assert "old" not in text and "| DGP-1 | mean_field | 5,000 steps | 1 | 97.67 |" in text
     assert text.endswith(f"{end}\nrest\n")
     with pytest.raises(ValueError, match="markers"):
         (tmp_path / "bare.md").write_text("x\n")
