@@ -79,8 +79,8 @@ def test_rows_gaps_and_the_best_calibrated_family(tmp_path):
         "2.50 ± 0.50 | 99.05 LeNet-5 | at or above |"
     ) in lines
     assert (
-        "| LeNet BNN, neal prior | global | 30 epochs | 1 | 98.00 | -0.050 | 0.10 | 99.05 LeNet-5 | "
-        "-1.05 |" in lines
+        "| LeNet BNN, neal prior | global | 30 epochs | 1 | 98.00 | -0.050 | 0.10 | "
+        "99.05 LeNet-5 | -1.05 |" in lines
     )
     assert [line for line in lines if "shifts ≤2 px" in line]
     assert [
