@@ -592,12 +592,11 @@ def readme_summary(rows: List[Dict], published: List[Dict], records: List[Dict] 
         "",
         f"At or above the best published number on {counts['ahead']} of {total} sets. "
         f"*{uci.CHOSEN_ON_VALIDATION}* ({counts['validation']} sets): the best mean validation LL "
-        "among configurations trained on 90 % of each training split (splits 0-"
-        f"{uci.VALIDATION_SPLITS - 1}), scored by its test LL over all its splits against the "
-        f"random 90/10 splits' number; *{uci.PICKED_ON_TEST}* ({counts['test']} sets, no "
-        f"validation choice yet): our best test LL on {MIN_SPLITS}+ splits. A gap below is also "
-        "given in standard errors of the difference. Rule and both kinds "
-        "of row: [docs/choosing_a_posterior.md](docs/choosing_a_posterior.md).",
+        f"over splits 0-{uci.VALIDATION_SPLITS - 1} among configurations trained on 90 % of each "
+        f"training split, scored on all its splits' test rows; *{uci.PICKED_ON_TEST}* "
+        f"({counts['test']} sets): our best test LL on {MIN_SPLITS}+ splits. Gaps below also in "
+        "SEs of the difference; the rule and both kinds of row: "
+        "[docs/choosing_a_posterior.md](docs/choosing_a_posterior.md).",
     ]
     return lines
 

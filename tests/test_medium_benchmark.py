@@ -775,7 +775,7 @@ def test_the_readme_summary_has_one_row_per_set_chosen_on_validation_where_it_ca
     ) in lines
     assert not [line for line in lines if line.startswith(("| naval", "| boston"))]
     assert lines[-1].startswith("At or above the best published number on 1 of 2 sets.")
-    assert "data* (1 sets)" in lines[-1] and "data* (1 sets, no validation" in lines[-1]
+    assert "validation data* (1 sets)" in lines[-1] and "test data* (1 sets)" in lines[-1]
 
 
 def test_rows_on_the_80_20_splits_are_compared_like_for_like_only():
