@@ -135,8 +135,8 @@ def _chosen_configs(path: str, name: str, group: Dict) -> List[Dict]:
     """The configurations a ``chosen_from`` group runs: for each of its ``datasets``, the one the
     validation lines in the file it names (relative to the repository root) choose
     (:func:`choose_on_validation`), as it stands when the sweep starts; a data set with no choice
-    yet has none. Such a group takes no configuration keys of its own (the choice is the
-    configuration), only ``datasets`` and ``splits``."""
+    yet, or a file not yet written, has none. Such a group takes no configuration keys of its own
+    (the choice is the configuration), only ``datasets`` and ``splits``."""
     extra = set(group) - {"name", "splits", "note", "pending", "chosen_from", "datasets"}
     if extra:
         raise ValueError(
@@ -144,9 +144,13 @@ def _chosen_configs(path: str, name: str, group: Dict) -> List[Dict]:
             f"no other keys, got {sorted(extra)}"
         )
     source = os.path.join(os.path.dirname(HERE), group["chosen_from"])
-    if not os.path.isfile(source):
-        raise ValueError(f"{path}: group {name!r}: chosen_from {group['chosen_from']!r} not found")
-    chosen = choose_on_validation(read_records(source))
+    if not os.path.isdir(os.path.dirname(source)):
+        raise ValueError(
+            f"{path}: group {name!r}: chosen_from {group['chosen_from']!r} is not in a folder of "
+            "the repository"
+        )
+    # a file not yet written (the sweep's own results, before its first line) chooses nothing
+    chosen = choose_on_validation(read_records(source)) if os.path.isfile(source) else {}
     configs = []
     for dataset in group["datasets"]:
         if dataset in chosen:

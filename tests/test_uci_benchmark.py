@@ -1101,7 +1101,12 @@ def test_a_chosen_from_group_runs_the_validation_choice_on_more_splits(tmp_path,
         '[[group]]\nname = "chosen"\nchosen_from = "results/none.jsonl"\n'
         'datasets = ["boston"]\nsplits = [3]\n'
     )
-    with pytest.raises(ValueError, match="not found"):
+    assert uci.load_sweep(str(sweep)) == []  # a results file not yet written chooses nothing
+    sweep.write_text(
+        '[[group]]\nname = "chosen"\nchosen_from = "resluts/valid.jsonl"\n'
+        'datasets = ["boston"]\nsplits = [3]\n'
+    )
+    with pytest.raises(ValueError, match="not in a folder"):
         uci.load_sweep(str(sweep))
 
 
