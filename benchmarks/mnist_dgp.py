@@ -633,9 +633,37 @@ def report(args, argv: Sequence[str]) -> str:
     return text
 
 
+def trace_bands(trace: List[Dict], data: str) -> Dict[tuple, Dict[str, tuple]]:
+    """The trace of ``data`` by configuration, seeds pooled: ``(posterior, depth) -> {metric:
+    (steps, mean, lowest, highest)}`` for accuracy, test LL and ECE, each over the seeds traced at
+    that step (a step traced by one seed only has its value three times)."""
+    runs: Dict[tuple, Dict[int, Dict[int, Dict]]] = {}
+    for t in trace:
+        if t["data"] == data:
+            runs.setdefault((t["posterior"], t["depth"]), {}).setdefault(t["step"], {})[
+                t["seed"]
+            ] = t
+    out: Dict[tuple, Dict[str, tuple]] = {}
+    for config, by_step in runs.items():
+        steps = sorted(by_step)
+        out[config] = {}
+        for name in ("accuracy", "test_ll", "ece"):
+            values = [[t[name] for t in by_step[s].values()] for s in steps]
+            out[config][name] = (
+                steps,
+                [float(np.mean(v)) for v in values],
+                [float(min(v)) for v in values],
+                [float(max(v)) for v in values],
+            )
+    return out
+
+
 def plot(trace: List[Dict], path: str, data: str) -> None:
-    """Test accuracy, test LL and ECE against the step, one line per (posterior, depth, seed): the
-    family's colour, the depth's marker, a line style per seed; the legend beside the panels."""
+    """Test accuracy, test LL and ECE against the step from the cells' own traces (from the first
+    trained step on): per
+    configuration the mean over its seeds as a line (the family's colour, the depth's marker) and
+    the lowest to the highest seed as a band (:func:`trace_bands`); the DSVI paper's accuracy at
+    each depth as a dashed reference line in the accuracy panel; the legend beside the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -643,32 +671,65 @@ def plot(trace: List[Dict], path: str, data: str) -> None:
 
     from benchmarks import plot_style
 
-    runs: Dict[tuple, Dict[int, Dict]] = {}
-    for t in trace:
-        if t["data"] == data:
-            runs.setdefault((t["posterior"], t["depth"], t["seed"]), {})[t["step"]] = t
-    seeds = sorted({k[2] for k in runs})
+    bands = trace_bands(trace, data)
+    seeds = {
+        k: len(
+            {t["seed"] for t in trace if (t["posterior"], t["depth"]) == k and t["data"] == data}
+        )
+        for k in bands
+    }
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    for (posterior, depth, seed), points in sorted(runs.items()):
-        steps = sorted(points)
+    order = {c: i for i, c in enumerate(CONFIG_ORDER)}
+    for config in sorted(bands, key=lambda c: order.get(c, 99)):
+        posterior, depth = config
+        colour = plot_style.family_colour(posterior)
         for ax, name, scale in zip(axes, ("accuracy", "test_ll", "ece"), (100, 1, 100)):
+            # from the first trained step on (the untrained model's point would set the scale)
+            steps, mean, low, high = (
+                v[1:] if bands[config][name][0][0] == 0 else v for v in bands[config][name]
+            )
             ax.plot(
                 steps,
-                [scale * points[s][name] for s in steps],
-                color=plot_style.family_colour(posterior),
+                [scale * v for v in mean],
+                color=colour,
                 marker=plot_style.depth_marker(depth),
                 ms=4,
-                ls=plot_style.variant_linestyle(seeds.index(seed)),
-                alpha=0.85,
-                label=f"{posterior}, depth {depth}, seed {seed}",
+                label=f"{posterior}, depth {depth} ({seeds[config]} seed"
+                + ("s" if seeds[config] > 1 else "")
+                + ")",
             )
+            if seeds[config] > 1:
+                ax.fill_between(
+                    steps,
+                    [scale * v for v in low],
+                    [scale * v for v in high],
+                    color=colour,
+                    alpha=0.2,
+                    lw=0,
+                )
+    for depth, accuracy in sorted(PAPER_ACCURACY.items()):
+        axes[0].axhline(accuracy, color=plot_style.REFERENCE_COLOUR, ls="--", lw=0.8)
+        axes[0].annotate(
+            f"DSVI depth {depth}: {accuracy}%",
+            (1.0, accuracy),
+            xycoords=("axes fraction", "data"),
+            xytext=(-4, 2 if depth != 2 else -9),
+            textcoords="offset points",
+            ha="right",
+            fontsize=7,
+        )
     names = ("test accuracy (%)", "test log-likelihood (nats per image)", "ECE (%)")
     for ax, title in zip(axes, names):
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(title)
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
-    axes[0].set_ylim(90, 100)
+    axes[0].set_ylim(95, 99)
+    fig.suptitle(
+        "each cell's own trace: line = mean over seeds, band = lowest to highest seed; dashed: the "
+        "DSVI paper's accuracy (mean-field, 20,000 steps)",
+        fontsize=9,
+    )
     fig.tight_layout()
     plot_style.legend_outside(fig, where="below", ncol=3, fontsize=9)
     fig.savefig(path, dpi=110, bbox_inches="tight")

@@ -273,3 +273,34 @@ def test_recorded_command_has_no_machine_paths(tmp_path):
         ("global", 2, 0),
         ("mean_field", 3, 0),
     ]
+
+
+def test_trace_bands_pool_the_seeds_of_a_configuration(tmp_path):
+    def line(posterior, depth, seed, step, accuracy):
+        return dict(
+            data="mnist",
+            posterior=posterior,
+            depth=depth,
+            seed=seed,
+            step=step,
+            accuracy=accuracy,
+            test_ll=-accuracy,
+            ece=0.01 * seed,
+        )
+
+    trace = [
+        line("mean_field", 2, 0, 250, 0.97),
+        line("mean_field", 2, 1, 250, 0.95),
+        line("mean_field", 2, 0, 500, 0.98),  # seed 1 not yet at step 500
+        line("global", 2, 0, 250, 0.96),
+        dict(line("global", 2, 0, 250, 0.5), data="other"),  # another data set: left out
+    ]
+    bands = mnist_dgp.trace_bands(trace, "mnist")
+    steps, mean, low, high = bands[("mean_field", 2)]["accuracy"]
+    assert steps == [250, 500] and mean == pytest.approx([0.96, 0.98])
+    assert low == pytest.approx([0.95, 0.98]) and high == pytest.approx([0.97, 0.98])
+    assert bands[("mean_field", 2)]["ece"][3] == pytest.approx([0.01, 0.0])
+    assert bands[("global", 2)]["accuracy"][1] == pytest.approx([0.96])
+    figure = tmp_path / "trace.png"
+    mnist_dgp.plot(trace, str(figure), "mnist")
+    assert figure.stat().st_size > 0
