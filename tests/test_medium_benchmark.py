@@ -6,6 +6,53 @@ import pytest
 from benchmarks import medium
 from benchmarks.common import replace_between_markers
 
+#: Published rows the tests compare with (the shape of ``medium.load_published()``'s rows).
+ROSSI_KIN8NM = dict(
+    dataset="kin8nm",
+    source="Rossi",
+    method="BSGP",
+    depth=None,
+    test_ll=1.43,
+    se=float("nan"),
+    protocol="80/20",
+)
+DSVI4_KIN8NM = dict(
+    dataset="kin8nm",
+    source="DSVI",
+    method="DGP",
+    depth=4,
+    test_ll=1.38,
+    se=0.01,
+    protocol="random 90/10",
+)
+LINDINGER_POWER = dict(
+    dataset="power",
+    source="Lindinger",
+    method="SGHMC",
+    depth=3,
+    test_ll=-2.65,
+    se=0.02,
+    protocol="random 90/10",
+)
+DSVI2_POWER = dict(
+    dataset="power",
+    source="DSVI",
+    method="DGP",
+    depth=2,
+    test_ll=-2.75,
+    se=0.01,
+    protocol="random 90/10",
+)
+OA_YACHT = dict(
+    dataset="yacht",
+    source="O&A",
+    method="LI",
+    depth=3,
+    test_ll=0.17,
+    se=0.05,
+    protocol="random 90/10",
+)
+
 
 def _row(dataset, posterior, depth, test_ll, elbo, minutes, ms):
     return dict(
@@ -58,15 +105,7 @@ def test_a_tie_goes_to_the_cheaper_family():
 def test_the_dataset_table_states_the_gap_to_the_best_published_number():
     rows = [_row("kin8nm", "global", 2, 1.36, -0.10, 20, 40)]
     published = [
-        dict(
-            dataset="kin8nm",
-            source="Rossi",
-            method="BSGP",
-            depth=None,
-            test_ll=1.43,
-            se=float("nan"),
-            protocol="80/20",
-        ),
+        ROSSI_KIN8NM,
         dict(
             dataset="kin8nm",
             source="DSVI",
@@ -135,33 +174,9 @@ def test_the_best_row_table_takes_our_best_mean_and_the_best_published_number():
         _row("power", "mean_field", 2, -2.80, 0.01, 40, 90),
     ]
     published = [
-        dict(
-            dataset="kin8nm",
-            source="Rossi",
-            method="BSGP",
-            depth=None,
-            test_ll=1.43,
-            se=float("nan"),
-            protocol="80/20",
-        ),
-        dict(
-            dataset="power",
-            source="Lindinger",
-            method="SGHMC",
-            depth=3,
-            test_ll=-2.65,
-            se=0.02,
-            protocol="random 90/10",
-        ),
-        dict(
-            dataset="power",
-            source="DSVI",
-            method="DGP",
-            depth=2,
-            test_ll=-2.75,
-            se=0.01,
-            protocol="random 90/10",
-        ),
+        ROSSI_KIN8NM,
+        LINDINGER_POWER,
+        DSVI2_POWER,
     ]
     # a higher mean on one split leads the table; the best row on 3+ splits is named beside it
     rows.append(
@@ -656,33 +671,9 @@ def test_the_best_row_table_adds_the_choice_on_validation_data():
     small set appears only once it has validation lines; a validation row is never the
     test-picked one."""
     published = [
-        dict(
-            dataset="kin8nm",
-            source="Rossi",
-            method="BSGP",
-            depth=None,
-            test_ll=1.43,
-            se=float("nan"),
-            protocol="80/20",
-        ),
-        dict(
-            dataset="kin8nm",
-            source="DSVI",
-            method="DGP",
-            depth=4,
-            test_ll=1.38,
-            se=0.01,
-            protocol="random 90/10",
-        ),
-        dict(
-            dataset="yacht",
-            source="O&A",
-            method="LI",
-            depth=3,
-            test_ll=0.17,
-            se=0.05,
-            protocol="random 90/10",
-        ),
+        ROSSI_KIN8NM,
+        DSVI4_KIN8NM,
+        OA_YACHT,
     ]
     rows = [
         _row("kin8nm", "global", 2, 1.36, -0.10, 20, 40),
@@ -727,33 +718,9 @@ def test_a_validation_row_stays_out_of_the_decision_table():
 
 def test_the_readme_summary_has_one_row_per_set_chosen_on_validation_where_it_can():
     published = [
-        dict(
-            dataset="kin8nm",
-            source="Rossi",
-            method="BSGP",
-            depth=None,
-            test_ll=1.43,
-            se=float("nan"),
-            protocol="80/20",
-        ),
-        dict(
-            dataset="kin8nm",
-            source="DSVI",
-            method="DGP",
-            depth=4,
-            test_ll=1.38,
-            se=0.01,
-            protocol="random 90/10",
-        ),
-        dict(
-            dataset="power",
-            source="Lindinger",
-            method="SGHMC",
-            depth=3,
-            test_ll=-2.65,
-            se=0.02,
-            protocol="random 90/10",
-        ),
+        ROSSI_KIN8NM,
+        DSVI4_KIN8NM,
+        LINDINGER_POWER,
     ]
     rows = [
         _row("kin8nm", "global", 2, 1.36, -0.10, 20, 40),
@@ -780,24 +747,8 @@ def test_the_readme_summary_has_one_row_per_set_chosen_on_validation_where_it_ca
 
 def test_rows_on_the_80_20_splits_are_compared_like_for_like_only():
     published = [
-        dict(
-            dataset="kin8nm",
-            source="Rossi",
-            method="BSGP",
-            depth=None,
-            test_ll=1.43,
-            se=float("nan"),
-            protocol="80/20",
-        ),
-        dict(
-            dataset="kin8nm",
-            source="DSVI",
-            method="DGP",
-            depth=4,
-            test_ll=1.38,
-            se=0.01,
-            protocol="random 90/10",
-        ),
+        ROSSI_KIN8NM,
+        DSVI4_KIN8NM,
     ]
     plain = _row("kin8nm", "sghmc", 2, 1.41, float("nan"), 10, 20)
     rossi = dict(
