@@ -6,52 +6,26 @@ import pytest
 from benchmarks import medium
 from benchmarks.common import replace_between_markers
 
-#: Published rows the tests compare with (the shape of ``medium.load_published()``'s rows).
-ROSSI_KIN8NM = dict(
-    dataset="kin8nm",
-    source="Rossi",
-    method="BSGP",
-    depth=None,
-    test_ll=1.43,
-    se=float("nan"),
-    protocol="80/20",
-)
-DSVI4_KIN8NM = dict(
-    dataset="kin8nm",
-    source="DSVI",
-    method="DGP",
-    depth=4,
-    test_ll=1.38,
-    se=0.01,
-    protocol="random 90/10",
-)
-LINDINGER_POWER = dict(
-    dataset="power",
-    source="Lindinger",
-    method="SGHMC",
-    depth=3,
-    test_ll=-2.65,
-    se=0.02,
-    protocol="random 90/10",
-)
-DSVI2_POWER = dict(
-    dataset="power",
-    source="DSVI",
-    method="DGP",
-    depth=2,
-    test_ll=-2.75,
-    se=0.01,
-    protocol="random 90/10",
-)
-OA_YACHT = dict(
-    dataset="yacht",
-    source="O&A",
-    method="LI",
-    depth=3,
-    test_ll=0.17,
-    se=0.05,
-    protocol="random 90/10",
-)
+
+def _published(dataset, source, method, depth, test_ll, se, protocol="random 90/10"):
+    """A published row, in the shape of ``medium.load_published()``'s."""
+    return dict(
+        dataset=dataset,
+        source=source,
+        method=method,
+        depth=depth,
+        test_ll=test_ll,
+        se=se,
+        protocol=protocol,
+    )
+
+
+#: Published rows the tests compare with.
+ROSSI_KIN8NM = _published("kin8nm", "Rossi", "BSGP", None, 1.43, float("nan"), "80/20")
+DSVI4_KIN8NM = _published("kin8nm", "DSVI", "DGP", 4, 1.38, 0.01)
+LINDINGER_POWER = _published("power", "Lindinger", "SGHMC", 3, -2.65, 0.02)
+DSVI2_POWER = _published("power", "DSVI", "DGP", 2, -2.75, 0.01)
+OA_YACHT = _published("yacht", "O&A", "LI", 3, 0.17, 0.05)
 
 
 def _row(dataset, posterior, depth, test_ll, elbo, minutes, ms):
