@@ -653,8 +653,16 @@ def decision_table(rows: List[Dict]) -> List[str]:
             picks = {}
             for metric in ("test_ll", "elbo_per_datapoint"):
                 wins = defaultdict(int)
-                for d in datasets:  # a sampling family has no ELBO (NaN): it is not ranked on it
-                    scored = [s for s in fit if s["dataset"] == d and np.isfinite(s[metric][0])]
+                for d in datasets:  # a sampling family has no ELBO (NaN): it is not ranked on it,
+                    # nor a row trained on the predictive objective (its ELBO is not what it
+                    # maximised)
+                    scored = [
+                        s
+                        for s in fit
+                        if s["dataset"] == d
+                        and np.isfinite(s[metric][0])
+                        and not (metric != "test_ll" and s.get("objective") == "predictive")
+                    ]
                     if scored:
                         wins[_family(max(scored, key=lambda s: s[metric][0]))] += 1
                 if not wins:  # no row of this group has the metric (a sampling family's ELBO)

@@ -741,3 +741,10 @@ def test_rows_on_the_80_20_splits_are_compared_like_for_like_only():
     # nor does an 80/20 row enter the decision table
     table = medium.decision_table([dict(rossi, ms_per_step=1.0, train_time_s=1.0)])
     assert len(table) == 2  # the header only
+
+
+def test_a_row_on_the_predictive_objective_is_ranked_on_test_ll_not_on_its_elbo():
+    elbo = _row("power", "mean_field", 2, -2.80, -0.05, 10, 50)
+    predictive = dict(_row("power", "global", 2, -2.70, 0.90, 10, 40), objective="predictive")
+    line = [line for line in medium.decision_table([elbo, predictive]) if "| any |" in line][0]
+    assert "| global+predictive (1 / 1) | mean_field (1 / 1) |" in line
