@@ -94,8 +94,8 @@ def load(dataset: str, path, split: int):
     raise ValueError(f"unknown dataset {dataset!r}")
 
 
-def evaluate(model, X, Y, num_samples: int, seed: int | None = None) -> dict:
-    probs = metrics.predict_class_probabilities(model, X, num_samples, chunk_size=500, seed=seed)
+def evaluate(model, X, Y, num_samples: int, seed: int | None = None, chunk: int = 500) -> dict:
+    probs = metrics.predict_class_probabilities(model, X, num_samples, chunk_size=chunk, seed=seed)
     # log p(y | x) = log mean_s softmax(f_s)[y], the label's entry of the same predictive
     # probabilities (predict_log_density's estimator, without a second pass over the test images)
     labels = np.asarray(Y[:, 0], dtype=np.int64)
@@ -350,7 +350,11 @@ def _train_in_segments(args, model, train, N: int, test, base: dict, fit_args: d
     return (float(np.median(segments)) if segments else float("nan")), seconds
 
 
-def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
+def _cell_setup(args, data, posterior: str, prior: str, seed: int) -> tuple:
+    """What a cell trains: ``(model, train, (X_train, Y_train), (X_test, Y_test), base,
+    fit_args)``: the model as built, what ``fit`` trains on (the arrays, or the shifted batches of
+    ``--augment-shift``), the standardised training and test arrays, the row's settings and
+    ``fit``'s arguments (with ``--eval-every``, those of a run in segments)."""
     from deepgp_gi.training.tempering import resolve_kl_schedule
     from deepgp_gi.uci_protocol import learning_rate_of
 
@@ -401,9 +405,17 @@ def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
     if args.augment_shift:  # the same minibatches, each image shifted (a dataset: fit's batch_size
         # is its own)
         train = shifted_batches(Xtr, Ytr, fit_args.pop("batch_size"), seed, args.augment_shift)
-    start = time.perf_counter()
     if args.eval_every:
         fit_args.update(checkpoint_every=args.eval_every, log_every=max(1, args.eval_every // 10))
+    return model, train, (Xtr, Ytr), (Xte, Yte), base, fit_args
+
+
+def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
+    model, train, (Xtr, Ytr), (Xte, Yte), base, fit_args = _cell_setup(
+        args, data, posterior, prior, seed
+    )
+    start = time.perf_counter()
+    if args.eval_every:
         trace_base = dict(base, split=args.split, benchmark="images")
         ms_per_step, train_seconds = _train_in_segments(
             args, model, train, len(Xtr), (Xte, Yte), trace_base, fit_args
@@ -453,16 +465,62 @@ def run_cell(args, data, posterior: str, prior: str, seed: int) -> dict:
     return row
 
 
+def evaluate_cells(args) -> list:
+    """Score finished cells again: each (posterior, prior, seed) cell of the arguments, restored
+    from its checkpoint at ``--steps`` (a cell not trained that far is an error), evaluated on the
+    test images with each of ``--samples`` Monte Carlo samples and the seed ``--eval-seed``; one
+    line per (cell, samples) appended to ``--eval-out`` (the cell's settings, ``samples``,
+    ``eval_seed``, accuracy, test LL, ECE and entropy). The question it answers: how much of a
+    cell's score is the Monte Carlo noise of its evaluation."""
+    from benchmarks.mnist_dgp import checkpoint_step
+
+    args.options = _parse_options(args.posterior_options)
+    data = load(args.dataset, args.path, args.split)
+    lines = []
+    for seed in map(int, args.seeds.split(",")):
+        for prior in args.priors.split(","):
+            for posterior in args.posteriors.split(","):
+                model, train, _, (Xte, Yte), base, fit_args = _cell_setup(
+                    args, data, posterior, prior, seed
+                )
+                folder = fit_args.get("checkpoint_dir")
+                done = checkpoint_step(folder) if folder else 0
+                if done != args.steps:
+                    raise SystemExit(
+                        f"{posterior} {prior} seed {seed}: its checkpoint is at step {done}, not "
+                        f"--steps {args.steps} (evaluate scores finished cells)"
+                    )
+                dg.fit(model, train, steps=done, progress=False, **fit_args)  # restores
+                for samples in map(int, args.samples.split(",")):
+                    line = dict(
+                        base,
+                        samples=samples,
+                        eval_seed=args.eval_seed,
+                        **evaluate(
+                            model, Xte, Yte, samples, args.eval_seed, max(10, 5000 // samples)
+                        ),
+                    )
+                    append_line(args.eval_out, line)
+                    print(json.dumps(line), flush=True)
+                    lines.append(line)
+    return lines
+
+
+def _parse_options(text):
+    try:
+        options = json.loads(text) if text else {}
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"--posterior-options is not a JSON object: {err}") from None
+    if not isinstance(options, dict):
+        raise SystemExit("--posterior-options must be a JSON object, e.g. '{\"lambda_max\": 0.03}'")
+    return options
+
+
 def sweep(args):
     if args.paper:
         args.architecture, args.num_inducing, args.batch_size, args.lr = "resnet", 500, 500, 1e-2
         args.train_samples, args.test_samples, args.kl_schedule = 1, 10, "paper"
-    try:
-        args.options = json.loads(args.posterior_options) if args.posterior_options else {}
-    except json.JSONDecodeError as err:
-        raise SystemExit(f"--posterior-options is not a JSON object: {err}") from None
-    if not isinstance(args.options, dict):
-        raise SystemExit("--posterior-options must be a JSON object, e.g. '{\"lambda_max\": 0.03}'")
+    args.options = _parse_options(args.posterior_options)
     if args.eval_every and not args.trace:
         args.trace = default_trace(args.out)
     data = load(args.dataset, args.path, args.split)
@@ -839,71 +897,69 @@ def plot_traces(trace, path: str) -> None:
     plt.close(fig)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("sweep")
-    s.add_argument("--dataset", default="digits", choices=("digits", "mnist", "cifar10"))
-    s.add_argument(
+def _cell_arguments(p) -> None:
+    """The options that name a cell and how it trains (``sweep`` and ``evaluate`` share them)."""
+    p.add_argument("--dataset", default="digits", choices=("digits", "mnist", "cifar10"))
+    p.add_argument(
         "--path",
         default=None,
         help="CIFAR-10's folder; for MNIST a folder of IDX files or an .npz "
         "(default: where tools/fetch_mnist.py put it)",
     )
-    s.add_argument("--split", type=int, default=0)
-    s.add_argument("--architecture", default="lenet", choices=("lenet", "resnet"))
-    s.add_argument("--posteriors", default=",".join(POSTERIORS))
-    s.add_argument("--priors", default=",".join(PRIORS))
-    s.add_argument("--seeds", default="0,1,2")
-    s.add_argument("--steps", type=int, default=1000)
-    s.add_argument("--batch-size", type=int, default=500)
-    s.add_argument("--num-inducing", type=int, default=100)
-    s.add_argument("--lr", type=float, default=1e-2)
-    s.add_argument("--train-samples", type=int, default=1)
-    s.add_argument("--test-samples", type=int, default=10)
-    s.add_argument("--kl-schedule", default="paper", help="'paper', 'linear' or 'none'")
-    s.add_argument(
+    p.add_argument("--split", type=int, default=0)
+    p.add_argument("--architecture", default="lenet", choices=("lenet", "resnet"))
+    p.add_argument("--posteriors", default=",".join(POSTERIORS))
+    p.add_argument("--priors", default=",".join(PRIORS))
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--num-inducing", type=int, default=100)
+    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--train-samples", type=int, default=1)
+    p.add_argument("--test-samples", type=int, default=10)
+    p.add_argument("--kl-schedule", default="paper", help="'paper', 'linear' or 'none'")
+    p.add_argument(
         "--posterior-options",
         default=None,
         help='JSON object of build_conv_bnn posterior options, e.g. \'{"lambda_max": 0.03, '
         '"sd_max": 0.1}\' '
         "(part of the cell's key)",
     )
-    s.add_argument(
+    p.add_argument(
         "--elbo-rows",
         type=int,
         default=None,
         help="estimate the ELBO per image on the first this many training images (default: all)",
     )
-    s.add_argument(
+    p.add_argument(
         "--paper", action="store_true", help="O&A App. O settings (resnet, M=500, batch 500, ...)"
     )
-    s.add_argument(
+    p.add_argument(
         "--lr-decay",
         default=None,
         metavar="RATE,EVERY",
         help="multiply Adam's learning rate by RATE every EVERY steps (a staircase; part of the "
         "cell's key); default: a constant learning rate",
     )
-    s.add_argument(
+    p.add_argument(
         "--eval-every",
         type=int,
         default=None,
         help="train in segments of this many steps (each resuming from the checkpoint of the one "
         "before; needs --checkpoint-dir) and append a trace line after each",
     )
-    s.add_argument(
+    p.add_argument(
         "--trace",
         default=None,
         help="the trace file of --eval-every (default: --out with _trace before .jsonl)",
     )
-    s.add_argument(
+    p.add_argument(
         "--trace-samples",
         type=int,
         default=10,
         help="Monte Carlo samples of the trace evaluations",
     )
-    s.add_argument(
+    p.add_argument(
         "--augment-shift",
         type=int,
         default=0,
@@ -911,8 +967,22 @@ def main(argv=None):
         help="train on the same minibatches with each image moved by a random shift of up to this "
         "many pixels in each direction (part of the cell's key); default 0: no augmentation",
     )
-    s.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-dir", default=None)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("sweep")
+    _cell_arguments(s)
     s.add_argument("--out", required=True)
+    e = sub.add_parser(
+        "evaluate", help="score finished cells again with other numbers of test samples"
+    )
+    _cell_arguments(e)
+    e.add_argument("--samples", default="10,50", help="comma-separated Monte Carlo sample counts")
+    e.add_argument("--eval-seed", type=int, default=0, help="the evaluation's seed")
+    e.add_argument("--eval-out", required=True, help="JSONL file the lines are appended to")
     r = sub.add_parser("report")
     r.add_argument("--results", required=True)
     r.add_argument("--out", default=None)
@@ -947,6 +1017,15 @@ def main(argv=None):
         if args.trace_samples < 1:
             parser.error("--trace-samples must be positive")
         sweep(args)
+    elif args.command == "evaluate":
+        try:
+            args.lr_decay = parse_lr_decay(args.lr_decay)
+            samples = [int(v) for v in args.samples.split(",")]
+        except ValueError as err:
+            parser.error(str(err))
+        if min(samples) < 1:
+            parser.error("--samples must be positive")
+        evaluate_cells(args)
     else:
         report(args)
 

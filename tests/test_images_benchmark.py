@@ -307,3 +307,26 @@ def test_an_augmented_cell_trains_resumes_and_is_its_own_row(tmp_path):
     rows = sweep(2)  # the same cell without shifts is another row, in another folder
     assert len(rows) == 3 and "augment_shift" not in rows[-1]
     assert len(list(ckpt.iterdir())) == 2
+
+
+@pytest.mark.slow  # trains a conv net end to end: `make test-all`
+def test_evaluate_scores_a_finished_cell_again_with_more_samples(tmp_path):
+    out, ckpt, scores = tmp_path / "digits.jsonl", tmp_path / "ckpt", tmp_path / "scores.jsonl"
+    cell = ["--steps", "2", "--seeds", "0", "--posteriors", "factorised", "--priors", "neal"]
+    cell += ["--batch-size", "100", "--kl-schedule", "none", "--eval-every", "2"]
+    cell += ["--checkpoint-dir", str(ckpt)]
+    images.main(
+        ["sweep", *cell, "--test-samples", "2", "--trace-samples", "2"]
+        + ["--elbo-rows", "100", "--out", str(out)]
+    )
+    images.main(["evaluate", *cell, "--samples", "2,5", "--eval-out", str(scores)])
+    images.main(["evaluate", *cell, "--samples", "5", "--eval-out", str(scores)])
+    lines = [json.loads(line) for line in scores.read_text().splitlines()]
+    assert [(t["samples"], t["eval_seed"]) for t in lines] == [(2, 0), (5, 0), (5, 0)]
+    assert lines[1]["accuracy"] == lines[2]["accuracy"] and lines[1]["ece"] == lines[2]["ece"]
+    assert all(0 <= t["accuracy"] <= 1 and np.isfinite(t["test_ll"]) for t in lines)
+    assert images.cell_key(lines[0]) == images.cell_key(json.loads(out.read_text()))
+    # a cell not trained to --steps is refused, not trained
+    bad = [a if a != "2" else "4" for a in cell[:2]] + cell[2:]
+    with pytest.raises(SystemExit, match="not --steps 4"):
+        images.main(["evaluate", *bad, "--eval-out", str(scores)])
