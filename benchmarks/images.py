@@ -75,7 +75,7 @@ import numpy as np
 
 import deepgp_gi as dg
 from benchmarks import mnist_summary
-from benchmarks.common import append_line, mean_se, portable, read_lines
+from benchmarks.common import append_line, code_commit, mean_se, portable, read_lines
 from deepgp_gi import metrics
 
 POSTERIORS = ("factorised", "global", "factorised_global")
@@ -499,6 +499,8 @@ def evaluate_cells(args) -> list:
                         **evaluate(
                             model, Xte, Yte, samples, args.eval_seed, max(10, 5000 // samples)
                         ),
+                        commit=code_commit(),
+                        command=" ".join(["python"] + sys.argv),
                     )
                     append_line(args.eval_out, line)
                     print(json.dumps(line), flush=True)
