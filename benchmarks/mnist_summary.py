@@ -150,6 +150,11 @@ def summary_table(folder: str = FOLDER, short: bool = False) -> List[str]:
     return lines
 
 
+def _name(key: tuple) -> str:
+    """A LeNet configuration as the sentences name it: ``factorised (neal, shifts ≤2 px)``."""
+    return f"{key[0]} ({key[1]}" + (f", shifts ≤{key[2]} px" if key[2] else "") + ")"
+
+
 def _calibration_sentence(lenet: Dict[tuple, List[Dict]], notes: bool = True) -> str:
     """Which LeNet configuration has the lowest ECE among those within :data:`EQUAL_ACCURACY`
     points of the most accurate one, and how many seeds the comparison rests on; with ``notes``
@@ -171,11 +176,11 @@ def _calibration_sentence(lenet: Dict[tuple, List[Dict]], notes: bool = True) ->
     ]
     seeds = min(len(lenet[k]) for k in level)
     others = ", ".join(
-        f"{k[0]} ({k[1]}) {100 * _mean(lenet[k], 'ece'):.1f} %" for k in level if k != best
+        f"{_name(k)} {100 * _mean(lenet[k], 'ece'):.1f} %" for k in level if k != best
     )
     return (
         f"Best-calibrated LeNet at equal accuracy (within {EQUAL_ACCURACY} points of the best, "
-        f"{100 * _mean(lenet[top], 'accuracy'):.2f} %): {best[0]} with the {best[1]} prior, ECE "
+        f"{100 * _mean(lenet[top], 'accuracy'):.2f} %): {_name(best)}, ECE "
         f"{100 * _mean(lenet[best], 'ece'):.1f} %"
         + (f" (against {others})" if others else " (no other row is that accurate)")
         + f"; at least {seeds} seed{'s' if seeds != 1 else ''} per row."

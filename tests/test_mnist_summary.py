@@ -97,6 +97,7 @@ def test_rows_gaps_and_the_best_calibrated_family(tmp_path):
     # within 0.2 points of 99.30: only the augmented run itself
     assert best == top
     sentence = lines[-2]
+    assert "): factorised (neal, shifts ≤2 px), ECE 4.0 %" in sentence
     assert sentence.startswith(
         "Best-calibrated LeNet at equal accuracy (within 0.2 points of the best, 99.30 %): "
         "factorised"
@@ -119,7 +120,7 @@ def test_equal_accuracy_picks_the_lower_ece_and_nothing_is_written_without_rows(
     )
     lines = mnist_summary.summary_table(str(tmp_path), short=True)
     assert len([line for line in lines if line.startswith("| LeNet")]) == 2
-    assert "ffg_u with the neal prior, ECE 1.9 % (against factorised (neal) 2.4 %)" in lines[-2]
+    assert "ffg_u (neal), ECE 1.9 % (against factorised (neal) 2.4 %)" in lines[-2]
     empty = tmp_path / "empty"
     empty.mkdir()
     assert mnist_summary.summary_table(str(empty)) == []
