@@ -86,16 +86,23 @@ def _mean(g: List[Dict], name: str) -> float:
     return mean_se(r[name] for r in g)[0]
 
 
-def best_calibrated(lenet: Dict[tuple, List[Dict]]) -> tuple:
-    """``(most accurate, best calibrated)`` LeNet configurations: the one with the highest mean
-    accuracy, and the one with the lowest mean ECE among those within :data:`EQUAL_ACCURACY`
-    points of it."""
+def equal_accuracy(lenet: Dict[tuple, List[Dict]]) -> tuple:
+    """``(most accurate, those at equal accuracy)``: the LeNet configuration with the highest mean
+    accuracy and every one within :data:`EQUAL_ACCURACY` points of it (itself included)."""
     top = max(lenet, key=lambda k: _mean(lenet[k], "accuracy"))
     level = [
         k
         for k in lenet
         if 100 * _mean(lenet[k], "accuracy") >= 100 * _mean(lenet[top], "accuracy") - EQUAL_ACCURACY
     ]
+    return top, level
+
+
+def best_calibrated(lenet: Dict[tuple, List[Dict]]) -> tuple:
+    """``(most accurate, best calibrated)`` LeNet configurations: the one with the highest mean
+    accuracy, and the one with the lowest mean ECE among those at equal accuracy
+    (:func:`equal_accuracy`)."""
+    top, level = equal_accuracy(lenet)
     return top, min(level, key=lambda k: _mean(lenet[k], "ece"))
 
 
@@ -169,11 +176,7 @@ def _calibration_sentence(lenet: Dict[tuple, List[Dict]], notes: bool = True) ->
     if not lenet:
         return base.strip()
     top, best = best_calibrated(lenet)
-    level = [
-        k
-        for k in lenet
-        if 100 * _mean(lenet[k], "accuracy") >= 100 * _mean(lenet[top], "accuracy") - EQUAL_ACCURACY
-    ]
+    level = equal_accuracy(lenet)[1]
     seeds = min(len(lenet[k]) for k in level)
     others = ", ".join(
         f"{_name(k)} {100 * _mean(lenet[k], 'ece'):.1f} %" for k in level if k != best
