@@ -204,6 +204,43 @@ def parse_lr_decay(text: str | None) -> list | None:
     return [rate, every]
 
 
+def parse_widths(text: str | None, name: str) -> list | None:
+    """``--channels``/``--hidden`` as a list of positive widths (``None`` when not given: the
+    builder's defaults)."""
+    if text is None:
+        return None
+    try:
+        widths = [int(w) for w in text.split(",")] if text.strip() else []
+    except ValueError:
+        raise ValueError(
+            f"{name} takes comma-separated widths (e.g. 20,50), got {text!r}"
+        ) from None
+    if any(w < 1 for w in widths):
+        raise ValueError(f"{name}: every width must be positive, got {text!r}")
+    return widths
+
+
+def net_name(row: dict) -> str:
+    """A row's network: its architecture, followed by its layer widths where they are not the
+    builder's defaults (``lenet c20-50 h500``: conv widths 20 and 50, one dense hidden layer of
+    500)."""
+    text = row["architecture"]
+    if row.get("channels") is not None:
+        text += " c" + "-".join(map(str, row["channels"]))
+    if row.get("hidden") is not None:
+        text += " h" + ("-".join(map(str, row["hidden"])) or "none")
+    return text
+
+
+def _widths_tag(args) -> str:
+    """The checkpoint folder's suffix of ``--channels``/``--hidden`` (``-c20-50-h500``)."""
+    return "".join(
+        f"-{flag}" + ("-".join(map(str, w)) or "none")
+        for flag, w in (("c", args.channels), ("h", args.hidden))
+        if w is not None
+    )
+
+
 def _decay(row: dict) -> tuple | None:
     """A row's learning-rate decay as ``(rate, every)``; ``None`` for none (rows written before the
     option existed have no such field and read as no decay)."""
@@ -218,7 +255,7 @@ def _decay_text(decay) -> str:
 def cell_key(row: dict) -> tuple:
     return (
         row["dataset"],
-        row["architecture"],
+        net_name(row),
         row["posterior"],
         row["prior"],
         row["seed"],
@@ -236,7 +273,7 @@ def run_key(line: dict) -> tuple:
     return (
         line["dataset"],
         line.get("split", 0),
-        line["architecture"],
+        net_name(line),
         line["posterior"],
         line["prior"],
         line["seed"],
@@ -266,7 +303,8 @@ def _checkpoint_folder(args, posterior: str, prior: str, seed: int) -> Path | No
     tag = "-".join(f"{k}{v}" for k, v in sorted(args.options.items()))
     decay = f"-decay{args.lr_decay[0]:g}x{args.lr_decay[1]}" if args.lr_decay else ""
     if not args.eval_every:
-        name = f"{args.dataset}-{args.architecture}-{posterior}-{prior}-{seed}-{args.steps}" + decay
+        name = f"{args.dataset}-{args.architecture}{_widths_tag(args)}-{posterior}-{prior}-{seed}"
+        name += f"-{args.steps}" + decay
         name += f"-shift{args.augment_shift}" if args.augment_shift else ""
     else:
         m = _m(posterior, args.num_inducing)
@@ -274,7 +312,7 @@ def _checkpoint_folder(args, posterior: str, prior: str, seed: int) -> Path | No
         name = (
             f"{args.dataset}"
             + (f"-split{args.split}" if args.split else "")
-            + f"-{args.architecture}-{posterior}-{prior}-{seed}"
+            + f"-{args.architecture}{_widths_tag(args)}-{posterior}-{prior}-{seed}"
             + (f"-M{m}" if m is not None else "")
             + f"-b{args.batch_size}-lr{args.lr:g}{decay}-kl{kl}-s{args.train_samples}"
             + (f"-shift{args.augment_shift}" if args.augment_shift else "")
@@ -368,6 +406,9 @@ def _cell_setup(args, data, posterior: str, prior: str, seed: int) -> tuple:
         prior=prior,
         num_inducing=args.num_inducing,
         seed=seed,
+        **{
+            k: w for k, w in (("channels", args.channels), ("hidden", args.hidden)) if w is not None
+        },
         **args.options,
     )
     base = {
@@ -387,6 +428,9 @@ def _cell_setup(args, data, posterior: str, prior: str, seed: int) -> tuple:
     }
     if args.augment_shift:
         base["augment_shift"] = args.augment_shift
+    for name in ("channels", "hidden"):
+        if getattr(args, name) is not None:
+            base[name] = getattr(args, name)
     kl_schedule = None if args.kl_schedule == "none" else args.kl_schedule
     if args.eval_every and kl_schedule == "linear":  # the whole run's ramp, not a segment's
         kl_schedule = resolve_kl_schedule("linear", steps=args.steps, steps_per_epoch=None)
@@ -542,12 +586,14 @@ def sweep(args):
                         "posterior_options": args.options,
                         "lr_decay": args.lr_decay,
                         "augment_shift": args.augment_shift,
+                        "channels": args.channels,
+                        "hidden": args.hidden,
                     }
                 )
                 if key in done:
                     continue
                 print(
-                    f"== {args.dataset} {args.architecture} {posterior} {prior} seed {seed}",
+                    f"== {args.dataset} {net_name(vars(args))} {posterior} {prior} seed {seed}",
                     flush=True,
                 )
                 row = run_cell(args, data, posterior, prior, seed)
@@ -604,9 +650,7 @@ def _groups(rows) -> dict:
             label += f" ({_decay_text(_decay(r))})"
         if r.get("augment_shift"):
             label += f" (shifts ≤{r['augment_shift']} px)"
-        groups.setdefault(
-            (r["dataset"], r["architecture"], r["steps"], r["prior"], label), []
-        ).append(r)
+        groups.setdefault((r["dataset"], net_name(r), r["steps"], r["prior"], label), []).append(r)
     return groups
 
 
@@ -819,6 +863,7 @@ def plot_traces(trace, path: str) -> None:
     styles = {v: plot_style.variant_linestyle(i) for i, v in enumerate(variants)}
     several = len({v[1] for v in variants}) > 1
     datasets = {c[0] for c in configs}
+    nets = {c[2] for c in configs}
     order = {p: i for i, p in enumerate(POSTERIORS + INDUCING_WEIGHTS)}
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     panels = (("accuracy", 100.0), ("test_ll", 1.0), ("ece", 100.0))
@@ -836,6 +881,7 @@ def plot_traces(trace, path: str) -> None:
         name = (
             f"{label}, {prior} prior"
             + ("" if len(datasets) == 1 else f" ({dataset} {net})")
+            + ("" if len(datasets) > 1 or len(nets) == 1 else f" ({net})")
             + (f", {settings}" if several else "")
             + f" ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
         )
@@ -969,6 +1015,19 @@ def _cell_arguments(p) -> None:
         help="train on the same minibatches with each image moved by a random shift of up to this "
         "many pixels in each direction (part of the cell's key); default 0: no augmentation",
     )
+    p.add_argument(
+        "--channels",
+        default=None,
+        metavar="C1,C2",
+        help="lenet's two convolution widths (part of the cell's key); default: the builder's 6,16",
+    )
+    p.add_argument(
+        "--hidden",
+        default=None,
+        metavar="H1,...",
+        help="lenet's dense hidden widths (part of the cell's key; '' for none); default: the "
+        "builder's 120,84",
+    )
     p.add_argument("--checkpoint-dir", default=None)
 
 
@@ -1001,6 +1060,16 @@ def main(argv=None):
         "when it exists)",
     )
     args = parser.parse_args(argv)
+    if args.command in ("sweep", "evaluate"):
+        try:
+            args.channels = parse_widths(args.channels, "--channels")
+            args.hidden = parse_widths(args.hidden, "--hidden")
+        except ValueError as err:
+            parser.error(str(err))
+        if args.channels is not None and len(args.channels) != 2:
+            parser.error(f"--channels takes lenet's two convolution widths, got {args.channels}")
+        if args.architecture != "lenet" and (args.channels, args.hidden) != (None, None):
+            parser.error("--channels and --hidden are options of --architecture lenet")
     if args.command == "sweep":
         if args.dataset == "cifar10" and not args.path:
             parser.error("--path is required for cifar10")

@@ -64,16 +64,32 @@ def dsvi_groups(lines: List[Dict]) -> Dict[tuple, List[Dict]]:
 
 
 def lenet_groups(lines: List[Dict]) -> Dict[tuple, List[Dict]]:
-    """The LeNet runs on MNIST by ``(posterior, prior, augment_shift, steps, batch)``; a run with
-    posterior options names them after the family (``ensemble_w num_members=1``)."""
+    """The LeNet runs on MNIST by ``(posterior, prior, augment_shift, steps, batch, widths)``; a
+    run with posterior options names them after the family (``ensemble_w num_members=1``);
+    ``widths`` is ``""`` for the builder's LeNet, else its conv and hidden widths
+    (``c20-50 h500``, :func:`benchmarks.images.net_name`)."""
+    from benchmarks.images import net_name
+
     groups: Dict[tuple, List[Dict]] = {}
     for r in lines:
         if r.get("dataset") == "mnist" and r.get("architecture") == "lenet":
             options = r.get("posterior_options") or {}
             name = " ".join([r["posterior"]] + [f"{k}={v}" for k, v in sorted(options.items())])
-            key = (name, r["prior"], r.get("augment_shift", 0), r["steps"])
-            groups.setdefault(key + (r["batch_size"],), []).append(r)
+            key = (name, r["prior"], r.get("augment_shift", 0), r["steps"], r["batch_size"])
+            groups.setdefault(key + (net_name(r)[len("lenet") :].strip(),), []).append(r)
     return groups
+
+
+def is_point_estimate(key: tuple) -> bool:
+    """Whether a LeNet configuration is a point estimate, not a posterior: an ensemble of one set
+    of weights (``ensemble_w`` with one member, the MAP under the prior). Its row is the
+    architecture's reference; the statements about the BNN families leave it out."""
+    return key[0] == "ensemble_w num_members=1"
+
+
+def bnn_groups(lenet: Dict[tuple, List[Dict]]) -> Dict[tuple, List[Dict]]:
+    """The LeNet configurations that are BNN families (:func:`is_point_estimate` left out)."""
+    return {k: g for k, g in lenet.items() if not is_point_estimate(k)}
 
 
 def _gap(ours: float, published: Optional[float]) -> str:
@@ -141,14 +157,16 @@ def summary_table(folder: str = FOLDER, short: bool = False) -> List[str]:
         model = f"DGP-{depth}" if short else f"deep GP-{depth}"
         lines.append(f"| {model} | {posterior} | {steps:,} steps | {metrics(g)} | {published} |")
     shown = sorted(lenet)
-    if short and lenet:
-        shown = sorted(set(best_calibrated(lenet)))
+    if short and bnn_groups(lenet):
+        shown = sorted(set(best_calibrated(bnn_groups(lenet))))
     for key in shown:
-        posterior, prior, shift, steps, batch = key
+        posterior, prior, shift, steps, batch, widths = key
         g = lenet[key]
         training = f"{steps * batch / 60_000:g} epochs" + (f", shifts ≤{shift} px" if shift else "")
         gap = _gap(100 * _mean(g, "accuracy"), LENET5_ACCURACY)
-        model = f"LeNet, {prior}" if short else f"LeNet BNN, {prior} prior"
+        net = "LeNet" + (f" {widths}" if widths else "")
+        kind = "point estimate" if is_point_estimate(key) else "BNN"
+        model = f"{net}, {prior}" if short else f"{net} {kind}, {prior} prior"
         lines.append(
             f"| {model} | {posterior} | {training} | {metrics(g)} | "
             f"{LENET5_ACCURACY} LeNet-5 | {gap} |"
@@ -159,7 +177,12 @@ def summary_table(folder: str = FOLDER, short: bool = False) -> List[str]:
 
 def _name(key: tuple) -> str:
     """A LeNet configuration as the sentences name it: ``factorised (neal, shifts ≤2 px)``."""
-    return f"{key[0]} ({key[1]}" + (f", shifts ≤{key[2]} px" if key[2] else "") + ")"
+    return (
+        f"{key[0]} ({key[1]}"
+        + (f", shifts ≤{key[2]} px" if key[2] else "")
+        + (f", {key[5]}" if key[5] else "")
+        + ")"
+    )
 
 
 def _calibration_sentence(lenet: Dict[tuple, List[Dict]], notes: bool = True) -> str:
@@ -173,6 +196,16 @@ def _calibration_sentence(lenet: Dict[tuple, List[Dict]], notes: bool = True) ->
         if notes
         else ""
     )
+    reference = sorted(k for k in lenet if is_point_estimate(k))
+    if reference:
+        points = ", ".join(
+            f"{_name(k)} {100 * _mean(lenet[k], 'accuracy'):.2f} %" for k in reference
+        )
+        base = (
+            " A point estimate (one set of weights, the MAP under the prior) is the "
+            f"architecture's reference, not a BNN family: {points}." + base
+        )
+    lenet = bnn_groups(lenet)
     if not lenet:
         return base.strip()
     top, best = best_calibrated(lenet)

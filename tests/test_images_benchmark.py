@@ -330,3 +330,49 @@ def test_evaluate_scores_a_finished_cell_again_with_more_samples(tmp_path):
     bad = [a if a != "2" else "4" for a in cell[:2]] + cell[2:]
     with pytest.raises(SystemExit, match="not --steps 4"):
         images.main(["evaluate", *bad, "--eval-out", str(scores)])
+
+
+def test_layer_widths_reach_the_model_the_keys_and_the_report(tmp_path, monkeypatch):
+    import deepgp_gi as dg
+
+    seen = []
+    real = dg.build_conv_bnn
+
+    def spy(*a, **kw):
+        model = real(*a, **kw)
+        seen.append(model)
+        return model
+
+    monkeypatch.setattr(dg, "build_conv_bnn", spy)
+    out = tmp_path / "wide.jsonl"
+    base = ["sweep", "--steps", "2", "--seeds", "0", "--posteriors", "factorised"]
+    base += ["--priors", "neal", "--test-samples", "2", "--out", str(out)]
+    images.main(base)
+    images.main(base + ["--channels", "4,8", "--hidden", "16"])
+    images.main(base + ["--channels", "4,8", "--hidden", "16"])  # the same cell: skipped
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and "channels" not in rows[0]
+    assert (rows[1]["channels"], rows[1]["hidden"]) == ([4, 8], [16])
+    widths = [layer.output_shape[-1] for layer in seen[1].layers if "conv" in layer.name]
+    dense = [layer.output_dim for layer in seen[1].layers if "dense" in layer.name]
+    assert widths == [4, 8] and dense == [16, 10]
+    assert images.net_name(rows[1]) == "lenet c4-8 h16" and images.net_name(rows[0]) == "lenet"
+    assert images.cell_key(rows[0]) != images.cell_key(rows[1])
+    assert images.run_key(rows[0]) != images.run_key(rows[1])
+    assert images.net_name(dict(rows[0], hidden=[])) == "lenet hnone"
+    images.main(["report", "--results", str(out), "--out", str(tmp_path / "wide.md")])
+    report = (tmp_path / "wide.md").read_text()
+    assert "| digits | lenet c4-8 h16 | 2 | neal | factorised | 1 |" in report
+    assert "| digits | lenet | 2 | neal | factorised | 1 |" in report
+
+
+def test_layer_widths_are_checked_before_training():
+    with pytest.raises(SystemExit):
+        images.main(["sweep", "--out", "x.jsonl", "--channels", "4,8,16"])
+    with pytest.raises(SystemExit):
+        images.main(["sweep", "--out", "x.jsonl", "--architecture", "resnet", "--hidden", "8"])
+    with pytest.raises(ValueError, match="--hidden: every width must be positive"):
+        images.parse_widths("8,0", "--hidden")
+    with pytest.raises(ValueError, match="--channels takes comma-separated widths"):
+        images.parse_widths("a,b", "--channels")
+    assert images.parse_widths("", "--hidden") == [] and images.parse_widths(None, "x") is None

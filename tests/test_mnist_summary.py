@@ -64,7 +64,9 @@ def test_rows_gaps_and_the_best_calibrated_family(tmp_path):
             _lenet("ffg_u", 0, 0.9890, 0.010),  # 0.15 points below: equal accuracy, better ECE
             _lenet("global", 0, 0.9800, 0.001),  # far below: not at equal accuracy
             _lenet("factorised", 0, 0.9930, 0.040, augment_shift=2),
-            _lenet("ensemble_w", 0, 0.9700, 0.050, posterior_options={"num_members": 1}),
+            # the point estimate: the most accurate and best calibrated, but not a BNN family
+            _lenet("ensemble_w", 0, 0.9950, 0.001, posterior_options={"num_members": 1}),
+            _lenet("factorised", 0, 0.9905, 0.030, channels=[20, 50], hidden=[500]),
         ],
     )
     lines = mnist_summary.summary_table(str(tmp_path))
@@ -86,13 +88,19 @@ def test_rows_gaps_and_the_best_calibrated_family(tmp_path):
     assert [
         line
         for line in lines
-        if line.startswith("| LeNet BNN, neal prior | ensemble_w num_members=1")
+        if line.startswith("| LeNet point estimate, neal prior | ensemble_w num_members=1 |")
     ]
-    top, best = mnist_summary.best_calibrated(
-        mnist_summary.lenet_groups(
-            [json.loads(line) for line in (tmp_path / "mnist_long.jsonl").read_text().splitlines()]
-        )
+    assert (
+        "| LeNet c20-50 h500 BNN, neal prior | factorised | 30 epochs | 1 | 99.05 | -0.050 | "
+        "3.00 | 99.05 LeNet-5 | at or above |"
+    ) in lines
+    groups = mnist_summary.lenet_groups(
+        [json.loads(line) for line in (tmp_path / "mnist_long.jsonl").read_text().splitlines()]
     )
+    assert [k for k in groups if mnist_summary.is_point_estimate(k)] == [
+        ("ensemble_w num_members=1", "neal", 0, 3600, 500, "")
+    ]
+    top, best = mnist_summary.best_calibrated(mnist_summary.bnn_groups(groups))
     assert top[:3] == ("factorised", "neal", 2)  # the augmented run is the most accurate
     # within 0.2 points of 99.30: only the augmented run itself
     assert best == top
@@ -106,9 +114,16 @@ def test_rows_gaps_and_the_best_calibrated_family(tmp_path):
         "(no other row is that accurate)" in sentence
         and "Seeds: a row counts when it has 3" in sentence
     )
+    assert (
+        "A point estimate (one set of weights, the MAP under the prior) is the architecture's "
+        "reference, not a BNN family: ensemble_w num_members=1 (neal) 99.50 %." in sentence
+    )
     # the README's form: the LeNet rows reduced to the most accurate and the best calibrated
     short = mnist_summary.summary_table(str(tmp_path), short=True)
-    assert len([line for line in short if line.startswith("| LeNet")]) == 1
+    assert [line for line in short if line.startswith("| LeNet")] == [
+        "| LeNet, neal | factorised | 30 epochs, shifts ≤2 px | 1 | 99.30 | -0.05 | 4.0 | "
+        "99.05 LeNet-5 | at or above |"
+    ]
     assert "Seeds:" not in short[-2]
 
 
