@@ -202,8 +202,7 @@ def _calibration_sentence(lenet: Dict[tuple, List[Dict]], notes: bool = True) ->
             f"{_name(k)} {100 * _mean(lenet[k], 'accuracy'):.2f} %" for k in reference
         )
         base = (
-            " A point estimate (one set of weights, the MAP under the prior) is the "
-            f"architecture's reference, not a BNN family: {points}." + base
+            f" Reference, a point estimate (the MAP under the prior), not a BNN: {points}." + base
         )
     lenet = bnn_groups(lenet)
     if not lenet:

@@ -115,8 +115,8 @@ def test_rows_gaps_and_the_best_calibrated_family(tmp_path):
         and "Seeds: a row counts when it has 3" in sentence
     )
     assert (
-        "A point estimate (one set of weights, the MAP under the prior) is the architecture's "
-        "reference, not a BNN family: ensemble_w num_members=1 (neal) 99.50 %." in sentence
+        "Reference, a point estimate (the MAP under the prior), not a BNN: ensemble_w "
+        "num_members=1 (neal) 99.50 %." in sentence
     )
     # the README's form: the LeNet rows reduced to the most accurate and the best calibrated
     short = mnist_summary.summary_table(str(tmp_path), short=True)
