@@ -842,7 +842,8 @@ def plot_traces(trace, path: str) -> None:
     """Accuracy (%), test log-likelihood and ECE (%) against epochs, drawn from each run's own
     trace: one line per configuration (a run key without its seed) through the mean over its
     seeds at each traced epoch, a band from the lowest to the highest seed; the posterior family's
-    colour, a line style per prior (and per settings, when the trace holds several); LeNet-5's
+    colour, a line style per prior, network and settings (the legend names the network and the
+    settings when the trace holds several); LeNet-5's
     published 99.05% on MNIST as a black dashed line in the accuracy panel."""
     import matplotlib
 
@@ -857,7 +858,7 @@ def plot_traces(trace, path: str) -> None:
         config = key[:5] + key[6:]
         configs.setdefault(config, {})[seed] = {t["epoch"]: t for t in points.values()}
     variants = sorted(
-        {(c[4], _settings_text(c[:5] + (None,) + c[5:])) for c in configs},
+        {(c[4], _settings_text(c[:5] + (None,) + c[5:]), c[2]) for c in configs},
         key=lambda v: (PRIORS.index(v[0]) if v[0] in PRIORS else len(PRIORS), v),
     )
     styles = {v: plot_style.variant_linestyle(i) for i, v in enumerate(variants)}
@@ -895,7 +896,7 @@ def plot_traces(trace, path: str) -> None:
                 epochs,
                 [np.mean(v) for v in values],
                 color=colour,
-                ls=styles[(prior, settings)],
+                ls=styles[(prior, settings, net)],
                 marker="o",
                 ms=3,
                 label=name,
@@ -936,6 +937,7 @@ def plot_traces(trace, path: str) -> None:
     fig.suptitle(
         "each run's own trace: line = mean over seeds, band = lowest to highest seed; colour: the "
         "posterior family, line style: the prior"
+        + (", the network" if len(nets) > 1 and len(datasets) == 1 else "")
         + (" and the training settings" if several else ""),
         fontsize=9,
     )
