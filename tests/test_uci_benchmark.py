@@ -939,16 +939,29 @@ def test_the_validation_sweep_holds_out_rows_in_every_run_and_runs_the_leaders_f
     # the papers' 20,000 steps, but the latent-variable leaders at the 5,000 of their test rows
     assert all(c["steps"] == (5000 if c.get("latent_dim") else 20000) for _, c, _ in tasks)
     assert {c["dataset"] for _, c, _ in tasks} == {"boston", "concrete", "energy", "wine", "yacht"}
-    first = ("valid-leaders", "valid-latent-leaders", "valid-predictive")
+    first = ("valid-leaders", "valid-latent-leaders", "valid-predictive-d2")
     leaders = [t for t in tasks if t[0].startswith(first)]
     assert tasks[: len(leaders)] == leaders
-    # after the leaders every set has four configurations on each of splits 0-2, two families on
-    # the ELBO and two on the predictive objective (yacht and wine also their latent-variable
-    # leader)
+    # after the leaders every set has three configurations on each of splits 0-2, two families on
+    # the ELBO and mean-field-2 on the predictive objective (yacht and wine also their
+    # latent-variable leader)
     for d in ("boston", "concrete", "energy", "wine", "yacht"):
         configs = {uci.config_key(c) for _, c, _ in leaders if c["dataset"] == d}
-        n = 5 if d in ("wine", "yacht") else 4
+        n = 4 if d in ("wine", "yacht") else 3
         assert len(configs) == n and sum(c["dataset"] == d for _, c, _ in leaders) == 3 * n
+    # then the family and depth of each published best that is not among them, then global-2 on
+    # the predictive objective
+    rest = tasks[len(leaders) :]
+    published = [t for t in rest if t[0].startswith("valid-published-methods")]
+    assert rest[: len(published)] == published
+    assert {(c["dataset"], c["posterior"], c["depth"]) for _, c, _ in published} == {
+        ("energy", "sghmc", 3),
+        ("concrete", "sghmc", 3),
+        ("wine", "sghmc", 3),
+        ("yacht", "local", 3),
+    }
+    after = rest[len(published) :]
+    assert {g for g, _, _ in after[:15]} == {"valid-predictive-global-d2"}
 
 
 def test_the_objective_key_is_normalised_refused_where_it_cannot_train_and_marked(tmp_path):
