@@ -124,8 +124,9 @@ MNIST_TRAIN_IMAGES = 60_000
 #: benchmarks/mnist_dgp.py's minibatch (its ``--batch-size`` default, DSVI's 10,000).
 MNIST_DGP_BATCH = 10_000
 #: The LeNet BNN families benchmarks/images.py trains on MNIST (the rows of
-#: benchmarks/results/images/mnist.jsonl), with the first prior of its sweep, and its batch.
-MNIST_BNN_FAMILIES = ("factorised", "global", "ffg_u")
+#: benchmarks/results/images/mnist.jsonl and mnist_long.jsonl; Ensemble-U and Ensemble-W with
+#: their default K = 5 members), with the first prior of its sweep, and its batch.
+MNIST_BNN_FAMILIES = ("factorised", "global", "ffg_u", "ensemble_u", "ensemble_w")
 MNIST_BNN_PRIOR = "neal"
 MNIST_BNN_BATCH = 500
 #: M of both benchmarks: inducing points of a deep-GP layer, inducing images of a global BNN,
@@ -918,7 +919,8 @@ def write_markdown(lines: List[dict], path: str) -> str:
             "as `benchmarks/mnist_dgp.py` builds them (784 inputs, `MultiClass(10)` robust-max "
             "likelihood, inner width 30) and the LeNet BNNs of `benchmarks/images.py`'s MNIST rows "
             "(inputs standardised, `build_conv_bnn` with the LeNet architecture; M is the number "
-            "of global inducing images, or the size of FFG-U's inducing weights). The models of "
+            "of global inducing images, or the size of FFG-U's and Ensemble-U's inducing weights; "
+            "the ensembles have K = 5 members and train one a step). The models of "
             "one kind (the deep GPs, the BNNs) alternate round by round. An epoch is a pass over "
             "MNIST's "
             f"{MNIST_TRAIN_IMAGES:,} training images: steps per epoch = {MNIST_TRAIN_IMAGES:,} / "

@@ -197,7 +197,7 @@ def test_the_mnist_section_times_the_mnist_benchmarks_models(monkeypatch, tmp_pa
 
     full = [(c, set(m)) for s, c, m in speed.sections(quick=True) if s == speed.MNIST]
     dgps = {"mean_field-1", "mean_field-2", "mean_field-3", "global-2", "global-3"}
-    bnns = {"factorised", "global", "ffg_u"}
+    bnns = {"factorised", "global", "ffg_u", "ensemble_u", "ensemble_w"}
     assert full == [
         (dict(model="deep GP", batch=10_000, M=100), dgps),
         (dict(model="LeNet BNN", prior="neal", batch=500, M=100), bnns),
@@ -235,7 +235,7 @@ def test_the_mnist_section_times_the_mnist_benchmarks_models(monkeypatch, tmp_pa
         assert l["command"].startswith("python benchmarks/speed.py " + " ".join(argv))
     text = md.read_text()
     rows = [r for r in text.splitlines() if r.startswith("| deep GP") or r.startswith("| LeNet")]
-    assert len(rows) == 8 and "| deep GP | global | 3 | 40 | 5 |" in text
+    assert len(rows) == 10 and "| deep GP | global | 3 | 40 | 5 |" in text
     assert "| LeNet BNN (neal prior) | ffg_u | LeNet | 20 | 5 |" in text
     assert all(r.split(" | ")[6] == "1,500" for r in rows[:5])  # 60,000 / 40
     assert all(r.split(" | ")[6] == "3,000" for r in rows[5:])  # 60,000 / 20
