@@ -718,6 +718,7 @@ def render_report(
                 "writes a short form into the README):",
                 "",
             ] + summary[:-1]
+            lines += _trace_figures(os.path.dirname(os.path.abspath(results)), plot_path)
     if plot_path and trace_path:
         lines += [
             "",
@@ -732,10 +733,42 @@ def render_report(
     elif plot_path:
         lines += [
             "",
+            "Against training time, each point a finished row: a line joins rows of one "
+            "configuration trained for different numbers of steps, separate runs on a machine "
+            "whose load differed between them.",
+            "",
             "![accuracy, test log-likelihood and ECE against training "
             f"time]({os.path.basename(plot_path)})",
         ]
     return "\n".join(lines) + "\n"
+
+
+#: The figures drawn from the MNIST runs' own traces, by file name: what each shows.
+MNIST_TRACE_FIGURES = {
+    "mnist_long.png": "the 30-epoch LeNet runs against epochs (`mnist_long.md`)",
+    "mnist_dgp.png": "the DSVI deep-GP cells against steps (`mnist_dgp.md`)",
+}
+
+
+def _trace_figures(folder: str, plot_path: str | None) -> list:
+    """Markdown lines linking the MNIST figures drawn from each run's own trace
+    (:data:`MNIST_TRACE_FIGURES`) that exist in ``folder``, other than the report's own plot."""
+    own = os.path.basename(plot_path) if plot_path else None
+    found = [
+        (name, what)
+        for name, what in MNIST_TRACE_FIGURES.items()
+        if name != own and os.path.exists(os.path.join(folder, name))
+    ]
+    if not found:
+        return []
+    lines = [
+        "",
+        "Drawn from each run's own trace (the mean over seeds as a line, the lowest to the "
+        "highest seed as a band, the published numbers as reference lines):",
+    ]
+    for name, what in found:
+        lines += ["", f"![{what}]({name})"]
+    return lines
 
 
 def report(args):

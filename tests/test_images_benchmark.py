@@ -376,3 +376,18 @@ def test_layer_widths_are_checked_before_training():
     with pytest.raises(ValueError, match="--channels takes comma-separated widths"):
         images.parse_widths("a,b", "--channels")
     assert images.parse_widths("", "--hidden") == [] and images.parse_widths(None, "x") is None
+
+
+def test_the_mnist_report_links_the_trace_figures_that_exist_but_not_its_own(tmp_path):
+    assert images._trace_figures(str(tmp_path), None) == []
+    (tmp_path / "mnist_long.png").write_bytes(b"png")
+    lines = images._trace_figures(str(tmp_path), str(tmp_path / "mnist.png"))
+    assert [line for line in lines if line.startswith("![")] == [
+        "![the 30-epoch LeNet runs against epochs (`mnist_long.md`)](mnist_long.png)"
+    ]
+    assert images._trace_figures(str(tmp_path), str(tmp_path / "mnist_long.png")) == []
+    (tmp_path / "mnist_dgp.png").write_bytes(b"png")
+    lines = images._trace_figures(str(tmp_path), str(tmp_path / "mnist_long.png"))
+    assert [line for line in lines if line.startswith("![")] == [
+        "![the DSVI deep-GP cells against steps (`mnist_dgp.md`)](mnist_dgp.png)"
+    ]
