@@ -232,13 +232,16 @@ def net_name(row: dict) -> str:
     return text
 
 
+def _widths(args) -> dict:
+    """The layer widths given on the command line (``channels``/``hidden``; none: the builder's
+    defaults), as ``build_conv_bnn`` takes them and a row records them."""
+    return {k: getattr(args, k) for k in ("channels", "hidden") if getattr(args, k) is not None}
+
+
 def _widths_tag(args) -> str:
-    """The checkpoint folder's suffix of ``--channels``/``--hidden`` (``-c20-50-h500``)."""
-    return "".join(
-        f"-{flag}" + ("-".join(map(str, w)) or "none")
-        for flag, w in (("c", args.channels), ("h", args.hidden))
-        if w is not None
-    )
+    """The checkpoint folder's suffix of ``--channels``/``--hidden`` (``-c20-50-h500``): the
+    widths of :func:`net_name`."""
+    return net_name(vars(args))[len(args.architecture) :].replace(" ", "-")
 
 
 def _decay(row: dict) -> tuple | None:
@@ -406,9 +409,7 @@ def _cell_setup(args, data, posterior: str, prior: str, seed: int) -> tuple:
         prior=prior,
         num_inducing=args.num_inducing,
         seed=seed,
-        **{
-            k: w for k, w in (("channels", args.channels), ("hidden", args.hidden)) if w is not None
-        },
+        **_widths(args),
         **args.options,
     )
     base = {
@@ -428,9 +429,7 @@ def _cell_setup(args, data, posterior: str, prior: str, seed: int) -> tuple:
     }
     if args.augment_shift:
         base["augment_shift"] = args.augment_shift
-    for name in ("channels", "hidden"):
-        if getattr(args, name) is not None:
-            base[name] = getattr(args, name)
+    base.update(_widths(args))
     kl_schedule = None if args.kl_schedule == "none" else args.kl_schedule
     if args.eval_every and kl_schedule == "linear":  # the whole run's ramp, not a segment's
         kl_schedule = resolve_kl_schedule("linear", steps=args.steps, steps_per_epoch=None)
