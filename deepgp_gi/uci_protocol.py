@@ -10,7 +10,8 @@ result records of one configuration are matched.
 
 * the configuration itself (every key of :data:`CONFIG_KEYS`), the split and the seed used;
 * ``elbo_per_datapoint``: the final ELBO divided by N, estimated on the full training set from
-  independent Monte Carlo draws until its standard error is below ``elbo_se_target``
+  independent Monte Carlo draws until its standard error is below ``elbo_se_target``, or until
+  :func:`~deepgp_gi.metrics.estimate_elbo` finds that target out of reach
   (``elbo_se_per_datapoint`` and ``elbo_samples`` say how far that went); NaN for a sampling
   family (``posterior="sghmc"`` or ``"bsgp"``), which has no ELBO: after
   training, :data:`SAMPLER_COLLECT` says how its sample set is collected (recorded as ``collected``,

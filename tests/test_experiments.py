@@ -53,11 +53,56 @@ def test_chunked_elbo_agrees_with_the_full_batch_estimate_at_depth_two(posterior
     )
 
 
+def test_estimate_elbo_stops_early_only_when_its_target_is_out_of_reach():
+    # global inducing samples its regulariser: draws differ by several nats per datapoint, so
+    # max_draws draws would leave the SE far above ten times 0.01; the estimate stops after
+    # projection_draws draws with its honest SE, and with the projection switched off (at
+    # max_draws) it spends all max_draws; a reachable target stops as soon as it is met
+    X, Y = _data(n=40)
+    model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=6, seed=0)
+    spd = 2
+    early, early_se, early_n = estimate_elbo(
+        model,
+        (X, Y),
+        seed=4,
+        se_target=0.01,
+        samples_per_draw=spd,
+        max_draws=60,
+        projection_draws=12,
+    )
+    assert early_n == 12 * spd and early_se > 0.1
+    full, full_se, full_n = estimate_elbo(
+        model,
+        (X, Y),
+        seed=4,
+        se_target=0.01,
+        samples_per_draw=spd,
+        max_draws=60,
+        projection_draws=60,
+    )
+    assert full_n == 60 * spd
+    # the same seeds: the first twelve draws are shared, and both estimates agree within their SEs
+    assert abs(early - full) < 4 * np.hypot(early_se, full_se)
+    # a target met before projection_draws: stops there, whatever the projection
+    loose, loose_se, loose_n = estimate_elbo(
+        model,
+        (X, Y),
+        seed=4,
+        se_target=10 * early_se,
+        samples_per_draw=spd,
+        max_draws=60,
+        projection_draws=12,
+    )
+    assert loose_n == 4 * spd and loose_se < 10 * early_se
+
+
 def test_estimate_elbo_refuses_a_bad_chunk_size_and_a_foreign_num_data():
     X, Y = _data()
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=4, seed=0)
     with pytest.raises(ValueError, match="chunk_size"):
         estimate_elbo(model, (X, Y), chunk_size=0)
+    with pytest.raises(ValueError, match="projection_draws"):
+        estimate_elbo(model, (X, Y), projection_draws=2)
     model.num_data = 2 * len(X)
     with pytest.raises(ValueError, match="num_data"):
         estimate_elbo(model, (X, Y), chunk_size=7)

@@ -12,6 +12,9 @@ from ..validation import check_positive_int
 
 __all__ = ["estimate_elbo"]
 
+OUT_OF_REACH = 10.0
+"""A target is out of reach when ``max_draws`` draws would leave the SE above this many times it."""
+
 
 def estimate_elbo(
     model,
@@ -21,6 +24,7 @@ def estimate_elbo(
     samples_per_draw: int = 8,
     min_draws: int = 4,
     max_draws: int = 2500,
+    projection_draws: int = 64,
     seed: int = 0,
     chunk_size: Optional[int] = None,
 ):
@@ -30,6 +34,13 @@ def estimate_elbo(
     draws are independent; the estimate is their mean and its standard error is their standard
     deviation over the square root of their number.
 
+    When the target is far out of reach it stops early: once ``projection_draws`` draws are in, if
+    even ``max_draws`` draws would leave the SE, at the spread seen so far, above
+    :data:`OUT_OF_REACH` times ``se_target``, the estimate stops there rather than spending
+    ``max_draws`` draws on an SE that would still miss the target by that much (a model trained on
+    the predictive objective, whose per-sample log-likelihoods are far apart, is the usual case).
+    The returned SE and sample count say how far it went.
+
     With ``chunk_size`` (rows) smaller than N, each draw evaluates the rows in chunks, with
     independent samples per chunk: the sum of the chunks' expected log-likelihoods (each
     ``model.elbo_terms`` of a chunk, un-rescaled when ``model.num_data`` is set) minus the first
@@ -38,6 +49,8 @@ def estimate_elbo(
     ``model.num_data`` to be None or N (checked).
 
     :param chunk_size: rows per evaluation call; None: all N at once.
+    :param projection_draws: draws after which an out-of-reach target stops the estimate
+        (at least ``min_draws``).
     :return: ``(mean, standard_error, total_samples)``, all per datapoint.
     """
     X, Y = data
@@ -46,6 +59,11 @@ def estimate_elbo(
         raise ValueError(f"model.num_data={model.num_data} but the data has N={N} rows")
     if chunk_size is not None:
         chunk_size = check_positive_int(chunk_size, "chunk_size")
+    projection_draws = check_positive_int(projection_draws, "projection_draws")
+    if projection_draws < min_draws:
+        raise ValueError(
+            f"projection_draws={projection_draws} must be at least min_draws={min_draws}"
+        )
     if chunk_size is None or chunk_size >= N:
         elbo = tf.function(
             lambda seed_pair: model.elbo((X, Y), samples_per_draw, seed_pair), autograph=False
@@ -82,6 +100,9 @@ def estimate_elbo(
         values.append(draw(tf.constant([seed, 7919 + len(values)], tf.int64)) / N)
         n = len(values)
         if n >= min_draws:
-            se = float(np.std(values, ddof=1) / math.sqrt(n))
-            if se < se_target or n >= max_draws:
+            sd = float(np.std(values, ddof=1))
+            se = sd / math.sqrt(n)
+            se_at_max = sd / math.sqrt(max_draws)
+            out_of_reach = n >= projection_draws and se_at_max > OUT_OF_REACH * se_target
+            if se < se_target or n >= max_draws or out_of_reach:
                 return float(np.mean(values)), se, n * samples_per_draw
