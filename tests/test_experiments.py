@@ -61,38 +61,26 @@ def test_estimate_elbo_stops_early_only_when_its_target_is_out_of_reach():
     X, Y = _data(n=40)
     model = dg.build_deep_gp(X, Y, depth=2, posterior="global", num_inducing=6, seed=0)
     spd = 2
-    early, early_se, early_n = estimate_elbo(
-        model,
-        (X, Y),
-        seed=4,
-        se_target=0.01,
-        samples_per_draw=spd,
-        max_draws=60,
-        projection_draws=12,
-    )
+
+    def estimate(se_target, projection_draws):
+        return estimate_elbo(
+            model,
+            (X, Y),
+            seed=4,
+            se_target=se_target,
+            samples_per_draw=spd,
+            max_draws=60,
+            projection_draws=projection_draws,
+        )
+
+    early, early_se, early_n = estimate(0.01, 12)
     assert early_n == 12 * spd and early_se > 0.1
-    full, full_se, full_n = estimate_elbo(
-        model,
-        (X, Y),
-        seed=4,
-        se_target=0.01,
-        samples_per_draw=spd,
-        max_draws=60,
-        projection_draws=60,
-    )
+    full, full_se, full_n = estimate(0.01, 60)
     assert full_n == 60 * spd
     # the same seeds: the first twelve draws are shared, and both estimates agree within their SEs
     assert abs(early - full) < 4 * np.hypot(early_se, full_se)
     # a target met before projection_draws: stops there, whatever the projection
-    loose, loose_se, loose_n = estimate_elbo(
-        model,
-        (X, Y),
-        seed=4,
-        se_target=10 * early_se,
-        samples_per_draw=spd,
-        max_draws=60,
-        projection_draws=12,
-    )
+    loose, loose_se, loose_n = estimate(10 * early_se, 12)
     assert loose_n == 4 * spd and loose_se < 10 * early_se
 
 
