@@ -36,7 +36,7 @@ def estimate_elbo(
 
     When the target is far out of reach it stops early: once ``projection_draws`` draws are in, if
     even ``max_draws`` draws would leave the SE, at the spread seen so far, above
-    :data:`OUT_OF_REACH` times ``se_target``, the estimate stops there rather than spending
+    ``OUT_OF_REACH`` (10) times ``se_target``, the estimate stops there rather than spending
     ``max_draws`` draws on an SE that would still miss the target by that much (a model trained on
     the predictive objective, whose per-sample log-likelihoods are far apart, is the usual case).
     The returned SE and sample count say how far it went.
