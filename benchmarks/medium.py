@@ -82,12 +82,12 @@ def with_reference_numbers(published: List[Dict], from_reference: List[Dict]) ->
     every set) that it does not already hold, matched by data set, source, method and depth. So the
     best published number of a medium set is taken over both tables (O&A's Table 10 included), and
     a small set's comes from the reference table."""
-    held = {(p["dataset"], p["source"], p["method"], p["depth"]) for p in published}
-    return published + [
-        p
-        for p in from_reference
-        if (p["dataset"], p["source"], p["method"], p["depth"]) not in held
-    ]
+
+    def key(p: Dict) -> tuple:
+        return p["dataset"], p["source"], p["method"], p["depth"]
+
+    held = {key(p) for p in published}
+    return published + [p for p in from_reference if key(p) not in held]
 
 
 def _records(folder: str) -> List[Dict]:

@@ -1009,11 +1009,9 @@ def test_the_validation_sweeps_dspp_group_trains_on_the_predictive_objective():
     assert groups <= {g for g, _ in predictive}
     # elsewhere only the chosen configurations' further splits, where the validation lines chose
     # one of those groups' configurations (as the result file stands)
-    from benchmarks.experiment_config import config_key
-
-    theirs = {config_key(c) for g, c in predictive if g in groups}
+    theirs = {uci.config_key(c) for g, c in predictive if g in groups}
     assert all(
-        g == "valid-chosen-splits3-4" and config_key(c) in theirs
+        g == "valid-chosen-splits3-4" and uci.config_key(c) in theirs
         for g, c in predictive
         if g not in groups
     )
