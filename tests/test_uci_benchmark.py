@@ -932,9 +932,13 @@ def test_published_rows_from_the_reference_name_the_paper_and_protocol():
 
 def test_the_validation_sweep_holds_out_rows_in_every_run_and_runs_the_leaders_first():
     tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", "uci_validation.toml"))
-    # the chosen configurations on splits 3-4 (what the committed lines choose), the rest on 0-2
-    assert all(s in ((3, 4) if g == "valid-chosen-splits3-4" else (0, 1, 2)) for g, _, s in tasks)
-    tasks = [t for t in tasks if t[0] != "valid-chosen-splits3-4"]
+    # the chosen configurations on splits 3-9 (what the committed lines choose): ten splits, as
+    # the published rows' repetitions, split-major (every set reaches five first); the rest on 0-2
+    chosen = [(c["dataset"], s) for g, c, s in tasks if g == "valid-chosen-splits3-9"]
+    assert {s for _, s in chosen} == set(range(3, 10))
+    assert [s for _, s in chosen] == sorted(s for _, s in chosen)
+    assert all(s in (0, 1, 2) for g, _, s in tasks if g != "valid-chosen-splits3-9")
+    tasks = [t for t in tasks if t[0] != "valid-chosen-splits3-9"]
     assert all(c["validation"] == 0.1 for _, c, _ in tasks)
     # the papers' 20,000 steps, but the latent-variable leaders at the 5,000 of their test rows
     assert all(c["steps"] == (5000 if c.get("latent_dim") else 20000) for _, c, _ in tasks)
@@ -1011,7 +1015,7 @@ def test_the_validation_sweeps_dspp_group_trains_on_the_predictive_objective():
     # one of those groups' configurations (as the result file stands)
     theirs = {uci.config_key(c) for g, c in predictive if g in groups}
     assert all(
-        g == "valid-chosen-splits3-4" and uci.config_key(c) in theirs
+        g == "valid-chosen-splits3-9" and uci.config_key(c) in theirs
         for g, c in predictive
         if g not in groups
     )
@@ -1166,3 +1170,20 @@ def test_the_cost_of_the_choice_is_measured_on_the_splits_it_was_made_on():
     assert yacht["spearman"] == pytest.approx(-1.0)  # validation ranks them opposite to test
     text = uci.render_validation(_records(lines), [], "cmd")
     assert "| yacht | 3 | 46 | mean_field-2 | -0.50 | global-2 | 0.11 | 0.61 | -1.00 |" in text
+
+
+@pytest.mark.parametrize("sweep", ["uci_validation.toml", "medium_validation.toml"])
+def test_every_validation_sweep_task_names_a_split_its_data_set_has(sweep):
+    from deepgp_gi.datasets.uci import load_uci_raw
+
+    tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", sweep))
+    n_splits = {d: load_uci_raw(d)[2] for d in {c["dataset"] for _, c, _ in tasks}}
+    assert all(0 <= s < n_splits[c["dataset"]] for _, c, s in tasks)
+    # each set's choice reaches ten splits where the set has them (protein has five)
+    chosen = {}
+    for g, c, s in tasks:
+        if "chosen" in g:
+            chosen.setdefault(c["dataset"], set()).add(s)
+    assert chosen and all(
+        splits == set(range(3, min(10, n_splits[d]))) for d, splits in chosen.items()
+    )
