@@ -896,9 +896,19 @@ def choose_on_validation(
     return chosen
 
 
+#: The inducing points of every validation candidate unless it says otherwise.
+VALIDATION_NUM_INDUCING = 100
+
+
 def _plain_method(s: Dict) -> str:
-    """:func:`_method` of a row without its validation mark (for tables of validation rows only)."""
-    return _method(dict(s, validation=None))
+    """:func:`_method` of a row without its validation mark (for tables of validation rows only),
+    with its inducing points where they are not :data:`VALIDATION_NUM_INDUCING`, e.g.
+    ``sghmc (M = 128)`` (these tables have no M column)."""
+    name = _method(dict(s, validation=None))
+    m = s.get("num_inducing")
+    if m is None or m == VALIDATION_NUM_INDUCING:
+        return name
+    return f"{name[:-1]}, M = {m})" if name.endswith(")") else f"{name} (M = {m})"
 
 
 #: Short names of the papers' methods in ``paper_reference.csv`` (by our family name).

@@ -915,6 +915,20 @@ def test_the_report_has_the_validation_section_with_the_choice_and_the_test_pick
     assert "| boston | global (validation 10%) | 2 | 100 | 100 | 3 | -2.50 ± 0.00 |" in md
 
 
+def test_a_validation_candidate_with_other_inducing_points_is_its_own_marked_candidate():
+    exp = dict(depth=3, positive_transform="exp")
+    lines = [_vline(s, "sghmc", -2.30, -2.50, **exp) for s in range(3)]
+    lines += [_vline(s, "sghmc", -2.25, -2.60, num_inducing=128, **exp) for s in range(3)]
+    cands = uci.validation_candidates(_records(lines))["boston"]
+    assert len(cands) == 2
+    chosen = uci.choose_on_validation(_records(lines))["boston"]
+    assert chosen["config"]["num_inducing"] == 128 and chosen["test_ll"][0] == pytest.approx(-2.6)
+    assert uci._plain_method(chosen["config"]) == "sghmc (M = 128)"
+    assert uci._plain_method(dict(chosen["config"], chain_steps=21)).endswith(", M = 128)")
+    assert uci._plain_method(cands[0]["config"]) == "sghmc"
+    assert uci._plain_method(dict(cands[0]["config"], num_inducing=50)) == "sghmc (M = 50)"
+
+
 def test_published_rows_from_the_reference_name_the_paper_and_protocol():
     pub = uci.published_from_reference(uci.load_reference())
     boston = {(p["source"], p["method"], p["depth"]): p for p in pub if p["dataset"] == "boston"}
