@@ -51,7 +51,7 @@ import shutil
 import sys
 import time
 from collections import OrderedDict, defaultdict
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -1165,7 +1165,52 @@ def render_validation(
                 f"{named(c['chosen']['config'])} | {c['chosen_test']:.2f} | "
                 f"{named(c['best']['config'])} | {c['best_test']:.2f} | {c['regret']:.2f} | {rho} |"
             )
+    out += render_pointwise(chosen)
     return "\n".join(out) + "\n"
+
+
+#: How many of a split's lowest test points :func:`lowest_points` sets apart.
+LOWEST_POINTS = 3
+
+
+def lowest_points(points: Sequence[float], n: int = LOWEST_POINTS) -> Dict:
+    """Where a split's test LL falls: its mean over ``points`` (each test point's log predictive
+    density), the ``n`` lowest of them and the mean of the rest, e.g. ``{"test_ll": -1.27,
+    "lowest": [-41.2, -18.0, -6.3], "rest": -0.43, "n": 77}``."""
+    lpd = np.sort(np.asarray(points, dtype=float))
+    if lpd.ndim != 1 or len(lpd) <= n:
+        raise ValueError(f"points: need more than {n} test points, got shape {lpd.shape}")
+    return dict(
+        test_ll=float(lpd.mean()), lowest=lpd[:n].tolist(), rest=float(lpd[n:].mean()), n=len(lpd)
+    )
+
+
+def render_pointwise(chosen: "OrderedDict[str, Dict]") -> List[str]:
+    """Markdown lines: per chosen configuration and split whose line has ``test_ll_points``, the
+    test LL, its :data:`LOWEST_POINTS` lowest points and the mean of the rest (none without such
+    lines)."""
+    rows = []
+    for dataset, c in chosen.items():
+        for r in c["runs"]:
+            if r.get("test_ll_points"):
+                low = lowest_points(r["test_ll_points"])
+                rows.append(
+                    f"| {dataset} | {r['split']} | {low['test_ll']:.2f} | "
+                    f"{', '.join(f'{v:.1f}' for v in low['lowest'])} | {low['rest']:.2f} | "
+                    f"{low['n']} |"
+                )
+    if not rows:
+        return []
+    return [
+        "",
+        f"Where the chosen configurations' test LL falls, split by split (the lines that record "
+        f"each test point's log density): the split's test LL, its {LOWEST_POINTS} lowest points "
+        "and the mean over the other test points.",
+        "",
+        f"| dataset | split | test LL | {LOWEST_POINTS} lowest points | mean of the rest | "
+        "test points |",
+        "|---|---|---|---|---|---|",
+    ] + rows
 
 
 def plot_metric(rows: List[Dict], metric: str, label: str, path_prefix: str) -> List[str]:

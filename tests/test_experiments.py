@@ -174,12 +174,14 @@ def test_the_library_never_imports_the_benchmarks():
 
 
 @pytest.mark.slow  # trains one tiny configuration: `make test-all`
-def test_run_split_with_a_validation_split_fits_the_rest_and_records_both_log_likelihoods():
+def test_run_split_with_a_validation_split_fits_the_rest_and_records_both_log_likelihoods(
+    monkeypatch,
+):
     """``validation=0.1``: the model fits 90 % of the training rows and the record holds the
     validation LL and RMSE beside the test ones; the test rows are the split's own."""
     import math
 
-    from deepgp_gi import datasets
+    from deepgp_gi import datasets, uci_protocol
     from deepgp_gi.uci_protocol import run_split
 
     cfg = dict(
@@ -191,12 +193,17 @@ def test_run_split_with_a_validation_split_fits_the_rest_and_records_both_log_li
     assert r["n_test"] == len(plain.X_test)
     assert all(math.isfinite(r[k]) for k in ("valid_ll", "valid_rmse", "test_ll", "rmse"))
     assert r["layer_variances"]["rows"] == r["n_train"]
+    # each test point's log density, whose mean is the test LL (one layer: no sampled layers)
+    assert len(r["test_ll_points"]) == r["n_test"]
+    assert np.mean(r["test_ll_points"]) == pytest.approx(r["test_ll"], abs=1e-4)
     without = run_split(cfg, 0)
     assert (
         without["validation"] is None
         and "valid_ll" not in without
         and without["n_train"] == len(plain.X_train)
     )
+    monkeypatch.setattr(uci_protocol, "POINTWISE_TEST_ROWS", len(plain.X_test) - 1)
+    assert "test_ll_points" not in run_split(cfg, 0)  # a larger test set: its mean only
 
 
 @pytest.mark.slow  # trains one tiny configuration: `make test-all`

@@ -929,6 +929,30 @@ def test_a_validation_candidate_with_other_inducing_points_is_its_own_marked_can
     assert uci._plain_method(dict(cands[0]["config"], num_inducing=50)) == "sghmc (M = 50)"
 
 
+def test_the_lowest_test_points_of_a_chosen_split_are_set_apart_in_the_report(tmp_path):
+    pts = [-0.5] * 70 + [-40.0, -20.0, -3.0, -0.9]
+    low = uci.lowest_points(pts)
+    assert low["lowest"] == [-40.0, -20.0, -3.0] and low["n"] == 74
+    assert low["test_ll"] == pytest.approx(np.mean(pts))
+    assert low["rest"] == pytest.approx((70 * -0.5 - 0.9) / 71)
+    with pytest.raises(ValueError, match="points"):
+        uci.lowest_points([-1.0, -2.0, -3.0])
+    lines = [_vline(s, "global", -2.30, float(np.mean(pts))) for s in range(3)]
+    lines[1]["test_ll_points"] = pts  # one split records its points
+    lines += [_vline(s, "mean_field", -2.40, -2.20) for s in range(3)]  # not chosen
+    lines[4]["test_ll_points"] = [-1.0] * 10
+    chosen = uci.choose_on_validation(_records(lines))
+    text = "\n".join(uci.render_pointwise(chosen))
+    assert "| boston | 1 | -1.34 | -40.0, -20.0, -3.0 | -0.51 | 74 |" in text
+    assert text.count("| boston |") == 1  # the other splits and the other candidate have none
+    alone = "\n".join(uci.render_pointwise(uci.choose_on_validation(_records(lines[3:]))))
+    assert "| boston | 1 | -1.00 | -1.0, -1.0, -1.0 | -1.00 | 10 |" in alone
+    without = [dict(r) for r in lines]
+    for r in without:
+        r.pop("test_ll_points", None)
+    assert uci.render_pointwise(uci.choose_on_validation(_records(without))) == []
+
+
 def test_published_rows_from_the_reference_name_the_paper_and_protocol():
     pub = uci.published_from_reference(uci.load_reference())
     boston = {(p["source"], p["method"], p["depth"]): p for p in pub if p["dataset"] == "boston"}
