@@ -1204,10 +1204,11 @@ def render_pointwise(chosen: "OrderedDict[str, Dict]") -> List[str]:
     return [
         "",
         f"Where the chosen configurations' test LL falls, split by split (the lines that record "
-        f"each test point's log density): the split's test LL, its {LOWEST_POINTS} lowest points "
-        "and the mean over the other test points.",
+        "each test point's log density): the mean over all the split's points (the test LL from "
+        "their own Monte Carlo draw, so it may differ from the line's in the second decimal), its "
+        f"{LOWEST_POINTS} lowest points and the mean over the other test points.",
         "",
-        f"| dataset | split | test LL | {LOWEST_POINTS} lowest points | mean of the rest | "
+        f"| dataset | split | mean of all points | {LOWEST_POINTS} lowest points | mean of the rest | "
         "test points |",
         "|---|---|---|---|---|---|",
     ] + rows
