@@ -1208,8 +1208,8 @@ def render_pointwise(chosen: "OrderedDict[str, Dict]") -> List[str]:
         "their own Monte Carlo draw, so it may differ from the line's in the second decimal), its "
         f"{LOWEST_POINTS} lowest points and the mean over the other test points.",
         "",
-        f"| dataset | split | mean of all points | {LOWEST_POINTS} lowest points | mean of the rest | "
-        "test points |",
+        f"| dataset | split | mean of all points | {LOWEST_POINTS} lowest points | "
+        "mean of the rest | test points |",
         "|---|---|---|---|---|---|",
     ] + rows
 
