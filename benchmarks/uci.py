@@ -58,7 +58,12 @@ import numpy as np
 from benchmarks.common import append_line, code_commit, mean_se, read_lines, set_threads  # noqa: E402
 from benchmarks.experiment_config import config_key, with_legacy_values  # noqa: E402
 from deepgp_gi.metrics import steps_to_fraction  # noqa: E402
-from deepgp_gi.uci_protocol import CONFIG_KEYS, OFFDIAGONAL_DEFAULTS, normalise_config  # noqa: E402
+from deepgp_gi.uci_protocol import (  # noqa: E402
+    CONFIG_KEYS,
+    DEFAULTS,
+    OFFDIAGONAL_DEFAULTS,
+    normalise_config,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -896,17 +901,13 @@ def choose_on_validation(
     return chosen
 
 
-#: The inducing points of every validation candidate unless it says otherwise.
-VALIDATION_NUM_INDUCING = 100
-
-
 def _plain_method(s: Dict) -> str:
     """:func:`_method` of a row without its validation mark (for tables of validation rows only),
-    with its inducing points where they are not :data:`VALIDATION_NUM_INDUCING`, e.g.
-    ``sghmc (M = 128)`` (these tables have no M column)."""
+    with its inducing points where they are not the configuration default
+    (``uci_protocol.DEFAULTS``), e.g. ``sghmc (M = 128)`` (these tables have no M column)."""
     name = _method(dict(s, validation=None))
     m = s.get("num_inducing")
-    if m is None or m == VALIDATION_NUM_INDUCING:
+    if m is None or m == DEFAULTS["num_inducing"]:
         return name
     return f"{name[:-1]}, M = {m})" if name.endswith(")") else f"{name} (M = {m})"
 
