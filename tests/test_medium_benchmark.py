@@ -749,6 +749,21 @@ def test_the_readme_summary_has_one_row_per_set_chosen_on_validation_where_it_ca
     assert not [line for line in lines if line.startswith(("| naval", "| boston"))]
     assert lines[-1].startswith("At or above the best published number on 1 of 2 sets.")
     assert "validation data* (1 sets)" in lines[-1] and "test data* (1 sets)" in lines[-1]
+    # the choice retrained on whole training splits replaces it once it has three splits
+    refit = [dict(_vline("kin8nm", "global", s, 1.30, 1.40), validation=None) for s in range(2)]
+    assert [line for line in medium.readme_summary(rows, published, records + refit)] == lines
+    refit.append(dict(_vline("kin8nm", "global", 2, 1.30, 1.40), validation=None))
+    lines = medium.readme_summary(rows, published, records + refit)
+    assert (
+        "| kin8nm | global-2 | chosen on validation data, refit | 1.40 ± 0.00 | 3 | "
+        "DSVI DGP-4 1.38 | random 90/10 | at or above |"
+    ) in lines
+    assert lines[-1].startswith("At or above the best published number on 2 of 2 sets.")
+    table = medium.best_against_published(rows, published, records + refit)
+    assert (
+        "| kin8nm | chosen on validation data (splits 0-2), refit | global-2 | 1.40 ± 0.00 | 3 | "
+        "DSVI DGP-4 1.38 | random 90/10 | at or above | — | — |"
+    ) in table
 
 
 def test_rows_on_the_80_20_splits_are_compared_like_for_like_only():

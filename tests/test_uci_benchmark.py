@@ -872,6 +872,8 @@ def test_the_report_has_the_validation_section_with_the_choice_and_the_test_pick
     lines += [
         _line(s, 0.01, -2.35, -0.3, 3.0, posterior="mean_field") for s in range(3)
     ]  # whole training splits
+    # the choice retrained on the whole training splits 0 and 1 (the refit)
+    lines += [_line(s, 0.01, -2.45, -0.3, 3.0, posterior="global") for s in range(2)]
     res = tmp_path / "res"
     res.mkdir()
     (res / "v.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -898,11 +900,12 @@ def test_the_report_has_the_validation_section_with_the_choice_and_the_test_pick
     )
     md = (tmp_path / "rep" / "uci.md").read_text()
     assert "## Chosen on validation data" in md and "numpy.random.default_rng(1000 + split)" in md
-    # the choice, against the best 90/10 number (O&A's GI-2, not Rossi's 80/20 BSGP), beside the
-    # test-picked row
+    # the choice, against the best 90/10 number (O&A's GI-2, not Rossi's 80/20 BSGP), its refit
+    # (the gap in SEs of the difference: 0.03 / 0.05), and the test-picked row
     assert (
         "| boston | 1 of 2 | global | 2 | 100 | -2.30 | -2.50 ± 0.00 | 3 | O&A GI-2 -2.42 | -0.08 "
-        "| mean_field, depth 2, 100 steps, 3 splits | -2.35 ± 0.00 |"
+        "| -2.45 ± 0.00 | 2 | -0.03 (0.6 SE) | mean_field, depth 2, 100 steps, 3 splits | "
+        "-2.35 ± 0.00 |"
     ) in md
     assert (
         "| boston | global | 2 | 100 | 0, 1, 2 | -2.30 | 2.5 | -2.50 ± 0.00 | 3 | **yes** |" in md
@@ -913,6 +916,23 @@ def test_the_report_has_the_validation_section_with_the_choice_and_the_test_pick
     )
     # the full tables keep the validation rows apart, marked
     assert "| boston | global (validation 10%) | 2 | 100 | 100 | 3 | -2.50 ± 0.00 |" in md
+
+
+def test_the_refit_runs_are_the_chosen_configuration_on_whole_training_splits_only():
+    lines = [_vline(s, "global", -2.30, -2.50) for s in range(3)]
+    lines += [_vline(s, "mean_field", -2.40, -2.20) for s in range(3)]
+    refit = [_line(s, 0.01, -2.4 - s / 100, -0.3, 3.0, posterior="global") for s in (2, 0)]
+    others = [
+        _line(1, 0.01, -2.0, -0.3, 3.0, posterior="mean_field"),  # not the choice
+        _line(1, 0.01, -2.0, -0.3, 3.0, posterior="global", num_inducing=50),  # another M
+        _line(1, 0.01, -2.0, -0.3, 3.0, posterior="global", protocol="random_80_20"),
+    ]
+    records = _records(lines + refit + others)
+    chosen = uci.choose_on_validation(records)
+    runs = uci.refit_runs(records, chosen)["boston"]
+    assert [r["split"] for r in runs] == [0, 2]  # in split order
+    assert [r["test_ll"] for r in runs] == [-2.4, -2.42]
+    assert uci.refit_runs(_records(lines), chosen) == {}
 
 
 def test_a_validation_candidate_with_other_inducing_points_is_its_own_marked_candidate():
@@ -975,8 +995,14 @@ def test_the_validation_sweep_holds_out_rows_in_every_run_and_runs_the_leaders_f
     chosen = [(c["dataset"], s) for g, c, s in tasks if g == "valid-chosen-splits3-9"]
     assert {s for _, s in chosen} == set(range(3, 10))
     assert [s for _, s in chosen] == sorted(s for _, s in chosen)
-    assert all(s in (0, 1, 2) for g, _, s in tasks if g != "valid-chosen-splits3-9")
-    tasks = [t for t in tasks if t[0] != "valid-chosen-splits3-9"]
+    # the choices retrained on the whole training splits 0-9: nothing held out
+    refit = [(c["dataset"], s) for g, c, s in tasks if g == "valid-chosen-refit"]
+    assert {s for _, s in refit} == set(range(10)) and {d for d, _ in refit} == {
+        d for d, _ in chosen
+    }
+    assert all(c["validation"] is None for g, c, _ in tasks if g == "valid-chosen-refit")
+    tasks = [t for t in tasks if t[0] not in ("valid-chosen-splits3-9", "valid-chosen-refit")]
+    assert all(s in (0, 1, 2) for _, _, s in tasks)
     assert all(c["validation"] == 0.1 for _, c, _ in tasks)
     # the papers' 20,000 steps, but the latent-variable leaders first at the 5,000 of their test
     # rows (and again at 20,000)
@@ -1057,7 +1083,8 @@ def test_the_validation_sweeps_dspp_group_trains_on_the_predictive_objective():
     # one of those groups' configurations (as the result file stands)
     theirs = {uci.config_key(c) for g, c in predictive if g in groups}
     assert all(
-        g == "valid-chosen-splits3-9" and uci.config_key(c) in theirs
+        (g == "valid-chosen-splits3-9" and uci.config_key(c) in theirs)
+        or (g == "valid-chosen-refit" and uci.config_key(dict(c, validation=0.1)) in theirs)
         for g, c in predictive
         if g not in groups
     )
@@ -1159,6 +1186,26 @@ def test_a_chosen_from_group_runs_the_validation_choice_on_more_splits(tmp_path,
     # the very configuration of the validation lines: their lines and the new ones make one row
     assert uci.config_key(tasks[0][1]) == uci.config_key(uci.with_legacy_values(lines[3]))
     assert tasks[0][1]["validation"] == 0.1
+    # refit = true: the same choice trained on the whole training split, nothing held out
+    sweep.write_text(
+        '[[group]]\nname = "refit"\nchosen_from = "results/valid.jsonl"\nrefit = true\n'
+        'datasets = ["boston"]\nsplits = [0]\n'
+    )
+    (refit,) = uci.load_sweep(str(sweep))
+    assert refit[1]["validation"] is None
+    assert uci.config_key(refit[1]) == uci.config_key(dict(tasks[0][1], validation=None))
+    sweep.write_text(
+        '[[group]]\nname = "refit"\nchosen_from = "results/valid.jsonl"\nrefit = "yes"\n'
+        'datasets = ["boston"]\nsplits = [0]\n'
+    )
+    with pytest.raises(ValueError, match="refit must be true or false"):
+        uci.load_sweep(str(sweep))
+    sweep.write_text(
+        '[[group]]\nname = "refit"\nrefit = true\nposteriors = ["global"]\n'
+        'datasets = ["boston"]\nsplits = [0]\n'
+    )
+    with pytest.raises(ValueError, match="needs chosen_from"):
+        uci.load_sweep(str(sweep))
     sweep.write_text(
         '[[group]]\nname = "chosen"\nchosen_from = "results/valid.jsonl"\n'
         'datasets = ["boston"]\nposteriors = ["global"]\nsplits = [3]\n'
@@ -1221,11 +1268,14 @@ def test_every_validation_sweep_task_names_a_split_its_data_set_has(sweep):
     tasks = uci.load_sweep(os.path.join(ROOT, "benchmarks", "sweeps", sweep))
     n_splits = {d: load_uci_raw(d)[2] for d in {c["dataset"] for _, c, _ in tasks}}
     assert all(0 <= s < n_splits[c["dataset"]] for _, c, s in tasks)
-    # each set's choice reaches ten splits where the set has them (protein has five)
-    chosen = {}
+    # each set's choice reaches ten splits where the set has them (protein has five), and is
+    # retrained on the whole training split of each of them
+    chosen, refit = {}, {}
     for g, c, s in tasks:
         if "chosen" in g:
-            chosen.setdefault(c["dataset"], set()).add(s)
+            (refit if c["validation"] is None else chosen).setdefault(c["dataset"], set()).add(s)
     assert chosen and all(
         splits == set(range(3, min(10, n_splits[d]))) for d, splits in chosen.items()
     )
+    assert refit.keys() == chosen.keys()
+    assert all(splits == set(range(min(10, n_splits[d]))) for d, splits in refit.items())
