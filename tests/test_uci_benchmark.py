@@ -1194,35 +1194,35 @@ def test_a_chosen_from_group_runs_the_validation_choice_on_more_splits(tmp_path,
     (refit,) = uci.load_sweep(str(sweep))
     assert refit[1]["validation"] is None
     assert uci.config_key(refit[1]) == uci.config_key(dict(tasks[0][1], validation=None))
-    sweep.write_text(
-        '[[group]]\nname = "refit"\nchosen_from = "results/valid.jsonl"\nrefit = "yes"\n'
-        'datasets = ["boston"]\nsplits = [0]\n'
+
+    def rejects(body, match):
+        sweep.write_text(body)
+        with pytest.raises(ValueError, match=match):
+            uci.load_sweep(str(sweep))
+
+    head = '[[group]]\nname = "g"\n'
+    rejects(
+        head + 'chosen_from = "results/valid.jsonl"\nrefit = "yes"\n'
+        'datasets = ["boston"]\nsplits = [0]\n',
+        "refit must be true or false",
     )
-    with pytest.raises(ValueError, match="refit must be true or false"):
-        uci.load_sweep(str(sweep))
-    sweep.write_text(
-        '[[group]]\nname = "refit"\nrefit = true\nposteriors = ["global"]\n'
-        'datasets = ["boston"]\nsplits = [0]\n'
+    rejects(
+        head + 'refit = true\nposteriors = ["global"]\ndatasets = ["boston"]\nsplits = [0]\n',
+        "needs chosen_from",
     )
-    with pytest.raises(ValueError, match="needs chosen_from"):
-        uci.load_sweep(str(sweep))
-    sweep.write_text(
-        '[[group]]\nname = "chosen"\nchosen_from = "results/valid.jsonl"\n'
-        'datasets = ["boston"]\nposteriors = ["global"]\nsplits = [3]\n'
+    rejects(
+        head + 'chosen_from = "results/valid.jsonl"\ndatasets = ["boston"]\n'
+        'posteriors = ["global"]\nsplits = [3]\n',
+        "no other keys",
     )
-    with pytest.raises(ValueError, match="no other keys"):
-        uci.load_sweep(str(sweep))
+    rejects(
+        head + 'chosen_from = "resluts/valid.jsonl"\ndatasets = ["boston"]\nsplits = [3]\n',
+        "not in a folder",
+    )
     sweep.write_text(
-        '[[group]]\nname = "chosen"\nchosen_from = "results/none.jsonl"\n'
-        'datasets = ["boston"]\nsplits = [3]\n'
+        head + 'chosen_from = "results/none.jsonl"\ndatasets = ["boston"]\nsplits = [3]\n'
     )
     assert uci.load_sweep(str(sweep)) == []  # a results file not yet written chooses nothing
-    sweep.write_text(
-        '[[group]]\nname = "chosen"\nchosen_from = "resluts/valid.jsonl"\n'
-        'datasets = ["boston"]\nsplits = [3]\n'
-    )
-    with pytest.raises(ValueError, match="not in a folder"):
-        uci.load_sweep(str(sweep))
 
 
 def test_a_row_on_the_80_20_splits_is_its_own_marked_row_without_the_90_10_paper_number(tmp_path):
