@@ -841,8 +841,6 @@ CHOSEN_ON_VALIDATION = "chosen on validation data"
 PICKED_ON_TEST = "picked on test data"
 #: How the chosen configuration's rows trained on the whole training split are named.
 REFIT = "refit"
-#: The splits a refit needs before the tables report it in place of the 90 % rows.
-REFIT_MIN_SPLITS = 3
 
 
 def validation_candidates(
@@ -1037,8 +1035,8 @@ def validation_rule_text(k: int = VALIDATION_SPLITS) -> str:
         "step); its test LL is then the mean over every split it has, and the test rows play no "
         f"part in the choice. *{REFIT.capitalize()}*: the chosen configuration trained again on "
         "the whole training split of each split (nothing held out), as the papers train; the "
-        f"README's table reports it in place of the 90 % rows once it has {REFIT_MIN_SPLITS} or "
-        "more splits. "
+        "README's table reports it in place of the 90 % rows once it has as many splits as they "
+        "have. "
         f"*{PICKED_ON_TEST.capitalize()}*: the row with the best mean test LL "
         "among the rows trained on the whole training splits, whose test LL both picked it and is "
         "reported (optimistic by the choice)."

@@ -749,7 +749,7 @@ def test_the_readme_summary_has_one_row_per_set_chosen_on_validation_where_it_ca
     assert not [line for line in lines if line.startswith(("| naval", "| boston"))]
     assert lines[-1].startswith("At or above the best published number on 1 of 2 sets.")
     assert "validation data* (1 sets)" in lines[-1] and "test data* (1 sets)" in lines[-1]
-    # the choice retrained on whole training splits replaces it once it has three splits
+    # the choice retrained on whole training splits replaces it once it has as many splits (3)
     refit = [dict(_vline("kin8nm", "global", s, 1.30, 1.40), validation=None) for s in range(2)]
     assert [line for line in medium.readme_summary(rows, published, records + refit)] == lines
     refit.append(dict(_vline("kin8nm", "global", 2, 1.30, 1.40), validation=None))
@@ -764,6 +764,12 @@ def test_the_readme_summary_has_one_row_per_set_chosen_on_validation_where_it_ca
         "| kin8nm | chosen on validation data (splits 0-2), refit | global-2 | 1.40 ± 0.00 | 3 | "
         "DSVI DGP-4 1.38 | random 90/10 | at or above | — | — |"
     ) in table
+    # with a fourth split of the 90 % rows, three refits are not enough
+    records.append(_vline("kin8nm", "global", 3, 1.30, 1.33))
+    lines = medium.readme_summary(rows, published, records + refit)
+    assert [line for line in lines if "| chosen on validation data |" in line][0].startswith(
+        "| kin8nm | global-2+valid0.1 | chosen on validation data | 1.33 ± 0.00 | 4 |"
+    )
 
 
 def test_rows_on_the_80_20_splits_are_compared_like_for_like_only():
