@@ -140,7 +140,8 @@ def _family(s: Dict, with_schedule: bool = True) -> str:
     """The row's family as the decision table and the plot tell them apart: the posterior, a
     latent-variable model's latent width and K after it (``mean_field+w1K5``), the share of the
     training rows held out for validation (``global+valid0.1``), an objective other than the ELBO
-    (``dspp+predictive``), a medium-set
+    (``dspp+predictive``), a Student-t likelihood with its degrees of freedom (``sghmc+t4``), a
+    medium-set
     row's minibatch and inducing points where they are not the sweep's (``global+b10000``,
     ``sghmc+M128``), the training samples per step where they are not one (``global+s10``), and
     (``with_schedule``) the training schedule where it
@@ -160,7 +161,11 @@ def _family(s: Dict, with_schedule: bool = True) -> str:
     steps = f"+steps{n}" if with_schedule and (n := _other_steps(s)) else ""
     valid = f"+valid{s['validation']:g}" if s.get("validation") else ""
     objective = f"+{s['objective']}" if s.get("objective") else ""
-    return f"{s['posterior']}{latent}{batch}{inducing}{samples}{decay}{steps}{valid}{objective}"
+    student_t = f"+t{s['likelihood_df']:g}" if s.get("likelihood") == "student_t" else ""
+    return (
+        f"{s['posterior']}{latent}{batch}{inducing}{samples}{decay}{steps}{valid}{objective}"
+        f"{student_t}"
+    )
 
 
 def _step_family(s: Dict) -> Optional[str]:

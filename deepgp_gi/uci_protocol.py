@@ -66,6 +66,10 @@ __all__ = [
     "LAYER_VARIANCE_ROWS",
     "POINTWISE_TEST_ROWS",
     "normalise_config",
+    "LIKELIHOOD_CHOICES",
+    "DEFAULT_STUDENT_T_DF",
+    "INITIAL_NOISE_SCALE",
+    "likelihood_of",
     "check_learning_rate_decay",
     "learning_rate_of",
     "config_key",
@@ -102,11 +106,27 @@ CONFIG_KEYS = (
     "chain_steps",
     "kl_weight",
     "inner_width",
+    "likelihood",
+    "likelihood_df",
 )
 
 #: ``objective``: what a deep GP trains on, :func:`deepgp_gi.fit`'s ``objective``; ``None`` (the
 #: default, as in every line written before the key) is the ELBO.
 OBJECTIVE_CHOICES = ("elbo", "predictive")
+
+#: ``likelihood``: the observation model of the (standardised) targets; ``None`` (the default, as
+#: in every line written before the key) is GPflow's ``Gaussian``, ``"student_t"`` GPflow's
+#: ``StudentT`` with ``likelihood_df`` degrees of freedom (fixed) and a learned scale.
+LIKELIHOOD_CHOICES = ("gaussian", "student_t")
+
+#: ``likelihood_df``'s value when a Student-t likelihood names none: 4 degrees of freedom, tails
+#: heavy enough that one outlying target costs tens of nats less than under a Gaussian, and a
+#: finite variance (``df > 2``) for the predictive moments.
+DEFAULT_STUDENT_T_DF = 4.0
+
+#: The initial noise scale of the targets (standardised): the Gaussian's standard deviation
+#: ``sqrt(0.01)`` (the deep-GP builder's default variance), and the Student-t's scale.
+INITIAL_NOISE_SCALE = 0.1
 
 #: ``offdiagonal``: how a STAR or fully-coupled posterior stores its off-diagonal blocks (their
 #: ``precondition_offdiagonal``).
@@ -156,6 +176,8 @@ DEFAULTS = dict(
     chain_steps=None,
     kl_weight=None,
     inner_width=None,
+    likelihood=None,
+    likelihood_df=None,
 )
 
 
@@ -194,7 +216,10 @@ def normalise_config(cfg: Dict) -> Dict:
     weight in ``(0, 1)`` on the KL term of the objective (``fit(kl_schedule=ConstantSchedule(w))``).
     ``inner_width`` (deep GPs only) is ``None`` (the builder's default, ``min(30, D)``) or the width
     of the inner layers (``build_deep_gp(inner_width=...)``). Lines written before these three keys
-    read as ``None``.
+    read as ``None``. ``likelihood`` is ``None`` (Gaussian; ``"gaussian"`` is stored as ``None``)
+    or ``"student_t"`` (:data:`LIKELIHOOD_CHOICES`), whose ``likelihood_df`` (degrees of freedom,
+    a finite number above 2; default :data:`DEFAULT_STUDENT_T_DF`) is stored with it; a Gaussian
+    has ``likelihood_df = None``. Lines written before these two keys read as Gaussian.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -264,7 +289,45 @@ def normalise_config(cfg: Dict) -> Dict:
         out["validation"] = check_validation_fraction(out["validation"])
     _normalise_objective(out)
     _normalise_family_options(out)
+    _normalise_likelihood(out)
     return out
+
+
+def _normalise_likelihood(out: Dict) -> None:
+    """``likelihood`` and ``likelihood_df`` in place (see :func:`normalise_config`)."""
+    from .validation import check_choice
+
+    name = out["likelihood"]
+    name = "gaussian" if name is None else check_choice(name, "likelihood", LIKELIHOOD_CHOICES)
+    if name == "gaussian":
+        if out["likelihood_df"] is not None:
+            raise ValueError(
+                f"likelihood_df applies to likelihood 'student_t' only, got "
+                f"{out['likelihood_df']!r} for a Gaussian likelihood"
+            )
+        out["likelihood"] = None
+        return
+    df = DEFAULT_STUDENT_T_DF if out["likelihood_df"] is None else out["likelihood_df"]
+    if isinstance(df, bool) or not isinstance(df, (int, float)) or not 2.0 < float(df) < np.inf:
+        raise ValueError(
+            f"likelihood_df must be a finite number above 2 (the Student-t's variance is then "
+            f"finite), got {df!r}"
+        )
+    out["likelihood"], out["likelihood_df"] = name, float(df)
+
+
+def likelihood_of(cfg: Dict):
+    """The GPflow likelihood a normalised configuration trains with: ``None`` for the builders'
+    default Gaussian (variance 0.01), or a :class:`~deepgp_gi.likelihoods.StudentT` with
+    ``cfg["likelihood_df"]`` degrees of freedom and scale :data:`INITIAL_NOISE_SCALE`, its scale
+    stored with the configuration's ``positive_transform`` (GPflow's default for a BNN)."""
+    if cfg.get("likelihood") is None:
+        return None
+    from .builders import positive_transform_context
+    from .likelihoods import StudentT
+
+    with positive_transform_context(cfg.get("positive_transform")):
+        return StudentT(scale=INITIAL_NOISE_SCALE, df=cfg["likelihood_df"])
 
 
 def _normalise_family_options(out: Dict) -> None:
@@ -422,6 +485,7 @@ def build_model(cfg: Dict, split: int):
             num_inducing=M,
             seed=seed,
             positive_transform=cfg["positive_transform"],
+            likelihood=likelihood_of(cfg),
             **options,
         )
     else:
@@ -436,6 +500,7 @@ def build_model(cfg: Dict, split: int):
             prior=cfg["prior"],
             num_inducing=cfg["num_inducing"],
             seed=seed,
+            likelihood=likelihood_of(cfg),
             **options,
         )
     return model, data
