@@ -221,6 +221,8 @@ def _cmd_uci(args) -> int:
         learning_rate_decay=args.lr_decay,
         validation=args.validation,
         objective=args.objective,
+        likelihood=args.likelihood,
+        likelihood_df=args.likelihood_df,
     )
     cfg = normalise_config(cfg)
     done: Dict[int, Dict] = {}
@@ -243,6 +245,8 @@ def _cmd_uci(args) -> int:
         valid = (
             f"-valid{cfg['validation']:g}" if cfg["validation"] else ""
         )  # not the full-split run's checkpoint
+        if cfg["likelihood"]:  # nor the Gaussian's
+            valid += f"-{cfg['likelihood']}{cfg['likelihood_df']:g}"
         ckpt = (
             os.path.join(args.checkpoint_dir, f"{cfg['dataset']}-{posterior}-{split}{valid}")
             if args.checkpoint_dir
@@ -467,6 +471,20 @@ def build_parser(tables: bool = True) -> argparse.ArgumentParser:
         default=None,
         help="what a deep GP trains on: the ELBO (default) or the predictive objective "
         "(variational families without a latent input; meant for posterior dspp)",
+    )
+    uci.add_argument(
+        "--likelihood",
+        choices=("gaussian", "student_t"),
+        default=None,
+        help="the targets' likelihood: Gaussian (default) or Student-t (deepgp_gi.likelihoods."
+        "StudentT: a learned scale, --likelihood-df degrees of freedom)",
+    )
+    uci.add_argument(
+        "--likelihood-df",
+        type=float,
+        default=None,
+        metavar="DF",
+        help="the Student-t's degrees of freedom, above 2 (default 4)",
     )
     uci.add_argument(
         "--out",

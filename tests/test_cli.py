@@ -223,6 +223,23 @@ def test_validation_is_parsed_and_bad_values_are_refused(capsys):
         assert "--validation" in capsys.readouterr().err
 
 
+def test_likelihood_is_parsed_and_reaches_the_configuration(capsys):
+    parse = cli.build_parser().parse_args
+    args = parse(["uci", "--dataset", "energy"])
+    assert args.likelihood is None and args.likelihood_df is None
+    args = parse(
+        ["uci", "--dataset", "energy", "--likelihood", "student_t", "--likelihood-df", "5"]
+    )
+    assert (args.likelihood, args.likelihood_df) == ("student_t", 5.0)
+    with pytest.raises(SystemExit):
+        parse(["uci", "--dataset", "energy", "--likelihood", "cauchy"])
+    assert "--likelihood" in capsys.readouterr().err
+    # an impossible setting is refused by name before any training starts
+    argv = ["uci", "--dataset", "energy", "--likelihood", "student_t", "--likelihood-df", "1"]
+    assert cli.main(argv) == 2
+    assert "likelihood_df must be a finite number above 2" in capsys.readouterr().err
+
+
 def test_objective_is_parsed(capsys):
     parse = cli.build_parser().parse_args
     assert parse(["uci", "--dataset", "yacht"]).objective is None
