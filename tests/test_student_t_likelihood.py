@@ -155,18 +155,9 @@ def test_a_student_t_needs_finite_positive_degrees_of_freedom():
 
 
 def test_a_split_runs_with_a_student_t_and_records_it():
+    cfg = dict(dataset="yacht", posterior="sghmc", depth=2, likelihood="student_t")
     record = uci_protocol.run_split(
-        dict(
-            dataset="yacht",
-            posterior="sghmc",
-            depth=2,
-            likelihood="student_t",
-            num_inducing=5,
-            steps=3,
-            test_samples=2,
-            batch_size=50,
-        ),
-        0,
+        dict(cfg, num_inducing=5, steps=3, test_samples=2, batch_size=50), 0
     )
     assert record["likelihood"] == "student_t" and record["likelihood_df"] == 4.0
     assert np.isfinite(record["test_ll"]) and np.isfinite(record["rmse"])
