@@ -143,7 +143,7 @@ class StudentT(gpflow.likelihoods.StudentT):
 
     GPflow integrates ``p(y | f)`` against ``N(f; mu, var)`` by 20-point Gauss-Hermite quadrature
     in ``f``; when ``var`` is much larger than ``scale**2`` the peaked density falls between the
-    nodes and the result can be off by nats. Here the t is written as a scale mixture of
+    nodes and the result can be off by tenths of a nat or more. Here the t is a scale mixture of
     Gaussians, ``t(y; f, s, nu) = int Gamma(lam; nu/2, nu/2) N(y; f, s^2/lam) dlam``, so that the
     integral over ``f`` is closed-form and one smooth integral over ``u = log lam`` is left::
 
