@@ -313,10 +313,11 @@ def cmd_sweep(args) -> int:
         print(f"  group {name} is pending: {reason}", flush=True)
     if args.dry_run:
         for group, cfg, split in pending:
+            marks = "".join(f", {m}" for m in _protocol_marks(cfg))
             print(
                 f"  {group}: {cfg['dataset']} {cfg['model']} {cfg['posterior']} depth "
                 f"{cfg['depth']} prior {cfg['prior']} lr {cfg['learning_rate']} steps "
-                f"{cfg['steps']} split {split}"
+                f"{cfg['steps']} split {split}{marks}"
             )
         return 0
     if not pending:

@@ -743,6 +743,12 @@ def test_sweep_filters_select_runs_within_a_group_and_a_typo_is_an_error(tmp_pat
     ):
         code, runs, err = dry(*extra)
         assert code == 2 and not runs and message in err, (extra, err)
+    # a task's options other than the protocol's usual ones follow its split
+    sweep.write_text(TINY.replace('model = "gp"', 'model = "gp"\nlikelihood = "student_t"'))
+    code, runs, _ = dry()
+    assert code == 0 and runs == [
+        "tiny: yacht gp mean_field depth 2 prior None lr 0.01 steps 20 split 0, Student-t, df 4"
+    ]
 
 
 # ------------------------------------------------------------------ the choice on validation data
