@@ -214,18 +214,31 @@ class MeanFieldPosterior(DeepPosterior):
 
     @inherit_check_shapes
     def propagate(self, X, num_samples=1, seed=None) -> Propagation:
-        source, F = self._start(X, num_samples, seed)
+        """As :meth:`DeepPosterior.propagate`. The first layer's inputs are the same rows in every
+        sample, and so are its marginals: they are computed once, on ``[1, N, D]``, and
+        broadcast over the ``S`` samples (its draws differ per sample), which makes a
+        many-sample prediction, or a deep sigma point process's ``Q`` paths, cost one first-layer
+        conditional instead of ``S``."""
+        source, F = self._start(X, 1, seed)
         jitter = gpflow.config.default_jitter()
         choleskies, stack = inducing_choleskies(
             self.layers, stacked=True
         )  # one batched factorisation
         white, roots = self._whitened_layers(choleskies, stack)  # shared with the KL
+
+        def marginals(l, F):
+            mean, var = self.layer_marginals(l, F, choleskies[l], white[l])
+            if l > 0:
+                return mean, var
+            shape = tf.concat([[num_samples], tf.shape(mean)[1:]], 0)
+            return tf.broadcast_to(mean, shape), tf.broadcast_to(var, shape)
+
         samples = []
         for l in range(self.depth - 1):
-            mean, var = self.layer_marginals(l, F, choleskies[l], white[l])
+            mean, var = marginals(l, F)
             F = sample_rows(mean, var, source.normal(f"f/{l}", tf.shape(mean), mean.dtype), jitter)
             samples.append(F)
-        mean, var = self.layer_marginals(self.depth - 1, F, choleskies[-1], white[-1])
+        mean, var = marginals(self.depth - 1, F)
         var = tf.maximum(var, 0.0)
         samples.append(self.sample_last_layer(mean, var, source))
         kl = tf.fill([num_samples], self.kl_divergence(white=white, roots=roots))

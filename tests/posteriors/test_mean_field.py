@@ -287,3 +287,34 @@ def test_multiclass_likelihoods_over_the_sample_axis(rng):
     )
     soft = dg.DeepGP([layer], gpflow.likelihoods.Softmax(C), post, num_data=N)
     assert np.isfinite(soft.elbo((X, Y), 2).numpy())
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_propagation_equals_each_sample_pushed_through_its_own_layer_marginals(rng, depth):
+    """``propagate`` computes the first layer's marginals once and broadcasts them over the
+    samples; the result must be what each sample's own chain of layer marginals gives."""
+    X, Y, Z = _data(rng)
+    model = dg.build_deep_gp(X, Y, depth=depth, posterior="mean_field", num_inducing=M, seed=0)
+    post = model.posterior
+    for l, layer in enumerate(model.layers):  # a posterior away from its initialisation
+        post.q_mu[l].assign(rng.normal(size=post.q_mu[l].shape) * 0.3)
+        post.q_sqrt[l].assign(np.tril(rng.normal(size=post.q_sqrt[l].shape)) * 0.2)
+    S = 4
+    eps = {
+        f"f/{l}": rng.normal(size=(S, N, layer.output_dim)) for l, layer in enumerate(model.layers)
+    }
+    prop = post.propagate(X, S, FixedNoise(eps))
+    F = np.broadcast_to(X, (S, N, D))
+    for l in range(depth):
+        mean, var = (a.numpy() for a in post.layer_marginals(l, F))
+        F = (
+            mean
+            + np.sqrt(
+                np.maximum(var, 0.0) + (gpflow.config.default_jitter() if l < depth - 1 else 0.0)
+            )
+            * eps[f"f/{l}"]
+        )
+        np.testing.assert_allclose(prop.samples[l].numpy(), F, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(prop.mean.numpy(), mean, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(prop.var.numpy(), np.maximum(var, 0.0), rtol=1e-10, atol=1e-12)
+    assert prop.mean.shape == (S, N, model.layers[-1].output_dim)
