@@ -149,10 +149,10 @@ class StudentT(gpflow.likelihoods.StudentT):
 
         log p(y) = log int Gamma(e^u; nu/2, nu/2) e^u N(y; mu, var + s^2 e^-u) du
 
-    done by the trapezoid rule on a fixed grid of ``u`` (:attr:`log_precision_grid`, spacing at
-    most a fifth of the mixing density's width, covering targets up to about ``10**6`` scales
-    from the mean). For a smooth integrand decaying at both ends that rule converges faster than
-    any power of the spacing. The variational expectations stay GPflow's quadrature of
+    done by the trapezoid rule on a fixed grid of ``u`` (the attribute ``log_precision_grid``,
+    spacing at most a fifth of the mixing density's width, covering targets up to about ``10**6``
+    scales from the mean). For a smooth integrand decaying at both ends that rule converges faster
+    than any power of the spacing. The variational expectations stay GPflow's quadrature of
     ``log p(y | f)``, a smooth function of ``f``.
 
     :param scale: the initial scale ``s`` (positive).
