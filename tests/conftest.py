@@ -19,6 +19,24 @@ SLOW_TESTS = {
 }
 
 
+def pytest_configure(config):
+    """Under ``pytest -n W`` (``make test``), give each worker's TensorFlow its share of the cores
+    (``cpu_count // W`` threads, at least one) instead of a pool as wide as the machine: W workers
+    each running a pool of every core oversubscribe it, and the suite's small ops then wait on one
+    another. Runs before any test makes a tensor; an explicit ``TF_NUM_*_THREADS`` wins, and the
+    variables reach the suite's subprocesses too."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers < 2:
+        return
+    import tensorflow as tf
+
+    share = str(max(1, (os.cpu_count() or 1) // workers))
+    intra = int(os.environ.setdefault("TF_NUM_INTRAOP_THREADS", share))
+    inter = int(os.environ.setdefault("TF_NUM_INTEROP_THREADS", share))
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark the tests of ``SLOW_TESTS`` ``slow`` before ``-m`` selects (tryfirst: this runs before

@@ -21,7 +21,8 @@ def live(kind) -> int:
     return sum(isinstance(o, kind) for o in gc.get_objects())
 
 
-@pytest.mark.parametrize("with_checkpoints", [False, True])
+# without checkpoints in the default suite; with them (the same loop, plus saving) in the slow suite
+@pytest.mark.parametrize("with_checkpoints", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_repeated_fit_calls_keep_a_fixed_number_of_graphs_and_steps(
     rng, tmp_path, with_checkpoints
 ):
@@ -65,6 +66,7 @@ def test_a_reused_step_gives_the_numbers_of_a_new_one(rng):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # four fits of two models
 def test_another_configuration_builds_another_step(rng):
     X, Y = toy_regression(rng, 40)
     model = dg.build_deep_gp(X, Y, depth=1, posterior="mean_field", num_inducing=5, seed=0)

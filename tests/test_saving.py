@@ -183,6 +183,7 @@ def test_every_family_round_trips(kind, family, data, tmp_path):
     assert loaded.family == family
 
 
+@pytest.mark.slow  # tests/test_table_cli.py saves and loads a classifier in the default suite
 def test_a_classifier_gives_class_probabilities(data, saved, tmp_path):
     model, X, labels = build("classifier", "mean_field", data)
     loaded = dg.load(dg.save(model, tmp_path / "m", class_names=["low", "mid", "high"]))
@@ -365,6 +366,7 @@ def test_another_format_version_or_an_older_release_is_refused(saved, tmp_path):
         dg.load(old)
 
 
+@pytest.mark.slow  # a second full save
 def test_an_interrupted_save_leaves_nothing_behind(saved, monkeypatch, tmp_path):
     model, saved_path = saved
     import tensorflow as tf

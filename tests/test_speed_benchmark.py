@@ -183,6 +183,7 @@ def test_the_minibatch_section_times_every_medium_row_at_another_minibatch_besid
     assert "| global-2 | 25.0 | 200.0 | 8.0 | 0.80 |" in md and "one TensorFlow thread" in md
 
 
+@pytest.mark.slow  # builds and times MNIST-sized models
 def test_the_mnist_section_times_the_mnist_benchmarks_models(monkeypatch, tmp_path):
     """`--only mnist` times fit's step of every deep GP benchmarks/mnist_dgp.py trains (family and
     depth) and of every LeNet BNN family benchmarks/images.py trains on MNIST, on random data of

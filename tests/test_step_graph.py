@@ -90,7 +90,11 @@ MODELS = [("deep GP", name) for name in DEEP_GP_FAMILIES] + [
 ]
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["plain", "xla"])
+# the plain step of every model in the default suite; the XLA step (the same graph, compiled) in the
+# slow suite
+@pytest.mark.parametrize(
+    "jit_compile", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["plain", "xla"]
+)
 @pytest.mark.parametrize("kind, posterior", MODELS)
 def test_training_step_has_no_host_synchronising_op(
     accelerator_branch, kind, posterior, jit_compile
