@@ -10,6 +10,8 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
 
+from .validation import check_float_above
+
 __all__ = [
     "StudentT",
     "expected_log_likelihood",
@@ -166,9 +168,8 @@ class StudentT(gpflow.likelihoods.StudentT):
     U_MIN, U_MAX = -30.0, 5.0
 
     def __init__(self, scale=1.0, df: float = 3.0, **kwargs) -> None:
-        if isinstance(df, bool) or not isinstance(df, (int, float)) or not 0.0 < df < math.inf:
-            raise ValueError(f"df must be a finite number above 0, got {df!r}")
-        super().__init__(scale=scale, df=float(df), **kwargs)
+        df = check_float_above(df, "df", 0.0)
+        super().__init__(scale=scale, df=df, **kwargs)
         a = 0.5 * self.df
         # the Gamma(a, a) density in u = log lam has width about 1 / sqrt(a) near u = 0
         spacing = min(0.1, 0.2 / math.sqrt(a))

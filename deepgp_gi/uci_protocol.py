@@ -295,7 +295,7 @@ def normalise_config(cfg: Dict) -> Dict:
 
 def _normalise_likelihood(out: Dict) -> None:
     """``likelihood`` and ``likelihood_df`` in place (see :func:`normalise_config`)."""
-    from .validation import check_choice
+    from .validation import check_choice, check_float_above
 
     name = out["likelihood"]
     name = "gaussian" if name is None else check_choice(name, "likelihood", LIKELIHOOD_CHOICES)
@@ -308,12 +308,8 @@ def _normalise_likelihood(out: Dict) -> None:
         out["likelihood"] = None
         return
     df = DEFAULT_STUDENT_T_DF if out["likelihood_df"] is None else out["likelihood_df"]
-    if isinstance(df, bool) or not isinstance(df, (int, float)) or not 2.0 < float(df) < np.inf:
-        raise ValueError(
-            f"likelihood_df must be a finite number above 2 (the Student-t's variance is then "
-            f"finite), got {df!r}"
-        )
-    out["likelihood"], out["likelihood_df"] = name, float(df)
+    df = check_float_above(df, "likelihood_df", 2.0, "the Student-t's variance is then finite")
+    out["likelihood"], out["likelihood_df"] = name, df
 
 
 def likelihood_of(cfg: Dict):

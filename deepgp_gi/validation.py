@@ -144,6 +144,19 @@ def check_positive_float(value, name: str) -> float:
     return float(value)
 
 
+def check_float_above(value, name: str, bound: float, reason: str = "") -> float:
+    """A finite number strictly above ``bound`` (int or float; bools rejected), returned as
+    ``float``; ``reason``, when given, is said in the error after the bound."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not bound < float(value) < np.inf
+    ):
+        why = f" ({reason})" if reason else ""
+        raise ValueError(f"{name} must be a finite number above {bound:g}{why}, got {value!r}")
+    return float(value)
+
+
 def check_nonnegative_float(value, name: str) -> float:
     """A finite number >= 0 (int or float; bools rejected), returned as ``float``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):

@@ -119,3 +119,15 @@ def test_deepgp_composition_errors(rng):
         dg.GPLayer(gpflow.kernels.SquaredExponential(), 1, 3, inducing_inputs=Z)
     with pytest.raises(ValueError, match="layers must contain at least one layer"):
         dg.DeepGP([], gpflow.likelihoods.Gaussian())
+
+
+def test_a_float_above_a_bound_is_strictly_above_it_and_finite():
+    from deepgp_gi.validation import check_float_above
+
+    assert check_float_above(3, "df", 2.0) == 3.0
+    assert check_float_above(np.float32(2.5), "df", 2.0) == 2.5
+    for bad in (2, 2.0, 1.0, -np.inf, np.inf, np.nan, True, "3", None):
+        with pytest.raises(ValueError, match=r"^df must be a finite number above 2, got"):
+            check_float_above(bad, "df", 2.0)
+    with pytest.raises(ValueError, match=r"above 0 \(a reason\), got -1"):
+        check_float_above(-1, "x", 0.0, "a reason")
