@@ -777,8 +777,10 @@ def report(args):
         raise SystemExit(f"--trace {args.trace}: no such file")
     trace = [t for t in read_lines(trace_path) if t.get("benchmark") == "images"]
     text = render_report(rows, args.results, args.out, args.plot, trace_path if trace else None)
-    if args.plot and trace:
-        plot_traces(trace, args.plot)
+    finished = {run_key(r) for r in rows if r.get("benchmark", "images") == "images"}
+    finished_trace = [t for t in trace if run_key(t) in finished]  # not a running run's part
+    if args.plot and finished_trace:
+        plot_traces(finished_trace, args.plot)
     elif args.plot:
         plot(_groups(rows), args.plot)
     if args.out:
@@ -876,7 +878,9 @@ def plot_traces(trace, path: str) -> None:
     seeds at each traced epoch, a band from the lowest to the highest seed; the posterior family's
     colour, a line style per prior, network and settings (the legend names the network and the
     settings when the trace holds several); LeNet-5's
-    published 99.05% on MNIST as a black dashed line in the accuracy panel."""
+    published 99.05% on MNIST as a black dashed line in the accuracy panel (named in the legend).
+    Each panel's y axis spans the values of the last two thirds of the epochs (and the reference
+    line), so that the trained models' differences show; earlier points may fall outside it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -900,6 +904,10 @@ def plot_traces(trace, path: str) -> None:
     order = {p: i for i, p in enumerate(POSTERIORS + INDUCING_WEIGHTS)}
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     panels = (("accuracy", 100.0), ("test_ll", 1.0), ("ece", 100.0))
+    last_epoch = max(
+        (e for seeds in configs.values() for p in seeds.values() for e in p), default=0
+    )
+    late = [[] for _ in panels]  # the values of the last two thirds of training, per panel
     for config in sorted(configs, key=lambda c: (c[0], c[2], order.get(c[3], 99), c[3], c[4])):
         dataset, split, net, posterior, prior = config[:5]
         seeds = configs[config]
@@ -923,6 +931,9 @@ def plot_traces(trace, path: str) -> None:
             values = [
                 [scale * points[e][field] for points in seeds.values() if e in points]
                 for e in epochs
+            ]
+            late[axes.tolist().index(ax)] += [
+                x for e, v in zip(epochs, values) if e >= last_epoch / 3 for x in v
             ]
             ax.plot(
                 epochs,
@@ -950,16 +961,12 @@ def plot_traces(trace, path: str) -> None:
             lw=1,
             label=f"LeNet-5, LeCun et al. (1998): {LENET5_MNIST_ACCURACY}%",
         )
-        axes[0].annotate(
-            f"LeNet-5 {LENET5_MNIST_ACCURACY}%",
-            (1.0, LENET5_MNIST_ACCURACY),
-            xycoords=("axes fraction", "data"),
-            xytext=(-4, 3),
-            textcoords="offset points",
-            ha="right",
-            va="bottom",
-            fontsize=8,
-        )
+        late[0].append(LENET5_MNIST_ACCURACY)
+    for ax, values in zip(axes, late):  # the scale of the trained models, not of the first epochs
+        if values:
+            low, high = min(values), max(values)
+            pad = 0.08 * (high - low) if high > low else 0.05 * max(abs(high), 1e-3)
+            ax.set_ylim(low - pad, high + pad)
     units = ("test accuracy (%)", "test log-likelihood (nats per image)", "ECE (%)")
     for ax, title in zip(axes, units):
         ax.set_title(title, fontsize=10)
@@ -970,7 +977,9 @@ def plot_traces(trace, path: str) -> None:
         "each run's own trace: line = mean over seeds, band = lowest to highest seed; colour: the "
         "posterior family, line style: the prior"
         + (", the network" if len(nets) > 1 and len(datasets) == 1 else "")
-        + (" and the training settings" if several else ""),
+        + (" and the training settings" if several else "")
+        + ";\ny axes at the scale of the last two thirds of training (earlier points may lie "
+        "outside them)",
         fontsize=9,
     )
     fig.tight_layout()
