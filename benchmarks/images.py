@@ -876,11 +876,11 @@ def plot_traces(trace, path: str) -> None:
     """Accuracy (%), test log-likelihood and ECE (%) against epochs, drawn from each run's own
     trace: one line per configuration (a run key without its seed) through the mean over its
     seeds at each traced epoch, a band from the lowest to the highest seed; the posterior family's
-    colour, a line style per prior, network and settings (the legend names the network and the
-    settings when the trace holds several); LeNet-5's
-    published 99.05% on MNIST as a black dashed line in the accuracy panel (named in the legend).
-    Each panel's y axis spans the values of the last two thirds of the epochs (and the reference
-    line), so that the trained models' differences show; earlier points may fall outside it."""
+    colour, a line style per prior, network, settings and family options (the legend names the
+    network and the settings when the trace holds several); LeNet-5's published 99.05% on MNIST as
+    a black dashed line in the accuracy panel (named in the legend). Each panel's y axis spans the
+    values of the last two thirds of the epochs (and the reference line), so that the trained
+    models' differences show; earlier points may fall outside it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -894,7 +894,7 @@ def plot_traces(trace, path: str) -> None:
         config = key[:5] + key[6:]
         configs.setdefault(config, {})[seed] = {t["epoch"]: t for t in points.values()}
     variants = sorted(
-        {(c[4], _settings_text(c[:5] + (None,) + c[5:]), c[2]) for c in configs},
+        {(c[4], _settings_text(c[:5] + (None,) + c[5:]), c[2], c[6] or "") for c in configs},
         key=lambda v: (PRIORS.index(v[0]) if v[0] in PRIORS else len(PRIORS), v),
     )
     styles = {v: plot_style.variant_linestyle(i) for i, v in enumerate(variants)}
@@ -939,7 +939,7 @@ def plot_traces(trace, path: str) -> None:
                 epochs,
                 [np.mean(v) for v in values],
                 color=colour,
-                ls=styles[(prior, settings, net)],
+                ls=styles[(prior, settings, net, config[6] or "")],
                 marker="o",
                 ms=3,
                 label=name,
