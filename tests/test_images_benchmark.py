@@ -332,6 +332,7 @@ def test_evaluate_scores_a_finished_cell_again_with_more_samples(tmp_path):
         images.main(["evaluate", *bad, "--eval-out", str(scores)])
 
 
+@pytest.mark.slow  # builds and trains the benchmark's models
 def test_layer_widths_reach_the_model_the_keys_and_the_report(tmp_path, monkeypatch):
     import deepgp_gi as dg
 

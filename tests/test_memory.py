@@ -21,8 +21,8 @@ def live(kind) -> int:
     return sum(isinstance(o, kind) for o in gc.get_objects())
 
 
-# without checkpoints in the default suite; with them (the same loop, plus saving) in the slow suite
-@pytest.mark.parametrize("with_checkpoints", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow  # repeated fits (tests/test_memory.py's reused-step test stays in make test)
+@pytest.mark.parametrize("with_checkpoints", [False, True])
 def test_repeated_fit_calls_keep_a_fixed_number_of_graphs_and_steps(
     rng, tmp_path, with_checkpoints
 ):

@@ -204,6 +204,7 @@ def test_a_classifier_gives_class_probabilities(data, saved, tmp_path):
         regressor.predict_proba(X)
 
 
+@pytest.mark.slow  # two saves with and without a transform
 def test_a_transform_puts_predictions_in_the_data_units(data, tmp_path):
     X, Y, _, _ = data
     X_data, Y_data = 3.0 + 5.0 * X, -2.0 + 10.0 * Y

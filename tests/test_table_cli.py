@@ -141,6 +141,7 @@ def test_evaluate_prints_the_figures_of_the_predictions(tables, capsys):
     assert record["coverage"] == float(np.mean((lower <= y) & (y <= upper)))
 
 
+@pytest.mark.slow  # trains, saves and loads a classifier through the command line
 def test_a_classifier_predicts_one_probability_per_class(tables, classifier, tmp_path, capsys):
     _, _, test, _ = tables
     out = str(tmp_path / "p.csv")
