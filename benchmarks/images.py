@@ -927,14 +927,12 @@ def plot_traces(trace, path: str) -> None:
             + f" ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
         )
         colour = plot_style.family_colour(posterior, "bnn")
-        for ax, (field, scale) in zip(axes, panels):
+        for ax, (field, scale), kept in zip(axes, panels, late):
             values = [
                 [scale * points[e][field] for points in seeds.values() if e in points]
                 for e in epochs
             ]
-            late[axes.tolist().index(ax)] += [
-                x for e, v in zip(epochs, values) if e >= last_epoch / 3 for x in v
-            ]
+            kept += [x for e, v in zip(epochs, values) if e >= last_epoch / 3 for x in v]
             ax.plot(
                 epochs,
                 [np.mean(v) for v in values],

@@ -183,7 +183,7 @@ def test_every_family_round_trips(kind, family, data, tmp_path):
     assert loaded.family == family
 
 
-@pytest.mark.slow  # tests/test_table_cli.py saves and loads a classifier in the default suite
+@pytest.mark.slow  # a classifier's save and load (also tests/test_table_cli.py, slow too)
 def test_a_classifier_gives_class_probabilities(data, saved, tmp_path):
     model, X, labels = build("classifier", "mean_field", data)
     loaded = dg.load(dg.save(model, tmp_path / "m", class_names=["low", "mid", "high"]))
