@@ -206,3 +206,10 @@ def test_portable_paths():
     assert portable("--out /tmp/ab.md and /var/tmp/my-ckpt/3") == "--out TMP_DIR/ab.md and CKPT_DIR"
     text = "ms/step, ELBO/N, 1/2, https://example.org/a, benchmarks/x.md, /path/to/commit, ~/data"
     assert portable(text) == text
+
+
+def test_repeated_rows_report():
+    from benchmarks import repeated_rows as rr
+    from deepgp_gi.datasets import UCI_NAMES
+
+    _assert_regenerates(RESULTS / "uci" / "repeated_rows.md", rr.report_text(list(UCI_NAMES)))
