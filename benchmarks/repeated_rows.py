@@ -90,16 +90,23 @@ def _split_data(name: str, split: int, protocol: str = "random", validation=None
 def split_repeats(name: str, split: int, protocol: str = "random", validation=None) -> Dict:
     """The repeated test rows of one split: ``n_test``, ``same_inputs`` and ``same_row`` (boolean
     [T] masks of :func:`repeated_test_rows`), fitted rows = the split's training rows (those left
-    after the ``validation`` share is held out)."""
+    after the ``validation`` share is held out); with ``validation``, ``valid_same_row`` too
+    (boolean [V]: the validation rows that repeat a fitted row, inputs and target)."""
     data = _split_data(name, split, protocol, validation)
     same_inputs, same_row = repeated_test_rows(data.X_train, data.Y_train, data.X_test, data.Y_test)
-    return dict(n_test=len(same_row), same_inputs=same_inputs, same_row=same_row)
+    out = dict(n_test=len(same_row), same_inputs=same_inputs, same_row=same_row)
+    if validation:
+        out["valid_same_row"] = repeated_test_rows(
+            data.X_train, data.Y_train, data.X_valid, data.Y_valid
+        )[1]
+    return out
 
 
 def count_rows(names: Sequence[str], splits: int = COUNTED_SPLITS) -> List[Dict]:
     """Per data set: the mean over its first ``splits`` random splits of the test rows, those whose
     inputs repeat a training row and those whose inputs and target do (all training rows fitted,
-    and the 90 % of a validation line)."""
+    and the 90 % of a validation line), and the validation rows (10 %) that repeat a row of that
+    90 %."""
     from deepgp_gi.datasets import load_uci_raw
 
     rows = []
@@ -115,6 +122,8 @@ def count_rows(names: Sequence[str], splits: int = COUNTED_SPLITS) -> List[Dict]
                 same_inputs=float(np.mean([w["same_inputs"].sum() for w in whole])),
                 same_row=float(np.mean([w["same_row"].sum() for w in whole])),
                 same_row_valid=float(np.mean([h["same_row"].sum() for h in held])),
+                n_valid=float(np.mean([len(h["valid_same_row"]) for h in held])),
+                valid_same_row=float(np.mean([h["valid_same_row"].sum() for h in held])),
             )
         )
     return rows
@@ -193,17 +202,21 @@ def render(counts: List[Dict], lines: List[Tuple[str, Dict]], command: str = COM
         "## How many",
         "",
         "Mean per split over each set's first random 90/10 splits: test rows whose inputs equal a "
-        "training row's, and whose inputs and target both equal one training row's; the last "
-        "column with the 90 % of the training rows a validation line fits.",
+        "training row's, and whose inputs and target both equal one training row's; then the "
+        "same with the 90 % of the training rows a validation line fits, and the validation rows "
+        "(the other 10 %) that repeat a row of that 90 %, as the rule choosing on validation data "
+        "sees them.",
         "",
         "| data set | splits | test rows | same inputs | same inputs and target | "
-        "same inputs and target, 90 % fitted |",
-        "|---|---|---|---|---|---|",
+        "same inputs and target, 90 % fitted | validation rows | validation rows repeating |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in counts:
         out.append(
             f"| {c['dataset']} | {c['splits']} | {c['n_test']:.0f} | {c['same_inputs']:.1f} | "
-            f"{c['same_row']:.1f} ({c['same_row'] / c['n_test']:.0%}) | {c['same_row_valid']:.1f} |"
+            f"{c['same_row']:.1f} ({c['same_row'] / c['n_test']:.0%}) | {c['same_row_valid']:.1f} "
+            f"| {c['n_valid']:.0f} | {c['valid_same_row']:.1f} "
+            f"({c['valid_same_row'] / c['n_valid']:.0%}) |"
         )
     out += [
         "",

@@ -59,9 +59,21 @@ def test_standardised_splits_find_the_repeats_of_the_raw_rows():
     got = rr.split_repeats("wine", 0)
     np.testing.assert_array_equal(got["same_inputs"], raw[0])
     np.testing.assert_array_equal(got["same_row"], raw[1])
-    assert (
-        got["same_row"].sum() > 0.2 * got["n_test"]
-    )  # wine repeats rows: a quarter of its test rows
+    # wine repeats rows: a quarter of its test rows
+    assert got["same_row"].sum() > 0.2 * got["n_test"]
+
+
+def test_the_validation_rows_that_repeat_a_fitted_row_match_the_raw_rows():
+    from deepgp_gi.datasets import load_uci_raw
+    from deepgp_gi.datasets.uci import _load, validation_rows
+
+    X, Y, _ = load_uci_raw("wine")
+    _, _, _, _, (train, _) = _load("wine", 1, None)
+    fit, valid = (np.asarray(train)[p] for p in validation_rows(len(train), 1, 0.1))
+    _, raw = rr.repeated_test_rows(X[fit], Y[fit], X[valid], Y[valid])
+    got = rr.split_repeats("wine", 1, validation=0.1)
+    np.testing.assert_array_equal(got["valid_same_row"], raw)
+    assert "valid_same_row" not in rr.split_repeats("wine", 1)
 
 
 def test_split_points_averages_the_repeated_and_the_other_test_points():
