@@ -81,18 +81,14 @@ def repeated_test_rows(
     return same_inputs.astype(bool), same_row.astype(bool)
 
 
-def _split_data(name: str, split: int, protocol: str = "random", validation=None):
-    from deepgp_gi.datasets import load_uci
-
-    return load_uci(name, split, protocol=protocol, validation=validation)
-
-
 def split_repeats(name: str, split: int, protocol: str = "random", validation=None) -> Dict:
     """The repeated test rows of one split: ``n_test``, ``same_inputs`` and ``same_row`` (boolean
     [T] masks of :func:`repeated_test_rows`), fitted rows = the split's training rows (those left
     after the ``validation`` share is held out); with ``validation``, ``valid_same_row`` too
     (boolean [V]: the validation rows that repeat a fitted row, inputs and target)."""
-    data = _split_data(name, split, protocol, validation)
+    from deepgp_gi.datasets import load_uci
+
+    data = load_uci(name, split, protocol=protocol, validation=validation)
     same_inputs, same_row = repeated_test_rows(data.X_train, data.Y_train, data.X_test, data.Y_test)
     out = dict(n_test=len(same_row), same_inputs=same_inputs, same_row=same_row)
     if validation:
