@@ -230,15 +230,14 @@ def render(counts: List[Dict], lines: List[Tuple[str, Dict]], command: str = COM
     ]
     by_key: Dict[Tuple, List] = defaultdict(list)
     for path, r in lines:
-        by_key[(r["dataset"], line_label(r))].append((path, r))
+        by_key[(r["dataset"], line_label(r))].append((path, r, split_points(r)))
     for dataset, label in sorted(by_key):
-        for path, r in sorted(by_key[(dataset, label)], key=lambda t: t[1]["split"]):
-            p = split_points(r)
+        for path, r, p in sorted(by_key[(dataset, label)], key=lambda t: t[1]["split"]):
             out.append(
                 f"| {dataset} | {r['split']} | {label} | {r.get('steps', '')} | {path} | {p['n']} "
                 f"| {p['n_same']} | {_f(p['all'])} | {_f(p['same'])} | {_f(p['other'])} |"
             )
-    summary = _summary(lines)
+    summary = _summary({k: [p for _, _, p in v] for k, v in by_key.items()})
     if summary:
         out += ["", "Over the splits of each configuration above (mean ± SE over its splits):", ""]
         out += ["| data set | configuration | splits | repeated rows | other rows |"]
@@ -247,10 +246,8 @@ def render(counts: List[Dict], lines: List[Tuple[str, Dict]], command: str = COM
     return "\n".join(out) + "\n"
 
 
-def _summary(lines: List[Tuple[str, Dict]]) -> List[str]:
-    groups: Dict[Tuple, List[Dict]] = defaultdict(list)
-    for _, r in lines:
-        groups[(r["dataset"], line_label(r))].append(split_points(r))
+def _summary(groups: Dict[Tuple, List[Dict]]) -> List[str]:
+    """Rows of mean ± SE over splits of :func:`split_points` by ``(data set, configuration)``."""
     rows = []
     for (dataset, label), parts in sorted(groups.items()):
         if len(parts) < 2:
