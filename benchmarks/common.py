@@ -1,5 +1,6 @@
 """What the benchmark scripts share: the commit stamp of a result line, appending and reading result
-lines (one JSON object a line), mean ± one standard error, and TensorFlow's thread limits.
+lines (one JSON object a line), a resumed run's trace up to its checkpoint, mean ± one standard
+error, and TensorFlow's thread limits.
 
 Result lines travel: :func:`append_line` writes every string of a record through :func:`portable`,
 so a command or an error message names paths relative to the checkout (``benchmarks/...``), a
@@ -14,7 +15,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -22,6 +23,7 @@ __all__ = [
     "code_commit",
     "append_line",
     "read_lines",
+    "trace_to_checkpoint",
     "mean_se",
     "set_threads",
     "portable",
@@ -136,6 +138,46 @@ def read_lines(path: str) -> List[Dict]:
                 except json.JSONDecodeError:
                     continue
     return out
+
+
+def trace_to_checkpoint(
+    path: str, key: Callable[[Dict], tuple], run: tuple, done: int, drop_later: bool, flag: str
+) -> List[Dict]:
+    """The trace lines of one run (those with ``key(line) == run``) up to step ``done``, the step
+    its checkpoint holds, in file order.
+
+    Lines of that run past ``done`` were written by an earlier invocation whose checkpoint is no
+    longer there (another checkpoint folder, or one deleted): training again from ``done`` would
+    trace those steps a second time. That raises ``SystemExit`` naming the steps and ``flag``;
+    with ``drop_later`` those lines are removed from ``path`` instead (every other line is kept
+    byte for byte) and the run traces them anew."""
+    lines = read_lines(path)
+    later = sorted({t["step"] for t in lines if key(t) == run and t["step"] > done})
+    if later and not drop_later:
+        raise SystemExit(
+            f"{portable(path)} traces steps {later[0]}-{later[-1]} of this run, but its checkpoint "
+            f"is at step {done}: is the checkpoint folder the one that run used? If that "
+            f"checkpoint is gone, pass {flag} to drop those trace lines and train the steps again"
+        )
+    if later:
+        kept = []
+        with open(path) as fh:
+            for raw in fh:
+                try:
+                    record = json.loads(raw)
+                except json.JSONDecodeError:
+                    record = None
+                if isinstance(record, dict) and key(record) == run and record["step"] > done:
+                    continue
+                kept.append(raw)
+        partial = path + ".partial"
+        with open(partial, "w") as fh:
+            fh.writelines(kept)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(partial, path)
+        print(f"dropped the trace lines of steps {later[0]}-{later[-1]} from {portable(path)}")
+    return [t for t in lines if key(t) == run and t["step"] <= done]
 
 
 def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:

@@ -35,7 +35,9 @@ of the one before, appending after each segment one line to the trace file (``--
 accuracy, test log-likelihood, ECE and entropy with ``--trace-samples`` samples, and the segment's
 ms/step. The checkpoint folder of a segmented run does not name its steps (except under the
 ``linear`` KL schedule, whose ramp is 10% of them), so an interrupted run, or a later sweep with
-more steps, continues the run and its trace. ``report --plot`` then draws accuracy, test LL and
+more steps, continues the run and its trace; a run traced past the checkpoint its folder holds
+stops with an error (``--drop-lost-trace``: drop those trace lines and train the steps again).
+``report --plot`` then draws accuracy, test LL and
 ECE against epochs from the traces (mean over seeds, a band from the lowest to the highest seed):
 
     nice -n 19 python benchmarks/images.py sweep --dataset mnist \
@@ -75,7 +77,14 @@ import numpy as np
 
 import deepgp_gi as dg
 from benchmarks import mnist_summary
-from benchmarks.common import append_line, code_commit, mean_se, portable, read_lines
+from benchmarks.common import (
+    append_line,
+    code_commit,
+    mean_se,
+    portable,
+    read_lines,
+    trace_to_checkpoint,
+)
 from deepgp_gi import metrics
 
 POSTERIORS = ("factorised", "global", "factorised_global")
@@ -352,7 +361,9 @@ def _train_in_segments(args, model, train, N: int, test, base: dict, fit_args: d
             "another --checkpoint-dir (or more steps)"
         )
     key = run_key(base)
-    mine = [t for t in read_lines(args.trace) if run_key(t) == key and t["step"] <= done]
+    mine = trace_to_checkpoint(
+        args.trace, run_key, key, done, args.drop_lost_trace, "--drop-lost-trace"
+    )
     traced = {t["step"] for t in mine}
     seconds = max((t["train_seconds"] for t in mine), default=0.0)
 
@@ -1070,6 +1081,12 @@ def _cell_arguments(p) -> None:
         "builder's 120,84",
     )
     p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument(
+        "--drop-lost-trace",
+        action="store_true",
+        help="a run whose trace goes past its checkpoint (the checkpoint that run wrote is gone): "
+        "drop those trace lines and train the steps again (default: stop with an error)",
+    )
 
 
 def main(argv=None):

@@ -36,7 +36,9 @@ an interrupted one resumes from its last checkpoint. The checkpoint folder does 
 noise are functions of the seed and step, so it is the run an uninterrupted longer sweep would have
 made). After each segment one JSON line goes to the trace file (``--trace``: step, accuracy, test
 LL, ECE, the minibatch ELBO, the segment's ms/step and the cumulative times), and at the end of a
-cell ONE JSON line to the results file.
+cell ONE JSON line to the results file. A cell whose trace goes past its checkpoint (the folder that
+run wrote is gone, or ``--checkpoint-dir`` names another) stops with an error before training;
+``--drop-lost-trace`` removes those trace lines and trains the steps again.
 
     python tools/fetch_mnist.py            # once: MNIST to ~/.cache/deepgp_gi/mnist.npz
     nice -n 19 python benchmarks/mnist_dgp.py sweep
@@ -70,7 +72,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from benchmarks import mnist_summary  # noqa: E402
-from benchmarks.common import append_line, code_commit, mean_se, portable, read_lines, set_threads  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    append_line,
+    code_commit,
+    mean_se,
+    portable,
+    read_lines,
+    set_threads,
+    trace_to_checkpoint,
+)
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -287,7 +297,9 @@ def run_cell(args, data, posterior: str, depth: int, seed: int, command: str) ->
             f"{folder} holds a run at step {done}, past --steps {args.steps}: use another "
             "--checkpoint-dir (or more steps)"
         )
-    trace = [t for t in read_lines(args.trace) if run_key(t) == run_key(base) and t["step"] <= done]
+    trace = trace_to_checkpoint(
+        args.trace, run_key, run_key(base), done, args.drop_lost_trace, "--drop-lost-trace"
+    )
     traced = {t["step"]: t for t in trace}
     last = trace[-1] if trace else {}
     clock = {k: last.get(k, 0.0) for k in ("train_seconds", "eval_seconds", "wall_seconds")}
@@ -792,6 +804,12 @@ def main(argv: Optional[Sequence[str]] = None):
     s.add_argument("--eval-chunk", type=int, default=500, help="test images per prediction call")
     s.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: its default)")
     s.add_argument("--checkpoint-dir", default=CHECKPOINTS)
+    s.add_argument(
+        "--drop-lost-trace",
+        action="store_true",
+        help="a run whose trace goes past its checkpoint (the checkpoint that run wrote is gone): "
+        "drop those trace lines and train the steps again (default: stop with an error)",
+    )
     s.add_argument("--out", default=RESULTS)
     s.add_argument(
         "--in-process",

@@ -3,6 +3,7 @@ the MNIST mode on a tiny IDX file written here."""
 
 import gzip
 import json
+import shutil
 import struct
 
 import numpy as np
@@ -157,7 +158,7 @@ def test_segments_trace_resume_and_trace_figure(tmp_path):
     out, ckpt = tmp_path / "digits.jsonl", tmp_path / "ckpt"
     trace = tmp_path / "digits_trace.jsonl"
 
-    def sweep(steps):
+    def sweep(steps, *extra):
         images.main(
             [
                 "sweep",
@@ -187,6 +188,7 @@ def test_segments_trace_resume_and_trace_figure(tmp_path):
                 str(ckpt),
                 "--out",
                 str(out),
+                *extra,
             ]
         )
         return [json.loads(line) for line in trace.read_text().splitlines()]
@@ -209,6 +211,13 @@ def test_segments_trace_resume_and_trace_figure(tmp_path):
     assert [json.loads(line)["steps"] for line in out.read_text().splitlines()] == [4, 6]
     sweep(6)  # a finished cell: skipped, nothing traced again
     assert len(trace.read_text().splitlines()) == 3
+    # its checkpoint folder gone: a rerun would trace steps 2-6 a second time, so it stops first
+    shutil.rmtree(ckpt)
+    out.unlink()
+    with pytest.raises(SystemExit, match="steps 2-6 of this run.*--drop-lost-trace"):
+        sweep(6)
+    assert len(trace.read_text().splitlines()) == 3 and not out.exists()
+    assert [t["step"] for t in sweep(6, "--drop-lost-trace")] == [2, 4, 6]
     table, figure = tmp_path / "digits.md", tmp_path / "digits.png"
     images.main(["report", "--results", str(out), "--out", str(table), "--plot", str(figure)])
     assert figure.stat().st_size > 0

@@ -304,3 +304,55 @@ def test_trace_bands_pool_the_seeds_of_a_configuration(tmp_path):
     figure = tmp_path / "trace.png"
     mnist_dgp.plot(trace, str(figure), "mnist")
     assert figure.stat().st_size > 0
+
+
+def test_a_trace_past_its_checkpoint_stops_or_is_cut_back_to_it(tmp_path):
+    """Trace lines of a run past the step its checkpoint holds (that checkpoint is gone): an error
+    naming the steps and the flag; with the flag, exactly those lines leave the file, every other
+    line (another run's, a truncated one) stays byte for byte."""
+    from benchmarks.common import trace_to_checkpoint
+
+    def key(t):
+        return (t["posterior"], t["seed"])
+
+    path = tmp_path / "t.jsonl"
+    mine = [{"posterior": "mean_field", "seed": 2, "step": s} for s in (0, 250, 500, 750)]
+    other = {"posterior": "mean_field", "seed": 1, "step": 750}
+    raw = [json.dumps(t) + "\n" for t in mine[:2]] + [json.dumps(other) + "\n"]
+    raw += [json.dumps(t) + "\n" for t in mine[2:]] + ['{"posterior": "mean_fi\n']
+    path.write_text("".join(raw))
+    with pytest.raises(SystemExit, match=r"steps 500-750 of this run.*step 250.*--drop-lost"):
+        trace_to_checkpoint(str(path), key, ("mean_field", 2), 250, False, "--drop-lost")
+    assert path.read_text() == "".join(raw)  # nothing changed without the flag
+    kept = trace_to_checkpoint(str(path), key, ("mean_field", 2), 250, True, "--drop-lost")
+    assert kept == mine[:2]
+    assert path.read_text() == "".join(raw[:3] + raw[-1:])
+    # a run whose trace ends at its checkpoint (or before) is left alone
+    assert trace_to_checkpoint(str(path), key, ("mean_field", 1), 750, False, "-x") == [other]
+    assert trace_to_checkpoint(str(path), key, ("mean_field", 2), 500, False, "-x") == mine[:2]
+
+
+# trains a small deep GP twice: `make test-all`
+@pytest.mark.slow
+def test_a_run_whose_checkpoint_is_gone_retraces_only_with_the_flag(tmp_path):
+    """The checkpoint folder of a finished run deleted: the rerun stops before training (its trace
+    would hold steps 2 and 4 twice); with ``--drop-lost-trace`` it trains again and the trace holds
+    each step once."""
+    import shutil
+
+    _tiny_mnist(tmp_path / "tiny.npz")
+    args = _args(tmp_path, "--posteriors", "mean_field", "--depths", "1")
+    mnist_dgp.main(args)
+    trace = tmp_path / "t.jsonl"
+    first = mnist_dgp.read_lines(trace)
+    assert [t["step"] for t in first] == [0, 2, 4]
+    shutil.rmtree(tmp_path / "ck")
+    (tmp_path / "r.jsonl").unlink()
+    with pytest.raises(SystemExit, match="steps 2-4 of this run.*--drop-lost-trace"):
+        mnist_dgp.main(args)
+    assert mnist_dgp.read_lines(trace) == first and not (tmp_path / "r.jsonl").exists()
+    mnist_dgp.main(args + ["--drop-lost-trace"])
+    again = mnist_dgp.read_lines(trace)
+    assert [t["step"] for t in again] == [0, 2, 4]
+    assert again[0] == first[0]
+    assert len(mnist_dgp.read_lines(tmp_path / "r.jsonl")) == 1
