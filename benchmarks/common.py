@@ -24,6 +24,8 @@ __all__ = [
     "append_line",
     "read_lines",
     "trace_to_checkpoint",
+    "add_drop_lost_trace_option",
+    "DROP_LOST_TRACE",
     "mean_se",
     "set_threads",
     "portable",
@@ -140,44 +142,63 @@ def read_lines(path: str) -> List[Dict]:
     return out
 
 
+#: The sweep option that lets :func:`trace_to_checkpoint` drop a run's trace past its checkpoint.
+DROP_LOST_TRACE = "--drop-lost-trace"
+
+
+def add_drop_lost_trace_option(parser) -> None:
+    """Add :data:`DROP_LOST_TRACE` (``args.drop_lost_trace``) to an argparse ``parser``."""
+    parser.add_argument(
+        DROP_LOST_TRACE,
+        action="store_true",
+        help="a run whose trace goes past its checkpoint (the checkpoint that run wrote is gone): "
+        "drop those trace lines and train the steps again (default: stop with an error)",
+    )
+
+
 def trace_to_checkpoint(
-    path: str, key: Callable[[Dict], tuple], run: tuple, done: int, drop_later: bool, flag: str
+    path: str, key: Callable[[Dict], tuple], run: tuple, done: int, drop_later: bool
 ) -> List[Dict]:
     """The trace lines of one run (those with ``key(line) == run``) up to step ``done``, the step
     its checkpoint holds, in file order.
 
     Lines of that run past ``done`` were written by an earlier invocation whose checkpoint is no
     longer there (another checkpoint folder, or one deleted): training again from ``done`` would
-    trace those steps a second time. That raises ``SystemExit`` naming the steps and ``flag``;
-    with ``drop_later`` those lines are removed from ``path`` instead (every other line is kept
-    byte for byte) and the run traces them anew."""
-    lines = read_lines(path)
-    later = sorted({t["step"] for t in lines if key(t) == run and t["step"] > done})
+    trace those steps a second time. That raises ``SystemExit`` naming the steps and
+    :data:`DROP_LOST_TRACE`; with ``drop_later`` those lines are removed from ``path`` instead
+    (every other line, one that does not parse included, is kept byte for byte) and the run
+    traces them anew."""
+    raw = []
+    if os.path.exists(path):
+        with open(path) as fh:
+            raw = fh.readlines()
+    records = []  # (raw line, its record or None)
+    for line in raw:
+        try:
+            record = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            record = None
+        records.append((line, record if isinstance(record, dict) else None))
+    mine = [r for _, r in records if r is not None and key(r) == run]
+    later = sorted({r["step"] for r in mine if r["step"] > done})
     if later and not drop_later:
         raise SystemExit(
             f"{portable(path)} traces steps {later[0]}-{later[-1]} of this run, but its checkpoint "
             f"is at step {done}: is the checkpoint folder the one that run used? If that "
-            f"checkpoint is gone, pass {flag} to drop those trace lines and train the steps again"
+            f"checkpoint is gone, pass {DROP_LOST_TRACE} to drop those trace lines and train the "
+            "steps again"
         )
     if later:
-        kept = []
-        with open(path) as fh:
-            for raw in fh:
-                try:
-                    record = json.loads(raw)
-                except json.JSONDecodeError:
-                    record = None
-                if isinstance(record, dict) and key(record) == run and record["step"] > done:
-                    continue
-                kept.append(raw)
         partial = path + ".partial"
         with open(partial, "w") as fh:
-            fh.writelines(kept)
+            fh.writelines(
+                line for line, r in records if r is None or key(r) != run or r["step"] <= done
+            )
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(partial, path)
         print(f"dropped the trace lines of steps {later[0]}-{later[-1]} from {portable(path)}")
-    return [t for t in lines if key(t) == run and t["step"] <= done]
+    return [r for r in mine if r["step"] <= done]
 
 
 def mean_se(values: Iterable[float]) -> Tuple[float, float, int]:

@@ -78,6 +78,7 @@ import numpy as np
 import deepgp_gi as dg
 from benchmarks import mnist_summary
 from benchmarks.common import (
+    add_drop_lost_trace_option,
     append_line,
     code_commit,
     mean_se,
@@ -361,9 +362,7 @@ def _train_in_segments(args, model, train, N: int, test, base: dict, fit_args: d
             "another --checkpoint-dir (or more steps)"
         )
     key = run_key(base)
-    mine = trace_to_checkpoint(
-        args.trace, run_key, key, done, args.drop_lost_trace, "--drop-lost-trace"
-    )
+    mine = trace_to_checkpoint(args.trace, run_key, key, done, args.drop_lost_trace)
     traced = {t["step"] for t in mine}
     seconds = max((t["train_seconds"] for t in mine), default=0.0)
 
@@ -1081,12 +1080,7 @@ def _cell_arguments(p) -> None:
         "builder's 120,84",
     )
     p.add_argument("--checkpoint-dir", default=None)
-    p.add_argument(
-        "--drop-lost-trace",
-        action="store_true",
-        help="a run whose trace goes past its checkpoint (the checkpoint that run wrote is gone): "
-        "drop those trace lines and train the steps again (default: stop with an error)",
-    )
+    add_drop_lost_trace_option(p)
 
 
 def main(argv=None):

@@ -73,6 +73,7 @@ import numpy as np
 
 from benchmarks import mnist_summary  # noqa: E402
 from benchmarks.common import (  # noqa: E402
+    add_drop_lost_trace_option,
     append_line,
     code_commit,
     mean_se,
@@ -297,9 +298,7 @@ def run_cell(args, data, posterior: str, depth: int, seed: int, command: str) ->
             f"{folder} holds a run at step {done}, past --steps {args.steps}: use another "
             "--checkpoint-dir (or more steps)"
         )
-    trace = trace_to_checkpoint(
-        args.trace, run_key, run_key(base), done, args.drop_lost_trace, "--drop-lost-trace"
-    )
+    trace = trace_to_checkpoint(args.trace, run_key, run_key(base), done, args.drop_lost_trace)
     traced = {t["step"]: t for t in trace}
     last = trace[-1] if trace else {}
     clock = {k: last.get(k, 0.0) for k in ("train_seconds", "eval_seconds", "wall_seconds")}
@@ -804,12 +803,7 @@ def main(argv: Optional[Sequence[str]] = None):
     s.add_argument("--eval-chunk", type=int, default=500, help="test images per prediction call")
     s.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: its default)")
     s.add_argument("--checkpoint-dir", default=CHECKPOINTS)
-    s.add_argument(
-        "--drop-lost-trace",
-        action="store_true",
-        help="a run whose trace goes past its checkpoint (the checkpoint that run wrote is gone): "
-        "drop those trace lines and train the steps again (default: stop with an error)",
-    )
+    add_drop_lost_trace_option(s)
     s.add_argument("--out", default=RESULTS)
     s.add_argument(
         "--in-process",

@@ -322,14 +322,14 @@ def test_a_trace_past_its_checkpoint_stops_or_is_cut_back_to_it(tmp_path):
     raw += [json.dumps(t) + "\n" for t in mine[2:]] + ['{"posterior": "mean_fi\n']
     path.write_text("".join(raw))
     with pytest.raises(SystemExit, match=r"steps 500-750 of this run.*step 250.*--drop-lost"):
-        trace_to_checkpoint(str(path), key, ("mean_field", 2), 250, False, "--drop-lost")
+        trace_to_checkpoint(str(path), key, ("mean_field", 2), 250, False)
     assert path.read_text() == "".join(raw)  # nothing changed without the flag
-    kept = trace_to_checkpoint(str(path), key, ("mean_field", 2), 250, True, "--drop-lost")
+    kept = trace_to_checkpoint(str(path), key, ("mean_field", 2), 250, True)
     assert kept == mine[:2]
     assert path.read_text() == "".join(raw[:3] + raw[-1:])
     # a run whose trace ends at its checkpoint (or before) is left alone
-    assert trace_to_checkpoint(str(path), key, ("mean_field", 1), 750, False, "-x") == [other]
-    assert trace_to_checkpoint(str(path), key, ("mean_field", 2), 500, False, "-x") == mine[:2]
+    assert trace_to_checkpoint(str(path), key, ("mean_field", 1), 750, False) == [other]
+    assert trace_to_checkpoint(str(path), key, ("mean_field", 2), 500, False) == mine[:2]
 
 
 # trains a small deep GP twice: `make test-all`
