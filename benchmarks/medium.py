@@ -661,10 +661,14 @@ def decision_table(rows: List[Dict]) -> List[str]:
     budget whose rows are those of the next larger one is left out. A medium row whose step was not
     timed (``cost_timed`` False: its time is the one recorded on whatever machine and load it ran)
     counts only without a budget. A row trained with a validation split (on 90 % of the training
-    rows), or on another protocol than the bundled 90/10 splits, is not compared here."""
+    rows), on another protocol than the bundled 90/10 splits, or on fewer than :data:`MIN_SPLITS`
+    splits (a mean over one or two splits set against means over ten picks the easier splits, not
+    the better family) is not compared here."""
     groups = defaultdict(list)
     for s in rows:
         if s.get("validation") or s.get("protocol", "random") != "random":
+            continue
+        if len(s["splits"]) < MIN_SPLITS:
             continue
         groups[(_size_class(s), s["depth"])].append(s)
     lines = [
@@ -1034,7 +1038,9 @@ def cmd_report(args) -> int:
             "",
             "Budgets are training time on a 2-core CPU with one TensorFlow thread; a family "
             "missing from a row was not run there, or its run has not finished (`medium.md` lists "
-            "the groups still to run). " + cost_note(rows) + contention_note(rows),
+            f"the groups still to run), or on fewer than {MIN_SPLITS} splits. "
+            + cost_note(rows)
+            + contention_note(rows),
             "",
         ]
     )

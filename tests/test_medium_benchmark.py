@@ -65,6 +65,18 @@ def test_the_decision_table_picks_per_budget_and_counts_wins():
     assert not [line for line in lines if "≤ 5 min" in line]  # nothing finished within 5 minutes
 
 
+def test_a_row_on_fewer_than_three_splits_is_not_compared():
+    rows = [
+        _row("kin8nm", "global", 2, 1.36, -0.10, 20, 40),
+        dict(_row("kin8nm", "mean_field", 2, 1.50, 0.20, 20, 40), splits=[0, 2]),
+        _row("power", "global", 2, -2.75, 0.05, 20, 40),
+        _row("power", "mean_field", 2, -2.80, 0.01, 20, 40),
+    ]
+    line = [line for line in medium.decision_table(rows) if "| any |" in line][0]
+    # counted, the two-split mean-field row would win kin8nm's test LL and ELBO
+    assert "| global (2 / 2) | global (2 / 2) |" in line
+
+
 def test_a_tie_goes_to_the_cheaper_family():
     rows = [
         _row("kin8nm", "stripes_arrow", 3, 1.40, 0.0, 10, 200),
