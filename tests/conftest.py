@@ -16,11 +16,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLOW_TESTS = {
     # each check runs tests/distributed_check.py in a fresh process (2 logical CPU replicas)
     "test_distributed.py": ("test_mirrored_strategy_equals_one_device",),
-    # three of the heaviest checks (8-12 s each), left to the slow suite so that the default suite
-    # stays under five minutes on two cores
-    "test_wishart.py": ("test_O10_bartlett_sampler_moments_for_non_integer_dof",),
-    "test_intervals.py": ("test_a_mixture_quantile_solves_its_cdf",),
-    "test_memory.py": ("test_a_reused_step_gives_the_numbers_of_a_new_one",),
 }
 
 

@@ -23,6 +23,7 @@ def test_one_component_is_the_gaussian_quantile():
     )
 
 
+@pytest.mark.slow  # about 9 s on two cores
 def test_a_mixture_quantile_solves_its_cdf(rng):
     mean = rng.normal(0.0, 3.0, (50, 7))
     var = rng.uniform(0.01, 2.0, (50, 7))

@@ -21,7 +21,7 @@ def live(kind) -> int:
     return sum(isinstance(o, kind) for o in gc.get_objects())
 
 
-@pytest.mark.slow  # repeated fits (tests/test_memory.py's reused-step test stays in make test)
+@pytest.mark.slow  # repeated fits
 @pytest.mark.parametrize("with_checkpoints", [False, True])
 def test_repeated_fit_calls_keep_a_fixed_number_of_graphs_and_steps(
     rng, tmp_path, with_checkpoints
@@ -47,6 +47,7 @@ def test_repeated_fit_calls_keep_a_fixed_number_of_graphs_and_steps(
     assert counts[3][1] >= 1
 
 
+@pytest.mark.slow  # two fits (about 9 s on two cores)
 def test_a_reused_step_gives_the_numbers_of_a_new_one(rng):
     X, Y = toy_regression(rng, 40)
 

@@ -141,6 +141,7 @@ def test_bartlett_factor_noise_names_and_layout():
     np.testing.assert_allclose(A1[:, 0, 0], np.sqrt(2 * g[:, 0]))
 
 
+@pytest.mark.slow  # many Bartlett draws (about 12 s on two cores)
 def test_O10_bartlett_sampler_moments_for_non_integer_dof(rng):
     """Monte Carlo: for real nu in (m - 1, m) -- where TFP refuses -- C A A^T C^T has the
     Wishart mean nu V and variances nu (V_ij^2 + V_ii V_jj)."""
