@@ -218,14 +218,9 @@ def _executed_graph_types(fn, *specs):
 
 # every case in the slow suite (stripes-and-arrow on the host branch alone takes about 12 s); the
 # default suite checks the factor's values and gradients above
-@pytest.mark.parametrize(
-    "family",
-    [
-        pytest.param("fully_coupled", marks=pytest.mark.slow),
-        pytest.param("stripes_arrow", marks=pytest.mark.slow),
-    ],
-)
-@pytest.mark.parametrize("branch", ["host", pytest.param("accelerator", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["fully_coupled", "stripes_arrow"])
+@pytest.mark.parametrize("branch", ["host", "accelerator"])
 def test_structured_step_has_no_per_point_factorisation_and_its_ops_do_not_grow_with_the_batch(
     rng, family, branch
 ):
