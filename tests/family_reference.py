@@ -50,8 +50,28 @@ def _regression_data():
     return X, np.sin(X[:, :1]) + 0.1 * rng.normal(size=(30, 1))
 
 
-def untrained_values() -> dict:
+UNTRAINED_GROUPS = ("deep_gp", "latent", "bnn", "conv")
+
+
+def untrained_values(groups: tuple = UNTRAINED_GROUPS) -> dict:
+    """The untrained values of the model kinds in ``groups`` (names of ``UNTRAINED_GROUPS``)."""
+    unknown = sorted(set(groups) - set(UNTRAINED_GROUPS))
+    if unknown:
+        raise ValueError(f"groups: {unknown} are not among {UNTRAINED_GROUPS}")
     X, Y = _regression_data()
+    out = {}
+    if "deep_gp" in groups:
+        out.update(_untrained_deep_gp(X, Y))
+    if "latent" in groups:
+        out.update(_untrained_latent(X, Y))
+    if "bnn" in groups:
+        out.update(_untrained_bnn(X, Y))
+    if "conv" in groups:
+        out.update(_untrained_conv())
+    return out
+
+
+def _untrained_deep_gp(X, Y) -> dict:
     out = {}
     for name in BUILT_IN["deep_gp"]:
         assert name in DEEP_GP_FAMILIES
@@ -60,9 +80,19 @@ def untrained_values() -> dict:
             out[f"dgp/{name}/{depth}"] = float(m.elbo((X, Y), 3, seed=5).numpy())
             mean = m.predict_y(X[:4], num_samples=3, seed=2)[0].numpy()
             out[f"dgp/{name}/{depth}/pred"] = [float(v) for v in np.ravel(mean)]
+    return out
+
+
+def _untrained_latent(X, Y) -> dict:
+    out = {}
     for name in BUILT_IN["latent"]:
         m = dg.build_deep_gp(X, Y, depth=2, posterior=name, num_inducing=7, seed=3, latent_dim=1)
         out[f"latent/{name}"] = float(m.elbo((X, Y), 3, seed=5, importance_samples=2).numpy())
+    return out
+
+
+def _untrained_bnn(X, Y) -> dict:
+    out = {}
     for name in BUILT_IN["bnn"]:
         assert name in BNN_FAMILIES
         for prior in ("standard", "neal", "scale"):
@@ -70,6 +100,11 @@ def untrained_values() -> dict:
                 X, Y, hidden=(4, 4), posterior=name, prior=prior, num_inducing=6, seed=3
             )
             out[f"bnn/{name}/{prior}"] = float(m.elbo((X, Y), 3, seed=5).numpy())
+    return out
+
+
+def _untrained_conv() -> dict:
+    out = {}
     images = np.random.default_rng(1).normal(size=(12, 8, 8, 1))
     labels = np.random.default_rng(2).integers(0, 3, (12, 1)).astype(float)
     for name in BUILT_IN["conv"]:

@@ -13,10 +13,22 @@ def recorded():
     return json.loads(REFERENCE.read_text())
 
 
-def test_every_family_untrained_matches_the_record(recorded):
-    current = untrained_values()
-    assert len(current) == 64
+def test_every_deep_gp_family_untrained_matches_the_record(recorded):
+    current = untrained_values(("deep_gp", "latent"))
+    assert len(current) == 33
     assert mismatches(recorded, current) == []
+
+
+@pytest.mark.slow  # 31 BNN and convolutional models: `make test-all`
+def test_every_bnn_family_untrained_matches_the_record(recorded):
+    current = untrained_values(("bnn", "conv"))
+    assert len(current) == 31
+    assert mismatches(recorded, current) == []
+
+
+def test_an_unknown_group_is_named():
+    with pytest.raises(ValueError, match=r"groups: \['gp'\] are not among"):
+        untrained_values(("gp",))
 
 
 @pytest.mark.slow

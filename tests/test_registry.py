@@ -48,6 +48,7 @@ def _data(N=40, D=2, seed=0):
     return X, np.sin(X[:, :1]) + 0.1 * rng.normal(size=(N, 1))
 
 
+@pytest.mark.slow  # builds three models and trains one: `make test-all`
 def test_a_registered_subclass_builds_trains_and_has_its_own_elbo(tables):
     X, Y = _data()
     dg.posteriors.register("scaled_kl_mean_field", ScaledKLMeanField)

@@ -306,6 +306,7 @@ def test_the_record_and_the_serving_signature(saved, data, tmp_path):
 # ------------------------------------------------------------------------------- refusals
 
 
+@pytest.mark.slow  # a second full save: `make test-all`
 def test_an_existing_directory_is_replaced_only_with_overwrite(saved, tmp_path):
     model, saved_path = saved
     path = tmp_path / "m"

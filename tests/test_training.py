@@ -509,6 +509,7 @@ def test_natural_gradient_on_the_fully_coupled_block_reaches_the_sgpr_bound(rng)
     np.testing.assert_allclose(float(model.elbo((X, Y), 1, seed=0)), float(sgpr.elbo()), rtol=1e-9)
 
 
+@pytest.mark.slow  # builds and traces the step twice: `make test-all`
 def test_a_training_step_does_not_walk_the_module_tree(rng, monkeypatch):
     """The model's ``dtype`` property collects its trainable variables (a walk of the module tree,
     milliseconds for a deep GP); ``fit`` reads it while setting up, never once per step."""

@@ -442,6 +442,7 @@ def test_bad_options_are_refused_naming_the_argument(rng):
         dg.collect_samples(model, (X, Y), thin=0, progress=False)
 
 
+@pytest.mark.slow  # two fits, each traced anew: `make test-all`
 def test_with_two_chain_steps_the_kernel_moves_every_step_and_the_likelihood_every_second(rng):
     X, Y = _toy(rng)
 

@@ -142,6 +142,7 @@ def test_the_predictive_objective_page_runs(capsys):
     assert np.isfinite(float(value)) and shape.strip() == "(5,)"
 
 
+@pytest.mark.slow  # three fits, one of 40 steps: `make test-all`
 def test_fit_trains_on_the_predictive_objective():
     X, Y = _data()
     model = dg.build_deep_gp(

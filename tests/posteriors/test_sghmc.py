@@ -134,6 +134,7 @@ def test_rossis_schedule_has_eleven_adapting_steps_and_one_hyperparameter_step()
     assert all(chain_step_roles(t, 1) == (True, True) for t in range(5))
 
 
+@pytest.mark.slow  # four fits, each traced anew: `make test-all`
 def test_chain_steps_move_the_chain_every_step_and_the_rest_once_per_iteration(rng):
     """``chain_steps=3``: the chain moves at every step; the statistics keep still at the plain
     step (position 2); the window and the hyperparameters change only at an iteration's end."""
