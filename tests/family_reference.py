@@ -50,28 +50,8 @@ def _regression_data():
     return X, np.sin(X[:, :1]) + 0.1 * rng.normal(size=(30, 1))
 
 
-UNTRAINED_GROUPS = ("deep_gp", "latent", "bnn", "conv")
-
-
-def untrained_values(groups: tuple = UNTRAINED_GROUPS) -> dict:
-    """The untrained values of the model kinds in ``groups`` (names of ``UNTRAINED_GROUPS``)."""
-    unknown = sorted(set(groups) - set(UNTRAINED_GROUPS))
-    if unknown:
-        raise ValueError(f"groups: {unknown} are not among {UNTRAINED_GROUPS}")
+def _untrained_deep_gp() -> dict:
     X, Y = _regression_data()
-    out = {}
-    if "deep_gp" in groups:
-        out.update(_untrained_deep_gp(X, Y))
-    if "latent" in groups:
-        out.update(_untrained_latent(X, Y))
-    if "bnn" in groups:
-        out.update(_untrained_bnn(X, Y))
-    if "conv" in groups:
-        out.update(_untrained_conv())
-    return out
-
-
-def _untrained_deep_gp(X, Y) -> dict:
     out = {}
     for name in BUILT_IN["deep_gp"]:
         assert name in DEEP_GP_FAMILIES
@@ -83,7 +63,8 @@ def _untrained_deep_gp(X, Y) -> dict:
     return out
 
 
-def _untrained_latent(X, Y) -> dict:
+def _untrained_latent() -> dict:
+    X, Y = _regression_data()
     out = {}
     for name in BUILT_IN["latent"]:
         m = dg.build_deep_gp(X, Y, depth=2, posterior=name, num_inducing=7, seed=3, latent_dim=1)
@@ -91,7 +72,8 @@ def _untrained_latent(X, Y) -> dict:
     return out
 
 
-def _untrained_bnn(X, Y) -> dict:
+def _untrained_bnn() -> dict:
+    X, Y = _regression_data()
     out = {}
     for name in BUILT_IN["bnn"]:
         assert name in BNN_FAMILIES
@@ -119,6 +101,27 @@ def _untrained_conv() -> dict:
             seed=1,
         )
         out[f"conv/{name}"] = float(m.elbo((images, labels), 2, seed=5).numpy())
+    return out
+
+
+#: The untrained values by model kind, in the record's order.
+UNTRAINED = {
+    "deep_gp": _untrained_deep_gp,
+    "latent": _untrained_latent,
+    "bnn": _untrained_bnn,
+    "conv": _untrained_conv,
+}
+
+
+def untrained_values(groups: tuple = tuple(UNTRAINED)) -> dict:
+    """The untrained values of the model kinds in ``groups`` (keys of ``UNTRAINED``)."""
+    unknown = sorted(set(groups) - set(UNTRAINED))
+    if unknown:
+        raise ValueError(f"groups: {unknown} are not among {tuple(UNTRAINED)}")
+    out = {}
+    for name, values in UNTRAINED.items():
+        if name in groups:
+            out.update(values())
     return out
 
 
