@@ -15,10 +15,12 @@ list of ``[[group]]`` tables, each with ``datasets``, ``posteriors``, ``splits``
 :data:`deepgp_gi.uci_protocol.CONFIG_KEYS`. Groups run in file order; inside a group the split is
 the outer loop, so a group's first split is complete over all its datasets and methods before the
 next split starts. A group with ``chosen_from = "<result file>"`` (and only ``datasets`` and
-``splits`` besides, and ``refit``) runs, for each of its data sets, the configuration the
-validation lines in that file choose when the sweep starts (:func:`choose_on_validation`), on more
-splits than the choice was made on; with ``refit = true`` it retrains that configuration on the
-whole training split of each split (no validation rows held out), as the papers train. One JSON
+``splits`` besides, ``refit`` and ``protocol``) runs, for each of its data sets, the configuration
+the validation lines in that file choose when the sweep starts (:func:`choose_on_validation`), on
+more splits than the choice was made on; with ``refit = true`` it retrains that configuration on the
+whole training split of each split (no validation rows held out), as the papers train; with
+``protocol`` it runs on that split protocol's splits instead (e.g. ``"random_80_20"``, the protocol
+of a published number the choice is compared with). One JSON
 line per (configuration, split) is appended (and flushed) as soon as it is done; lines already
 present are skipped, so an interrupted sweep resumes where it stopped (with ``--checkpoint-dir``
 even inside a split's training).
@@ -147,9 +149,19 @@ def _chosen_configs(path: str, name: str, group: Dict) -> List[Dict]:
     validation lines in the file it names (relative to the repository root) choose
     (:func:`choose_on_validation`), as it stands when the sweep starts; a data set with no choice
     yet, or a file not yet written, has none. Such a group takes no configuration keys of its own
-    (the choice is the configuration), only ``datasets``, ``splits`` and ``refit``: ``true``
-    trains the choice on the whole training split (``validation`` unset; :func:`refit_runs`)."""
-    extra = set(group) - {"name", "splits", "note", "pending", "chosen_from", "datasets", "refit"}
+    (the choice is the configuration), only ``datasets``, ``splits``, ``refit`` (``true`` trains
+    the choice on the whole training split: ``validation`` unset; :func:`refit_runs`) and
+    ``protocol`` (the split protocol to run it on instead of the choice's own)."""
+    extra = set(group) - {
+        "name",
+        "splits",
+        "note",
+        "pending",
+        "chosen_from",
+        "datasets",
+        "refit",
+        "protocol",
+    }
     if extra:
         raise ValueError(
             f"{path}: group {name!r} runs the configurations chosen on validation data and takes "
@@ -173,6 +185,8 @@ def _chosen_configs(path: str, name: str, group: Dict) -> List[Dict]:
             cfg = {k: line[k] for k in CONFIG_KEYS if k in line}
             if refit:
                 cfg["validation"] = None
+            if "protocol" in group:
+                cfg["protocol"] = group["protocol"]
             configs.append(normalise_config(cfg))
     return configs
 

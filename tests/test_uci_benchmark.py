@@ -1200,6 +1200,14 @@ def test_a_chosen_from_group_runs_the_validation_choice_on_more_splits(tmp_path,
     (refit,) = uci.load_sweep(str(sweep))
     assert refit[1]["validation"] is None
     assert uci.config_key(refit[1]) == uci.config_key(dict(tasks[0][1], validation=None))
+    # protocol: the same choice on another split protocol's splits (a published number's own)
+    sweep.write_text(
+        '[[group]]\nname = "rossi"\nchosen_from = "results/valid.jsonl"\nrefit = true\n'
+        'protocol = "random_80_20"\ndatasets = ["boston"]\nsplits = [0]\n'
+    )
+    (rossi,) = uci.load_sweep(str(sweep))
+    assert rossi[1]["protocol"] == "random_80_20" and tasks[0][1]["protocol"] == "random"
+    assert uci.config_key(rossi[1]) == uci.config_key(dict(refit[1], protocol="random_80_20"))
 
     def rejects(body, match):
         sweep.write_text(body)
@@ -1224,6 +1232,11 @@ def test_a_chosen_from_group_runs_the_validation_choice_on_more_splits(tmp_path,
     rejects(
         head + 'chosen_from = "resluts/valid.jsonl"\ndatasets = ["boston"]\nsplits = [3]\n',
         "not in a folder",
+    )
+    rejects(
+        head + 'chosen_from = "results/valid.jsonl"\nprotocol = "random_8020"\n'
+        'datasets = ["boston"]\nsplits = [0]\n',
+        "protocol",
     )
     sweep.write_text(
         head + 'chosen_from = "results/none.jsonl"\ndatasets = ["boston"]\nsplits = [3]\n'
