@@ -20,10 +20,9 @@ the validation lines in that file choose when the sweep starts (:func:`choose_on
 more splits than the choice was made on; with ``refit = true`` it retrains that configuration on the
 whole training split of each split (no validation rows held out), as the papers train; with
 ``protocol`` it runs on that split protocol's splits instead (e.g. ``"random_80_20"``, the protocol
-of a published number the choice is compared with). One JSON
-line per (configuration, split) is appended (and flushed) as soon as it is done; lines already
-present are skipped, so an interrupted sweep resumes where it stopped (with ``--checkpoint-dir``
-even inside a split's training).
+of a published number the choice is compared with). One JSON line per (configuration, split) is
+appended (and flushed) as soon as it is done; lines already present are skipped, so an interrupted
+sweep resumes where it stopped (with ``--checkpoint-dir`` even inside a split's training).
 
 ``report`` reads every ``*.jsonl`` under ``--results``, writes ``uci.md`` (mean ± one standard error
 over splits beside the papers' numbers from ``paper_reference.csv``; for the lines trained with a
