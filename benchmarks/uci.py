@@ -90,6 +90,9 @@ _GROUP_LISTS = {
     "hiddens": "hidden",
 }
 
+#: The keys of a ``[[group]]`` that say how it runs rather than what it trains.
+_GROUP_META = {"name", "splits", "note", "pending", "chosen_from", "refit"}
+
 
 def load_sweep(path: str) -> List[Tuple[str, Dict, int]]:
     """Expand a TOML sweep file into ``(group name, configuration, split)`` tasks, in run order."""
@@ -105,12 +108,7 @@ def load_sweep(path: str) -> List[Tuple[str, Dict, int]]:
     seen = set()
     for g_index, group in enumerate(groups):
         name = group.get("name", f"group{g_index}")
-        unknown = (
-            set(group)
-            - set(_GROUP_LISTS)
-            - set(CONFIG_KEYS)
-            - {"name", "splits", "note", "pending", "chosen_from", "refit"}
-        )
+        unknown = set(group) - set(_GROUP_LISTS) - set(CONFIG_KEYS) - _GROUP_META
         if unknown:
             raise ValueError(f"{path}: group {name!r} has unknown keys {sorted(unknown)}")
         if "splits" not in group or "datasets" not in group:
@@ -151,16 +149,7 @@ def _chosen_configs(path: str, name: str, group: Dict) -> List[Dict]:
     (the choice is the configuration), only ``datasets``, ``splits``, ``refit`` (``true`` trains
     the choice on the whole training split: ``validation`` unset; :func:`refit_runs`) and
     ``protocol`` (the split protocol to run it on instead of the choice's own)."""
-    extra = set(group) - {
-        "name",
-        "splits",
-        "note",
-        "pending",
-        "chosen_from",
-        "datasets",
-        "refit",
-        "protocol",
-    }
+    extra = set(group) - _GROUP_META - {"datasets", "protocol"}
     if extra:
         raise ValueError(
             f"{path}: group {name!r} runs the configurations chosen on validation data and takes "
