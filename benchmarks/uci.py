@@ -1053,8 +1053,12 @@ def selection_cost(records: Iterable[Dict], k: int = VALIDATION_SPLITS) -> List[
     candidates (:func:`validation_candidates`), the chosen one's mean test LL over splits
     ``0..k-1`` against the best of them on the same splits (``regret``, >= 0: the test LL the choice
     left on the table, measured on the splits the choice was made on), the number of held-out rows
-    per split, and, with three or more candidates, the rank correlation (Spearman) of their
-    validation and test LLs over those splits. A dict per data set, in name order."""
+    per split, with three or more candidates the rank correlation (Spearman) of their validation
+    and test LLs over those splits, and with two or more how far the choice is ahead of the
+    runner-up on validation (``runner_up``, the eligible candidate with the next best mean
+    validation LL; ``margin`` and ``margin_se``, the mean and standard error over splits
+    ``0..k-1`` of the chosen one's validation LL minus the runner-up's, paired by split). A dict
+    per data set, in name order."""
     from scipy.stats import spearmanr
 
     out = []
@@ -1076,6 +1080,13 @@ def selection_cost(records: Iterable[Dict], k: int = VALIDATION_SPLITS) -> List[
             else float("nan")
         )
         n_valid = [r.get("n_valid") for c in eligible for r in c["runs"] if r.get("n_valid")]
+        others = [c for c in eligible if c["key"] != chosen[dataset]["key"]]
+        runner_up = max(others, key=lambda c: c["valid_ll"]) if others else None
+        margin, margin_se = (
+            mean_se(first_valid(chosen[dataset], k) - first_valid(runner_up, k))[:2]
+            if runner_up is not None
+            else (float("nan"), float("nan"))
+        )
         out.append(
             dict(
                 dataset=dataset,
@@ -1087,9 +1098,19 @@ def selection_cost(records: Iterable[Dict], k: int = VALIDATION_SPLITS) -> List[
                 best_test=tests[best],
                 regret=tests[best] - mine,
                 spearman=rho,
+                runner_up=runner_up,
+                margin=margin,
+                margin_se=margin_se,
             )
         )
     return out
+
+
+def first_valid(candidate: Dict, k: int = VALIDATION_SPLITS) -> np.ndarray:
+    """``[k]``: an eligible candidate's (:func:`validation_candidates`) validation LL on each of
+    splits ``0..k-1``."""
+    by_split = {int(r["split"]): r["valid_ll"] for r in candidate["runs"]}
+    return np.array([by_split[s] for s in range(k)], dtype=float)
 
 
 def render_validation(
@@ -1200,12 +1221,15 @@ def render_validation(
             f"What the choice costs, on splits 0-{k - 1} (the splits it was made on): the chosen "
             "configuration's mean test LL against the best eligible candidate's on the same "
             "splits (the regret: test LL the validation rows did not find), the held-out rows per "
-            "split, and with three or more candidates the rank correlation of their validation "
-            "and test LLs.",
+            "split, with three or more candidates the rank correlation of their validation "
+            "and test LLs, and how far the choice is ahead of the runner-up on validation (the "
+            "mean ± SE over the splits of the difference of their validation LLs, split by split; "
+            "a margin under two SE is within the noise of the held-out rows).",
             "",
             f"| dataset | eligible candidates | held-out rows per split | chosen | its test LL "
-            f"(0-{k - 1}) | best on test | its test LL (0-{k - 1}) | regret | rank correlation |",
-            "|---|---|---|---|---|---|---|---|---|",
+            f"(0-{k - 1}) | best on test | its test LL (0-{k - 1}) | regret | rank correlation "
+            "| runner-up on validation | validation margin |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
 
         def named(cfg):  # mean_field-2, global-2 (latent 1, K=5)
@@ -1214,10 +1238,15 @@ def render_validation(
 
         for c in costs:
             rho = "—" if math.isnan(c["spearman"]) else f"{c['spearman']:.2f}"
+            runner_up, margin = "—", "—"
+            if c["runner_up"] is not None:
+                runner_up = named(c["runner_up"]["config"])
+                margin = f"{c['margin']:+.3f} ± {c['margin_se']:.3f}"
             out.append(
                 f"| {c['dataset']} | {c['candidates']} | {c['n_valid'] or '—'} | "
                 f"{named(c['chosen']['config'])} | {c['chosen_test']:.2f} | "
-                f"{named(c['best']['config'])} | {c['best_test']:.2f} | {c['regret']:.2f} | {rho} |"
+                f"{named(c['best']['config'])} | {c['best_test']:.2f} | {c['regret']:.2f} | {rho} "
+                f"| {runner_up} | {margin} |"
             )
     out += render_pointwise(chosen)
     return "\n".join(out) + "\n"

@@ -1267,8 +1267,10 @@ def test_a_row_on_the_80_20_splits_is_its_own_marked_row_without_the_90_10_paper
 def test_the_cost_of_the_choice_is_measured_on_the_splits_it_was_made_on():
     lines = [_vline(s, "global", -1.0, 0.1 + 0.01 * s, dataset="yacht") for s in range(3)]
     lines += [_vline(s, "mean_field", -0.8, -0.5, dataset="yacht") for s in range(3)]  # chosen
-    lines += [_vline(s, "local", -0.9, -0.2, dataset="yacht") for s in range(3)]
+    # the runner-up on validation: mean -0.9, ahead of the choice on no split
+    lines += [_vline(s, "local", -1.0 + 0.1 * s, -0.2, dataset="yacht") for s in range(3)]
     lines += [_vline(3, "mean_field", -0.8, 9.0, dataset="yacht")]  # split 3: not in the cost
+    lines += [_vline(3, "local", 5.0, 9.0, dataset="yacht")]  # nor in the margin
     lines += [_vline(s, "global", -2.3, -2.2) for s in range(3)]  # boston: one candidate
     (boston, yacht) = uci.selection_cost(_records(lines))
     assert boston["regret"] == 0.0 and np.isnan(boston["spearman"]) and boston["n_valid"] == 46
@@ -1276,8 +1278,17 @@ def test_the_cost_of_the_choice_is_measured_on_the_splits_it_was_made_on():
     assert yacht["chosen_test"] == pytest.approx(-0.5) and yacht["best_test"] == pytest.approx(0.11)
     assert yacht["regret"] == pytest.approx(0.61) and yacht["candidates"] == 3
     assert yacht["spearman"] == pytest.approx(-1.0)  # validation ranks them opposite to test
+    # ahead of the runner-up by 0.2, 0.1 and 0.0 on splits 0-2: 0.1 ± 0.1 / sqrt(3)
+    assert yacht["runner_up"]["config"]["posterior"] == "local"
+    assert yacht["margin"] == pytest.approx(0.1)
+    assert yacht["margin_se"] == pytest.approx(0.1 / 3**0.5)
+    assert boston["runner_up"] is None and np.isnan(boston["margin"])
     text = uci.render_validation(_records(lines), [], "cmd")
-    assert "| yacht | 3 | 46 | mean_field-2 | -0.50 | global-2 | 0.11 | 0.61 | -1.00 |" in text
+    assert (
+        "| yacht | 3 | 46 | mean_field-2 | -0.50 | global-2 | 0.11 | 0.61 | -1.00 | local-2 "
+        "| +0.100 ± 0.058 |" in text
+    )
+    assert "| boston | 1 | 46 | global-2 | -2.20 | global-2 | -2.20 | 0.00 | — | — | — |" in text
 
 
 @pytest.mark.parametrize("sweep", ["uci_validation.toml", "medium_validation.toml"])
