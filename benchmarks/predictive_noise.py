@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.every < 1 or args.steps < args.every or args.steps % args.every:
         p.error(f"--steps ({args.steps}) must be a positive multiple of --every ({args.every})")
-    args.command = "python benchmarks/predictive_noise.py " + shlex.join(argv)
+    args.command = " ".join(["python benchmarks/predictive_noise.py", shlex.join(argv)]).rstrip()
     if not args.report_only:
         set_threads(args.threads)
         done = {

@@ -213,3 +213,13 @@ def test_repeated_rows_report():
     from deepgp_gi.datasets import UCI_NAMES
 
     _assert_regenerates(RESULTS / "uci" / "repeated_rows.md", rr.report_text(list(UCI_NAMES)))
+
+
+def test_predictive_noise_table():
+    from benchmarks import predictive_noise
+    from benchmarks.common import read_lines
+
+    _assert_regenerates(
+        RESULTS / "predictive_noise.md",
+        predictive_noise.report(read_lines(str(RESULTS / "predictive_noise.jsonl"))),
+    )
