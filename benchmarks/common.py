@@ -125,6 +125,13 @@ def append_line(path: str, record: Dict) -> None:
         os.fsync(fh.fileno())
 
 
+def commands_footer(lines: Iterable[Dict]) -> List[str]:
+    """The closing lines of a results table: ``Commands:`` and each distinct ``command`` of
+    ``lines`` (sorted, in backticks), with a blank line before and after."""
+    commands = sorted({line["command"] for line in lines})
+    return ["", "Commands:", *[f"- `{c}`" for c in commands], ""]
+
+
 def read_lines(path: str) -> List[Dict]:
     """The JSON records of a results file, one per line, in file order (a line that does not parse,
     such as the truncated last line of a killed run, is skipped; a missing file has none)."""

@@ -37,7 +37,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
-from benchmarks.common import append_line, code_commit, read_lines, set_threads
+from benchmarks.common import (
+    append_line,
+    code_commit,
+    commands_footer,
+    read_lines,
+    set_threads,
+)
 
 OUT = "benchmarks/results/predictive_noise.jsonl"
 MD = "benchmarks/results/predictive_noise.md"
@@ -113,8 +119,7 @@ def report(lines: List[Dict]) -> str:
                 f"{line['objective']} | {cells} | {line['test_f_variance']:.3f} | "
                 f"{line['train_objective_per_datapoint']:.2f} | {line['test_ll']:.2f} |"
             )
-    commands = sorted({line["command"] for line in lines})
-    out += ["", "Commands:", *[f"- `{c}`" for c in commands], ""]
+    out += commands_footer(lines)
     return "\n".join(out)
 
 

@@ -31,7 +31,13 @@ from typing import Dict, List
 
 import numpy as np
 
-from benchmarks.common import append_line, code_commit, read_lines, set_threads
+from benchmarks.common import (
+    append_line,
+    code_commit,
+    commands_footer,
+    read_lines,
+    set_threads,
+)
 
 OUT = "benchmarks/results/sampler_mixing.jsonl"
 MD = "benchmarks/results/sampler_mixing.md"
@@ -180,8 +186,7 @@ def report(lines: List[Dict]) -> str:
             "`passes`: every coordinate's mean within 1 posterior SD (0.5 on average) and every "
             "direction's variance within [0.6, 1.5] of the exact one."
         )
-    commands = sorted({l["command"] for l in lines})
-    out += ["", "Commands:", *[f"- `{c}`" for c in commands], ""]
+    out += commands_footer(lines)
     return "\n".join(out)
 
 
