@@ -47,8 +47,6 @@ from benchmarks.common import (
 
 OUT = "benchmarks/results/predictive_noise.jsonl"
 MD = "benchmarks/results/predictive_noise.md"
-#: GPflow's lower bound on a Gaussian likelihood's variance (``gpflow.config``'s default)
-NOISE_FLOOR = 1e-6
 
 
 def run_one(dataset: str, posterior: str, objective: str, args) -> Dict:
@@ -94,12 +92,15 @@ def run_one(dataset: str, posterior: str, objective: str, args) -> Dict:
 
 def report(lines: List[Dict]) -> str:
     """The markdown table of ``lines`` (one row each, in file order), with their commands."""
+    import gpflow
+
+    floor = gpflow.config.default_likelihood_positive_minimum()  # the Gaussian noise's floor
     out = [
         "# The noise variance under the predictive objective",
         "",
         "Depth 2, M = 100, full batches, Adam 0.01, seed 0, one training sample (a DSPP's ten",
         "paths are its samples); noise variance on standardised targets after each block of",
-        f"steps (GPflow's floor is {NOISE_FLOOR:g}); the last layer's mean `f` variance at the",
+        f"steps (GPflow's floor is {floor:g}); the last layer's mean `f` variance at the",
         "test rows, the training objective per row and the test log-likelihood per point",
         "(original units) at the end.",
         "",
