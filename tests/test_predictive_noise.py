@@ -8,6 +8,7 @@ import pytest
 from benchmarks import predictive_noise
 
 
+@pytest.mark.slow  # trains four short runs end to end: `make test-all`
 def test_a_short_run_writes_one_line_per_configuration_and_skips_them_the_second_time(tmp_path):
     out, md = tmp_path / "noise.jsonl", tmp_path / "noise.md"
     argv = ["--datasets", "boston", "--posteriors", "mean_field", "--steps", "20", "--every", "10"]

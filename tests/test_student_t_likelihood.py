@@ -154,6 +154,7 @@ def test_a_student_t_needs_finite_positive_degrees_of_freedom():
             StudentT(df=bad)
 
 
+@pytest.mark.slow  # trains one split of the benchmark protocol end to end: `make test-all`
 def test_a_split_runs_with_a_student_t_and_records_it():
     cfg = dict(dataset="yacht", posterior="mean_field", depth=2, likelihood="student_t")
     record = uci_protocol.run_split(
