@@ -141,6 +141,7 @@ def _family(s: Dict, with_schedule: bool = True) -> str:
     latent-variable model's latent width and K after it (``mean_field+w1K5``), the share of the
     training rows held out for validation (``global+valid0.1``), an objective other than the ELBO
     (``dspp+predictive``), a Student-t likelihood with its degrees of freedom (``sghmc+t4``), a
+    sampling family's collection step where it is not the training step (``sghmc+collect0.03``), a
     medium-set
     row's minibatch and inducing points where they are not the sweep's (``global+b10000``,
     ``sghmc+M128``), the training samples per step where they are not one (``global+s10``), and
@@ -162,9 +163,10 @@ def _family(s: Dict, with_schedule: bool = True) -> str:
     valid = f"+valid{s['validation']:g}" if s.get("validation") else ""
     objective = f"+{s['objective']}" if s.get("objective") else ""
     student_t = f"+t{s['likelihood_df']:g}" if s.get("likelihood") == "student_t" else ""
+    collect = f"+collect{s['collect_step_size']:g}" if s.get("collect_step_size") else ""
     return (
         f"{s['posterior']}{latent}{batch}{inducing}{samples}{decay}{steps}{valid}{objective}"
-        f"{student_t}"
+        f"{student_t}{collect}"
     )
 
 

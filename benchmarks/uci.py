@@ -555,7 +555,8 @@ def _protocol_marks(s: Dict) -> List[str]:
     an objective other than the ELBO, ``predictive objective``; and the seeded random protocols
     (``80/20 splits``), several chain steps per hyperparameter step (``21 chain steps``), a
     constant KL weight (``KL weight 0.1``), an inner width other than the builder's
-    (``width 5``) and a likelihood other than the Gaussian (``Student-t, df 4``)."""
+    (``width 5``), a likelihood other than the Gaussian (``Student-t, df 4``) and a sampling
+    family's collection step where it is not the training step (``collection step 0.03``)."""
     marks = []
     if s.get("protocol") in SEEDED_PROTOCOL_LABELS:  # the papers' own random splits
         marks.append(SEEDED_PROTOCOL_LABELS[s["protocol"]])
@@ -567,6 +568,8 @@ def _protocol_marks(s: Dict) -> List[str]:
         marks.append(f"width {s['inner_width']}")
     if s.get("likelihood") == "student_t":
         marks.append(f"Student-t, df {s['likelihood_df']:g}")
+    if s.get("collect_step_size"):
+        marks.append(f"collection step {s['collect_step_size']:g}")
     if s.get("validation"):  # trained on the rest of the training rows
         marks.append(f"validation {s['validation']:.0%}")
     if s.get("objective"):  # trained on another objective than the ELBO

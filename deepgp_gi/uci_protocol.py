@@ -108,6 +108,7 @@ CONFIG_KEYS = (
     "inner_width",
     "likelihood",
     "likelihood_df",
+    "collect_step_size",
 )
 
 #: ``objective``: what a deep GP trains on, :func:`deepgp_gi.fit`'s ``objective``; ``None`` (the
@@ -178,6 +179,7 @@ DEFAULTS = dict(
     inner_width=None,
     likelihood=None,
     likelihood_df=None,
+    collect_step_size=None,
 )
 
 
@@ -220,6 +222,11 @@ def normalise_config(cfg: Dict) -> Dict:
     or ``"student_t"`` (:data:`LIKELIHOOD_CHOICES`), whose ``likelihood_df`` (degrees of freedom,
     a finite number above 2; default :data:`DEFAULT_STUDENT_T_DF`) is stored with it; a Gaussian
     has ``likelihood_df = None``. Lines written before these two keys read as Gaussian.
+    ``collect_step_size`` (sampling families only, else ``None``) is ``None`` (the sample set is
+    collected at the posterior's own ``step_size``, the training step) or a positive float: the
+    chain's step while :func:`run_split` collects the sample set
+    (``collect_samples(..., step_size=...)``; a larger step mixes faster in weakly determined
+    directions, ``docs/sampling.md``); lines written before the key read as ``None``.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -327,11 +334,12 @@ def likelihood_of(cfg: Dict):
 
 
 def _normalise_family_options(out: Dict) -> None:
-    """``chain_steps``, ``kl_weight`` and ``inner_width`` in place (see :func:`normalise_config`):
-    each checked, refused for a model it does not apply to, and ``None`` at its default."""
+    """``chain_steps``, ``collect_step_size``, ``kl_weight`` and ``inner_width`` in place (see
+    :func:`normalise_config`): each checked, refused for a model it does not apply to, and ``None``
+    at its default."""
     from .families import DEEP_GP_FAMILIES
     from .training.tempering import ConstantSchedule
-    from .validation import check_positive_int
+    from .validation import check_positive_float, check_positive_int
 
     family = DEEP_GP_FAMILIES.get(out["posterior"]) if out["model"] == "gp" else None
     sampler = bool(getattr(family, "is_sampler", False))
@@ -351,6 +359,11 @@ def _normalise_family_options(out: Dict) -> None:
         if not sampler:
             refuse("chain_steps", "the sampling families (sghmc, bsgp)")
         out["chain_steps"] = None if chain_steps == 1 else chain_steps
+    if out["collect_step_size"] is not None:
+        step_size = check_positive_float(out["collect_step_size"], "collect_step_size")
+        if not sampler:
+            refuse("collect_step_size", "the sampling families (sghmc, bsgp)")
+        out["collect_step_size"] = step_size
     if out["kl_weight"] is not None:
         weight = ConstantSchedule(out["kl_weight"]).weight
         if family is None or sampler or weight == 0.0:
@@ -583,6 +596,7 @@ def run_split(
             seed=seed,
             batch_size=batch_size,
             progress=progress,
+            step_size=cfg["collect_step_size"],
         )
         collect_time = time.perf_counter() - t_collect
     # a run resumed from a checkpoint: its history's clock covers the earlier processes too, this
