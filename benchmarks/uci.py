@@ -570,6 +570,8 @@ def _protocol_marks(s: Dict) -> List[str]:
         marks.append(f"Student-t, df {s['likelihood_df']:g}")
     if s.get("collect_step_size"):
         marks.append(f"collection step {s['collect_step_size']:g}")
+    if s.get("noise_floor"):
+        marks.append(f"noise floor {s['noise_floor']:.2g}")
     if s.get("validation"):  # trained on the rest of the training rows
         marks.append(f"validation {s['validation']:.0%}")
     if s.get("objective"):  # trained on another objective than the ELBO

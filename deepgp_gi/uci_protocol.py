@@ -109,6 +109,7 @@ CONFIG_KEYS = (
     "likelihood",
     "likelihood_df",
     "collect_step_size",
+    "noise_floor",
 )
 
 #: ``objective``: what a deep GP trains on, :func:`deepgp_gi.fit`'s ``objective``; ``None`` (the
@@ -180,6 +181,7 @@ DEFAULTS = dict(
     likelihood=None,
     likelihood_df=None,
     collect_step_size=None,
+    noise_floor=None,
 )
 
 
@@ -227,6 +229,11 @@ def normalise_config(cfg: Dict) -> Dict:
     chain's step while :func:`run_split` collects the sample set
     (``collect_samples(..., step_size=...)``; a larger step mixes faster in weakly determined
     directions, ``docs/sampling.md``); lines written before the key read as ``None``.
+    ``noise_floor`` (Gaussian likelihood only, else ``None``) is ``None`` (GPflow's lower bound on
+    the noise variance, 1e-6 on the standardised targets) or a positive float: the lowest noise
+    variance the likelihood may learn, in the squared original units of the targets (1/12 is the
+    variance of rounding to integers, the floor for integer-graded targets such as wine's quality);
+    :func:`build_model` divides it by ``y_std ** 2``. Lines written before the key read as ``None``.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -301,8 +308,9 @@ def normalise_config(cfg: Dict) -> Dict:
 
 
 def _normalise_likelihood(out: Dict) -> None:
-    """``likelihood`` and ``likelihood_df`` in place (see :func:`normalise_config`)."""
-    from .validation import check_choice, check_float_above
+    """``likelihood``, ``likelihood_df`` and ``noise_floor`` in place (see
+    :func:`normalise_config`)."""
+    from .validation import check_choice, check_float_above, check_positive_float
 
     name = out["likelihood"]
     name = "gaussian" if name is None else check_choice(name, "likelihood", LIKELIHOOD_CHOICES)
@@ -313,20 +321,36 @@ def _normalise_likelihood(out: Dict) -> None:
                 f"{out['likelihood_df']!r} for a Gaussian likelihood"
             )
         out["likelihood"] = None
+        if out["noise_floor"] is not None:
+            out["noise_floor"] = check_positive_float(out["noise_floor"], "noise_floor")
         return
+    if out["noise_floor"] is not None:
+        raise ValueError(
+            f"noise_floor applies to the Gaussian likelihood only, got {out['noise_floor']!r} "
+            f"for likelihood {name!r}"
+        )
     df = DEFAULT_STUDENT_T_DF if out["likelihood_df"] is None else out["likelihood_df"]
     df = check_float_above(df, "likelihood_df", 2.0, "the Student-t's variance is then finite")
     out["likelihood"], out["likelihood_df"] = name, df
 
 
-def likelihood_of(cfg: Dict):
-    """The GPflow likelihood a normalised configuration trains with: ``None`` for the builders'
-    default Gaussian (variance 0.01), or a :class:`~deepgp_gi.likelihoods.StudentT` with
-    ``cfg["likelihood_df"]`` degrees of freedom and scale :data:`INITIAL_NOISE_SCALE`, its scale
-    stored with the configuration's ``positive_transform`` (GPflow's default for a BNN)."""
-    if cfg.get("likelihood") is None:
-        return None
+def likelihood_of(cfg: Dict, y_std: float = 1.0):
+    """The GPflow likelihood a normalised configuration trains on targets standardised by
+    ``y_std``: ``None`` for the builders' default Gaussian (variance 0.01); with ``noise_floor``,
+    a Gaussian whose variance is bounded below by ``noise_floor / y_std ** 2`` and starts 0.01
+    above it; or a :class:`~deepgp_gi.likelihoods.StudentT` with ``cfg["likelihood_df"]`` degrees
+    of freedom and scale :data:`INITIAL_NOISE_SCALE`. Positive parameters are stored with the
+    configuration's ``positive_transform`` (GPflow's default for a BNN)."""
     from .builders import positive_transform_context
+
+    if cfg.get("likelihood") is None:
+        if cfg.get("noise_floor") is None:
+            return None
+        import gpflow
+
+        floor = cfg["noise_floor"] / float(y_std) ** 2
+        with positive_transform_context(cfg.get("positive_transform")):
+            return gpflow.likelihoods.Gaussian(variance=floor + 0.01, variance_lower_bound=floor)
     from .likelihoods import StudentT
 
     with positive_transform_context(cfg.get("positive_transform")):
@@ -494,7 +518,7 @@ def build_model(cfg: Dict, split: int):
             num_inducing=M,
             seed=seed,
             positive_transform=cfg["positive_transform"],
-            likelihood=likelihood_of(cfg),
+            likelihood=likelihood_of(cfg, data.y_std),
             **options,
         )
     else:
@@ -509,7 +533,7 @@ def build_model(cfg: Dict, split: int):
             prior=cfg["prior"],
             num_inducing=cfg["num_inducing"],
             seed=seed,
-            likelihood=likelihood_of(cfg),
+            likelihood=likelihood_of(cfg, data.y_std),
             **options,
         )
     return model, data

@@ -1,0 +1,69 @@
+"""The UCI protocol's ``noise_floor``: the lowest noise variance a Gaussian likelihood may learn, in
+the squared original units of the targets."""
+
+import gpflow
+import numpy as np
+import pytest
+
+from deepgp_gi import uci_protocol
+
+
+def test_a_noise_floor_is_normalised_and_a_line_without_one_keeps_its_key():
+    base = dict(dataset="wine", posterior="sghmc", depth=2)
+    cfg = uci_protocol.normalise_config(dict(base, noise_floor=1 / 12))
+    assert cfg["noise_floor"] == pytest.approx(1 / 12) and isinstance(cfg["noise_floor"], float)
+    plain = uci_protocol.normalise_config(base)
+    assert plain["noise_floor"] is None
+    # a line written before the key is the same configuration as one written after without it
+    old = {k: v for k, v in plain.items() if k != "noise_floor"}
+    assert uci_protocol.config_key(old) == uci_protocol.config_key(plain)
+    assert uci_protocol.config_key(cfg) != uci_protocol.config_key(plain)
+    assert uci_protocol.likelihood_of(plain) is None  # the builders' default Gaussian
+
+
+@pytest.mark.parametrize("value", [0.0, -0.1, np.inf, np.nan, True, "0.08"])
+def test_an_impossible_noise_floor_is_refused_by_name(value):
+    with pytest.raises(ValueError, match="noise_floor must be a positive finite number"):
+        uci_protocol.normalise_config(dict(dataset="wine", noise_floor=value))
+
+
+def test_a_noise_floor_is_refused_for_a_student_t_likelihood():
+    with pytest.raises(ValueError, match="noise_floor applies to the Gaussian likelihood only"):
+        uci_protocol.normalise_config(dict(dataset="wine", likelihood="student_t", noise_floor=0.1))
+
+
+@pytest.mark.parametrize("transform", ["exp", "softplus"])
+def test_the_floor_bounds_the_learned_noise_variance_in_original_units(transform):
+    """However far the unconstrained variable goes down, the variance stays at the floor divided by
+    ``y_std ** 2`` (the targets the model sees are standardised); it starts 0.01 above it."""
+    cfg = uci_protocol.normalise_config(
+        dict(dataset="wine", posterior="mean_field", noise_floor=0.25, positive_transform=transform)
+    )
+    likelihood = uci_protocol.likelihood_of(cfg, y_std=2.0)
+    assert isinstance(likelihood, gpflow.likelihoods.Gaussian)
+    np.testing.assert_allclose(likelihood.variance.numpy(), 0.0625 + 0.01, rtol=1e-12)
+    likelihood.variance.unconstrained_variable.assign(-1e3)
+    np.testing.assert_allclose(likelihood.variance.numpy(), 0.0625, rtol=1e-12)
+
+
+def test_build_model_floors_the_noise_on_the_data_sets_scale():
+    cfg = dict(dataset="wine", posterior="mean_field", depth=1, num_inducing=5, noise_floor=1 / 12)
+    model, data = uci_protocol.build_model(cfg, 0)
+    model.likelihood.variance.unconstrained_variable.assign(-1e3)
+    # in the original units the noise cannot fall below the variance of rounding to integers
+    np.testing.assert_allclose(
+        model.likelihood.variance.numpy() * data.y_std**2, 1 / 12, rtol=1e-12
+    )
+    unfloored, _ = uci_protocol.build_model(dict(cfg, noise_floor=None), 0)
+    unfloored.likelihood.variance.unconstrained_variable.assign(-1e3)
+    assert unfloored.likelihood.variance.numpy() < 1e-5
+
+
+def test_tables_name_the_noise_floor():
+    import benchmarks.medium as medium
+    import benchmarks.uci as uci
+
+    line = dict(posterior="sghmc", protocol="random", collect_step_size=0.03, noise_floor=1 / 12)
+    assert "noise floor 0.083" in uci._protocol_marks(line)
+    assert medium._family(dict(line, dataset="wine", depth=2)).endswith("+collect0.03+floor0.083")
+    assert "+floor" not in medium._family(dict(line, noise_floor=None, dataset="wine", depth=2))
