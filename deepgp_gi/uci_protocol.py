@@ -33,6 +33,9 @@ result records of one configuration are matched.
 * ``trace``: the training ELBO per datapoint (with ``objective="predictive"``: that objective)
   against step, averaged over blocks of steps (the raw one-sample minibatch estimates are noisy),
   for convergence plots;
+* ``noise_variance``: a Gaussian likelihood's learned noise variance in the squared original
+  units of the targets (``None`` for another likelihood); at GPflow's floor (1e-6 times
+  ``y_std ** 2``) the predictive spread is all the model's own;
 * for a deep GP, ``layer_variances``: :func:`~deepgp_gi.metrics.layer_variances` of the trained
   model on the first :data:`LAYER_VARIANCE_ROWS` training rows (``between_rows`` and
   ``within_samples`` per layer, 16 joint samples): a last layer whose output barely varies between
@@ -75,6 +78,7 @@ __all__ = [
     "config_key",
     "build_model",
     "layer_variances_on_training_rows",
+    "noise_variance_of",
     "training_device",
     "run_split",
 ]
@@ -539,6 +543,17 @@ def build_model(cfg: Dict, split: int):
     return model, data
 
 
+def noise_variance_of(model, y_std: float) -> Optional[float]:
+    """The Gaussian likelihood's learned noise variance in the squared original units of the
+    targets (the model's, on standardised targets, times ``y_std ** 2``); ``None`` for another
+    likelihood."""
+    import gpflow
+
+    if not isinstance(model.likelihood, gpflow.likelihoods.Gaussian):
+        return None
+    return float(model.likelihood.variance.numpy()) * float(y_std) ** 2
+
+
 def layer_variances_on_training_rows(model, data, cfg: Dict, split: int):
     """:func:`~deepgp_gi.metrics.layer_variances` of the deep GP that ``cfg`` names (trained or
     not) on the first :data:`LAYER_VARIANCE_ROWS` training rows of ``data`` (fewer when the
@@ -708,6 +723,9 @@ def run_split(
         eval_time_s=round(eval_time, 2),
         resumed_from=int(history.resumed_from),
         device=training_device(),
+        noise_variance=(
+            None if (v := noise_variance_of(model, data.y_std)) is None else float(f"{v:.4g}")
+        ),
         **(
             {"collected": dict(SAMPLER_COLLECT), "collect_time_s": round(collect_time, 2)}
             if sampler

@@ -67,3 +67,27 @@ def test_tables_name_the_noise_floor():
     assert "noise floor 0.083" in uci._protocol_marks(line)
     assert medium._family(dict(line, dataset="wine", depth=2)).endswith("+collect0.03+floor0.083")
     assert "+floor" not in medium._family(dict(line, noise_floor=None, dataset="wine", depth=2))
+
+
+def test_the_noise_variance_is_read_in_original_units_and_only_for_a_gaussian():
+    cfg = dict(dataset="wine", posterior="mean_field", depth=1, num_inducing=5)
+    model, data = uci_protocol.build_model(cfg, 0)
+    model.likelihood.variance.assign(0.04)
+    assert uci_protocol.noise_variance_of(model, data.y_std) == pytest.approx(
+        0.04 * data.y_std**2, rel=1e-12
+    )
+    student_t, _ = uci_protocol.build_model(dict(cfg, likelihood="student_t"), 0)
+    assert uci_protocol.noise_variance_of(student_t, data.y_std) is None
+
+
+@pytest.mark.slow  # two short run_split calls: `make test-all`
+def test_run_split_records_a_noise_variance_that_stays_above_its_floor():
+    """A floor far above the noise yacht's fit wants holds the learned variance at or above it
+    (the record's ``noise_variance``, original units); without one the variance falls below it."""
+    cfg = dict(dataset="yacht", posterior="mean_field", depth=1, steps=200, num_inducing=5)
+    cfg.update(test_samples=4, learning_rate=0.05)
+    plain = uci_protocol.run_split(cfg, 0)
+    floor = 4.0 * plain["noise_variance"]
+    floored = uci_protocol.run_split(dict(cfg, noise_floor=floor), 0)
+    assert floored["noise_floor"] == pytest.approx(floor)
+    assert floor <= floored["noise_variance"] < plain["noise_variance"] + floor
