@@ -340,11 +340,12 @@ def _normalise_likelihood(out: Dict) -> None:
 
 def likelihood_of(cfg: Dict, y_std: float = 1.0):
     """The GPflow likelihood a normalised configuration trains on targets standardised by
-    ``y_std``: ``None`` for the builders' default Gaussian (variance 0.01); with ``noise_floor``,
-    a Gaussian whose variance is bounded below by ``noise_floor / y_std ** 2`` and starts 0.01
-    above it; or a :class:`~deepgp_gi.likelihoods.StudentT` with ``cfg["likelihood_df"]`` degrees
-    of freedom and scale :data:`INITIAL_NOISE_SCALE`. Positive parameters are stored with the
-    configuration's ``positive_transform`` (GPflow's default for a BNN)."""
+    ``y_std``: ``None`` for the builders' default Gaussian (variance 0.01 for a deep GP,
+    ``exp(-3)`` for a BNN); with ``noise_floor``, a Gaussian whose variance is bounded below by
+    ``noise_floor / y_std ** 2`` and starts that default above it; or a
+    :class:`~deepgp_gi.likelihoods.StudentT` with ``cfg["likelihood_df"]`` degrees of freedom and
+    scale :data:`INITIAL_NOISE_SCALE`. Positive parameters are stored with the configuration's
+    ``positive_transform`` (GPflow's default for a BNN)."""
     from .builders import positive_transform_context
 
     if cfg.get("likelihood") is None:
@@ -352,9 +353,12 @@ def likelihood_of(cfg: Dict, y_std: float = 1.0):
             return None
         import gpflow
 
+        from .bnn import DEFAULT_BNN_NOISE_VARIANCE
+
         floor = cfg["noise_floor"] / float(y_std) ** 2
+        start = floor + (DEFAULT_BNN_NOISE_VARIANCE if cfg.get("model") == "bnn" else 0.01)
         with positive_transform_context(cfg.get("positive_transform")):
-            return gpflow.likelihoods.Gaussian(variance=floor + 0.01, variance_lower_bound=floor)
+            return gpflow.likelihoods.Gaussian(variance=start, variance_lower_bound=floor)
     from .likelihoods import StudentT
 
     with positive_transform_context(cfg.get("positive_transform")):

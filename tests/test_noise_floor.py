@@ -91,3 +91,15 @@ def test_run_split_records_a_noise_variance_that_stays_above_its_floor():
     floored = uci_protocol.run_split(dict(cfg, noise_floor=floor), 0)
     assert floored["noise_floor"] == pytest.approx(floor)
     assert floor <= floored["noise_variance"] < plain["noise_variance"] + floor
+
+
+def test_a_bnn_with_a_floor_starts_its_noise_where_the_bnn_default_does_above_the_floor():
+    from deepgp_gi.bnn import DEFAULT_BNN_NOISE_VARIANCE
+
+    cfg = uci_protocol.normalise_config(dict(dataset="wine", model="bnn", noise_floor=0.5))
+    likelihood = uci_protocol.likelihood_of(cfg, y_std=1.0)
+    np.testing.assert_allclose(
+        likelihood.variance.numpy(), 0.5 + DEFAULT_BNN_NOISE_VARIANCE, rtol=1e-12
+    )
+    likelihood.variance.unconstrained_variable.assign(-1e3)
+    np.testing.assert_allclose(likelihood.variance.numpy(), 0.5, rtol=1e-12)
