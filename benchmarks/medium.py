@@ -165,9 +165,10 @@ def _family(s: Dict, with_schedule: bool = True) -> str:
     student_t = f"+t{s['likelihood_df']:g}" if s.get("likelihood") == "student_t" else ""
     collect = f"+collect{s['collect_step_size']:g}" if s.get("collect_step_size") else ""
     floor = f"+floor{s['noise_floor']:.2g}" if s.get("noise_floor") else ""
+    start = f"+noisestart{s['noise_start']:.2g}" if s.get("noise_start") else ""
     return (
         f"{s['posterior']}{latent}{batch}{inducing}{samples}{decay}{steps}{valid}{objective}"
-        f"{student_t}{collect}{floor}"
+        f"{student_t}{collect}{floor}{start}"
     )
 
 

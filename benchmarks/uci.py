@@ -555,8 +555,10 @@ def _protocol_marks(s: Dict) -> List[str]:
     an objective other than the ELBO, ``predictive objective``; and the seeded random protocols
     (``80/20 splits``), several chain steps per hyperparameter step (``21 chain steps``), a
     constant KL weight (``KL weight 0.1``), an inner width other than the builder's
-    (``width 5``), a likelihood other than the Gaussian (``Student-t, df 4``) and a sampling
-    family's collection step where it is not the training step (``collection step 0.03``)."""
+    (``width 5``), a likelihood other than the Gaussian (``Student-t, df 4``), a sampling
+    family's collection step where it is not the training step (``collection step 0.03``), a floor
+    on the noise variance (``noise floor 0.083``) and a noise variance started elsewhere than the
+    builders' default (``noise start 1``)."""
     marks = []
     if s.get("protocol") in SEEDED_PROTOCOL_LABELS:  # the papers' own random splits
         marks.append(SEEDED_PROTOCOL_LABELS[s["protocol"]])
@@ -572,6 +574,8 @@ def _protocol_marks(s: Dict) -> List[str]:
         marks.append(f"collection step {s['collect_step_size']:g}")
     if s.get("noise_floor"):
         marks.append(f"noise floor {s['noise_floor']:.2g}")
+    if s.get("noise_start"):
+        marks.append(f"noise start {s['noise_start']:.2g}")
     if s.get("validation"):  # trained on the rest of the training rows
         marks.append(f"validation {s['validation']:.0%}")
     if s.get("objective"):  # trained on another objective than the ELBO

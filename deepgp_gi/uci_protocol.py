@@ -114,6 +114,7 @@ CONFIG_KEYS = (
     "likelihood_df",
     "collect_step_size",
     "noise_floor",
+    "noise_start",
 )
 
 #: ``objective``: what a deep GP trains on, :func:`deepgp_gi.fit`'s ``objective``; ``None`` (the
@@ -186,6 +187,7 @@ DEFAULTS = dict(
     likelihood_df=None,
     collect_step_size=None,
     noise_floor=None,
+    noise_start=None,
 )
 
 
@@ -238,6 +240,12 @@ def normalise_config(cfg: Dict) -> Dict:
     variance the likelihood may learn, in the squared original units of the targets (1/12 is the
     variance of rounding to integers, the floor for integer-graded targets such as wine's quality);
     :func:`build_model` divides it by ``y_std ** 2``. Lines written before the key read as ``None``.
+    ``noise_start`` is ``None`` (the builders' start: a Gaussian variance of 0.01 for a deep GP,
+    ``exp(-3)`` for a BNN, a Student-t scale of :data:`INITIAL_NOISE_SCALE`) or a positive float:
+    the noise variance the likelihood starts from (a Student-t's squared scale), on the
+    standardised targets, so ``1.0`` is the training targets' variance (the SGHMC reference code's
+    start, ``docs/sampling.md``). With ``noise_floor`` it must lie above the floor (checked by
+    :func:`likelihood_of`, which knows ``y_std``). Lines written before the key read as ``None``.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -312,10 +320,12 @@ def normalise_config(cfg: Dict) -> Dict:
 
 
 def _normalise_likelihood(out: Dict) -> None:
-    """``likelihood``, ``likelihood_df`` and ``noise_floor`` in place (see
+    """``likelihood``, ``likelihood_df``, ``noise_floor`` and ``noise_start`` in place (see
     :func:`normalise_config`)."""
     from .validation import check_choice, check_float_above, check_positive_float
 
+    if out["noise_start"] is not None:
+        out["noise_start"] = check_positive_float(out["noise_start"], "noise_start")
     name = out["likelihood"]
     name = "gaussian" if name is None else check_choice(name, "likelihood", LIKELIHOOD_CHOICES)
     if name == "gaussian":
@@ -344,25 +354,39 @@ def likelihood_of(cfg: Dict, y_std: float = 1.0):
     ``exp(-3)`` for a BNN); with ``noise_floor``, a Gaussian whose variance is bounded below by
     ``noise_floor / y_std ** 2`` and starts that default above it; or a
     :class:`~deepgp_gi.likelihoods.StudentT` with ``cfg["likelihood_df"]`` degrees of freedom and
-    scale :data:`INITIAL_NOISE_SCALE`. Positive parameters are stored with the configuration's
-    ``positive_transform`` (GPflow's default for a BNN)."""
+    scale :data:`INITIAL_NOISE_SCALE`. ``noise_start``, when given, replaces the start (the
+    Gaussian's variance, the Student-t's squared scale); below a floor it is refused. Positive
+    parameters are stored with the configuration's ``positive_transform`` (GPflow's default for a
+    BNN)."""
     from .builders import positive_transform_context
 
+    start = cfg.get("noise_start")
     if cfg.get("likelihood") is None:
-        if cfg.get("noise_floor") is None:
+        if cfg.get("noise_floor") is None and start is None:
             return None
         import gpflow
 
         from .bnn import DEFAULT_BNN_NOISE_VARIANCE
 
+        default = DEFAULT_BNN_NOISE_VARIANCE if cfg.get("model") == "bnn" else 0.01
+        if cfg.get("noise_floor") is None:
+            with positive_transform_context(cfg.get("positive_transform")):
+                return gpflow.likelihoods.Gaussian(variance=start)
         floor = cfg["noise_floor"] / float(y_std) ** 2
-        start = floor + (DEFAULT_BNN_NOISE_VARIANCE if cfg.get("model") == "bnn" else 0.01)
+        if start is not None and not start > floor:
+            raise ValueError(
+                f"noise_start must lie above the noise floor on the standardised targets "
+                f"(noise_floor / y_std**2 = {floor:.4g}), got {start!r}"
+            )
         with positive_transform_context(cfg.get("positive_transform")):
-            return gpflow.likelihoods.Gaussian(variance=start, variance_lower_bound=floor)
+            return gpflow.likelihoods.Gaussian(
+                variance=floor + default if start is None else start, variance_lower_bound=floor
+            )
     from .likelihoods import StudentT
 
+    scale = INITIAL_NOISE_SCALE if start is None else float(np.sqrt(start))
     with positive_transform_context(cfg.get("positive_transform")):
-        return StudentT(scale=INITIAL_NOISE_SCALE, df=cfg["likelihood_df"])
+        return StudentT(scale=scale, df=cfg["likelihood_df"])
 
 
 def _normalise_family_options(out: Dict) -> None:
