@@ -8,23 +8,9 @@ import pytest
 from deepgp_gi import uci_protocol
 
 
-def test_a_noise_floor_is_normalised_and_a_line_without_one_keeps_its_key():
-    base = dict(dataset="wine", posterior="sghmc", depth=2)
-    cfg = uci_protocol.normalise_config(dict(base, noise_floor=1 / 12))
-    assert cfg["noise_floor"] == pytest.approx(1 / 12) and isinstance(cfg["noise_floor"], float)
-    plain = uci_protocol.normalise_config(base)
-    assert plain["noise_floor"] is None
-    # a line written before the key is the same configuration as one written after without it
-    old = {k: v for k, v in plain.items() if k != "noise_floor"}
-    assert uci_protocol.config_key(old) == uci_protocol.config_key(plain)
-    assert uci_protocol.config_key(cfg) != uci_protocol.config_key(plain)
-    assert uci_protocol.likelihood_of(plain) is None  # the builders' default Gaussian
-
-
-@pytest.mark.parametrize("value", [0.0, -0.1, np.inf, np.nan, True, "0.08"])
-def test_an_impossible_noise_floor_is_refused_by_name(value):
-    with pytest.raises(ValueError, match="noise_floor must be a positive finite number"):
-        uci_protocol.normalise_config(dict(dataset="wine", noise_floor=value))
+def test_without_a_floor_the_builders_default_gaussian_is_used():
+    plain = uci_protocol.normalise_config(dict(dataset="wine", posterior="sghmc", depth=2))
+    assert uci_protocol.likelihood_of(plain) is None
 
 
 def test_a_noise_floor_is_refused_for_a_student_t_likelihood():

@@ -10,23 +10,6 @@ from deepgp_gi import uci_protocol
 from deepgp_gi.likelihoods import StudentT
 
 
-def test_a_noise_start_is_normalised_and_a_line_without_one_keeps_its_key():
-    base = dict(dataset="energy", posterior="sghmc", depth=2)
-    cfg = uci_protocol.normalise_config(dict(base, noise_start=1))
-    assert cfg["noise_start"] == 1.0 and isinstance(cfg["noise_start"], float)
-    plain = uci_protocol.normalise_config(base)
-    assert plain["noise_start"] is None
-    old = {k: v for k, v in plain.items() if k != "noise_start"}
-    assert uci_protocol.config_key(old) == uci_protocol.config_key(plain)
-    assert uci_protocol.config_key(cfg) != uci_protocol.config_key(plain)
-
-
-@pytest.mark.parametrize("value", [0.0, -1.0, np.inf, np.nan, False, "1"])
-def test_an_impossible_noise_start_is_refused_by_name(value):
-    with pytest.raises(ValueError, match="noise_start must be a positive finite number"):
-        uci_protocol.normalise_config(dict(dataset="energy", noise_start=value))
-
-
 @pytest.mark.parametrize("transform", ["exp", "softplus"])
 def test_a_gaussian_starts_at_the_given_variance_and_still_learns_below_it(transform):
     cfg = uci_protocol.normalise_config(
