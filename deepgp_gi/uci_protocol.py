@@ -369,19 +369,18 @@ def likelihood_of(cfg: Dict, y_std: float = 1.0):
         from .bnn import DEFAULT_BNN_NOISE_VARIANCE
 
         default = DEFAULT_BNN_NOISE_VARIANCE if cfg.get("model") == "bnn" else 0.01
-        if cfg.get("noise_floor") is None:
-            with positive_transform_context(cfg.get("positive_transform")):
-                return gpflow.likelihoods.Gaussian(variance=start)
-        floor = cfg["noise_floor"] / float(y_std) ** 2
-        if start is not None and not start > floor:
-            raise ValueError(
-                f"noise_start must lie above the noise floor on the standardised targets "
-                f"(noise_floor / y_std**2 = {floor:.4g}), got {start!r}"
-            )
+        bound = {}  # GPflow's own lower bound unless there is a floor
+        if cfg.get("noise_floor") is not None:
+            bound["variance_lower_bound"] = floor = cfg["noise_floor"] / float(y_std) ** 2
+            if start is None:
+                start = floor + default
+            elif not start > floor:
+                raise ValueError(
+                    f"noise_start must lie above the noise floor on the standardised targets "
+                    f"(noise_floor / y_std**2 = {floor:.4g}), got {start!r}"
+                )
         with positive_transform_context(cfg.get("positive_transform")):
-            return gpflow.likelihoods.Gaussian(
-                variance=floor + default if start is None else start, variance_lower_bound=floor
-            )
+            return gpflow.likelihoods.Gaussian(variance=start, **bound)
     from .likelihoods import StudentT
 
     scale = INITIAL_NOISE_SCALE if start is None else float(np.sqrt(start))
