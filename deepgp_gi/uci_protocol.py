@@ -368,12 +368,11 @@ def likelihood_of(cfg: Dict, y_std: float = 1.0):
 
         from .bnn import DEFAULT_BNN_NOISE_VARIANCE
 
-        default = DEFAULT_BNN_NOISE_VARIANCE if cfg.get("model") == "bnn" else 0.01
         bound = {}  # GPflow's own lower bound unless there is a floor
         if cfg.get("noise_floor") is not None:
             bound["variance_lower_bound"] = floor = cfg["noise_floor"] / float(y_std) ** 2
-            if start is None:
-                start = floor + default
+            if start is None:  # the builders' default start, above the floor
+                start = floor + (DEFAULT_BNN_NOISE_VARIANCE if cfg.get("model") == "bnn" else 0.01)
             elif not start > floor:
                 raise ValueError(
                     f"noise_start must lie above the noise floor on the standardised targets "
