@@ -141,8 +141,8 @@ def _family(s: Dict, with_schedule: bool = True) -> str:
     latent-variable model's latent width and K after it (``mean_field+w1K5``), the share of the
     training rows held out for validation (``global+valid0.1``), an objective other than the ELBO
     (``dspp+predictive``), a Student-t likelihood with its degrees of freedom (``sghmc+t4``), a
-    sampling family's collection step where it is not the training step (``sghmc+collect0.03``), a
-    medium-set
+    sampling family's collection step where it is not the training step (``sghmc+collect0.03``),
+    kernels started elsewhere than the builders' default (``sghmc+kstart-havasi``), a medium-set
     row's minibatch and inducing points where they are not the sweep's (``global+b10000``,
     ``sghmc+M128``), the training samples per step where they are not one (``global+s10``), and
     (``with_schedule``) the training schedule where it
@@ -166,9 +166,10 @@ def _family(s: Dict, with_schedule: bool = True) -> str:
     collect = f"+collect{s['collect_step_size']:g}" if s.get("collect_step_size") else ""
     floor = f"+floor{s['noise_floor']:.2g}" if s.get("noise_floor") else ""
     start = f"+noisestart{s['noise_start']:.2g}" if s.get("noise_start") else ""
+    kernel_start = f"+kstart-{s['kernel_start']}" if s.get("kernel_start") else ""
     return (
         f"{s['posterior']}{latent}{batch}{inducing}{samples}{decay}{steps}{valid}{objective}"
-        f"{student_t}{collect}{floor}{start}"
+        f"{student_t}{collect}{floor}{start}{kernel_start}"
     )
 
 

@@ -557,8 +557,8 @@ def _protocol_marks(s: Dict) -> List[str]:
     constant KL weight (``KL weight 0.1``), an inner width other than the builder's
     (``width 5``), a likelihood other than the Gaussian (``Student-t, df 4``), a sampling
     family's collection step where it is not the training step (``collection step 0.03``), a floor
-    on the noise variance (``noise floor 0.083``) and a noise variance started elsewhere than the
-    builders' default (``noise start 1``)."""
+    on the noise variance (``noise floor 0.083``), a noise variance started elsewhere than the
+    builders' default (``noise start 1``) and kernels started elsewhere (``kernel start havasi``)."""
     marks = []
     if s.get("protocol") in SEEDED_PROTOCOL_LABELS:  # the papers' own random splits
         marks.append(SEEDED_PROTOCOL_LABELS[s["protocol"]])
@@ -576,6 +576,8 @@ def _protocol_marks(s: Dict) -> List[str]:
         marks.append(f"noise floor {s['noise_floor']:.2g}")
     if s.get("noise_start"):
         marks.append(f"noise start {s['noise_start']:.2g}")
+    if s.get("kernel_start"):
+        marks.append(f"kernel start {s['kernel_start']}")
     if s.get("validation"):  # trained on the rest of the training rows
         marks.append(f"validation {s['validation']:.0%}")
     if s.get("objective"):  # trained on another objective than the ELBO

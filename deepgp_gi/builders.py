@@ -2,7 +2,8 @@
 "Mean-field deep GPs (DSVI)" to "Global inducing points").
 
 The layers (kernels, mean functions, widths) follow DSVI for every posterior family:
-ARD squared-exponential kernels with variance 2 and lengthscales 2, between-layer white noise
+ARD squared-exponential kernels with variance 2 and lengthscales 2 (``kernel_start="dsvi"``;
+``"havasi"``: variance 0.01 and lengthscales ``sqrt(D_in)``), between-layer white noise
 1e-5 on inner layers, inner width ``min(30, D)``, fixed linear mean functions on inner layers
 (identity, PCA projection, or identity with zero padding) and zero mean on the last, a Gaussian
 likelihood with variance 0.01. The posterior family changes the variational parameters and how
@@ -36,10 +37,27 @@ __all__ = [
     "linear_mean_maps",
     "kmeans_inducing_inputs",
     "POSITIVE_TRANSFORMS",
+    "KERNEL_STARTS",
+    "kernel_start_values",
 ]
 
 #: Transforms of the positive hyperparameters the builders create (GPflow's ``positive_bijector``).
 POSITIVE_TRANSFORMS = ("exp", "softplus")
+
+#: Where the kernels' hyperparameters start (``kernel_start``): ``"dsvi"``, the DSVI paper's
+#: (variance 2, every lengthscale 2); ``"havasi"``, Havasi et al.'s SGHMC code's (variance 0.01,
+#: every lengthscale ``sqrt(D_in)``, the square root of the layer's input width).
+KERNEL_STARTS = ("dsvi", "havasi")
+
+
+def kernel_start_values(kernel_start: str, input_dim: int):
+    """The starting ``(variance, lengthscale)`` of a layer's kernel with ``input_dim`` inputs under
+    ``kernel_start`` (a name in :data:`KERNEL_STARTS`); the lengthscale is shared by every input
+    dimension (ARD)."""
+    kernel_start = check_choice(kernel_start, "kernel_start", KERNEL_STARTS)
+    if kernel_start == "havasi":
+        return 0.01, float(np.sqrt(input_dim))
+    return 2.0, 2.0
 
 
 def positive_transform_context(positive_transform: Optional[str]):
@@ -90,8 +108,13 @@ def _fixed_linear(A: np.ndarray) -> gpflow.mean_functions.Linear:
     return mean
 
 
-def _dsvi_kernel(input_dim: int, inner: bool, white: float) -> gpflow.kernels.Kernel:
-    kernel = gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=np.full(input_dim, 2.0))
+def _layer_kernel(
+    input_dim: int, inner: bool, white: float, kernel_start: str
+) -> gpflow.kernels.Kernel:
+    variance, lengthscale = kernel_start_values(kernel_start, input_dim)
+    kernel = gpflow.kernels.SquaredExponential(
+        variance=variance, lengthscales=np.full(input_dim, lengthscale)
+    )
     if inner and white > 0:
         kernel = kernel + gpflow.kernels.White(variance=white)
     return kernel
@@ -105,12 +128,16 @@ def build_layers(
     Z: Optional[np.ndarray],
     white: float = 1e-5,
     positive_transform: Optional[str] = None,
+    kernel_start: str = "dsvi",
 ) -> List[GPLayer]:
     """DSVI-style layers. ``Z`` (``[M, D]`` or None) is pushed through the inner mean maps.
 
     :param positive_transform: ``"exp"`` or ``"softplus"``: the transform of the kernels'
         variances and lengthscales (``None``: GPflow's current ``positive_bijector``).
+    :param kernel_start: where the kernels' variances and lengthscales start, a name in
+        :data:`KERNEL_STARTS`.
     """
+    kernel_start = check_choice(kernel_start, "kernel_start", KERNEL_STARTS)
     widths = [inner_width] * (depth - 1)
     maps = linear_mean_maps(X, widths)
     layers = []
@@ -120,7 +147,7 @@ def build_layers(
         inner = l < depth - 1
         mean = _fixed_linear(maps[l]) if inner else None
         with positive_transform_context(positive_transform):
-            kernel = _dsvi_kernel(dims[l], inner, white)
+            kernel = _layer_kernel(dims[l], inner, white, kernel_start)
         layers.append(
             GPLayer(
                 kernel,
@@ -149,6 +176,7 @@ def build_deep_gp(
     positive_transform: Optional[str] = None,
     latent_dim: Optional[int] = None,
     encoder=None,
+    kernel_start: str = "dsvi",
     **posterior_options,
 ) -> DeepGP:
     """A deep GP with the papers' defaults and initialisation.
@@ -182,6 +210,9 @@ def build_deep_gp(
     :param encoder: the ``tf.Module`` computing ``q(w | x, y)`` (contract:
         :mod:`deepgp_gi.layers.latent`); default the paper's MLP (two hidden layers of 20 tanh
         units). Needs ``latent_dim``.
+    :param kernel_start: where the kernels' hyperparameters start: ``"dsvi"`` (the DSVI paper's
+        variance 2 and lengthscales 2) or ``"havasi"`` (Havasi et al.'s SGHMC code's variance 0.01
+        and lengthscales ``sqrt(D_in)``, each layer's input width ``D_in``); :data:`KERNEL_STARTS`.
     :param posterior_options: options of the family (e.g. ``whiten=True`` for mean-field,
         ``precision="diagonal"`` for global inducing); each family's accepted options are listed
         in its table entry, and anything else raises a ``ValueError`` naming them.
@@ -194,6 +225,7 @@ def build_deep_gp(
     if positive_transform is None:
         positive_transform = family.positive_transform
     positive_transform = check_choice(positive_transform, "positive_transform", POSITIVE_TRANSFORMS)
+    kernel_start = check_choice(kernel_start, "kernel_start", KERNEL_STARTS)
     dtype = gpflow.default_float()
     X = as_data_array(X, "X", dtype).numpy()
     Y = as_data_array(Y, "Y", dtype).numpy()
@@ -223,7 +255,13 @@ def build_deep_gp(
             with_latent_columns(X, latent_dim, rng),
         )
     layers = build_layers(
-        X_layers, output_dim, depth, inner_width, Z, positive_transform=positive_transform
+        X_layers,
+        output_dim,
+        depth,
+        inner_width,
+        Z,
+        positive_transform=positive_transform,
+        kernel_start=kernel_start,
     )
     targets = pseudo_targets(Y, likelihood, output_dim)
     post = family.from_data(

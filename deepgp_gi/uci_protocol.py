@@ -115,6 +115,7 @@ CONFIG_KEYS = (
     "collect_step_size",
     "noise_floor",
     "noise_start",
+    "kernel_start",
 )
 
 #: ``objective``: what a deep GP trains on, :func:`deepgp_gi.fit`'s ``objective``; ``None`` (the
@@ -188,6 +189,7 @@ DEFAULTS = dict(
     collect_step_size=None,
     noise_floor=None,
     noise_start=None,
+    kernel_start=None,
 )
 
 
@@ -246,6 +248,10 @@ def normalise_config(cfg: Dict) -> Dict:
     standardised targets, so ``1.0`` is the training targets' variance (the SGHMC reference code's
     start, ``docs/sampling.md``). With ``noise_floor`` it must lie above the floor (checked by
     :func:`likelihood_of`, which knows ``y_std``). Lines written before the key read as ``None``.
+    ``kernel_start`` (deep GPs only, else ``None``) is ``None`` (the builders' start, the DSVI
+    paper's; ``"dsvi"`` is stored as ``None``) or ``"havasi"``: where the kernels' variances and
+    lengthscales start (``build_deep_gp(kernel_start=...)``,
+    :data:`~deepgp_gi.builders.KERNEL_STARTS`). Lines written before the key read as ``None``.
     """
     from .builders import POSITIVE_TRANSFORMS
     from .datasets import PROTOCOLS
@@ -388,12 +394,14 @@ def likelihood_of(cfg: Dict, y_std: float = 1.0):
 
 
 def _normalise_family_options(out: Dict) -> None:
-    """``chain_steps``, ``collect_step_size``, ``kl_weight`` and ``inner_width`` in place (see
+    """``chain_steps``, ``collect_step_size``, ``kl_weight``, ``inner_width`` and ``kernel_start``
+    in place (see
     :func:`normalise_config`): each checked, refused for a model it does not apply to, and ``None``
     at its default."""
+    from .builders import KERNEL_STARTS
     from .families import DEEP_GP_FAMILIES
     from .training.tempering import ConstantSchedule
-    from .validation import check_positive_float, check_positive_int
+    from .validation import check_choice, check_positive_float, check_positive_int
 
     family = DEEP_GP_FAMILIES.get(out["posterior"]) if out["model"] == "gp" else None
     sampler = bool(getattr(family, "is_sampler", False))
@@ -408,6 +416,11 @@ def _normalise_family_options(out: Dict) -> None:
         if out["model"] != "gp":
             refuse("inner_width", "deep GPs")
         out["inner_width"] = check_positive_int(out["inner_width"], "inner_width")
+    if out["kernel_start"] is not None:
+        kernel_start = check_choice(out["kernel_start"], "kernel_start", KERNEL_STARTS)
+        if out["model"] != "gp":
+            refuse("kernel_start", "deep GPs")
+        out["kernel_start"] = None if kernel_start == "dsvi" else kernel_start
     if out["chain_steps"] is not None:
         chain_steps = check_positive_int(out["chain_steps"], "chain_steps")
         if not sampler:
@@ -536,6 +549,8 @@ def build_model(cfg: Dict, split: int):
             options["chain_steps"] = cfg["chain_steps"]
         if cfg["inner_width"] is not None:
             options["inner_width"] = cfg["inner_width"]
+        if cfg["kernel_start"] is not None:
+            options["kernel_start"] = cfg["kernel_start"]
         if (
             cfg["latent_dim"] is not None
         ):  # a latent-variable deep GP, trained on the K-sample bound

@@ -40,6 +40,37 @@ def test_dsvi_defaults(rng):
     np.testing.assert_allclose(sample, np.broadcast_to(Z, sample.shape), atol=2e-2)
 
 
+@pytest.mark.parametrize("positive_transform", ["softplus", "exp"])
+def test_kernel_start_havasi_starts_every_layer_at_the_sghmc_codes_values(rng, positive_transform):
+    X, Y = _data(rng, d=5)
+    model = dg.build_deep_gp(
+        X,
+        Y,
+        depth=3,
+        posterior="sghmc",
+        num_inducing=12,
+        inner_width=3,
+        seed=0,
+        positive_transform=positive_transform,
+        kernel_start="havasi",
+    )
+    x = rng.normal(size=(4, 5))
+    for l, (layer, d_in) in enumerate(zip(model.layers, [5, 3, 3])):
+        se = layer.kernel.kernels[0] if l < 2 else layer.kernel
+        np.testing.assert_allclose(se.variance.numpy(), 0.01, rtol=1e-12)
+        np.testing.assert_allclose(
+            se.lengthscales.numpy(), np.full(d_in, np.sqrt(d_in)), rtol=1e-12
+        )
+        # the kernel itself: 0.01 exp(-|x - x'|^2 / (2 D_in))
+        sq = ((x[:, None, :d_in] - x[None, :, :d_in]) ** 2).sum(-1)
+        np.testing.assert_allclose(se.K(x[:, :d_in]).numpy(), 0.01 * np.exp(-sq / (2 * d_in)))
+    dsvi = dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", num_inducing=12, seed=0)
+    np.testing.assert_allclose(dsvi.layers[1].kernel.variance.numpy(), 2.0)
+    np.testing.assert_allclose(dsvi.layers[1].kernel.lengthscales.numpy(), np.full(5, 2.0))
+    with pytest.raises(ValueError, match="unknown kernel_start 'sqrt'"):
+        dg.build_deep_gp(X, Y, depth=2, posterior="sghmc", kernel_start="sqrt")
+
+
 def test_pca_mean_function_projects_on_top_singular_vectors(rng):
     X = rng.normal(size=(50, 6)) @ np.diag([5.0, 3.0, 1.0, 0.5, 0.1, 0.01])
     (A,) = linear_mean_maps(X, [2])

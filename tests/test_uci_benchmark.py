@@ -1148,6 +1148,34 @@ def test_kl_weight_and_inner_width_reach_fit_and_the_builder(monkeypatch):
     assert record["kl_weight"] == 0.25 and [s(0) for s in schedules] == [0.25]
 
 
+def test_kernel_start_reaches_the_builder_and_is_refused_where_it_does_not_apply():
+    from deepgp_gi import uci_protocol
+
+    base = dict(dataset="energy", posterior="sghmc", depth=2)
+    cfg = uci_protocol.normalise_config(dict(base, kernel_start="havasi"))
+    assert cfg["kernel_start"] == "havasi"
+    plain = uci_protocol.normalise_config(base)
+    assert uci_protocol.normalise_config(dict(base, kernel_start="dsvi")) == plain
+    assert plain["kernel_start"] is None
+    old = {k: v for k, v in plain.items() if k != "kernel_start"}  # a line written before the key
+    assert uci_protocol.config_key(old) == uci_protocol.config_key(plain)
+    assert uci_protocol.config_key(cfg) != uci_protocol.config_key(plain)
+    with pytest.raises(ValueError, match="unknown kernel_start 'reference'"):
+        uci_protocol.normalise_config(dict(base, kernel_start="reference"))
+    with pytest.raises(ValueError, match="kernel_start applies to deep GPs only"):
+        uci_protocol.normalise_config(dict(base, model="bnn", kernel_start="havasi"))
+    model, data = uci_protocol.build_model(dict(cfg, num_inducing=5), 0)
+    last = model.layers[-1].kernel
+    width = data.X_train.shape[1]  # energy: 8 inputs, inner width min(30, 8)
+    np.testing.assert_allclose(last.variance.numpy(), 0.01)
+    np.testing.assert_allclose(last.lengthscales.numpy(), np.full(width, np.sqrt(width)))
+    assert uci._protocol_marks(cfg) == ["kernel start havasi"]
+    import benchmarks.medium as medium
+
+    assert medium._family(dict(cfg, collect_step_size=0.03)) == "sghmc+collect0.03+kstart-havasi"
+    assert medium._family(plain) == "sghmc"
+
+
 def test_rows_name_the_papers_protocols_and_their_options():
     marks = uci._protocol_marks(
         dict(protocol="random_80_20", chain_steps=21, kl_weight=0.1, inner_width=5)
