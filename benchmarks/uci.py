@@ -558,7 +558,8 @@ def _protocol_marks(s: Dict) -> List[str]:
     (``width 5``), a likelihood other than the Gaussian (``Student-t, df 4``), a sampling
     family's collection step where it is not the training step (``collection step 0.03``), a floor
     on the noise variance (``noise floor 0.083``), a noise variance started elsewhere than the
-    builders' default (``noise start 1``) and kernels started elsewhere (``kernel start havasi``)."""
+    builders' default (``noise start 1``) and kernels started elsewhere
+    (``kernel start havasi``)."""
     marks = []
     if s.get("protocol") in SEEDED_PROTOCOL_LABELS:  # the papers' own random splits
         marks.append(SEEDED_PROTOCOL_LABELS[s["protocol"]])
