@@ -141,11 +141,11 @@ def report(lines: List[Dict]) -> str:
     out = [
         "# A sampler's sample set collected at a larger step, quantity by quantity",
         "",
-        "Depth 2, trained once (the line's steps at the training step 0.01, 10 % of the training",
-        "split held out), then 100 samples 50 steps apart collected from that state at each step.",
-        "Change: the root-mean-square change of the quantity's entries from the state at the end of",
-        "training, median over the samples / at the last sample; largest: the largest change of",
-        "one entry over all samples. Validation LL per point, original units.",
+        "Depth 2, trained once (the line's steps at the training step 0.01, 10 % of the",
+        "training split held out), then 100 samples 50 steps apart collected from that state at",
+        "each step. Change: the root-mean-square change of the quantity's entries from the state",
+        "at the end of training, median over the samples / at the last sample; largest: the",
+        "largest change of one entry over all samples. Validation LL per point, original units.",
         "",
         "| data set | split | family | steps | collect step | valid LL | valid RMSE | quantity "
         "| end RMS | change, median / last | largest |",
