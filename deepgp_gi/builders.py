@@ -52,8 +52,8 @@ KERNEL_STARTS = ("dsvi", "havasi")
 
 def kernel_start_values(kernel_start: str, input_dim: int):
     """The starting ``(variance, lengthscale)`` of a layer's kernel with ``input_dim`` inputs under
-    ``kernel_start`` (a name in :data:`KERNEL_STARTS`); the lengthscale is shared by every input
-    dimension (ARD)."""
+    ``kernel_start`` (a name in :data:`KERNEL_STARTS`); every input dimension's ARD lengthscale
+    starts at that one value."""
     kernel_start = check_choice(kernel_start, "kernel_start", KERNEL_STARTS)
     if kernel_start == "havasi":
         return 0.01, float(np.sqrt(input_dim))
