@@ -33,8 +33,9 @@ test: install
 # The rest after `make test`: the `slow` tests (training runs, long oracles, XLA-vs-plain checks of
 # every family, notebook execution, tf.distribute subprocesses, benchmark scripts end to end).
 # `make test` + `make test-all` run every test but the GPU ones; `.ci/run` runs both.
+# Also in TEST_WORKERS processes: the slow tests are independent of one another.
 test-all: install
-	$(BIN)/python -m pytest -q -m "slow and not gpu"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "slow and not gpu"
 
 # The old name of test-all.
 test-slow: test-all
