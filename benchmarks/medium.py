@@ -125,9 +125,10 @@ def _other_steps(s: Dict) -> Optional[int]:
 
 
 def _other_num_inducing(s: Dict) -> Optional[int]:
-    """The row's inducing points per layer where it is a medium-set row with another than the
-    sweep's."""
-    return _medium_other(s, "num_inducing", SWEEP_NUM_INDUCING)
+    """The row's inducing points per layer where they are another number than the sweeps' (the
+    small and the medium sets' sweeps both default to :data:`SWEEP_NUM_INDUCING`)."""
+    value = s.get("num_inducing")
+    return value if value and value != SWEEP_NUM_INDUCING else None
 
 
 def _other_samples(s: Dict) -> Optional[int]:
